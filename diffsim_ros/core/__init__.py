@@ -1,0 +1,40 @@
+"""
+Differentiable rigid-body dynamics in PyTorch (no ROS, no files beyond URDF text).
+
+Functions take ``(model, state...)`` and return new tensors; see docs/conventions.md for
+frames, units and batching rules.
+"""
+
+from .aba import aba
+from .actuators import (CoulombFriction, DCMotor, FFNN, FrictionModel, make_friction,
+                        NNFriction, NNResidual, NoFriction, StribeckFriction, ViscousFriction)
+from .compiled import compile_algorithm
+from .crba import crba
+from .energy import kinetic_energy, potential_energy
+from .errors import DiffsimError, ShapeError, UnsupportedJointError, URDFError
+from .integrators import forward_dynamics, INTEGRATORS, rk4, rollout, semi_implicit_euler
+from .kinematics import body_poses, forward_kinematics, jacobian, joint_transforms
+from .model import KinematicTree, PARAMETER_FIELDS, RobotModel
+from .parameterization import (DiffNEAParameterization, inertial_from_mass_com_inertia,
+                               inertial_from_pseudo_inertia,
+                               InertialParameterization, is_physically_consistent,
+                               KinematicParameterization, LogCholeskyParameterization,
+                               make_parameterization, mass_com_inertia, pseudo_inertia,
+                               RawParameterization,
+                               regularize_inertial)
+from .regressor import joint_torque_regressor
+from .rnea import rnea
+from .urdf import load_urdf
+
+__all__ = [
+    'CoulombFriction', 'DCMotor', 'DiffNEAParameterization', 'DiffsimError', 'FFNN',
+    'FrictionModel', 'INTEGRATORS', 'InertialParameterization', 'KinematicParameterization',
+    'KinematicTree', 'LogCholeskyParameterization', 'NNFriction', 'NNResidual', 'NoFriction',
+    'PARAMETER_FIELDS', 'RawParameterization', 'RobotModel', 'ShapeError', 'StribeckFriction',
+    'URDFError', 'UnsupportedJointError', 'ViscousFriction', 'aba', 'body_poses',
+    'compile_algorithm', 'crba', 'forward_dynamics', 'forward_kinematics',
+    'inertial_from_mass_com_inertia', 'inertial_from_pseudo_inertia', 'is_physically_consistent',
+    'jacobian', 'joint_torque_regressor', 'joint_transforms', 'kinetic_energy', 'load_urdf',
+    'make_friction', 'make_parameterization', 'mass_com_inertia', 'potential_energy',
+    'pseudo_inertia', 'regularize_inertial', 'rk4', 'rnea', 'rollout', 'semi_implicit_euler',
+]

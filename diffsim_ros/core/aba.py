@@ -1,0 +1,79 @@
+"""Articulated-body algorithm (Featherstone) for forward dynamics, in world coordinates."""
+
+import torch
+
+from .errors import check_trailing_shape
+from .kinematics import body_poses, motion_subspaces, world_inertias
+from .model import RobotModel
+from .rnea import body_velocities
+from .spatial import force_cross, motion_cross
+
+Tensor = torch.Tensor
+
+
+def aba(model: RobotModel, q: Tensor, qd: Tensor, tau: Tensor) -> Tensor:
+    """
+    Compute forward dynamics ``qdd = M(q)^-1 (tau - C(q, qd) qd - g(q))``.
+
+    The O(n) articulated-body recursion.  Everything is expressed in world coordinates, so
+    handing an articulated inertia to the parent is an addition (no 6x6 transforms), and the
+    body poses, velocities and bias terms are computed for all bodies at once.  Each body
+    carries the augmented matrix ``A = [I^A | p^A]`` (6 x 7) so that one joint's update is a
+    few fused matrix products.
+
+    :param model: the robot; its parameters may carry leading batch dims.
+    :param q: joint positions ``(..., n)``.
+    :param qd: joint velocities ``(..., n)``.
+    :param tau: applied joint torques/forces ``(..., n)`` (damping/friction not included).
+    :return: joint accelerations ``(..., n)``.
+    """
+    for name, value in (('q', q), ('qd', qd), ('tau', tau)):
+        check_trailing_shape(name, value, (model.n,))
+    n = model.n
+    T_world_body = body_poses(model, q)
+    S = motion_subspaces(model, T_world_body)
+    I_world = world_inertias(model, T_world_body)
+    v = body_velocities(model, S, qd)
+    c = motion_cross(v, S * qd.unsqueeze(-1))
+    p_bias = force_cross(v, (I_world @ v.unsqueeze(-1)).squeeze(-1))
+
+    batch = torch.broadcast_shapes(I_world.shape[:-3], S.shape[:-2], tau.shape[:-1],
+                                   model.armature.shape[:-1])
+    zeros = torch.zeros(batch + (n, 1), dtype=S.dtype, device=S.device)
+    # Column vectors padded with a 7th entry: S7 = [S; 0], c7 = [c; 0].
+    S7 = torch.cat((S.expand(batch + (n, 6)), zeros), dim=-1).unsqueeze(-1)
+    c7 = torch.cat((c.expand(batch + (n, 6)), zeros), dim=-1).unsqueeze(-1)
+    # C = [[E, c], [0, 1]] so that A @ C = [I^A | I^A c + p^A].
+    C = torch.cat((torch.eye(7, 6, dtype=S.dtype, device=S.device).expand(batch + (n, 7, 6)),
+                   c7 + torch.eye(7, dtype=S.dtype, device=S.device)[6:].mT), dim=-1)
+    A = list(torch.cat((I_world, p_bias.unsqueeze(-1)), dim=-1)
+             .expand(batch + (n, 6, 7)).unbind(-3))
+    # tau e7^T, so that w = S^T A C - tau e7^T = [U^T | U.c + S.p - tau] with U = I^A S.
+    tau_row = (tau.unsqueeze(-1) * torch.eye(7, dtype=S.dtype, device=S.device)[6]) \
+        .expand(batch + (n, 7)).unsqueeze(-2).unbind(-3)
+    S7_l, c7_l, C_l = S7.unbind(-3), c7.unbind(-3), C.unbind(-3)
+    S_row = S7.mT[..., :6].unbind(-3)
+    armature = model.armature.expand(batch + (n,))[..., None, None].unbind(-3)
+
+    w, neg_D_inv = [None] * n, [None] * n
+    for i in range(n - 1, -1, -1):
+        AC = A[i] @ C_l[i]
+        w[i] = S_row[i] @ AC - tau_row[i]
+        D_inv = 1.0 / (w[i] @ S7_l[i] + armature[i])
+        neg_D_inv[i] = -D_inv
+        parent = model.tree.parents[i]
+        if parent >= 0:
+            U = w[i].mT[..., :6, :]
+            # [I^a | p^a] = [I^A - U U^T / D | p^A + I^a c + U u / D]
+            A[parent] = A[parent] + AC - (U * D_inv) @ w[i]
+
+    a_base = torch.cat((model.gravity_acceleration(), model.gravity.new_ones(
+        model.gravity.shape[:-1] + (1,))), dim=-1).expand(batch + (7,)).unsqueeze(-1)
+    a, qdd = [None] * n, [None] * n
+    for i in range(n):
+        parent = model.tree.parents[i]
+        a_parent = a_base if parent < 0 else a[parent]
+        # qdd = (u - U . (a_parent + c)) / D, with a_parent augmented by a trailing 1.
+        qdd[i] = (w[i] @ a_parent) * neg_D_inv[i]
+        a[i] = a_parent + c7_l[i] + S7_l[i] * qdd[i]
+    return torch.cat(qdd, dim=-1).squeeze(-2)

@@ -1,0 +1,45 @@
+"""Kinetic and potential energy of the rigid-body tree."""
+
+import torch
+
+from .errors import check_trailing_shape
+from .kinematics import body_poses, motion_subspaces, world_inertias
+from .model import RobotModel
+from .rnea import body_velocities
+
+Tensor = torch.Tensor
+
+
+def kinetic_energy(model: RobotModel, q: Tensor, qd: Tensor) -> Tensor:
+    """
+    Return ``0.5 qd^T M(q) qd`` (rotor armature included).
+
+    :param model: the robot.
+    :param q: joint positions ``(..., n)``.
+    :param qd: joint velocities ``(..., n)``.
+    :return: ``(...)`` in J.
+    """
+    check_trailing_shape('q', q, (model.n,))
+    check_trailing_shape('qd', qd, (model.n,))
+    T_world_body = body_poses(model, q)
+    S = motion_subspaces(model, T_world_body)
+    v = body_velocities(model, S, qd)
+    Iv = (world_inertias(model, T_world_body) @ v.unsqueeze(-1)).squeeze(-1)
+    return 0.5 * ((v * Iv).sum((-1, -2)) + (model.armature * qd * qd).sum(-1))
+
+
+def potential_energy(model: RobotModel, q: Tensor) -> Tensor:
+    """
+    Return the gravitational potential energy of the moving bodies (zero at the world origin).
+
+    :param model: the robot.
+    :param q: joint positions ``(..., n)``.
+    :return: ``(...)`` in J; links fixed to the base are not counted (as in Pinocchio).
+    """
+    check_trailing_shape('q', q, (model.n,))
+    T_world_body = body_poses(model, q)
+    R = T_world_body[..., :3, :3]
+    p = T_world_body[..., :3, 3]
+    first_moment = (R @ model.inertial[..., 1:4].unsqueeze(-1)).squeeze(-1) \
+        + model.inertial[..., :1] * p
+    return -(first_moment * model.gravity.unsqueeze(-2)).sum((-1, -2))
