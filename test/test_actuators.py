@@ -16,8 +16,9 @@ PHYSICAL = ('none', 'viscous', 'coulomb', 'stribeck')
 
 # Quanser constants as listed in shared/data/quanser_cartpole_pyrado/SOURCE.md and
 # shared/data/quanser_qube_pyrado/SOURCE.md.
-IP02 = dict(R_m=2.6, k_m=7.67e-3, K_g=3.71, r_mp=6.35e-3, eta_g=0.9, eta_m=0.9, J_m=3.9e-7)
-QUBE = dict(R_m=8.4, k_m=0.042)
+IP02 = {'R_m': 2.6, 'k_m': 7.67e-3, 'K_g': 3.71, 'r_mp': 6.35e-3, 'eta_g': 0.9, 'eta_m': 0.9,
+        'J_m': 3.9e-7}
+QUBE = {'R_m': 8.4, 'k_m': 0.042}
 
 
 def generator(seed: int) -> torch.Generator:
@@ -221,7 +222,7 @@ def test_particle_batch_broadcasts_against_states(name):
     q, qd = random_states((B, N), seed=8)
     out = model(q, qd)
     assert out.shape == (P, B, N)
-    raw = {k: v for k, v in model.named_parameters()}
+    raw = dict(model.named_parameters())
     for p in range(P):
         single = {k: v[p, 0] for k, v in raw.items()}
         torch.testing.assert_close(out[p], functional_call(model, single, (q, qd)))

@@ -1,13 +1,12 @@
 """Float64 gradchecks of every differentiable core primitive w.r.t. states and parameters."""
 
-import pytest
-import torch
-from torch.autograd import gradcheck
-
 from diffsim_ros import robots
 from diffsim_ros.core import (aba, crba, forward_kinematics, jacobian, kinetic_energy,
                               load_urdf, potential_energy, rnea, rollout)
 from diffsim_ros.core.regressor import joint_torque_regressor
+import pytest
+import torch
+from torch.autograd import gradcheck
 from urdf_factory import robot_to_urdf, seeded_robot
 
 PARAMETERS = ('origin_xyz', 'origin_rpy', 'inertial', 'armature', 'gravity')

@@ -1,14 +1,13 @@
 """Identities of rigid-body dynamics that need no reference engine (shipped + random robots)."""
 
-import numpy as np
-import pytest
-import torch
-
 from diffsim_ros import robots
 from diffsim_ros.core import (aba, crba, kinetic_energy, load_urdf, potential_energy, rnea,
                               rollout, semi_implicit_euler)
 from diffsim_ros.core.regressor import joint_torque_regressor
-from urdf_factory import seeded_robot, robot_to_urdf
+import numpy as np
+import pytest
+import torch
+from urdf_factory import robot_to_urdf, seeded_robot
 
 # Per-dtype tolerances (relative to the magnitude of the compared quantity), one table.
 TOLERANCE = {torch.float64: 1e-10, torch.float32: 2e-4}

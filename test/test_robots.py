@@ -23,11 +23,10 @@ import json
 import math
 import xml.etree.ElementTree as ET
 
-import numpy as np
-import pytest
-
 from diffsim_ros import robots
 from diffsim_ros.robots.catalog import RobotInfo
+import numpy as np
+import pytest
 
 ALL = ('qube', 'cartpole', 'wam4', 'wam7', 'panda', 'double_pendulum', 'simple_pendulum')
 G = 9.81
@@ -112,15 +111,16 @@ PANDA_GAZ = (
 )
 
 # Pyrado QQubeSim nominal domain parameters.
-QUBE = dict(Mr=0.095, Lr=0.085, Mp=0.024, Lp=0.129, Dr=5e-6, Dp=1e-6, km=0.042, Rm=8.4)
+QUBE = {'Mr': 0.095, 'Lr': 0.085, 'Mp': 0.024, 'Lp': 0.129, 'Dr': 5e-6, 'Dp': 1e-6,
+        'km': 0.042, 'Rm': 8.4}
 # Quanser config_ip02.m (NO_LOAD) and Pyrado QCartPoleSim (short pole).
-CARTPOLE = dict(M=0.57, m=0.127, l=0.3365 / 2, Beq=4.3, Bp=0.0024)
+CARTPOLE = {'M': 0.57, 'm': 0.127, 'l': 0.3365 / 2, 'Beq': 4.3, 'Bp': 0.0024}
 # DFKI double pendulum design A.0 model_2.0 (I about the joint axes).
-DFKI_DP = dict(m1=0.5593806151425046, m2=0.6043459469186889, l1=0.3, l2=0.2, r1=0.3,
-               r2=0.18377686083653508, I1=0.053470810264216295, I2=0.02392374528789766,
-               b=(0.001, 0.001), cf=(0.093, 0.078))
+DFKI_DP = {'m1': 0.5593806151425046, 'm2': 0.6043459469186889, 'l1': 0.3, 'l2': 0.2, 'r1': 0.3,
+           'r2': 0.18377686083653508, 'I1': 0.053470810264216295, 'I2': 0.02392374528789766,
+           'b': (0.001, 0.001), 'cf': (0.093, 0.078)}
 # DFKI simple pendulum system identification (J about the joint axis).
-DFKI_SP = dict(J=6.259e-2, mcx=1.022e-1, Fv=4.707e-2, Fc=1.839e-1, m=0.676)
+DFKI_SP = {'J': 6.259e-2, 'mcx': 1.022e-1, 'Fv': 4.707e-2, 'Fc': 1.839e-1, 'm': 0.676}
 
 # Link masses [kg] per robot, in URDF order of the massive links.
 CITED_MASSES = {
@@ -343,9 +343,10 @@ def test_unknown_name_lists_valid_names(bad):
 
 
 def test_robot_info_rejects_inconsistent_entries():
-    base = dict(name='x', urdf_file='x.urdf', joint_names=('a', 'b'), command_joints=('a',),
-                driver_rate_hz=100.0, command_unit='N m', command_limit=(1.0, 0.0),
-                controller_name='effort_controller', base_link='base', end_effector_link='tip')
+    base = {'name': 'x', 'urdf_file': 'x.urdf', 'joint_names': ('a', 'b'),
+            'command_joints': ('a',), 'driver_rate_hz': 100.0, 'command_unit': 'N m',
+            'command_limit': (1.0, 0.0), 'controller_name': 'effort_controller',
+            'base_link': 'base', 'end_effector_link': 'tip'}
     RobotInfo(**base)
     with pytest.raises(ValueError, match='command_limit'):
         RobotInfo(**{**base, 'command_limit': (1.0,)})

@@ -1,11 +1,10 @@
 """URDF parsing: supported features, fixed-joint merging, and one clear error per bad input."""
 
-import pytest
-import torch
-
 from diffsim_ros import robots
 from diffsim_ros.core import (aba, crba, load_urdf, rnea, ShapeError, UnsupportedJointError,
                               URDFError)
+import pytest
+import torch
 
 LINK = ('<link name="{name}"><inertial><origin xyz="0.1 0 0"/><mass value="{mass}"/>'
         '<inertia ixx="0.01" ixy="0" ixz="0" iyy="0.02" iyz="0" izz="0.02"/></inertial></link>')

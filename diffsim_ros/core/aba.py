@@ -3,10 +3,10 @@
 import torch
 
 from .errors import check_trailing_shape
-from .kinematics import body_poses, motion_subspaces, world_inertias
+from .kinematics import body_poses, motion_subspaces, world_inertial
 from .model import RobotModel
 from .rnea import body_velocities
-from .spatial import force_cross, motion_cross
+from .spatial import force_cross, inertia_apply, motion_cross, spatial_inertia
 
 Tensor = torch.Tensor
 
@@ -32,10 +32,11 @@ def aba(model: RobotModel, q: Tensor, qd: Tensor, tau: Tensor) -> Tensor:
     n = model.n
     T_world_body = body_poses(model, q)
     S = motion_subspaces(model, T_world_body)
-    I_world = world_inertias(model, T_world_body)
+    pi_world = world_inertial(model, T_world_body)
+    I_world = spatial_inertia(pi_world)
     v = body_velocities(model, S, qd)
     c = motion_cross(v, S * qd.unsqueeze(-1))
-    p_bias = force_cross(v, (I_world @ v.unsqueeze(-1)).squeeze(-1))
+    p_bias = force_cross(v, inertia_apply(pi_world, v))
 
     batch = torch.broadcast_shapes(I_world.shape[:-3], S.shape[:-2], tau.shape[:-1],
                                    model.armature.shape[:-1])
@@ -43,29 +44,29 @@ def aba(model: RobotModel, q: Tensor, qd: Tensor, tau: Tensor) -> Tensor:
     # Column vectors padded with a 7th entry: S7 = [S; 0], c7 = [c; 0].
     S7 = torch.cat((S.expand(batch + (n, 6)), zeros), dim=-1).unsqueeze(-1)
     c7 = torch.cat((c.expand(batch + (n, 6)), zeros), dim=-1).unsqueeze(-1)
-    # C = [[E, c], [0, 1]] so that A @ C = [I^A | I^A c + p^A].
-    C = torch.cat((torch.eye(7, 6, dtype=S.dtype, device=S.device).expand(batch + (n, 7, 6)),
-                   c7 + torch.eye(7, dtype=S.dtype, device=S.device)[6:].mT), dim=-1)
+    e7 = torch.eye(7, dtype=S.dtype, device=S.device)[6]
     A = list(torch.cat((I_world, p_bias.unsqueeze(-1)), dim=-1)
              .expand(batch + (n, 6, 7)).unbind(-3))
-    # tau e7^T, so that w = S^T A C - tau e7^T = [U^T | U.c + S.p - tau] with U = I^A S.
-    tau_row = (tau.unsqueeze(-1) * torch.eye(7, dtype=S.dtype, device=S.device)[6]) \
-        .expand(batch + (n, 7)).unsqueeze(-2).unbind(-3)
-    S7_l, c7_l, C_l = S7.unbind(-3), c7.unbind(-3), C.unbind(-3)
-    S_row = S7.mT[..., :6].unbind(-3)
+    # tau e7^T, so that w = S^T [I^A | I^A c + p^A] - tau e7^T = [U^T | U.c + S.p - tau]
+    # with U = I^A S (I^A is symmetric).
+    tau_row = (tau.unsqueeze(-1) * e7).expand(batch + (n, 7)).unsqueeze(-2).unbind(-3)
+    S7_l, c7_l = S7.unbind(-3), c7.unbind(-3)
+    S_col = S7[..., :6, :].unbind(-3)
+    c_col = c.expand(batch + (n, 6)).unsqueeze(-1).unbind(-3)
     armature = model.armature.expand(batch + (n,))[..., None, None].unbind(-3)
 
+    # Only element-wise products and mat-vec products below: batched small mat-mat
+    # products are slow on CPU at large batch sizes.
     w, neg_D_inv = [None] * n, [None] * n
     for i in range(n - 1, -1, -1):
-        AC = A[i] @ C_l[i]
-        w[i] = S_row[i] @ AC - tau_row[i]
+        AC = A[i] + (A[i][..., :6] @ c_col[i]) * e7
+        w[i] = (AC * S_col[i]).sum(-2, keepdim=True) - tau_row[i]
         D_inv = 1.0 / (w[i] @ S7_l[i] + armature[i])
         neg_D_inv[i] = -D_inv
         parent = model.tree.parents[i]
         if parent >= 0:
-            U = w[i].mT[..., :6, :]
             # [I^a | p^a] = [I^A - U U^T / D | p^A + I^a c + U u / D]
-            A[parent] = A[parent] + AC - (U * D_inv) @ w[i]
+            A[parent] = A[parent] + AC - (w[i].mT[..., :6, :] * D_inv) * w[i]
 
     a_base = torch.cat((model.gravity_acceleration(), model.gravity.new_ones(
         model.gravity.shape[:-1] + (1,))), dim=-1).expand(batch + (7,)).unsqueeze(-1)

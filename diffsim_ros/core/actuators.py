@@ -1,4 +1,5 @@
-"""Joint friction and actuator models (DiffNEA section 3.4) as small pure ``torch.nn.Module`` s.
+"""
+Joint friction and actuator models (DiffNEA section 3.4) as small pure ``torch.nn.Module`` s.
 
 Sign convention (``docs/conventions.md``): a friction model returns ``tau_f`` with
 ``M qdd + h = tau_motor - tau_f``, so ``tau_f`` points along the velocity and the friction
@@ -97,7 +98,8 @@ def _check_states(n: int, **tensors: Tensor) -> None:
 
 
 class FrictionModel(nn.Module):
-    """Base class: joint friction ``tau_f = f(q, qd)`` for ``n`` joints.
+    """
+    Base class: joint friction ``tau_f = f(q, qd)`` for ``n`` joints.
 
     ``M qdd + h = tau_motor - tau_f``: the returned torque is subtracted from the applied
     torque, so a positive ``tau_f . qd`` dissipates energy. Subclasses implement
@@ -113,7 +115,8 @@ class FrictionModel(nn.Module):
         self.n = n
 
     def forward(self, q: Tensor, qd: Tensor) -> Tensor:
-        """Friction torque of joint positions and velocities.
+        """
+        Friction torque of joint positions and velocities.
 
         :param q: joint positions ``(..., n)`` in rad or m.
         :param qd: joint velocities ``(..., n)`` in rad/s or m/s.
@@ -133,7 +136,8 @@ class FrictionModel(nn.Module):
 
 
 class NoFriction(FrictionModel):
-    """Zero friction: ``tau_f = 0`` (shape and dtype of ``qd``).
+    """
+    Zero friction: ``tau_f = 0`` (shape and dtype of ``qd``).
 
     :param n: number of joints.
     :param batch_shape: accepted for a uniform registry signature; unused.
@@ -152,7 +156,8 @@ class NoFriction(FrictionModel):
 
 
 class ViscousFriction(FrictionModel):
-    """Viscous friction ``tau_f = d * qd`` with ``d = softplus(raw_damping) >= 0``.
+    """
+    Viscous friction ``tau_f = d * qd`` with ``d = softplus(raw_damping) >= 0``.
 
     Passive per joint: ``tau_f,i qd_i = d_i qd_i^2 >= 0``.
 
@@ -182,7 +187,8 @@ class ViscousFriction(FrictionModel):
 
 
 class CoulombFriction(FrictionModel):
-    """Smoothed Coulomb friction ``tau_f = f_c * tanh(qd / eps)``, ``f_c = softplus(raw) >= 0``.
+    """
+    Smoothed Coulomb friction ``tau_f = f_c * tanh(qd / eps)``, ``f_c = softplus(raw) >= 0``.
 
     ``tanh(qd / eps)`` replaces ``sign(qd)`` so the model is differentiable; ``eps`` (rad/s or
     m/s, fixed, not learned) is the velocity below which friction ramps linearly.
@@ -217,7 +223,8 @@ class CoulombFriction(FrictionModel):
 
 
 class StribeckFriction(FrictionModel):
-    """Smoothed Stribeck friction with viscous term.
+    """
+    Smoothed Stribeck friction with viscous term.
 
     ``tau_f = (f_c + (f_s - f_c) exp(-(qd / v_s)^2)) tanh(qd / eps) + f_v qd`` with
     ``f_c, f_s, v_s, f_v = softplus(raw) >= 0`` (``v_s`` > 0). ``f_c`` and ``f_s`` are
@@ -269,7 +276,8 @@ class StribeckFriction(FrictionModel):
 
 
 class NNFriction(FrictionModel):
-    """Neural friction that is passive for every weight value.
+    """
+    Neural friction that is passive for every weight value.
 
     ``tau_f = qd * softplus(g(q, qd))`` elementwise, where ``g`` is an MLP on ``[q, qd]``
     (tanh hidden layers). Each joint's gain is >= 0, so ``tau_f,i qd_i >= 0`` per joint and
@@ -295,7 +303,8 @@ class NNFriction(FrictionModel):
 
 
 class NNResidual(FrictionModel):
-    """Unconstrained residual torque ``tau_f = g(q, qd)`` from an MLP (tanh hidden layers).
+    """
+    Unconstrained residual torque ``tau_f = g(q, qd)`` from an MLP (tanh hidden layers).
 
     Enters the dynamics like friction (``M qdd + h = tau_motor - tau_f``) but is **not**
     passive: it can inject energy, so long rollouts of a poorly fitted residual may diverge.
@@ -319,7 +328,8 @@ class NNResidual(FrictionModel):
 
 
 class FFNN(nn.Module):
-    """Black-box forward model ``qdd = g(q, qd, tau)``: an MLP baseline (no physics).
+    """
+    Black-box forward model ``qdd = g(q, qd, tau)``: an MLP baseline (no physics).
 
     :param n: number of joints.
     :param hidden: hidden layer widths (tanh activations).
@@ -337,7 +347,8 @@ class FFNN(nn.Module):
         self.net = _mlp(3 * n, n, hidden, dtype, device)
 
     def forward(self, q: Tensor, qd: Tensor, tau: Tensor) -> Tensor:
-        """Joint accelerations predicted by the network.
+        """
+        Joint accelerations predicted by the network.
 
         :param q: joint positions ``(..., n)``.
         :param qd: joint velocities ``(..., n)``.
@@ -353,7 +364,8 @@ class FFNN(nn.Module):
 
 
 class DCMotor(nn.Module):
-    """Armature-controlled DC motors behind a gearbox: voltage to joint torque (or force).
+    """
+    Armature-controlled DC motors behind a gearbox: voltage to joint torque (or force).
 
     With inductance neglected, for each of the ``n`` motors::
 
@@ -425,7 +437,8 @@ class DCMotor(nn.Module):
         return self.log_resistance.exp()
 
     def forward(self, voltage: Tensor, qd: Tensor) -> Tensor:
-        """Joint torque (or rack force) produced by the motor voltages.
+        """
+        Joint torque (or rack force) produced by the motor voltages.
 
         :param voltage: motor voltages ``(..., n)`` in V.
         :param qd: joint velocities ``(..., n)`` in rad/s (m/s for a rack and pinion).
@@ -437,7 +450,8 @@ class DCMotor(nn.Module):
         return self.gear_efficiency * gear * self.motor_efficiency * k_m * current / r
 
     def reflected_inertia(self, rotor_inertia: TensorLike) -> Tensor:
-        """Rotor inertia seen at the joint, ``eta_g G^2 J_m / r^2`` (Pyrado's convention).
+        """
+        Rotor inertia seen at the joint, ``eta_g G^2 J_m / r^2`` (Pyrado's convention).
 
         Add it to the joint's armature (or, for a rack, to the cart mass).
 
@@ -449,7 +463,8 @@ class DCMotor(nn.Module):
 
     @classmethod
     def qube_servo2(cls, **kwargs: object) -> 'DCMotor':
-        """Quanser Qube-Servo 2 motor: ``k_m = 0.042`` N m/A, ``R_m = 8.4`` Ohm, direct drive.
+        """
+        Quanser Qube-Servo 2 motor: ``k_m = 0.042`` N m/A, ``R_m = 8.4`` Ohm, direct drive.
 
         Matches Pyrado's ``QQubeSim``: ``tau = k_m (V - k_m qd) / R_m`` (see
         ``shared/data/quanser_qube_pyrado/SOURCE.md``). Rotor inertia ``J_m = 4.0e-6`` kg m^2.
@@ -457,13 +472,14 @@ class DCMotor(nn.Module):
         :param kwargs: overrides of the constructor arguments (``dtype``, ``batch_shape``...).
         :return: one motor (``n = 1``).
         """
-        args = dict(n=1, motor_constant=0.042, resistance=8.4)
+        args = {'n': 1, 'motor_constant': 0.042, 'resistance': 8.4}
         args.update(kwargs)
         return cls(**args)
 
     @classmethod
     def quanser_ip02(cls, convention: str = 'pyrado', **kwargs: object) -> 'DCMotor':
-        """Quanser IP02 cart motor, force on the cart through the rack pinion.
+        """
+        Quanser IP02 cart motor, force on the cart through the rack pinion.
 
         Constants (Quanser ``config_ip02.m`` and Pyrado ``QCartPoleSim``, see
         ``shared/data/quanser_cartpole_pyrado/SOURCE.md``): ``R_m = 2.6`` Ohm,
@@ -483,9 +499,9 @@ class DCMotor(nn.Module):
         if convention not in voltage_efficiency:
             raise ValueError(f'unknown IP02 convention {convention!r}; valid: '
                              f"{', '.join(repr(c) for c in voltage_efficiency)}")
-        args = dict(n=1, motor_constant=7.67e-3, resistance=2.6, gear_ratio=3.71,
-                    gear_efficiency=0.9, motor_efficiency=0.9,
-                    voltage_efficiency=voltage_efficiency[convention], pinion_radius=6.35e-3)
+        args = {'n': 1, 'motor_constant': 7.67e-3, 'resistance': 2.6, 'gear_ratio': 3.71,
+                'gear_efficiency': 0.9, 'motor_efficiency': 0.9,
+                'voltage_efficiency': voltage_efficiency[convention], 'pinion_radius': 6.35e-3}
         args.update(kwargs)
         return cls(**args)
 
@@ -505,7 +521,8 @@ _FRICTION_MODELS: Dict[str, Type[FrictionModel]] = {
 
 
 def make_friction(name: str, n: int, **kwargs: object) -> FrictionModel:
-    """Friction model by registry name.
+    """
+    Friction model by registry name.
 
     :param name: one of ``'none'``, ``'viscous'``, ``'coulomb'``, ``'stribeck'``,
         ``'nn-friction'``, ``'nn-residual'``.

@@ -3,8 +3,9 @@
 import torch
 
 from .errors import check_trailing_shape
-from .kinematics import body_poses, motion_subspaces, world_inertias
+from .kinematics import body_poses, motion_subspaces, world_inertial
 from .model import RobotModel
+from .spatial import inertia_apply
 
 Tensor = torch.Tensor
 
@@ -24,10 +25,10 @@ def crba(model: RobotModel, q: Tensor) -> Tensor:
     check_trailing_shape('q', q, (model.n,))
     T_world_body = body_poses(model, q)
     S = motion_subspaces(model, T_world_body)
-    I_world = world_inertias(model, T_world_body)
     ancestors = model.tree.ancestors
-    I_composite = (ancestors.T @ I_world.flatten(-2)).unflatten(-1, (6, 6))
-    F = (I_composite @ S.unsqueeze(-1)).squeeze(-1)
-    upper = (S @ F.mT) * ancestors.T
+    # Inertial parameters are additive, so composite bodies are subtree sums of 10-vectors.
+    pi_composite = ancestors.T @ world_inertial(model, T_world_body)
+    F = inertia_apply(pi_composite, S)
+    upper = (S.unsqueeze(-2) * F.unsqueeze(-3)).sum(-1) * ancestors.T
     M = upper + upper.mT - torch.diag_embed(torch.diagonal(upper, dim1=-2, dim2=-1))
     return M + torch.diag_embed(model.armature)

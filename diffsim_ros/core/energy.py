@@ -3,9 +3,10 @@
 import torch
 
 from .errors import check_trailing_shape
-from .kinematics import body_poses, motion_subspaces, world_inertias
+from .kinematics import body_poses, motion_subspaces, world_inertial
 from .model import RobotModel
 from .rnea import body_velocities
+from .spatial import inertia_apply
 
 Tensor = torch.Tensor
 
@@ -24,7 +25,7 @@ def kinetic_energy(model: RobotModel, q: Tensor, qd: Tensor) -> Tensor:
     T_world_body = body_poses(model, q)
     S = motion_subspaces(model, T_world_body)
     v = body_velocities(model, S, qd)
-    Iv = (world_inertias(model, T_world_body) @ v.unsqueeze(-1)).squeeze(-1)
+    Iv = inertia_apply(world_inertial(model, T_world_body), v)
     return 0.5 * ((v * Iv).sum((-1, -2)) + (model.armature * qd * qd).sum(-1))
 
 

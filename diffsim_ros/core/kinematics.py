@@ -4,7 +4,7 @@ import torch
 
 from .errors import check_trailing_shape
 from .model import RobotModel
-from .spatial import motion_transform_inverse
+from .spatial import spatial_inertia, transform_inertial
 
 Tensor = torch.Tensor
 
@@ -80,6 +80,17 @@ def motion_subspaces(model: RobotModel, T_world_body: Tensor) -> Tensor:
     return torch.cat((angular, linear), dim=-1)
 
 
+def world_inertial(model: RobotModel, T_world_body: Tensor) -> Tensor:
+    """
+    Return body inertial parameters about the world origin, in world axes.
+
+    :param model: the robot.
+    :param T_world_body: body poses ``(..., n, 4, 4)``.
+    :return: ``(..., n, 10)``.
+    """
+    return transform_inertial(model.inertial, T_world_body)
+
+
 def world_inertias(model: RobotModel, T_world_body: Tensor) -> Tensor:
     """
     Return body spatial inertias in world coordinates.
@@ -88,11 +99,11 @@ def world_inertias(model: RobotModel, T_world_body: Tensor) -> Tensor:
     :param T_world_body: body poses ``(..., n, 4, 4)``.
     :return: ``(..., n, 6, 6)``.
     """
-    X_body_world = motion_transform_inverse(T_world_body)
-    return X_body_world.mT @ model.body_inertias() @ X_body_world
+    return spatial_inertia(world_inertial(model, T_world_body))
 
 
-def jacobian(model: RobotModel, q: Tensor, link: str, frame: str = 'local_world_aligned') -> Tensor:
+def jacobian(model: RobotModel, q: Tensor, link: str,
+             frame: str = 'local_world_aligned') -> Tensor:
     """
     Return the geometric Jacobian of a link, rows ``[angular; linear]``.
 

@@ -14,7 +14,7 @@ import torch
 
 from .errors import ShapeError
 from .parameterization import mass_com_inertia
-from .spatial import homogeneous, rpy_to_matrix, skew, spatial_inertia
+from .spatial import homogeneous, rpy_to_matrix, skew
 
 Tensor = torch.Tensor
 
@@ -291,15 +291,6 @@ class RobotModel:
                 T = self.tree.T_body_parentlink @ T
             return T
         return self._cached('origins', (self.origin_xyz, self.origin_rpy), compute)
-
-    def body_inertias(self) -> Tensor:
-        """
-        Return 6x6 spatial inertias of the bodies in their own frames.
-
-        :return: ``(..., n, 6, 6)``.
-        """
-        return self._cached('inertias', (self.inertial,),
-                            lambda: spatial_inertia(self.inertial))
 
     def gravity_acceleration(self) -> Tensor:
         """

@@ -1,4 +1,5 @@
-"""Physically consistent parameterizations of rigid-body inertia and joint kinematics.
+"""
+Physically consistent parameterizations of rigid-body inertia and joint kinematics.
 
 Every inertial parameterization maps an unconstrained tensor ``theta`` of shape
 ``(..., n_bodies, k)`` to inertial 10-vectors ``pi`` of shape ``(..., n_bodies, 10)``
@@ -96,7 +97,8 @@ def _so3_exp(omega: Tensor) -> Tensor:
 
 
 def _so3_log(R: Tensor) -> Tensor:
-    """Rotation vector ``(..., 3)`` of ``R`` ``(..., 3, 3)``; valid for angles below ~170 deg.
+    """
+    Rotation vector ``(..., 3)`` of ``R`` ``(..., 3, 3)``; valid for angles below ~170 deg.
 
     Callers pass rotations of at most 120 deg (see ``DiffNEAParameterization``), where the
     closed form ``theta / (2 sin theta) vee(R - R^T)`` is well conditioned.
@@ -112,7 +114,8 @@ def _so3_log(R: Tensor) -> Tensor:
 
 
 def pseudo_inertia(pi: Tensor) -> Tensor:
-    """Pseudo-inertia matrix of inertial 10-vectors.
+    """
+    Pseudo-inertia matrix of inertial 10-vectors.
 
     ``J = [[0.5 tr(I) E - I, m c], [m c^T, m]]``, i.e. the second moments ``int [x; 1][x; 1]^T dm``
     of the mass distribution in the body frame. ``pi`` is consistent iff ``J`` is positive
@@ -132,7 +135,8 @@ def pseudo_inertia(pi: Tensor) -> Tensor:
 
 
 def inertial_from_pseudo_inertia(J: Tensor) -> Tensor:
-    """Inertial 10-vectors from pseudo-inertia matrices (inverse of :func:`pseudo_inertia`).
+    """
+    Inertial 10-vectors from pseudo-inertia matrices (inverse of :func:`pseudo_inertia`).
 
     :param J: pseudo-inertia ``(..., 4, 4)``; only its symmetric part's upper triangle is read.
     :return: ``pi`` ``(..., 10)``.
@@ -145,7 +149,8 @@ def inertial_from_pseudo_inertia(J: Tensor) -> Tensor:
 
 
 def is_physically_consistent(pi: Tensor, eps: float = 0.0) -> Tensor:
-    """Whether each body's pseudo-inertia is positive definite, with a relative margin.
+    """
+    Whether each body's pseudo-inertia is positive definite, with a relative margin.
 
     The test is scale invariant: ``J`` is first congruence-scaled to unit diagonal,
     ``D J D`` with ``D = diag(J)^(-1/2)`` (positive definiteness is unchanged), and
@@ -170,7 +175,8 @@ def is_physically_consistent(pi: Tensor, eps: float = 0.0) -> Tensor:
 
 
 def inertial_from_mass_com_inertia(mass: Tensor, com: Tensor, inertia_com: Tensor) -> Tensor:
-    """Inertial 10-vector from mass, centre of mass and inertia about the centre of mass.
+    """
+    Inertial 10-vector from mass, centre of mass and inertia about the centre of mass.
 
     Applies the parallel-axis theorem ``I = I_com + m (|c|^2 E - c c^T)``.
 
@@ -193,7 +199,8 @@ def inertial_from_mass_com_inertia(mass: Tensor, com: Tensor, inertia_com: Tenso
 
 
 def mass_com_inertia(pi: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
-    """Mass, centre of mass and inertia about the centre of mass of inertial 10-vectors.
+    """
+    Mass, centre of mass and inertia about the centre of mass of inertial 10-vectors.
 
     Inverse of :func:`inertial_from_mass_com_inertia`; requires ``m != 0``.
 
@@ -211,7 +218,8 @@ def mass_com_inertia(pi: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
 
 
 def regularize_inertial(pi: Tensor, radius: float) -> Tensor:
-    """Thicken degenerate bodies (point masses, thin rods, laminae) into feasible ones.
+    """
+    Thicken degenerate bodies (point masses, thin rods, laminae) into feasible ones.
 
     Adds ``m r^2`` to every principal second moment of the mass distribution about the CoM,
     i.e. ``I_com += 2 m r^2 E``, as if each point of the body were smeared over a small ball.
@@ -242,7 +250,8 @@ def _infeasible_error(bad: Tensor, name: str) -> ValueError:
 
 
 class InertialParameterization(abc.ABC):
-    """Map between unconstrained parameters ``theta (..., k)`` and inertial ``pi (..., 10)``.
+    """
+    Map between unconstrained parameters ``theta (..., k)`` and inertial ``pi (..., 10)``.
 
     Subclasses are stateless, so one instance serves every body, dtype and device. Both maps
     act on the last dim and broadcast over all leading dims (particles, ensembles, bodies).
@@ -254,7 +263,8 @@ class InertialParameterization(abc.ABC):
     size: int = 0
 
     def to_inertial(self, theta: Tensor) -> Tensor:
-        """Inertial parameters of unconstrained parameters.
+        """
+        Inertial parameters of unconstrained parameters.
 
         :param theta: unconstrained parameters ``(..., k)``.
         :return: ``pi`` ``(..., 10)`` (kg, kg m, kg m^2 about the body origin).
@@ -263,7 +273,8 @@ class InertialParameterization(abc.ABC):
         return self._to_inertial(theta)
 
     def from_inertial(self, pi: Tensor) -> Tensor:
-        """Unconstrained parameters of inertial parameters (inverse of :meth:`to_inertial`).
+        """
+        Unconstrained parameters of inertial parameters (inverse of :meth:`to_inertial`).
 
         :param pi: inertial parameters ``(..., 10)``; strictly physically consistent for
             the constrained parameterizations (raises ``ValueError`` otherwise).
@@ -286,7 +297,8 @@ class InertialParameterization(abc.ABC):
 
 
 class DiffNEAParameterization(InertialParameterization):
-    """DiffNEA virtual physical parameters (Lutter et al. 2021, section 3.2), 10 per body.
+    """
+    DiffNEA virtual physical parameters (Lutter et al. 2021, section 3.2), 10 per body.
 
     ``theta = [theta_m, cx, cy, cz, theta_b1, theta_b2, theta_b3, w1, w2, w3]``:
 
@@ -339,7 +351,8 @@ class DiffNEAParameterization(InertialParameterization):
 
 
 class LogCholeskyParameterization(InertialParameterization):
-    """Log-Cholesky parameters of the pseudo-inertia (Rucker and Wensing, RA-L 2022), 10 per body.
+    """
+    Log-Cholesky parameters of the pseudo-inertia (Rucker and Wensing, RA-L 2022), 10 per body.
 
     ``theta = [alpha, d1, d2, d3, s12, s23, s13, t1, t2, t3]`` and ``J = U U^T`` with the upper
     triangular ::
@@ -401,7 +414,8 @@ _PARAMETERIZATIONS: Dict[str, Type[InertialParameterization]] = {
 
 
 def make_parameterization(name: str) -> InertialParameterization:
-    """Inertial parameterization by registry name.
+    """
+    Inertial parameterization by registry name.
 
     :param name: one of ``'diffnea'``, ``'log_cholesky'``, ``'raw'``.
     :return: the (stateless) parameterization.
@@ -415,7 +429,8 @@ def make_parameterization(name: str) -> InertialParameterization:
 
 
 class KinematicParameterization:
-    """Joint-origin virtual parameters ("no-Kin" identification of DiffNEA): 6 per joint.
+    """
+    Joint-origin virtual parameters ("no-Kin" identification of DiffNEA): 6 per joint.
 
     Maps unconstrained ``theta (..., n, 6) = [x, y, z, roll, pitch, yaw]`` to the joint origins
     ``xyz (..., n, 3)`` in m and ``rpy (..., n, 3)`` in rad (URDF fixed-axis roll-pitch-yaw,
@@ -453,14 +468,14 @@ class KinematicParameterization:
     @staticmethod
     def _forward(theta: Tensor, nominal: Optional[Tensor],
                  radius: Union[float, Tensor, None]) -> Tensor:
-        like = dict(dtype=theta.dtype, device=theta.device)
+        like = {'dtype': theta.dtype, 'device': theta.device}
         out = theta if radius is None else torch.as_tensor(radius, **like) * torch.tanh(theta)
         return out if nominal is None else out + torch.as_tensor(nominal, **like)
 
     @staticmethod
     def _inverse(value: Tensor, nominal: Optional[Tensor],
                  radius: Union[float, Tensor, None], label: str) -> Tensor:
-        like = dict(dtype=value.dtype, device=value.device)
+        like = {'dtype': value.dtype, 'device': value.device}
         offset = value if nominal is None else value - torch.as_tensor(nominal, **like)
         if radius is None:
             return offset
@@ -471,7 +486,8 @@ class KinematicParameterization:
         return torch.atanh(ratio)
 
     def to_xyz_rpy(self, theta: Tensor) -> Tuple[Tensor, Tensor]:
-        """Joint origins of unconstrained parameters.
+        """
+        Joint origins of unconstrained parameters.
 
         :param theta: ``(..., n, 6)``.
         :return: ``(xyz (..., n, 3) in m, rpy (..., n, 3) in rad)``.
@@ -481,7 +497,8 @@ class KinematicParameterization:
                 self._forward(theta[..., 3:], self.rpy_nominal, self.rpy_radius))
 
     def from_xyz_rpy(self, xyz: Tensor, rpy: Tensor) -> Tensor:
-        """Unconstrained parameters of joint origins (inverse of :meth:`to_xyz_rpy`).
+        """
+        Unconstrained parameters of joint origins (inverse of :meth:`to_xyz_rpy`).
 
         :param xyz: ``(..., n, 3)`` in m.
         :param rpy: ``(..., n, 3)`` in rad.

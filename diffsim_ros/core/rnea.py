@@ -3,9 +3,9 @@
 import torch
 
 from .errors import check_trailing_shape
-from .kinematics import body_poses, motion_subspaces, world_inertias
+from .kinematics import body_poses, motion_subspaces, world_inertial
 from .model import RobotModel
-from .spatial import force_cross, motion_cross
+from .spatial import force_cross, inertia_apply, motion_cross
 
 Tensor = torch.Tensor
 
@@ -40,13 +40,12 @@ def rnea(model: RobotModel, q: Tensor, qd: Tensor, qdd: Tensor) -> Tensor:
         check_trailing_shape(name, value, (model.n,))
     T_world_body = body_poses(model, q)
     S = motion_subspaces(model, T_world_body)
-    I_world = world_inertias(model, T_world_body)
+    pi_world = world_inertial(model, T_world_body)
     v = body_velocities(model, S, qd)
     bias = motion_cross(v, S * qd.unsqueeze(-1))
     a = model.tree.ancestors @ (S * qdd.unsqueeze(-1) + bias) \
         + model.gravity_acceleration().unsqueeze(-2)
-    f = (I_world @ a.unsqueeze(-1)).squeeze(-1) \
-        + force_cross(v, (I_world @ v.unsqueeze(-1)).squeeze(-1))
+    f = inertia_apply(pi_world, a) + force_cross(v, inertia_apply(pi_world, v))
     # Force transmitted by joint j = sum of the body forces of its subtree.
     f_joint = model.tree.ancestors.T @ f
     return (S * f_joint).sum(-1) + model.armature * qdd

@@ -164,6 +164,25 @@ def inertial_vector(m: Tensor, h: Tensor, I_origin: Tensor) -> Tensor:
                       upper.expand(shape + (6,))), dim=-1)
 
 
+def inertia_apply(pi: Tensor, v: Tensor) -> Tensor:
+    """
+    Multiply spatial inertias given by parameters with motion vectors, ``I(pi) @ v``.
+
+    Cheaper than forming the 6x6 matrix: ``[I_o w + h x vl; m vl - h x w]``.
+
+    :param pi: inertial parameters ``(..., 10)``.
+    :param v: spatial motion vectors ``(..., 6)``.
+    :return: spatial momenta / forces ``(..., 6)``.
+    """
+    h = pi[..., 1:4].unsqueeze(-2)
+    v3 = v.unflatten(-1, (2, 3))
+    shape = torch.broadcast_shapes(h.shape[:-2], v3.shape[:-2]) + (2, 3)
+    h_cross = torch.linalg.cross(h.expand(shape), v3.expand(shape))   # [h x w; h x vl]
+    top = (inertia_tensor(pi) @ v[..., :3].unsqueeze(-1)).squeeze(-1) + h_cross[..., 1, :]
+    bottom = pi[..., :1] * v[..., 3:] - h_cross[..., 0, :]
+    return torch.cat((top, bottom), dim=-1)
+
+
 def spatial_inertia(pi: Tensor) -> Tensor:
     """
     Build 6x6 spatial inertias from inertial parameters.

@@ -2,9 +2,9 @@
 
 import math
 import os
+from typing import Optional, Union
 import warnings
 import xml.etree.ElementTree as ET
-from typing import Optional, Union
 
 import torch
 
@@ -157,17 +157,17 @@ def _parse_joints(root, links: dict) -> list:
         dynamics = element.find('dynamics')
         inf = float('inf')
         bounded = jtype in (REVOLUTE, PRISMATIC) and limit is not None
-        joints.append(dict(
-            name=name, type=jtype, parent=parent, child=child, xyz=xyz, rpy=rpy,
-            axis=axis / max(norm, 1e-12),
-            lower=_floats(limit, 'lower', '0', 1, where + ' <limit>')[0] if bounded else -inf,
-            upper=_floats(limit, 'upper', '0', 1, where + ' <limit>')[0] if bounded else inf,
-            effort=_floats(limit, 'effort', 'inf', 1, where + ' <limit>')[0]
+        joints.append({
+            'name': name, 'type': jtype, 'parent': parent, 'child': child, 'xyz': xyz, 'rpy': rpy,
+            'axis': axis / max(norm, 1e-12),
+            'lower': _floats(limit, 'lower', '0', 1, where + ' <limit>')[0] if bounded else -inf,
+            'upper': _floats(limit, 'upper', '0', 1, where + ' <limit>')[0] if bounded else inf,
+            'effort': _floats(limit, 'effort', 'inf', 1, where + ' <limit>')[0]
             if limit is not None else inf,
-            velocity=_floats(limit, 'velocity', 'inf', 1, where + ' <limit>')[0]
+            'velocity': _floats(limit, 'velocity', 'inf', 1, where + ' <limit>')[0]
             if limit is not None else inf,
-            damping=_floats(dynamics, 'damping', '0', 1, where + ' <dynamics>')[0],
-            friction=_floats(dynamics, 'friction', '0', 1, where + ' <dynamics>')[0]))
+            'damping': _floats(dynamics, 'damping', '0', 1, where + ' <dynamics>')[0],
+            'friction': _floats(dynamics, 'friction', '0', 1, where + ' <dynamics>')[0]})
     names = [j['name'] for j in joints]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:

@@ -15,7 +15,7 @@ Standard library only (no torch, no ROS), so it is cheap to import anywhere.
 
 from pathlib import Path
 
-from .catalog import ROBOTS, RobotInfo
+from .catalog import RobotInfo, ROBOTS
 
 __all__ = ['RobotInfo', 'get', 'names', 'urdf_path', 'urdf_string']
 

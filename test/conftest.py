@@ -1,0 +1,50 @@
+"""Shared pytest set-up: marker registration and the recorded-data fixture."""
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+_MARKERS = (
+    'slow: statistical or long-running tests (deselect with -m "not slow")',
+    'flake8: marks tests checking for flake8 compliance',
+    'linter: marks tests as linter checks',
+    'pep257: marks tests checking for PEP 257 compliance',
+    'ros: tests that create rclpy contexts, nodes or executors',
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Register the project's markers (pytest runs with --strict-markers)."""
+    for marker in _MARKERS:
+        config.addinivalue_line('markers', marker)
+
+
+def resolve_data_dir() -> Path:
+    """
+    Return the directory holding the recorded robot data.
+
+    :return: ``$DIFFSIM_DATA`` when set, else ``<repo>/../shared/data``; the path may
+        not exist.
+    """
+    env = os.environ.get('DIFFSIM_DATA')
+    if env:
+        return Path(env).expanduser().resolve()
+    return (REPO_ROOT.parent / 'shared' / 'data').resolve()
+
+
+@pytest.fixture(scope='session')
+def data_dir() -> Path:
+    """
+    Provide the recorded-data directory, skipping the test when it is absent.
+
+    :return: the existing data directory (see :func:`resolve_data_dir`).
+    """
+    path = resolve_data_dir()
+    if not path.is_dir():
+        source = '$DIFFSIM_DATA' if os.environ.get('DIFFSIM_DATA') else '<repo>/../shared/data'
+        pytest.skip(f'recorded data not found at {path} ({source}); set DIFFSIM_DATA '
+                    'to the directory holding INDEX.md to run this test')
+    return path
