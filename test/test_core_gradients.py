@@ -1,8 +1,9 @@
 """Float64 gradchecks of every differentiable core primitive w.r.t. states and parameters."""
 
 from diffsim_ros import robots
-from diffsim_ros.core import (aba, crba, forward_kinematics, jacobian, kinetic_energy,
-                              load_urdf, potential_energy, rnea, rollout)
+from diffsim_ros.core import (aba, crba, forward_kinematics, jacobian, joint_friction,
+                              kinetic_energy, load_urdf, potential_energy, rnea, rollout,
+                              with_joint_friction)
 from diffsim_ros.core.regressor import joint_torque_regressor
 import pytest
 import torch
@@ -81,3 +82,25 @@ def test_gradcheck_rollout_controls_and_inertia():
         return rollout(model.replace(inertial=pi), x0, controls, 1e-2)[-1]
 
     assert gradcheck(simulate, (x0, controls, pi), eps=1e-6, atol=1e-6)
+
+
+def test_gradcheck_joint_friction_parameters():
+    model = MODELS['wam4']
+    g = torch.Generator().manual_seed(3)
+    x0 = torch.randn(2 * model.n, generator=g, dtype=torch.float64)
+    controls = torch.randn(4, model.n, generator=g, dtype=torch.float64)
+    damping = torch.full((model.n,), 0.3, dtype=torch.float64, requires_grad=True)
+    friction = torch.full((model.n,), 0.2, dtype=torch.float64, requires_grad=True)
+
+    def simulate(damping, friction):
+        m = model.replace(damping=damping, friction=friction)
+        return rollout(m, x0, controls, 1e-2, torque_fn=with_joint_friction(m))[-1]
+
+    assert gradcheck(simulate, (damping, friction), eps=1e-6, atol=1e-6)
+
+
+def test_joint_friction_dissipates():
+    model = MODELS['wam4'].replace(damping=torch.full((4,), 0.5, dtype=torch.float64),
+                                   friction=torch.full((4,), 0.1, dtype=torch.float64))
+    qd = torch.randn(100, 4, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
+    assert bool(((joint_friction(model, qd) * qd) >= 0).all())

@@ -12,7 +12,8 @@ from .compiled import compile_algorithm
 from .crba import crba
 from .energy import kinetic_energy, potential_energy
 from .errors import DiffsimError, ShapeError, UnsupportedJointError, URDFError
-from .integrators import forward_dynamics, INTEGRATORS, rk4, rollout, semi_implicit_euler
+from .integrators import (forward_dynamics, INTEGRATORS, joint_friction, rk4, rollout,
+                          semi_implicit_euler, with_joint_friction)
 from .kinematics import body_poses, forward_kinematics, jacobian, joint_transforms
 from .model import KinematicTree, PARAMETER_FIELDS, RobotModel
 from .parameterization import (DiffNEAParameterization, inertial_from_mass_com_inertia,
@@ -33,8 +34,10 @@ __all__ = [
     'PARAMETER_FIELDS', 'RawParameterization', 'RobotModel', 'ShapeError', 'StribeckFriction',
     'URDFError', 'UnsupportedJointError', 'ViscousFriction', 'aba', 'body_poses',
     'compile_algorithm', 'crba', 'forward_dynamics', 'forward_kinematics',
-    'inertial_from_mass_com_inertia', 'inertial_from_pseudo_inertia', 'is_physically_consistent',
-    'jacobian', 'joint_torque_regressor', 'joint_transforms', 'kinetic_energy', 'load_urdf',
-    'make_friction', 'make_parameterization', 'mass_com_inertia', 'potential_energy',
-    'pseudo_inertia', 'regularize_inertial', 'rk4', 'rnea', 'rollout', 'semi_implicit_euler',
+    'inertial_from_mass_com_inertia', 'inertial_from_pseudo_inertia',
+    'is_physically_consistent', 'jacobian', 'joint_friction', 'joint_torque_regressor',
+    'joint_transforms', 'kinetic_energy', 'load_urdf', 'make_friction',
+    'make_parameterization', 'mass_com_inertia', 'potential_energy', 'pseudo_inertia',
+    'regularize_inertial', 'rk4', 'rnea', 'rollout', 'semi_implicit_euler',
+    'with_joint_friction',
 ]

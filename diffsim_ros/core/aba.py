@@ -6,7 +6,8 @@ from .errors import check_trailing_shape
 from .kinematics import body_poses, motion_subspaces, world_inertial
 from .model import RobotModel
 from .rnea import body_velocities
-from .spatial import force_cross, inertia_apply, motion_cross, spatial_inertia
+from .spatial import (force_cross, inertia_apply, motion_cross, small_matmul,
+                      spatial_inertia)
 
 Tensor = torch.Tensor
 
@@ -59,9 +60,9 @@ def aba(model: RobotModel, q: Tensor, qd: Tensor, tau: Tensor) -> Tensor:
     # products are slow on CPU at large batch sizes.
     w, neg_D_inv = [None] * n, [None] * n
     for i in range(n - 1, -1, -1):
-        AC = A[i] + (A[i][..., :6] @ c_col[i]) * e7
+        AC = A[i] + small_matmul(A[i][..., :6], c_col[i]) * e7
         w[i] = (AC * S_col[i]).sum(-2, keepdim=True) - tau_row[i]
-        D_inv = 1.0 / (w[i] @ S7_l[i] + armature[i])
+        D_inv = 1.0 / (small_matmul(w[i], S7_l[i]) + armature[i])
         neg_D_inv[i] = -D_inv
         parent = model.tree.parents[i]
         if parent >= 0:
@@ -75,6 +76,6 @@ def aba(model: RobotModel, q: Tensor, qd: Tensor, tau: Tensor) -> Tensor:
         parent = model.tree.parents[i]
         a_parent = a_base if parent < 0 else a[parent]
         # qdd = (u - U . (a_parent + c)) / D, with a_parent augmented by a trailing 1.
-        qdd[i] = (w[i] @ a_parent) * neg_D_inv[i]
+        qdd[i] = small_matmul(w[i], a_parent) * neg_D_inv[i]
         a[i] = a_parent + c7_l[i] + S7_l[i] * qdd[i]
     return torch.cat(qdd, dim=-1).squeeze(-2)

@@ -5,7 +5,7 @@ import torch
 from .errors import check_trailing_shape
 from .kinematics import body_poses, motion_subspaces, world_inertial
 from .model import RobotModel
-from .spatial import inertia_apply
+from .spatial import inertia_apply, small_matmul
 
 Tensor = torch.Tensor
 
@@ -27,7 +27,7 @@ def crba(model: RobotModel, q: Tensor) -> Tensor:
     S = motion_subspaces(model, T_world_body)
     ancestors = model.tree.ancestors
     # Inertial parameters are additive, so composite bodies are subtree sums of 10-vectors.
-    pi_composite = ancestors.T @ world_inertial(model, T_world_body)
+    pi_composite = small_matmul(ancestors.T, world_inertial(model, T_world_body))
     F = inertia_apply(pi_composite, S)
     upper = (S.unsqueeze(-2) * F.unsqueeze(-3)).sum(-1) * ancestors.T
     M = upper + upper.mT - torch.diag_embed(torch.diagonal(upper, dim1=-2, dim2=-1))

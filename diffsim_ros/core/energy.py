@@ -6,7 +6,7 @@ from .errors import check_trailing_shape
 from .kinematics import body_poses, motion_subspaces, world_inertial
 from .model import RobotModel
 from .rnea import body_velocities
-from .spatial import inertia_apply
+from .spatial import inertia_apply, small_matvec
 
 Tensor = torch.Tensor
 
@@ -41,6 +41,6 @@ def potential_energy(model: RobotModel, q: Tensor) -> Tensor:
     T_world_body = body_poses(model, q)
     R = T_world_body[..., :3, :3]
     p = T_world_body[..., :3, 3]
-    first_moment = (R @ model.inertial[..., 1:4].unsqueeze(-1)).squeeze(-1) \
+    first_moment = small_matvec(R, model.inertial[..., 1:4]) \
         + model.inertial[..., :1] * p
     return -(first_moment * model.gravity.unsqueeze(-2)).sum((-1, -2))

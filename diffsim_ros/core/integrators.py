@@ -12,6 +12,37 @@ Tensor = torch.Tensor
 TorqueFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
+def joint_friction(model: RobotModel, qd: Tensor, velocity_scale: float = 1e-2) -> Tensor:
+    """
+    Return the URDF ``<dynamics damping friction>`` torque, smooth in the velocity.
+
+    ``damping * qd + friction * tanh(qd / velocity_scale)``; it opposes motion and is
+    differentiable w.r.t. ``model.damping`` and ``model.friction``.
+
+    :param model: the robot (``damping`` and ``friction`` may carry batch dims).
+    :param qd: joint velocities ``(..., n)``.
+    :param velocity_scale: velocity (rad/s or m/s) over which Coulomb friction ramps up.
+    :return: friction torque ``(..., n)`` to subtract from the applied torque.
+    """
+    return model.damping * qd + model.friction * torch.tanh(qd / velocity_scale)
+
+
+def with_joint_friction(model: RobotModel, torque_fn: Optional[TorqueFn] = None,
+                        velocity_scale: float = 1e-2) -> TorqueFn:
+    """
+    Wrap a command-to-torque map so that it also applies the model's joint friction.
+
+    :param model: the robot whose ``damping``/``friction`` are used.
+    :param torque_fn: inner ``(q, qd, u) -> tau``; joint torques ``u`` when None.
+    :param velocity_scale: see :func:`joint_friction`.
+    :return: ``(q, qd, u) -> tau - joint_friction(qd)``.
+    """
+    def torque(q: Tensor, qd: Tensor, u: Tensor) -> Tensor:
+        tau = u if torque_fn is None else torque_fn(q, qd, u)
+        return tau - joint_friction(model, qd, velocity_scale)
+    return torque
+
+
 def forward_dynamics(model: RobotModel, q: Tensor, qd: Tensor, u: Tensor,
                      torque_fn: Optional[TorqueFn] = None) -> Tensor:
     """

@@ -4,7 +4,7 @@ import torch
 
 from .errors import check_trailing_shape
 from .model import RobotModel
-from .spatial import spatial_inertia, transform_inertial
+from .spatial import small_matmul, small_matvec, spatial_inertia, transform_inertial
 
 Tensor = torch.Tensor
 
@@ -25,7 +25,7 @@ def joint_transforms(model: RobotModel, q: Tensor) -> Tensor:
     # Rodrigues' formula for revolute joints, a translation for prismatic ones; the generator
     # tensors are zero where a joint type does not apply.
     T_joint = tree.eye4 + s * tree.K + one_minus_c * tree.K2 + q[..., None, None] * tree.P
-    return model.joint_origins() @ T_joint
+    return small_matmul(model.joint_origins(), T_joint)
 
 
 def body_poses(model: RobotModel, q: Tensor) -> Tensor:
@@ -39,7 +39,7 @@ def body_poses(model: RobotModel, q: Tensor) -> Tensor:
     local = joint_transforms(model, q).unbind(-3)
     poses = []
     for i, parent in enumerate(model.tree.parents):
-        poses.append(local[i] if parent < 0 else poses[parent] @ local[i])
+        poses.append(local[i] if parent < 0 else small_matmul(poses[parent], local[i]))
     return torch.stack(poses, dim=-3)
 
 
@@ -74,7 +74,7 @@ def motion_subspaces(model: RobotModel, T_world_body: Tensor) -> Tensor:
     tree = model.tree
     R = T_world_body[..., :3, :3]
     p = T_world_body[..., :3, 3]
-    axis_world = (R @ tree.axis.unsqueeze(-1)).squeeze(-1)
+    axis_world = small_matvec(R, tree.axis)
     angular = axis_world * tree.revolute_mask.unsqueeze(-1)
     linear = torch.linalg.cross(p, angular) + axis_world * tree.prismatic_mask.unsqueeze(-1)
     return torch.cat((angular, linear), dim=-1)

@@ -270,7 +270,7 @@ class RobotModel:
         return dataclasses.replace(self, tree=self.tree.to(dtype, device), **changes)
 
     def _cached(self, key: str, sources: tuple, compute):
-        if any(t.requires_grad for t in sources):
+        if torch.compiler.is_compiling() or any(t.requires_grad for t in sources):
             return compute()
         stamp = tuple((id(t), t._version) for t in sources)
         hit = self._cache.get(key)

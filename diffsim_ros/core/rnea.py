@@ -5,7 +5,7 @@ import torch
 from .errors import check_trailing_shape
 from .kinematics import body_poses, motion_subspaces, world_inertial
 from .model import RobotModel
-from .spatial import force_cross, inertia_apply, motion_cross
+from .spatial import force_cross, inertia_apply, motion_cross, small_matmul
 
 Tensor = torch.Tensor
 
@@ -19,7 +19,7 @@ def body_velocities(model: RobotModel, S: Tensor, qd: Tensor) -> Tensor:
     :param qd: joint velocities ``(..., n)``.
     :return: ``(..., n, 6)``; ``v_i`` is the sum of ``S_j qd_j`` over ``j`` on the path to i.
     """
-    return model.tree.ancestors @ (S * qd.unsqueeze(-1))
+    return small_matmul(model.tree.ancestors, S * qd.unsqueeze(-1))
 
 
 def rnea(model: RobotModel, q: Tensor, qd: Tensor, qdd: Tensor) -> Tensor:
@@ -43,9 +43,9 @@ def rnea(model: RobotModel, q: Tensor, qd: Tensor, qdd: Tensor) -> Tensor:
     pi_world = world_inertial(model, T_world_body)
     v = body_velocities(model, S, qd)
     bias = motion_cross(v, S * qd.unsqueeze(-1))
-    a = model.tree.ancestors @ (S * qdd.unsqueeze(-1) + bias) \
+    a = small_matmul(model.tree.ancestors, S * qdd.unsqueeze(-1) + bias) \
         + model.gravity_acceleration().unsqueeze(-2)
     f = inertia_apply(pi_world, a) + force_cross(v, inertia_apply(pi_world, v))
     # Force transmitted by joint j = sum of the body forces of its subtree.
-    f_joint = model.tree.ancestors.T @ f
+    f_joint = small_matmul(model.tree.ancestors.T, f)
     return (S * f_joint).sum(-1) + model.armature * qdd

@@ -16,6 +16,36 @@ Tensor = torch.Tensor
 _INERTIA_INDEX = torch.tensor([[4, 5, 6], [5, 7, 8], [6, 8, 9]])
 
 
+def small_matmul(A: Tensor, B: Tensor) -> Tensor:
+    """
+    Multiply batches of small matrices, ``A @ B``.
+
+    Eager mode uses ``matmul``; under ``torch.compile`` the product is written as a
+    broadcast multiply-and-sum so that Inductor fuses it with its neighbours instead of
+    calling BLAS once per tiny matrix.
+
+    :param A: ``(..., i, k)``.
+    :param B: ``(..., k, j)``.
+    :return: ``(..., i, j)``.
+    """
+    if torch.compiler.is_compiling():
+        return (A.unsqueeze(-1) * B.unsqueeze(-3)).sum(-2)
+    return A @ B
+
+
+def small_matvec(A: Tensor, x: Tensor) -> Tensor:
+    """
+    Multiply batches of small matrices with vectors, ``A @ x``.
+
+    :param A: ``(..., i, k)``.
+    :param x: ``(..., k)``.
+    :return: ``(..., i)``; fused under ``torch.compile`` like :func:`small_matmul`.
+    """
+    if torch.compiler.is_compiling():
+        return (A * x.unsqueeze(-2)).sum(-1)
+    return (A @ x.unsqueeze(-1)).squeeze(-1)
+
+
 def skew(v: Tensor) -> Tensor:
     """
     Return the cross-product matrix of ``v``.
@@ -178,7 +208,7 @@ def inertia_apply(pi: Tensor, v: Tensor) -> Tensor:
     v3 = v.unflatten(-1, (2, 3))
     shape = torch.broadcast_shapes(h.shape[:-2], v3.shape[:-2]) + (2, 3)
     h_cross = torch.linalg.cross(h.expand(shape), v3.expand(shape))   # [h x w; h x vl]
-    top = (inertia_tensor(pi) @ v[..., :3].unsqueeze(-1)).squeeze(-1) + h_cross[..., 1, :]
+    top = small_matvec(inertia_tensor(pi), v[..., :3]) + h_cross[..., 1, :]
     bottom = pi[..., :1] * v[..., 3:] - h_cross[..., 0, :]
     return torch.cat((top, bottom), dim=-1)
 
@@ -209,8 +239,8 @@ def transform_inertial(pi: Tensor, T_a_b: Tensor) -> Tensor:
     R = T_a_b[..., :3, :3]
     p = T_a_b[..., :3, 3]
     m = pi[..., 0]
-    h = (R @ pi[..., 1:4].unsqueeze(-1)).squeeze(-1)
-    I_rot = R @ inertia_tensor(pi) @ R.mT
+    h = small_matvec(R, pi[..., 1:4])
+    I_rot = small_matmul(small_matmul(R, inertia_tensor(pi)), R.mT)
     # Parallel-axis theorem written with the first moment h = m c rotated into a.
     p_dot_h = (p * h).sum(-1)
     p_sq = (p * p).sum(-1)
