@@ -1,0 +1,1 @@
+"""System identification: datasets, filters, parameterizations, losses and estimators (no ROS)."""
