@@ -14,8 +14,8 @@ def _perturbed(name):
     scale = 1.0 + 0.2 * torch.rand(model.n, 1, generator=g, dtype=torch.float64)
     return model.replace(
         inertial=model.inertial * scale,
-        origin_xyz=model.origin_xyz + 0.01 * torch.rand(model.n, 3, generator=g,
-                                                         dtype=torch.float64),
+        origin_xyz=model.origin_xyz
+        + 0.01 * torch.rand(model.n, 3, generator=g, dtype=torch.float64),
         damping=torch.rand(model.n, generator=g, dtype=torch.float64),
         friction=torch.rand(model.n, generator=g, dtype=torch.float64))
 

@@ -23,7 +23,8 @@ from ..sysid.dataset import Trajectory
 __all__ = [
     'BagError', 'BagWarning', 'BagWriter', 'bag_topics', 'DATASETS', 'DatasetError',
     'load_cartpole_runs', 'load_dfki_double_pendulum', 'load_dfki_simple_pendulum',
-    'load_panda_excitation', 'load_qube_runs', 'load_trajectories', 'model_to_urdf', 'read_bag', 'read_csv',
+    'load_panda_excitation', 'load_qube_runs', 'load_trajectories', 'model_to_urdf',
+    'read_bag', 'read_csv',
     'read_npz', 'run_kind', 'TableError', 'write_bag', 'write_csv', 'write_npz',
 ]
 

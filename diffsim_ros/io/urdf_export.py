@@ -59,10 +59,11 @@ def model_to_urdf(model: RobotModel, source: Optional[str] = None) -> str:
         inertial = ET.Element('inertial')
         ET.SubElement(inertial, 'origin', xyz=_fmt(com[body]), rpy='0 0 0')
         ET.SubElement(inertial, 'mass', value=repr(float(mass[body])))
-        I = inertia[body]
-        ET.SubElement(inertial, 'inertia', ixx=repr(float(I[0, 0])), ixy=repr(float(I[0, 1])),
-                      ixz=repr(float(I[0, 2])), iyy=repr(float(I[1, 1])),
-                      iyz=repr(float(I[1, 2])), izz=repr(float(I[2, 2])))
+        I_com = inertia[body]
+        ET.SubElement(inertial, 'inertia', ixx=repr(float(I_com[0, 0])),
+                      ixy=repr(float(I_com[0, 1])), ixz=repr(float(I_com[0, 2])),
+                      iyy=repr(float(I_com[1, 1])), iyz=repr(float(I_com[1, 2])),
+                      izz=repr(float(I_com[2, 2])))
         link.insert(0, inertial)
     joints = {joint.get('name'): joint for joint in root.findall('joint')}
     xyz = model.origin_xyz.detach().double().cpu()
