@@ -39,6 +39,7 @@ setup(
     entry_points={
         'console_scripts': [
             'diffsim-demo = diffsim_ros.demo:main',
+            'diffsim-fit = diffsim_ros.io.fit_cli:main',
         ],
     },
 )

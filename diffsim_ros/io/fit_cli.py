@@ -1,0 +1,899 @@
+"""
+``diffsim-fit``: identify a robot's dynamics offline from a recording.
+
+::
+
+    diffsim-fit DATA --robot NAME|URDF [--method nea|diffnea|ffnn]
+                [--actuator viscous|stribeck|nn-friction|nn-residual] --out DIR
+
+``DATA`` is a rosbag2 recording (directory, ``.mcap`` or ``.db3``) whose
+``sensor_msgs/JointState`` messages carry position, velocity and effort (columns matched to
+the robot by joint name; ``--topic`` chooses the topic, ``--command-topic`` a
+``std_msgs/Float64MultiArray`` command topic), or a CSV / NPZ table in the column
+specification of :mod:`diffsim_ros.io.tables` (``t``, ``q:<joint>``, optional
+``qd:``/``qdd:``/``tau:``/``u:`` columns and a ``run`` column).
+
+Pipeline:
+
+1. the robot: a catalog name (:func:`diffsim_ros.robots.names`; nominal model = URDF plus the
+   catalog's rotor armature) or a URDF file (every joint torque-commanded);
+2. the data, joints in model order; when ``qd`` or ``qdd`` is missing (bags carry no
+   accelerations) they are estimated with the zero-phase Butterworth filter of
+   :func:`diffsim_ros.sysid.filters.estimate_derivatives` (``--cutoff``), which also low-passes
+   the torques, and ``1 / cutoff`` s of filter edge are cropped from each end; runs whose
+   sampling is not uniform are resampled at their median rate;
+3. the split: ``--validation`` names runs (comma-separated) or gives a fraction of the runs;
+   a single run is split by time (the last 20 % by default);
+4. the fit (:func:`diffsim_ros.sysid.estimators.fit`) with the configuration of
+   ``--config FILE.yaml`` (estimator keys; unknown keys are an error) and the options below.
+   Voltage-commanded robots (catalog ``command_unit`` ``'V'``: Qube, cart-pole) are fitted
+   on their commands ``u`` through the catalogued DC motor model; other robots on the measured
+   joint efforts ``tau`` (or on ``u`` as joint torques when the data has no efforts).
+
+``--actuator`` selects the friction model: ``viscous`` (viscous damping only; the Coulomb
+level stays at its nominal value), ``stribeck``, ``nn-friction`` (passive network) or
+``nn-residual`` (unconstrained network), the last three as an extra learned module of
+``diffnea`` next to the URDF's damping and Coulomb fields.  Without it each estimator uses its
+default (viscous and Coulomb friction).  ``--max-iter`` bounds the Adam steps (``diffnea``:
+and L-BFGS steps to a tenth of it; ``ffnn``: its iterations; ``nea`` is closed-form).
+
+Outputs in ``--out``:
+
+* ``params.yaml``: per named parameter ``value``, ``unit``, ``nominal`` and ``std`` where the
+  estimator gives one (NEA base parameters, with their ``expression``); method, robot, data
+  path, joint names, command joints and armature;
+* ``model.urdf``: the nominal URDF with the identified inertials, damping and Coulomb friction
+  (:func:`diffsim_ros.io.model_to_urdf`); when least squares leaves bodies physically
+  inconsistent, the consistent model closest to its base parameters, and negative friction is
+  clipped to zero (``metrics.json`` ``urdf`` says which, and scores the written
+  model too); Stribeck viscous / Coulomb levels are added to the damping / friction fields;
+  for ``ffnn`` the nominal URDF;
+* ``metrics.json``: inverse-dynamics torque and acceleration RMSE / NMSE per joint on the
+  training and validation runs, rollout NMSE over 1 s and 2 s windows of the validation runs,
+  the same for the nominal model, wall time, iterations, preprocessing, versions;
+* ``report.png``: measured vs predicted positions per joint on a validation run and the
+  parameter table;
+* ``modules.pt`` (neural friction or black-box models only): their ``state_dict``.
+
+Exit codes: 0 success; 2 for problems with the inputs (one line on stderr, no traceback):
+missing / empty / corrupt data, unknown topic or joints, unknown robot, invalid URDF or
+configuration, unknown method or actuator; 130 when interrupted.  Anything else is a bug and
+raises with its traceback.
+"""
+
+import argparse
+import dataclasses
+import importlib.metadata
+import inspect
+import math
+from pathlib import Path
+import platform
+import sys
+import threading
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+import warnings
+
+import numpy as np
+import torch
+import yaml
+
+from . import load_trajectories
+from .bags import bag_topics, BagError, COMMAND, STORAGE_SUFFIXES
+from .report import (evaluate, export_urdf, parameter_table, predictors, ROLLOUT_HORIZONS,
+                     score, stribeck_levels, write_metrics_json, write_params_yaml,
+                     write_report_png)
+from .tables import TableError
+from .. import __version__, robots
+from ..core.errors import URDFError
+from ..core.model import PRISMATIC, RobotModel
+from ..core.urdf import load_urdf
+from ..sysid import estimators
+from ..sysid.dataset import Trajectory
+from ..sysid.filters import estimate_derivatives
+from ..sysid.losses import command_joints_for, DT_TOLERANCE, resolve_source
+from ..sysid.preprocess import resample, split_runs, split_time
+from ..sysid.result import IdentificationResult
+
+PROG = 'diffsim-fit'
+#: Friction choices of ``--actuator``.
+ACTUATOR_CHOICES = ('viscous', 'stribeck', 'nn-friction', 'nn-residual')
+#: Catalogued DC motors of the voltage-commanded robots (``losses.ACTUATORS`` names).
+MOTORS = {'qube': 'qube_servo2', 'cartpole': 'quanser_ip02'}
+#: Fewest training samples worth fitting.
+MIN_SAMPLES = 20
+
+
+EPILOG = """\
+data:
+  bags      sensor_msgs/JointState (position, velocity, effort; joints matched by name)
+            on --topic, std_msgs/Float64MultiArray commands on --command-topic
+            (voltage-commanded robots default to /<controller>/commands)
+  CSV       header t, q:<joint>..., optional qd:/qdd:/tau:<joint>, u:<name>, run
+            (rows sharing a run name form one run); lines starting with # are comments
+  NPZ       arrays t, q, joint_names, optional qd, qdd, tau, u, run
+  missing qd/qdd are estimated with a zero-phase Butterworth filter (--cutoff)
+
+outputs in --out: params.yaml, model.urdf, metrics.json, report.png
+exit codes: 0 done, 2 bad input (one line on stderr), 130 interrupted
+"""
+
+
+class UsageError(Exception):
+    """A problem with the command line or its inputs: reported in one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """Argument parser whose errors become :class:`UsageError` (one line, no usage dump)."""
+
+    def error(self, message: str) -> None:
+        """Raise instead of printing the usage and exiting."""
+        raise UsageError(message)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """
+    Return the command-line parser of ``diffsim-fit``.
+
+    :return: the parser.
+    """
+    parser = _Parser(
+        prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
+        description='Identify robot dynamics from a rosbag2 recording or a CSV/NPZ table and '
+        'write params.yaml, model.urdf, metrics.json and report.png.')
+    parser.add_argument('data', type=Path,
+                        help='rosbag2 directory, .mcap or .db3 file, or .csv / .npz table')
+    parser.add_argument('--robot', required=True,
+                        help=f'robot name ({", ".join(robots.names())}) or a URDF file')
+    parser.add_argument('--out', type=Path, required=True, help='output directory')
+    parser.add_argument('--method', default='diffnea', choices=estimators.names(),
+                        help='estimator (default: %(default)s)')
+    parser.add_argument('--actuator', choices=ACTUATOR_CHOICES, default=None,
+                        help="friction model (default: the estimator's viscous + Coulomb)")
+    parser.add_argument('--topic', help='JointState topic of a bag (default: /joint_states '
+                        'or the only one)')
+    parser.add_argument('--command-topic', help='Float64MultiArray command topic of a bag '
+                        '(default for voltage-commanded robots: /<controller>/commands)')
+    parser.add_argument('--validation', default=None,
+                        help='validation runs: comma-separated run names or a fraction in '
+                        '[0, 1) (default 0.2; a single run is split by time)')
+    parser.add_argument('--config', type=Path, help='YAML mapping of estimator settings')
+    parser.add_argument('--max-iter', type=int, help='bound on the optimiser iterations')
+    parser.add_argument('--seed', type=int, help="seed of the estimator's local generator")
+    parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda'),
+                        help='torch device (default: %(default)s)')
+    parser.add_argument('--cutoff', type=float, default=20.0,
+                        help='low-pass cutoff of the derivative filter, Hz (default: '
+                        '%(default)s)')
+    parser.add_argument('--derivatives', choices=('auto', 'filter'), default='auto',
+                        help='auto: estimate qd/qdd only when missing; filter: always '
+                        're-estimate them from q (default: %(default)s)')
+    parser.add_argument('--quiet', action='store_true', help='print errors only')
+    return parser
+
+
+# --------------------------------------------------------------------------------------
+# Progress on stderr
+# --------------------------------------------------------------------------------------
+class Progress:
+    """
+    Progress messages on a stream (stderr).
+
+    Stage summaries are whole lines prefixed by the elapsed time.  During the fit a terminal
+    gets one line rewritten in place (elapsed time, and iteration / losses when the estimator
+    reports them); any other stream (CI logs) gets a plain line at most every
+    ``log_every_s`` seconds, so no control characters reach log files.
+
+    :param stream: where to write.
+    :param quiet: write nothing.
+    :param tty: force terminal behaviour (default: ``stream.isatty()``).
+    :param log_every_s: interval of the plain progress lines, s.
+    """
+
+    def __init__(self, stream: TextIO, quiet: bool = False, tty: Optional[bool] = None,
+                 log_every_s: float = 30.0) -> None:
+        self.stream = stream
+        self.quiet = quiet
+        isatty = getattr(stream, 'isatty', None)
+        self.tty = bool(isatty and isatty()) if tty is None else tty
+        self.log_every_s = log_every_s
+        self.start = time.perf_counter()
+        self._label = ''
+        self._status = ''
+        self._live_start = 0.0
+        self._last_log = 0.0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self._width = 0
+
+    def _elapsed(self) -> str:
+        return f'[{time.perf_counter() - self.start:7.1f} s]'
+
+    def _clear(self) -> None:
+        if self.tty and self._width:
+            self.stream.write('\r' + ' ' * self._width + '\r')
+            self._width = 0
+
+    def stage(self, message: str) -> None:
+        """
+        Print a stage summary line.
+
+        :param message: the line.
+        """
+        if self.quiet:
+            return
+        with self._lock:
+            self._clear()
+            self.stream.write(f'{PROG}: {self._elapsed()} {message}\n')
+            self.stream.flush()
+
+    def warn(self, message: str) -> None:
+        """
+        Print a warning line (even when quiet).
+
+        :param message: the warning.
+        """
+        with self._lock:
+            self._clear()
+            self.stream.write(f'{PROG}: warning: {message}\n')
+            self.stream.flush()
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        """
+        Record the optimiser's state (estimator callback).
+
+        Accepts ``(iteration, loss[, validation_loss])``, keywords of those names (``val_loss``
+        and ``validation`` too) or one mapping of them.
+
+        :param args: positional values or one mapping.
+        :param kwargs: keyword values.
+        """
+        if len(args) == 1 and isinstance(args[0], Mapping):
+            kwargs = {**args[0], **kwargs}
+            args = ()
+        names = ('iteration', 'loss', 'validation_loss')
+        values = dict(zip(names, args))
+        values.update(kwargs)
+        validation = values.get('validation_loss', values.get('val_loss',
+                                                              values.get('validation')))
+        parts = []
+        if values.get('iteration') is not None:
+            parts.append(f'iteration {values["iteration"]}')
+        if values.get('loss') is not None:
+            parts.append(f'loss {float(values["loss"]):.4g}')
+        if validation is not None:
+            parts.append(f'val loss {float(validation):.4g}')
+        with self._lock:
+            self._status = ', '.join(parts)
+        if not self.tty and not self.quiet:
+            now = time.perf_counter()
+            if now - self._last_log >= self.log_every_s:
+                self._last_log = now
+                self.stage(f'{self._label}: {self._status}')
+
+    def _render(self) -> None:
+        with self._lock:
+            seconds = time.perf_counter() - self._live_start
+            line = f'{PROG}: {self._label} {seconds:6.1f} s'
+            if self._status:
+                line += f'  {self._status}'
+            line = line[:119]
+            pad = max(0, self._width - len(line))
+            self.stream.write('\r' + line + ' ' * pad)
+            self.stream.flush()
+            self._width = len(line)
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(0.5 if self.tty else self.log_every_s):
+            if self.tty:
+                self._render()
+            elif time.perf_counter() - self._last_log >= self.log_every_s:
+                self._last_log = time.perf_counter()
+                status = f': {self._status}' if self._status else ''
+                self.stage(f'{self._label}: still running '
+                           f'({time.perf_counter() - self._live_start:.0f} s){status}')
+
+    def begin(self, label: str) -> None:
+        """
+        Start the live indicator of a long step.
+
+        :param label: what runs (e.g. ``'fitting diffnea'``).
+        """
+        self._label, self._status = label, ''
+        self._live_start = self._last_log = time.perf_counter()
+        if self.quiet:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._heartbeat, daemon=True)
+        self._thread.start()
+
+    def end(self) -> None:
+        """Stop the live indicator and clear its line."""
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+        with self._lock:
+            self._clear()
+            self.stream.flush()
+
+
+# --------------------------------------------------------------------------------------
+# Inputs
+# --------------------------------------------------------------------------------------
+def _is_urdf_path(spec: str) -> bool:
+    return spec.lower().endswith(('.urdf', '.xml')) or '/' in spec or Path(spec).is_file()
+
+
+def load_robot(spec: str) -> Tuple[RobotModel, Optional[robots.RobotInfo], str]:
+    """
+    Return the nominal model of ``--robot`` and its catalog entry.
+
+    :param spec: catalog name or URDF file.
+    :return: ``(float64 model on the CPU, RobotInfo or None, label)``; catalog models carry
+        the catalog's rotor armature.
+    :raises UsageError: unknown name, missing or invalid URDF.
+    """
+    if spec in robots.names():
+        info = robots.get(spec)
+        model = load_urdf(robots.urdf_string(spec), dtype=torch.float64)
+        armature = model.armature.clone()
+        for joint, value in zip(info.joint_names, info.motor.get('armature', ())):
+            armature[model.joint_index(joint)] = float(value)
+        return model.replace(armature=armature), info, spec
+    if not _is_urdf_path(spec):
+        raise UsageError(f'unknown robot {spec!r}; valid names: {", ".join(robots.names())} '
+                         '(or give the path of a URDF file)')
+    path = Path(spec)
+    if not path.is_file():
+        raise UsageError(f'URDF file {spec!r} does not exist')
+    try:
+        text = path.read_text(encoding='utf-8')
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f'cannot read URDF file {spec!r}: {exc}') from None
+    try:
+        model = load_urdf(text, dtype=torch.float64)
+    except (URDFError, ValueError) as exc:
+        raise UsageError(f'invalid URDF {spec!r}: {_one_line(exc)}') from None
+    return model, None, str(path.resolve())
+
+
+def _one_line(exc: BaseException) -> str:
+    return ' '.join(str(exc).split())
+
+
+def _needs_commands(info: Optional[robots.RobotInfo]) -> bool:
+    return info is not None and info.command_unit == 'V'
+
+
+def _default_command_topic(data: Path, info: Optional[robots.RobotInfo]) -> Optional[str]:
+    """Return the command topic to read for a voltage robot's bag, when one is obvious."""
+    if not _needs_commands(info) or not (data.is_dir() or data.suffix in STORAGE_SUFFIXES):
+        return None
+    try:
+        table = bag_topics(data)
+    except BagError:
+        return None    # read_bag reports the problem with its own message
+    preferred = f'/{info.controller_name}/commands'
+    candidates = sorted(topic for topic, (kind, _) in table.items() if kind == COMMAND)
+    if preferred in candidates:
+        return preferred
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def load_data(args: argparse.Namespace, model: RobotModel, info: Optional[robots.RobotInfo],
+              progress: Progress) -> List[Trajectory]:
+    """
+    Read the recording with the robot's joints in model order.
+
+    :param args: parsed arguments (``data``, ``topic``, ``command_topic``).
+    :param model: the robot.
+    :param info: its catalog entry or ``None``.
+    :param progress: for warnings.
+    :return: the runs.
+    :raises UsageError: unreadable data, unknown topics, missing joints or signals.
+    """
+    data: Path = args.data
+    is_table = data.suffix in ('.csv', '.npz')
+    if is_table and (args.topic or args.command_topic):
+        progress.warn('--topic / --command-topic apply to bags only; ignored for '
+                      f'{data.suffix} tables')
+    command_topic = args.command_topic or _default_command_topic(data, info)
+    command_joints = info.command_joints if info is not None else None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        try:
+            runs = load_trajectories(data, joint_names=model.joint_names, topic=args.topic,
+                                     command_topic=None if is_table else command_topic,
+                                     command_joints=command_joints)
+        except (BagError, TableError) as exc:
+            raise UsageError(_one_line(exc)) from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise UsageError(f'cannot read {str(data)!r}: {_one_line(exc)}') from None
+    for warning in caught:
+        progress.warn(_one_line(warning.message))
+    if not runs:
+        raise UsageError(f'{str(data)!r} holds no samples')
+    if _needs_commands(info) and any(run.u is None for run in runs):
+        raise UsageError(f'robot {info.name!r} is voltage-commanded but the data carry no '
+                         'commands u; pass --command-topic (bags) or u: columns (tables)')
+    if any(run.tau is None and run.u is None for run in runs):
+        raise UsageError(f'{str(data)!r} carries neither joint efforts (JointState.effort / '
+                         'tau: columns) nor commands (--command-topic / u: columns)')
+    return runs
+
+
+def _sample_rate(run: Trajectory) -> float:
+    return 1.0 / float(run.t.diff().median())
+
+
+def _is_uniform(run: Trajectory) -> bool:
+    steps = run.t.diff()
+    dt = float(steps.median())
+    return float((steps - dt).abs().max()) <= DT_TOLERANCE * dt
+
+
+def preprocess(runs: Sequence[Trajectory], args: argparse.Namespace,
+               progress: Progress) -> Tuple[List[Trajectory], Dict[str, Any]]:
+    """
+    Estimate missing derivatives, crop filter edges and resample non-uniform runs.
+
+    :param runs: the loaded runs.
+    :param args: parsed arguments (``cutoff``, ``derivatives``).
+    :param progress: for warnings.
+    :return: ``(runs, description for metrics.json)``.
+    :raises UsageError: bad cutoff, or no run long enough.
+    """
+    info: Dict[str, Any] = {'derivatives': 'measured', 'cutoff_hz': None, 'edge_crop_s': 0.0,
+                            'resampled_hz': None, 'dropped_runs': []}
+    out = []
+    for run in runs:
+        if len(run) < MIN_SAMPLES:
+            info['dropped_runs'].append(run.run)
+            progress.warn(f'run {run.run!r} has only {len(run)} samples; skipped')
+            continue
+        if args.derivatives == 'filter' or run.qd is None or run.qdd is None:
+            try:
+                run = estimate_derivatives(run, method='filtfilt', cutoff_hz=args.cutoff)
+            except ValueError as exc:
+                raise UsageError(f'--cutoff: {_one_line(exc)}') from None
+            info.update(derivatives='filtfilt', cutoff_hz=args.cutoff)
+            edge = int(math.ceil(_sample_rate(run) / args.cutoff))
+            if len(run) > 10 * edge:
+                run = run.crop(edge, len(run) - edge)
+                info['edge_crop_s'] = 1.0 / args.cutoff
+        if not _is_uniform(run):
+            rate = _sample_rate(run)
+            run = resample(run, rate)
+            info['resampled_hz'] = rate
+        out.append(run)
+    if not out:
+        raise UsageError(f'no run has {MIN_SAMPLES} samples or more')
+    return out, info
+
+
+def _parse_validation(spec: Optional[str]) -> Any:
+    if spec is None:
+        return 0.2
+    try:
+        value = float(spec)
+    except ValueError:
+        names = [name.strip() for name in spec.split(',') if name.strip()]
+        if not names:
+            raise UsageError(f'--validation: no run names in {spec!r}') from None
+        return names
+    if not 0.0 <= value < 1.0:
+        raise UsageError(f'--validation fraction must lie in [0, 1), got {spec}')
+    return value
+
+
+def split(runs: Sequence[Trajectory], spec: Optional[str]
+          ) -> Tuple[List[Trajectory], List[Trajectory]]:
+    """
+    Split runs into training and validation sets (see the module docstring).
+
+    :param runs: the runs.
+    :param spec: ``--validation``.
+    :return: ``(train, validation)``; validation may be empty.
+    :raises UsageError: unknown run names or nothing left for training.
+    """
+    validation = _parse_validation(spec)
+    names = list(dict.fromkeys(run.run for run in runs))
+    if len(names) == 1 and not isinstance(validation, list):
+        if validation == 0.0:
+            return list(runs), []
+        parts = [split_time(run, validation) for run in runs]
+        train = [t for part in parts for t in part.train]
+        held = [v for part in parts for v in part.validation]
+        if not train or len(train[0]) < MIN_SAMPLES:
+            raise UsageError(f'--validation {validation}: too few samples left for training')
+        return train, held
+    try:
+        parts = split_runs(runs, validation=validation)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f'--validation: {_one_line(exc).replace("split_runs: ", "")}') \
+            from None
+    return list(parts.train), list(parts.validation)
+
+
+# --------------------------------------------------------------------------------------
+# Estimator configuration
+# --------------------------------------------------------------------------------------
+def _read_config(path: Optional[Path]) -> Dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding='utf-8'))
+    except OSError as exc:
+        raise UsageError(f'cannot read --config {str(path)!r}: {_one_line(exc)}') from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f'--config {str(path)!r} is not valid YAML: {_one_line(exc)}') \
+            from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, Mapping):
+        raise UsageError(f'--config {str(path)!r} must hold a mapping of estimator keys, '
+                         f'got a {type(loaded).__name__}')
+    return dict(loaded)
+
+
+def _motor(info: robots.RobotInfo) -> Tuple[str, Dict[str, Any]]:
+    """Return the ``(actuator, actuator_kwargs)`` config of a voltage robot's motor."""
+    if info.name in MOTORS:
+        return MOTORS[info.name], {}
+    motor = info.motor
+    kwargs = {'motor_constant': float(motor['k_m']), 'resistance': float(motor['R_m'])}
+    if 'gear_ratio' in motor:
+        kwargs['gear_ratio'] = float(motor['gear_ratio'])
+    return 'dc_motor', kwargs
+
+
+def estimator_config(args: argparse.Namespace, info: Optional[robots.RobotInfo],
+                     runs: Sequence[Trajectory]) -> Tuple[Any, Dict[str, Any]]:
+    """
+    Build the estimator configuration: robot defaults < ``--config`` < command-line flags.
+
+    :param args: parsed arguments.
+    :param info: catalog entry or ``None``.
+    :param runs: the runs (whether they carry efforts).
+    :return: ``(frozen config, the mapping it was made from)``.
+    :raises UsageError: unknown keys or values, or an ``--actuator`` the method cannot take.
+    """
+    method = args.method
+    mapping = _read_config(args.config)
+    if method != 'ffnn' and _needs_commands(info):
+        actuator, kwargs = _motor(info)
+        mapping.setdefault('actuator', actuator)
+        if kwargs:
+            mapping.setdefault('actuator_kwargs', kwargs)
+    uses_commands = _needs_commands(info) or any(run.tau is None for run in runs)
+    if uses_commands and info is not None:
+        mapping.setdefault('command_joints', list(info.command_joints))
+        mapping.setdefault('source', 'u')
+    if args.actuator is not None:
+        if method == 'ffnn':
+            raise UsageError(f'--actuator {args.actuator}: the ffnn black box has no friction '
+                             'model; use --method diffnea or nea')
+        if method == 'nea':
+            if args.actuator != 'viscous':
+                raise UsageError(f'--actuator {args.actuator} needs --method diffnea (nea is '
+                                 'linear least squares: viscous, or viscous + Coulomb by '
+                                 'default)')
+            mapping['friction'] = ['viscous']
+        elif args.actuator == 'viscous':
+            mapping['friction_model'] = 'none'
+            mapping['learn'] = [g for g in mapping.get('learn', ('inertial', 'damping'))
+                                if g != 'coulomb'] or ['inertial', 'damping']
+        else:
+            mapping['friction_model'] = args.actuator
+            learn = list(mapping.get('learn', ('inertial', 'damping', 'coulomb')))
+            mapping['learn'] = learn + ([] if 'friction_model' in learn else ['friction_model'])
+    if args.seed is not None:
+        mapping['seed'] = args.seed
+    if args.max_iter is not None:
+        if args.max_iter < 1:
+            raise UsageError(f'--max-iter must be >= 1, got {args.max_iter}')
+        _apply_max_iter(method, mapping, args.max_iter)
+    try:
+        config = estimators.make_config(method, mapping)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f'invalid {method} configuration: {_one_line(exc)}') from None
+    return config, mapping
+
+
+def _apply_max_iter(method: str, mapping: Dict[str, Any], limit: int) -> None:
+    lbfgs_limit = max(1, limit // 10)
+    if method == 'ffnn':
+        mapping['iterations'] = limit
+    elif method == 'diffnea':
+        defaults = estimators.make_config('diffnea')
+        mapping['adam_iterations'] = limit
+        mapping['lbfgs_iterations'] = min(int(mapping.get('lbfgs_iterations',
+                                                          defaults.lbfgs_iterations)),
+                                          lbfgs_limit)
+        stages = []
+        for stage in mapping.get('stages', ()) or ():
+            stage = dict(stage) if isinstance(stage, Mapping) else stage.to_dict()
+            stage['adam_iterations'] = min(int(stage.get('adam_iterations', 300)), limit)
+            stage['lbfgs_iterations'] = min(int(stage.get('lbfgs_iterations', 0)), lbfgs_limit)
+            stages.append(stage)
+        if stages:
+            mapping['stages'] = stages
+
+
+def _budget(method: str, config: Any) -> str:
+    if method == 'nea':
+        return 'closed-form least squares'
+    if method == 'ffnn':
+        return f'up to {config.iterations} Adam steps'
+    stages = config.schedule()
+    adam = sum(s.adam_iterations for s in stages)
+    lbfgs = sum(s.lbfgs_iterations for s in stages)
+    return f'up to {adam} Adam + {lbfgs} L-BFGS steps'
+
+
+# --------------------------------------------------------------------------------------
+# Fit and evaluation
+# --------------------------------------------------------------------------------------
+def run_fit(method: str, model: RobotModel, train: List[Trajectory],
+            validation: List[Trajectory], config: Any,
+            progress: Progress) -> IdentificationResult:
+    """
+    Run the estimator with the live progress indicator.
+
+    :param method: estimator name.
+    :param model: nominal model (on the target device).
+    :param train: training runs.
+    :param validation: validation runs (may be empty).
+    :param config: the estimator's config.
+    :param progress: progress output.
+    :return: the identification result.
+    """
+    kwargs = {}
+    if 'callback' in inspect.signature(estimators.fit).parameters:
+        kwargs['callback'] = progress.update
+    progress.begin(f'fitting {method}')
+    try:
+        return estimators.fit(method, model, train, validation or None, config, **kwargs)
+    finally:
+        progress.end()
+
+
+# --------------------------------------------------------------------------------------
+# Orchestration
+# --------------------------------------------------------------------------------------
+def _versions() -> Dict[str, str]:
+    out = {'diffsim_ros': __version__, 'python': platform.python_version(),
+           'torch': torch.__version__, 'numpy': np.__version__, 'pyyaml': yaml.__version__}
+    for package in ('scipy', 'matplotlib', 'rosbags'):
+        try:
+            out[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return out
+
+
+def _summary(method: str, metrics: Mapping[str, Any]) -> List[str]:
+    def fmt(value: Any) -> str:
+        return f'{value:.3g}' if isinstance(value, float) else '-'
+
+    def rollout(section: Mapping[str, Any]) -> str:
+        return 'diverged' if section.get('diverged') else fmt(section.get('nmse'))
+
+    lines = [f'method: {method}, iterations: {metrics.get("iterations")}, '
+             f'fit {metrics["wall_time_s"]["fit"]:.1f} s']
+    for key, label in (('torque', 'torque NMSE'), ('acceleration', 'qdd NMSE')):
+        for which in ('identified', 'nominal'):
+            section = metrics.get(key) if which == 'identified' else \
+                (metrics['nominal'].get(key) or {})
+            if not section:
+                continue
+            train = (section.get('train') or {}).get('nmse_mean')
+            val = (section.get('validation') or {}).get('nmse_mean')
+            lines.append(f'{label:<12} {which:<10} train {fmt(train):>8}  val {fmt(val):>8}')
+    for horizon in ROLLOUT_HORIZONS:
+        key = f'{horizon:g}s'
+        fitted = rollout(metrics['rollout'][key])
+        base = rollout(metrics['nominal']['rollout'][key])
+        lines.append(f'rollout {key} NMSE (val): identified {fitted}, nominal {base}')
+    return lines
+
+
+def _save_modules(result: IdentificationResult, out: Path) -> Optional[Path]:
+    modules = {}
+    if result.network is not None:
+        modules['network'] = result.network.state_dict()
+    if result.friction is not None and stribeck_levels(result.friction, 1) is None:
+        modules['friction'] = result.friction.state_dict()
+    if not modules:
+        return None
+    path = out / 'modules.pt'
+    torch.save({name: {k: v.detach().cpu() for k, v in state.items()}
+                for name, state in modules.items()}, path)
+    return path
+
+
+def _fit_summary(metrics: Mapping[str, Any]) -> str:
+    keys = (('loss', 'loss'), ('validation_loss', 'validation loss')) if 'loss' in metrics \
+        else (('torque_nmse', 'torque NMSE'), ('validation_torque_nmse', 'validation torque NMSE'))
+    parts = [f'{metrics.get("iterations", 1)} iteration(s)']
+    for key, label in keys:
+        value = metrics.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            parts.append(f'{label} {value:.4g}')
+    return ', '.join(parts)
+
+
+def _check_device(name: str) -> torch.device:
+    if name == 'cuda' and not torch.cuda.is_available():
+        raise UsageError('--device cuda: CUDA is not available to this PyTorch installation')
+    return torch.device(name)
+
+
+def _check_inputs(nominal: RobotModel, config: Any, train: List[Trajectory],
+                  validation: List[Trajectory]) -> str:
+    """Return the input signal the estimator will read, or raise a UsageError."""
+    has_actuator = getattr(config, 'actuator', 'none') != 'none'
+    try:
+        source = resolve_source(train + validation, config.source, has_actuator)
+        m = getattr(train[0], source).shape[-1]
+        command_joints_for(nominal, source, m, getattr(config, 'command_joints', ()))
+    except (KeyError, ValueError) as exc:
+        raise UsageError(_one_line(exc).strip('"')) from None
+    return source
+
+
+def _urdf_model(urdf_text: str, result: IdentificationResult,
+                nominal: RobotModel) -> RobotModel:
+    """Load the written URDF back (with the fit's armature, which URDF cannot hold)."""
+    written = load_urdf(urdf_text, dtype=nominal.dtype).to(device=nominal.device)
+    armature = result.model.armature if result.model is not None else nominal.armature
+    return written.replace(armature=armature.detach().to(written.armature))
+
+
+def _adjusted(urdf_info: Mapping[str, Any]) -> bool:
+    return any(urdf_info.get(key) for key in ('consistent_refit', 'projected_bodies',
+                                              'nominal_bodies', 'clipped_friction_joints'))
+
+
+def _header(args: argparse.Namespace, robot_label: str, nominal: RobotModel,
+            result: IdentificationResult, config: Any, source: str) -> Dict[str, Any]:
+    identified = result.model if result.model is not None else nominal
+    return {
+        'method': args.method, 'robot': robot_label, 'data': str(args.data.resolve()),
+        'joint_names': list(nominal.joint_names),
+        'command_joints': list(result.command_joints), 'input': source,
+        'actuator': getattr(config, 'actuator', 'none'),
+        'friction_model': getattr(config, 'friction_model', None),
+        'armature': {joint: float(value) for joint, value in
+                     zip(nominal.joint_names, identified.armature.detach().cpu().tolist())},
+    }
+
+
+def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
+    """
+    Run the whole pipeline of the module docstring.
+
+    :param args: parsed arguments.
+    :param progress: progress output.
+    :return: the metrics written to ``metrics.json``.
+    :raises UsageError: problems with the inputs.
+    """
+    start = time.perf_counter()
+    device = _check_device(args.device)
+    out: Path = args.out
+    if out.exists() and not out.is_dir():
+        raise UsageError(f'--out {str(out)!r} exists and is not a directory')
+    nominal, info, robot_label = load_robot(args.robot)
+    runs = load_data(args, nominal, info, progress)
+    progress.stage(f'loaded {len(runs)} run(s), {sum(len(run) for run in runs)} samples at '
+                   f'about {_sample_rate(runs[0]):.4g} Hz from {args.data} for {robot_label} '
+                   f'({", ".join(nominal.joint_names)})')
+    runs, prep = preprocess(runs, args, progress)
+    train, validation = split(runs, args.validation)
+    if sum(len(run) for run in train) < MIN_SAMPLES:
+        raise UsageError(f'fewer than {MIN_SAMPLES} training samples')
+    config, _ = estimator_config(args, info, train)
+    source = _check_inputs(nominal, config, train, validation)
+    actuator = getattr(config, 'actuator', 'none')
+    progress.stage(f'{len(train)} training run(s), {len(validation)} validation run(s); '
+                   f'derivatives: {prep["derivatives"]}; input: {source}'
+                   f'{" through " + actuator if actuator != "none" else ""}')
+    progress.stage(f'fitting {args.method} ({_budget(args.method, config)}) on {device}')
+    model = nominal.to(device=device)
+    train = [run.to(device=device) for run in train]
+    validation = [run.to(device=device) for run in validation]
+    fit_start = time.perf_counter()
+    result = run_fit(args.method, model, train, validation, config, progress)
+    fit_seconds = time.perf_counter() - fit_start
+    progress.stage(f'fit done in {fit_seconds:.1f} s: {_fit_summary(result.metrics)}')
+
+    urdf_text, urdf_info = export_urdf(result, nominal, config)
+    for note in urdf_info['notes']:
+        if 'inconsistent' in note or 'clipped' in note:
+            progress.warn(note)
+    written = _urdf_model(urdf_text, result, model)
+    progress.begin('evaluating')
+    try:
+        motor = _motor(info) if _needs_commands(info) else None
+        fitted, base = predictors(result, model, config, motor)
+        scores, curves = evaluate(fitted, base, train, validation, source)
+        if _adjusted(urdf_info):
+            exported, _ = predictors(dataclasses.replace(result, model=written), model, config,
+                                     motor)
+            urdf_info['evaluation'], _ = score(exported, base, train, validation, source)
+    finally:
+        progress.end()
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / 'model.urdf').write_text(urdf_text, encoding='utf-8')
+    parameters = parameter_table(result, nominal, config)
+    write_params_yaml(out / 'params.yaml', _header(args, robot_label, nominal, result, config,
+                                                   source), parameters)
+    modules_path = _save_modules(result, out)
+    metrics: Dict[str, Any] = {
+        **_header(args, robot_label, nominal, result, config, source),
+        'runs': {'train': [run.run for run in train],
+                 'validation': [run.run for run in validation]},
+        'samples': {'train': sum(len(run) for run in train),
+                    'validation': sum(len(run) for run in validation)},
+        'preprocessing': prep,
+        **scores,
+        'iterations': result.metrics.get('iterations'),
+        'wall_time_s': {'fit': fit_seconds, 'total': None},
+        'urdf': urdf_info,
+        'physical_parameters': bool(parameters),
+        'modules': modules_path.name if modules_path is not None else None,
+        'estimator_metrics': result.to_dict()['metrics'],
+        'history': {'train_iterations': len(result.history.get('train', ())),
+                    'validation_evaluations': len(result.history.get('validation', ()))},
+        'config': result.to_dict()['config'],
+        'device': str(device),
+        'versions': _versions(),
+    }
+    del metrics['armature']
+    plot_run = validation[0] if validation else train[0]
+    run_label = f'validation run {plot_run.run}' if validation else \
+        f'training run {plot_run.run} (no validation data)'
+    note = 'black-box model: no physical parameters (model.urdf is the nominal URDF)' \
+        if not parameters else ''
+    units = ['m' if kind == PRISMATIC else 'rad' for kind in nominal.tree.joint_types]
+    write_report_png(out / 'report.png', f'{robot_label}: {args.method} fit of '
+                     f'{args.data.name}', plot_run, run_label, curves, parameters,
+                     _summary(args.method, metrics), note, units)
+    metrics['wall_time_s']['total'] = time.perf_counter() - start
+    write_metrics_json(out / 'metrics.json', metrics)
+    progress.stage(f'wrote params.yaml, model.urdf, metrics.json, report.png'
+                   f'{", modules.pt" if modules_path is not None else ""} to {out}')
+    return metrics
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """
+    Run ``diffsim-fit``.
+
+    :param argv: arguments without the program name; ``None`` reads ``sys.argv``.
+    :return: exit code: 0 success, 2 input problems (one line on stderr), 130 interrupted.
+    """
+    try:
+        args = build_parser().parse_args(argv)
+    except UsageError as exc:
+        sys.stderr.write(f'{PROG}: error: {exc}\n')
+        return 2
+    except SystemExit as exc:   # --help
+        return int(exc.code or 0)
+    progress = Progress(sys.stderr, quiet=args.quiet)
+    try:
+        fit_command(args, progress)
+    except UsageError as exc:
+        sys.stderr.write(f'{PROG}: error: {exc}\n')
+        return 2
+    except KeyboardInterrupt:
+        sys.stderr.write(f'{PROG}: interrupted\n')
+        return 130
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,364 @@
+"""
+Tests of ``diffsim-fit`` (:mod:`diffsim_ros.io.fit_cli`) on recordings of the simulated robot.
+
+The data come from the MuJoCo plant (:mod:`diffsim_ros.sim`) with true parameters about 30 %
+off the nominal ones, driven open loop by multisine voltages: a Qube (voltage-commanded, fitted
+through its DC motor) written as an ``.mcap`` bag and as a two-run CSV, and a double pendulum
+(torque-commanded, given as a URDF file) written as NPZ.  The plants run at 100 Hz without
+joint limits or encoder quantisation so that every fit stays within a few seconds and the
+zero-phase derivative filter is accurate; accelerations are never given to the command, so it
+estimates them.  "Toward the truth" means: the rigid-body and joint-friction torques of the
+written ``model.urdf`` on held-out true states are closer to the true plant's than the nominal
+model's are.
+"""
+
+import json
+import math
+from pathlib import Path
+
+from diffsim_ros import robots
+from diffsim_ros.core import load_urdf, rnea
+from diffsim_ros.io import write_bag, write_csv, write_npz
+from diffsim_ros.io.fit_cli import main, Progress
+from diffsim_ros.sim import excitation_for, MujocoPlant, PlantConfig
+from diffsim_ros.sim.parameters import nominal_model
+import numpy as np
+import pinocchio as pin
+import pytest
+import torch
+import yaml
+
+RATE_HZ = 100.0
+COMMANDS = '/effort_controller/commands'
+OUTPUTS = ('params.yaml', 'model.urdf', 'metrics.json', 'report.png')
+
+
+def _record(robot: str, runs: int, seed: int):
+    plant = MujocoPlant(PlantConfig(robot=robot, rate_hz=RATE_HZ, param_error=0.3, seed=seed,
+                                    joint_limits=False, encoder_counts_per_rev=0))
+    out = []
+    for k in range(runs):
+        u = excitation_for(plant, 'multisine', duration=6.0, fraction=0.3, band=(0.2, 2.0),
+                           generator=torch.Generator().manual_seed(10 * seed + k))
+        out.append(plant.run(u, run=f'run{k}', true_acceleration=True).replace(poses={}))
+    return plant.true_model, out
+
+
+@pytest.fixture(scope='module')
+def qube(tmp_path_factory):
+    """Qube recordings: a one-run bag (voltages on the command topic) and a two-run CSV."""
+    folder = tmp_path_factory.mktemp('qube')
+    true, runs = _record('qube', 3, seed=3)
+    bag = write_bag(folder / 'qube.mcap', runs[0].replace(qdd=None), command_topic=COMMANDS)
+    table = write_csv(folder / 'qube.csv', [run.replace(qdd=None) for run in runs[:2]])
+    no_commands = write_bag(folder / 'no_commands.mcap', runs[0].replace(qdd=None))
+    return {'true': true, 'held_out': runs[2], 'bag': bag, 'csv': table,
+            'no_commands': no_commands, 'folder': folder}
+
+
+@pytest.fixture(scope='module')
+def pendulum(tmp_path_factory):
+    """Double-pendulum recording (torques) as NPZ, and its URDF as a file."""
+    folder = tmp_path_factory.mktemp('double_pendulum')
+    true, runs = _record('double_pendulum', 2, seed=5)
+    urdf = folder / 'double_pendulum.urdf'
+    urdf.write_text(robots.urdf_string('double_pendulum'), encoding='utf-8')
+    data = write_npz(folder / 'swing.npz', runs[0].replace(qdd=None, u=None))
+    return {'true': true, 'held_out': runs[1], 'npz': data, 'urdf': urdf}
+
+
+def _run(capsys, *argv) -> tuple:
+    code = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.err
+
+
+def _torque_error(model, true, run) -> float:
+    """RMS of rigid-body + viscous torque differences to the true plant on true states."""
+    def torque(m):
+        return rnea(m, run.q, run.qd, run.qdd) + m.damping * run.qd
+    with torch.no_grad():
+        return float((torque(model) - torque(true)).square().mean().sqrt())
+
+
+def _check_outputs(out: Path, method: str, joints) -> dict:
+    for name in OUTPUTS:
+        assert (out / name).is_file(), name
+    params = yaml.safe_load((out / 'params.yaml').read_text())
+    assert params['method'] == method
+    assert params['joint_names'] == list(joints)
+    assert set(params['armature']) == set(joints)
+    metrics = json.loads((out / 'metrics.json').read_text())
+    for key in ('torque', 'acceleration', 'rollout', 'nominal', 'wall_time_s', 'iterations',
+                'method', 'versions', 'urdf', 'runs', 'preprocessing'):
+        assert key in metrics, key
+    assert set(metrics['rollout']) == {'1s', '2s'}
+    assert metrics['wall_time_s']['total'] >= metrics['wall_time_s']['fit'] > 0
+    assert metrics['versions']['diffsim_ros']
+    text = (out / 'model.urdf').read_text()
+    model = load_urdf(text, dtype=torch.float64)
+    assert model.joint_names == tuple(joints)
+    reference = pin.buildModelFromXML(text)
+    assert reference.nv == model.n
+    masses = sum(inertia.mass for inertia in reference.inertias)
+    assert masses == pytest.approx(float(model.inertial[:, 0].sum()), rel=1e-9)
+    with (out / 'report.png').open('rb') as stream:
+        assert stream.read(8) == b'\x89PNG\r\n\x1a\n'
+    return {'params': params, 'metrics': metrics, 'model': model}
+
+
+def _moved_toward_truth(model, true, held_out, robot: str) -> None:
+    nominal = nominal_model(robot)
+    fitted_error = _torque_error(model.replace(armature=nominal.armature), true, held_out)
+    nominal_error = _torque_error(nominal, true, held_out)
+    assert fitted_error < 0.3 * nominal_error, (fitted_error, nominal_error)
+
+
+# --------------------------------------------------------------------------------------
+# Fits
+# --------------------------------------------------------------------------------------
+def test_nea_on_a_bag_of_the_voltage_driven_qube(qube, tmp_path, capsys):
+    out = tmp_path / 'nea'
+    code, err = _run(capsys, qube['bag'], '--robot', 'qube', '--method', 'nea', '--out', out,
+                     '--validation', '0.4')
+    assert code == 0, err
+    result = _check_outputs(out, 'nea', robots.get('qube').joint_names)
+    params, metrics = result['params'], result['metrics']
+    assert params['input'] == 'u' and params['actuator'] == 'qube_servo2'
+    assert params['command_joints'] == ['arm_joint']
+    base = [name for name in params['parameters'] if name.startswith('base/')]
+    assert base and all('std' in params['parameters'][n] and 'expression' in
+                        params['parameters'][n] for n in base)
+    entry = params['parameters']['pendulum_link/m']
+    assert entry['unit'] == 'kg' and entry['nominal'] == pytest.approx(0.024)
+    # a single run is split by time; 40 % of 6 s leaves room for both rollout horizons
+    assert metrics['runs']['validation'] == ['qube#validation']
+    assert metrics['preprocessing']['derivatives'] == 'filtfilt'
+    for horizon in ('1s', '2s'):
+        fitted = metrics['rollout'][horizon]['nmse']
+        assert fitted is not None
+        assert fitted < 0.2 * metrics['nominal']['rollout'][horizon]['nmse']
+    val = metrics['torque']['validation']['nmse_mean']
+    assert val < 0.1 * metrics['nominal']['torque']['validation']['nmse_mean']
+    _moved_toward_truth(result['model'], qube['true'], qube['held_out'], 'qube')
+    # progress went to stderr as whole lines, without terminal control characters
+    assert 'fit done' in err and 'wrote params.yaml' in err and '\r' not in err
+
+
+def test_diffnea_on_a_two_run_csv_with_a_config_file(qube, tmp_path, capsys):
+    config = tmp_path / 'diffnea.yaml'
+    config.write_text('lbfgs_iterations: 3\nlearn: [inertial, damping]\n')
+    out = tmp_path / 'diffnea'
+    code, err = _run(capsys, qube['csv'], '--robot', 'qube', '--out', out, '--max-iter', '80',
+                     '--config', config, '--seed', '2', '--quiet')
+    assert code == 0, err
+    assert err == ''
+    result = _check_outputs(out, 'diffnea', robots.get('qube').joint_names)
+    metrics = result['metrics']
+    assert metrics['runs'] == {'train': ['run0'], 'validation': ['run1']}
+    assert metrics['config']['adam_iterations'] == 80
+    assert metrics['config']['lbfgs_iterations'] == 3
+    assert metrics['config']['learn'] == ['inertial', 'damping']
+    assert metrics['config']['seed'] == 2
+    assert metrics['iterations'] <= 83
+    assert metrics['urdf']['source'] == 'identified'
+    params = result['params']['parameters']
+    assert params['arm_joint/damping']['unit'] == 'N m s/rad'
+    assert 'std' not in params['arm_joint/damping']
+    assert all(result['model'].damping > 0)
+    _moved_toward_truth(result['model'], qube['true'], qube['held_out'], 'qube')
+    rollout = metrics['rollout']['1s']
+    assert rollout['windows'] >= 5 and rollout['nmse'] < metrics['nominal']['rollout']['1s'][
+        'nmse']
+
+
+def test_nea_on_npz_with_a_urdf_file_uses_the_measured_torques(pendulum, tmp_path, capsys):
+    out = tmp_path / 'npz'
+    code, err = _run(capsys, pendulum['npz'], '--robot', pendulum['urdf'], '--method', 'nea',
+                     '--actuator', 'viscous', '--out', out, '--quiet')
+    assert code == 0, err
+    result = _check_outputs(out, 'nea', ('shoulder_joint', 'elbow_joint'))
+    assert result['params']['input'] == 'tau'
+    assert result['params']['robot'] == str(pendulum['urdf'].resolve())
+    assert result['metrics']['config']['friction'] == ['viscous']
+    parameters = result['params']['parameters']
+    for joint in ('shoulder_joint', 'elbow_joint'):     # Coulomb stays nominal
+        coulomb = parameters[f'{joint}/coulomb']
+        assert coulomb['value'] == pytest.approx(coulomb['nominal'])
+    _moved_toward_truth(result['model'], pendulum['true'], pendulum['held_out'],
+                        'double_pendulum')
+
+
+def test_ffnn_writes_the_nominal_urdf(qube, tmp_path, capsys):
+    out = tmp_path / 'ffnn'
+    code, err = _run(capsys, qube['csv'], '--robot', 'qube', '--method', 'ffnn', '--out', out,
+                     '--max-iter', '5', '--quiet')
+    assert code == 0, err
+    result = _check_outputs(out, 'ffnn', robots.get('qube').joint_names)
+    metrics = result['metrics']
+    assert metrics['urdf']['source'] == 'nominal' and metrics['urdf']['notes']
+    assert metrics['physical_parameters'] is False and metrics['torque'] is None
+    assert metrics['acceleration']['validation']['nmse_mean'] is not None
+    assert result['params']['parameters'] == {}
+    assert (out / 'modules.pt').is_file()
+    nominal = load_urdf(robots.urdf_string('qube'), dtype=torch.float64)
+    torch.testing.assert_close(result['model'].inertial, nominal.inertial)
+
+
+def test_help_exits_zero(capsys):
+    assert main(['--help']) == 0
+    assert 'diffsim-fit' in capsys.readouterr().out
+
+
+# --------------------------------------------------------------------------------------
+# Errors: exit code 2, one line naming the problem, no traceback
+# --------------------------------------------------------------------------------------
+def _error(capsys, *argv) -> str:
+    code, err = _run(capsys, *argv, '--quiet')
+    assert code == 2, err
+    assert 'Traceback' not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith('diffsim-fit: error: '), err
+    return lines[0]
+
+
+def test_missing_data(tmp_path, capsys):
+    message = _error(capsys, tmp_path / 'nothing.mcap', '--robot', 'qube', '--out', tmp_path)
+    assert 'does not exist' in message
+
+
+def test_empty_table(tmp_path, capsys):
+    empty = tmp_path / 'empty.csv'
+    empty.write_text('')
+    assert 'empty' in _error(capsys, empty, '--robot', 'qube', '--out', tmp_path)
+
+
+def test_corrupt_bag(qube, tmp_path, capsys):
+    corrupt = tmp_path / 'corrupt.mcap'
+    data = bytearray(qube['bag'].read_bytes())
+    corrupt.write_bytes(bytes(data[:len(data) // 3]) + b'\x00garbage' * 64)
+    message = _error(capsys, corrupt, '--robot', 'qube', '--out', tmp_path)
+    assert 'corrupt' in message or 'cannot read' in message
+
+
+def test_unknown_topic_lists_the_topics(qube, tmp_path, capsys):
+    message = _error(capsys, qube['bag'], '--robot', 'qube', '--topic', '/nope', '--out',
+                     tmp_path)
+    assert '/nope' in message and '/joint_states' in message
+
+
+def test_joints_missing_in_the_data(qube, tmp_path, capsys):
+    message = _error(capsys, qube['bag'], '--robot', 'double_pendulum', '--out', tmp_path)
+    assert 'shoulder_joint' in message
+
+
+def test_voltage_robot_without_commands(qube, tmp_path, capsys):
+    message = _error(capsys, qube['no_commands'], '--robot', 'qube', '--out', tmp_path)
+    assert 'command' in message
+
+
+def test_unknown_robot_lists_the_names(qube, tmp_path, capsys):
+    message = _error(capsys, qube['bag'], '--robot', 'robby', '--out', tmp_path)
+    assert 'robby' in message and 'qube' in message and 'panda' in message
+
+
+def test_invalid_urdf(qube, tmp_path, capsys):
+    bad = tmp_path / 'bad.urdf'
+    bad.write_text('<robot name="bad"><link name="a"/><joint name="j" type="revolute">')
+    message = _error(capsys, qube['bag'], '--robot', bad, '--out', tmp_path)
+    assert 'invalid URDF' in message and 'bad.urdf' in message
+
+
+@pytest.mark.parametrize('option,value', [('--method', 'lstsq'), ('--actuator', 'magic')])
+def test_unknown_method_or_actuator(qube, tmp_path, capsys, option, value):
+    message = _error(capsys, qube['bag'], '--robot', 'qube', option, value, '--out', tmp_path)
+    assert value in message and option in message
+
+
+def test_actuator_the_method_cannot_fit(qube, tmp_path, capsys):
+    message = _error(capsys, qube['bag'], '--robot', 'qube', '--method', 'nea', '--actuator',
+                     'stribeck', '--out', tmp_path)
+    assert 'stribeck' in message and 'diffnea' in message
+
+
+def test_unknown_config_key(qube, tmp_path, capsys):
+    config = tmp_path / 'config.yaml'
+    config.write_text('adam_iterations: 5\nlearning_rate: 0.1\n')
+    message = _error(capsys, qube['bag'], '--robot', 'qube', '--config', config, '--out',
+                     tmp_path)
+    assert 'learning_rate' in message and 'valid keys' in message
+
+
+def test_unknown_validation_run(qube, tmp_path, capsys):
+    message = _error(capsys, qube['csv'], '--robot', 'qube', '--validation', 'run7',
+                     '--out', tmp_path)
+    assert 'run7' in message and 'run1' in message
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason='CUDA is available here')
+def test_cuda_without_cuda(qube, tmp_path, capsys):
+    message = _error(capsys, qube['bag'], '--robot', 'qube', '--device', 'cuda', '--out',
+                     tmp_path)
+    assert 'CUDA' in message
+
+
+# --------------------------------------------------------------------------------------
+# Progress output
+# --------------------------------------------------------------------------------------
+class _Stream:
+    """A text stream that says whether it is a terminal."""
+
+    def __init__(self, tty: bool) -> None:
+        self.text = ''
+        self.tty = tty
+
+    def write(self, text: str) -> None:
+        self.text += text
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return self.tty
+
+
+def test_progress_without_a_terminal_writes_plain_lines():
+    stream = _Stream(tty=False)
+    progress = Progress(stream, log_every_s=0.0)
+    progress.stage('loaded')
+    progress.begin('fitting diffnea')
+    progress.update(12, 0.5, 0.75)
+    progress.update({'iteration': 13, 'loss': 0.25})
+    progress.end()
+    assert '\r' not in stream.text and '\x1b' not in stream.text
+    lines = stream.text.splitlines()
+    assert any('iteration 12, loss 0.5, val loss 0.75' in line for line in lines)
+    assert all(line.startswith('diffsim-fit: ') for line in lines)
+
+
+def test_progress_on_a_terminal_rewrites_one_line():
+    stream = _Stream(tty=True)
+    progress = Progress(stream)
+    progress.begin('fitting nea')
+    progress.update(iteration=3, loss=1.5)
+    progress._render()
+    progress.end()
+    assert '\rdiffsim-fit: fitting nea' in stream.text and 'iteration 3' in stream.text
+    assert stream.text.endswith('\r') and '\n' not in stream.text
+    quiet = _Stream(tty=True)
+    silent = Progress(quiet, quiet=True)
+    silent.begin('x')
+    silent.stage('y')
+    silent.end()
+    assert quiet.text == ''
+
+
+def test_nominal_reference_values_are_consistent_with_the_catalog():
+    # the armature the command adds to catalog robots is the catalog's (cart-pole: rotor)
+    from diffsim_ros.io.fit_cli import load_robot
+    model, info, label = load_robot('cartpole')
+    expected = robots.get('cartpole').motor['armature']
+    assert label == 'cartpole' and info.command_unit == 'V'
+    assert model.armature.tolist() == pytest.approx(list(expected))
+    assert math.isclose(float(nominal_model('cartpole').armature[0]), expected[0])
+    assert np.isfinite(model.inertial.numpy()).all()
