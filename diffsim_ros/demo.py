@@ -1,32 +1,35 @@
 """
-Short dynamics demo: release a robot from a displaced pose and check energy conservation.
+Offline identification demo: a simulated robot with hidden parameters, recorded and refitted.
 
-This is a placeholder for ``diffsim-demo`` until the full demo lands (the identification
-and adaptive-MPC launch running against the simulated robot).  It loads a robot
-description from :mod:`diffsim_ros.robots` and integrates its free motion with RK4: zero
-joint torques and no friction or damping model (``rollout`` without ``torque_fn``
-integrates the rigid-body dynamics alone), so the mechanical energy should stay constant.
-It prints progress and writes ``report.json`` (energy drift, final state, wall time) into
-``--out``.
+Stands in for the ROS demo (identifier, adaptive MPC, monitor and simulated driver over DDS)
+until its nodes land.  It runs the same data path a user runs on a real robot:
+
+1. a MuJoCo plant whose true parameters are ``--param-error`` off the nominal URDF (masses,
+   CoMs, inertias, damping, Coulomb friction, armature) is excited for ``--duration`` s;
+2. the run is recorded as a rosbag2 ``.mcap`` (JointState + Float64MultiArray commands);
+3. ``diffsim-fit`` identifies a model from that bag (DiffNEA by default);
+4. the identified model is scored against the hidden truth: identifiable (base) parameters
+   and 1 s / 2 s rollout prediction error on held-out data, next to the nominal model.
+
+It writes ``recording.mcap``, ``fit/`` (params.yaml, model.urdf, metrics.json, report.png)
+and ``report.json`` into ``--out``.
 """
 
 import argparse
 import json
-import math
 from pathlib import Path
 import sys
 import time
-from typing import List, Optional, Sequence
+from typing import Dict, Optional, Sequence
 
 import torch
 
 from . import robots
-from .core import kinetic_energy, load_urdf, potential_energy, RobotModel, rollout
-
-#: Initial displacement of every joint from zero: radians (revolute) or metres (prismatic).
-DISPLACEMENT_RAD = 0.5
-DISPLACEMENT_M = 0.05
-PROGRESS_CHUNKS = 5
+from .core import load_urdf, RobotModel
+from .io import write_bag
+from .io.fit_cli import main as fit_main
+from .sim import excitation_for, MujocoPlant, nominal_model, PlantConfig
+from .sysid.nea import base_parameters
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -38,133 +41,125 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     """
     parser = argparse.ArgumentParser(
         prog='diffsim-demo',
-        description='Release a robot from a displaced pose with zero joint torques and no '
-                    'friction, integrate with RK4 and report the energy drift.')
-    parser.add_argument('--robot', default='qube',
-                        help='robot description name (default: %(default)s)')
-    parser.add_argument('--out', type=Path, default=Path('demo_out'),
-                        help='directory for report.json (default: %(default)s)')
-    parser.add_argument('--duration', type=float, default=2.0,
-                        help='simulated time in seconds (default: %(default)s)')
-    parser.add_argument('--dt', type=float, default=0.002,
-                        help='integration step in seconds (default: %(default)s)')
+        description='Identify a simulated robot with hidden parameters from a recorded bag.')
+    parser.add_argument('--robot', default='qube', choices=robots.names())
+    parser.add_argument('--out', default='demo_out', type=Path, help='output directory')
+    parser.add_argument('--duration', default=12.0, type=float,
+                        help='excitation length in s (default 12)')
+    parser.add_argument('--param-error', default=0.3, type=float,
+                        help='relative error of the hidden true parameters (default 0.3)')
+    parser.add_argument('--rate', default=100.0, type=float,
+                        help='recording rate in Hz (default 100)')
+    parser.add_argument('--method', default='diffnea', choices=('nea', 'diffnea'))
+    parser.add_argument('--seed', default=0, type=int, help='seed of the hidden parameters')
     args = parser.parse_args(argv)
-    names = list(robots.names())
-    if args.robot not in names:
-        parser.error(f'unknown robot {args.robot!r}; valid names: {", ".join(names)}')
-    if not (math.isfinite(args.duration) and args.duration > 0.0):
-        parser.error(f'--duration must be a positive number of seconds, got {args.duration}')
-    if not (math.isfinite(args.dt) and 0.0 < args.dt <= args.duration):
-        parser.error(f'--dt must be in (0, duration], got {args.dt}')
+    for name in ('duration', 'rate'):
+        if not getattr(args, name) > 0:
+            parser.error(f'--{name} must be positive')
+    if not 0.0 <= args.param_error < 1.0:
+        parser.error('--param-error must be in [0, 1)')
     return args
 
 
-def displaced_pose(model: RobotModel) -> torch.Tensor:
+def record(args: argparse.Namespace) -> tuple:
     """
-    Return a pose displaced from zero on every joint, kept inside the joint limits.
+    Excite the plant and return its true model, nominal model and the recorded run.
 
-    :param model: the robot.
-    :return: joint positions ``(n,)`` [rad or m].
+    :param args: parsed arguments.
+    :return: ``(plant, run)``.
     """
-    q = torch.tensor([DISPLACEMENT_M if kind == 'prismatic' else DISPLACEMENT_RAD
-                      for kind in model.tree.joint_types], dtype=model.dtype)
-    lower = model.lower.to(model.dtype)
-    upper = model.upper.to(model.dtype)
-    margin = torch.where(torch.isfinite(upper - lower), 0.1 * (upper - lower),
-                         torch.zeros_like(q))
-    return torch.minimum(torch.maximum(q, lower + margin), upper - margin)
+    plant = MujocoPlant(PlantConfig(robot=args.robot, rate_hz=args.rate,
+                                    param_error=args.param_error, seed=args.seed,
+                                    joint_limits=False, encoder_counts_per_rev=0))
+    commands = excitation_for(plant, 'multisine', duration=args.duration, fraction=0.3,
+                              band=(0.2, 2.0), generator=torch.Generator().manual_seed(args.seed))
+    run = plant.run(commands, run='demo').replace(poses={}, qdd=None)
+    return plant, run
 
 
-def mechanical_energy(model: RobotModel, states: torch.Tensor) -> torch.Tensor:
+def parameter_report(nominal: RobotModel, identified: RobotModel,
+                     true: RobotModel) -> Dict[str, Dict[str, float]]:
     """
-    Return kinetic plus gravitational potential energy of each state.
+    Compare identifiable parameter combinations of three models.
 
-    :param model: the robot.
-    :param states: ``(..., 2n)`` stacked ``[q, qd]``.
-    :return: energy ``(...)`` [J], potential zero at the world origin.
+    :param nominal: the URDF model the fit started from.
+    :param identified: the fitted model.
+    :param true: the plant's hidden model.
+    :return: ``{expression: {'estimate', 'true', 'nominal', 'relative_error'}}``.
     """
-    q, qd = states[..., :model.n], states[..., model.n:]
-    return kinetic_energy(model, q, qd) + potential_energy(model, q)
-
-
-def simulate(model: RobotModel, x0: torch.Tensor, steps: int, dt: float) -> torch.Tensor:
-    """
-    Integrate the free motion in chunks, printing progress after each.
-
-    :param model: the robot.
-    :param x0: initial state ``(2n,)``.
-    :param steps: number of integration steps.
-    :param dt: step [s].
-    :return: states ``(steps + 1, 2n)``.
-    """
-    energy0 = float(mechanical_energy(model, x0))
-    chunks: List[torch.Tensor] = [x0.unsqueeze(0)]
-    done = 0
-    for chunk in range(PROGRESS_CHUNKS):
-        count = steps * (chunk + 1) // PROGRESS_CHUNKS - done
-        if count == 0:
-            continue
-        controls = torch.zeros(count, model.n, dtype=x0.dtype)
-        states = rollout(model, chunks[-1][-1], controls, dt, method='rk4')
-        chunks.append(states[1:])
-        done += count
-        drift = float(mechanical_energy(model, states[-1])) - energy0
-        print(f'  t = {done * dt:7.3f} s   energy change {drift:+.3e} J', flush=True)
-    return torch.cat(chunks)
+    base = base_parameters(true)
+    values = {key: base.values(model.to(torch.float64)) for key, model in
+              (('estimate', identified), ('true', true), ('nominal', nominal))}
+    report = {}
+    for i, expression in enumerate(base.expressions(digits=4)):
+        entry = {key: float(v[i]) for key, v in values.items()}
+        scale = max(abs(entry['true']), 1e-12)
+        entry['relative_error'] = abs(entry['estimate'] - entry['true']) / scale
+        entry['nominal_relative_error'] = abs(entry['nominal'] - entry['true']) / scale
+        report[expression] = entry
+    return report
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """
     Run the demo.
 
-    :param argv: command-line arguments without the program name; ``None`` reads
-        ``sys.argv``.
-    :return: process exit status (0 on success).
+    :param argv: command-line arguments; ``None`` reads ``sys.argv``.
+    :return: exit code (0 on success, 1 when identification did not beat the nominal model).
     """
     args = parse_args(argv)
-    model = load_urdf(robots.urdf_path(args.robot), dtype=torch.float64)
-    steps = max(1, round(args.duration / args.dt))
-    q0 = displaced_pose(model)
-    x0 = torch.cat([q0, torch.zeros_like(q0)])
-    print(f'diffsim-demo: {args.robot}, {model.n} joints ({", ".join(model.joint_names)})',
-          flush=True)
-    print(f'  undamped release from q0 = {[round(v, 4) for v in q0.tolist()]}, '
-          f'{steps} RK4 steps of {args.dt} s', flush=True)
-
-    start = time.perf_counter()
-    states = simulate(model, x0, steps, args.dt)
-    wall = time.perf_counter() - start
-
-    energy = mechanical_energy(model, states)
-    kinetic_peak = float(kinetic_energy(model, states[:, :model.n], states[:, model.n:]).max())
-    drift = float((energy - energy[0]).abs().max())
-    final = states[-1]
-    report = {
-        'robot': args.robot,
-        'joint_names': list(model.joint_names),
-        'dt_s': args.dt,
-        'steps': steps,
-        'duration_s': steps * args.dt,
-        'method': 'rk4',
-        'initial_energy_J': float(energy[0]),
-        'energy_drift_max_abs_J': drift,
-        'energy_drift_relative_to_peak_kinetic': (drift / kinetic_peak if kinetic_peak > 0
-                                                  else None),
-        'peak_kinetic_energy_J': kinetic_peak,
-        'final_state': {
-            'q': dict(zip(model.joint_names, final[:model.n].tolist())),
-            'qd': dict(zip(model.joint_names, final[model.n:].tolist())),
-        },
-        'wall_time_s': wall,
-        'wall_time_per_step_us': 1e6 * wall / steps,
-    }
     args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / 'report.json'
-    path.write_text(json.dumps(report, indent=2) + '\n')
-    print(f'  max |energy drift| {drift:.3e} J '
-          f'(peak kinetic energy {kinetic_peak:.3e} J), wall time {wall:.2f} s', flush=True)
-    print(f'wrote {path}', flush=True)
-    return 0
+    start = time.perf_counter()
+    info = robots.get(args.robot)
+    print(f'[1/4] simulating {args.robot} (MuJoCo, parameters {args.param_error:.0%} off '
+          f'nominal, seed {args.seed}) for {args.duration:g} s', flush=True)
+    plant, run = record(args)
+    bag = args.out / 'recording.mcap'
+    command_topic = f'/{info.controller_name}/commands'
+    write_bag(bag, run, command_topic=command_topic, overwrite=True)
+    print(f'[2/4] recorded {len(run)} samples to {bag}', flush=True)
+    print(f'[3/4] diffsim-fit {bag.name} --robot {args.robot} --method {args.method}',
+          flush=True)
+    fit_dir = args.out / 'fit'
+    code = fit_main([str(bag), '--robot', args.robot, '--method', args.method,
+                     '--command-topic', command_topic, '--out', str(fit_dir),
+                     '--seed', str(args.seed)])
+    if code != 0:
+        print(f'diffsim-fit failed with exit code {code}', file=sys.stderr)
+        return code
+    metrics = json.loads((fit_dir / 'metrics.json').read_text(encoding='utf-8'))
+    identified = load_urdf(fit_dir / 'model.urdf')
+    nominal = nominal_model(args.robot)
+    identified = identified.replace(armature=nominal.armature)
+    parameters = parameter_report(nominal, identified, plant.true_model)
+    # Horizons longer than the validation data have no windows (NMSE None): left out.
+    prediction = {horizon: {'identified': metrics['rollout'][horizon]['nmse'],
+                            'nominal': metrics['nominal']['rollout'][horizon]['nmse']}
+                  for horizon in metrics['rollout']
+                  if metrics['rollout'][horizon].get('nmse') is not None
+                  and metrics['nominal']['rollout'].get(horizon, {}).get('nmse') is not None}
+    errors = sorted(p['relative_error'] for p in parameters.values())
+    success = bool(prediction) and all(v['identified'] < v['nominal']
+                                       for v in prediction.values())
+    report = {
+        'robot': args.robot, 'method': args.method, 'param_error': args.param_error,
+        'seed': args.seed, 'samples': len(run), 'rate_hz': args.rate,
+        'success': success, 'prediction_nmse': prediction,
+        'median_base_parameter_error': errors[len(errors) // 2],
+        'parameters': parameters, 'fit_wall_time_s': metrics.get('wall_time_s'),
+        'wall_time_s': time.perf_counter() - start,
+        'outputs': {'bag': str(bag), 'fit': str(fit_dir)},
+    }
+    (args.out / 'report.json').write_text(json.dumps(report, indent=2), encoding='utf-8')
+    print('[4/4] identified vs hidden truth:', flush=True)
+    for horizon, value in prediction.items():
+        print(f'  rollout NMSE {horizon}: identified {value["identified"]:.3g}, '
+              f'nominal {value["nominal"]:.3g}')
+    nominal_errors = sorted(p['nominal_relative_error'] for p in parameters.values())
+    print(f'  base parameters: median relative error {errors[len(errors) // 2]:.2%} '
+          f'(nominal model: {nominal_errors[len(errors) // 2]:.2%})')
+    print(f'wrote {args.out / "report.json"} and {fit_dir}/ in {report["wall_time_s"]:.1f} s')
+    return 0 if success else 1
 
 
 if __name__ == '__main__':
