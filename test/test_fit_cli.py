@@ -124,7 +124,7 @@ def test_nea_on_a_bag_of_the_voltage_driven_qube(qube, tmp_path, capsys):
     assert code == 0, err
     result = _check_outputs(out, 'nea', robots.get('qube').joint_names)
     params, metrics = result['params'], result['metrics']
-    assert params['input'] == 'u' and params['actuator'] == 'qube_servo2'
+    assert params['input'] == 'u' and params['actuator'] == 'dc_motor'
     assert params['command_joints'] == ['arm_joint']
     base = [name for name in params['parameters'] if name.startswith('base/')]
     assert base and all('std' in params['parameters'][n] and 'expression' in

@@ -490,3 +490,17 @@ def test_plant_runs_faster_than_real_time(robot):
     start = time.perf_counter()
     plant.run(commands)
     assert 2000 / (time.perf_counter() - start) > 2 * plant.rate_hz
+
+
+@pytest.mark.parametrize('robot', ['qube', 'cartpole'])
+def test_plant_and_estimators_build_the_same_motor_from_the_catalog(robot):
+    # One source of motor constants: a fit of simulated data must not be biased by a
+    # different efficiency or gear convention on the estimator side.
+    from diffsim_ros.sysid.losses import make_actuator
+    plant = MujocoPlant(PlantConfig(robot=robot))
+    info = robots.get(robot)
+    estimator_motor = make_actuator('dc_motor', len(info.command_joints),
+                                    info.dc_motor_kwargs(), dtype=torch.float64)
+    volts = torch.tensor([1.5], dtype=torch.float64)
+    speed = torch.tensor([2.0], dtype=torch.float64)
+    torch.testing.assert_close(estimator_motor(volts, speed), plant.motor(volts, speed))

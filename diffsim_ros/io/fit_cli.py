@@ -98,8 +98,6 @@ from ..sysid.result import IdentificationResult
 PROG = 'diffsim-fit'
 #: Friction choices of ``--actuator``.
 ACTUATOR_CHOICES = ('viscous', 'stribeck', 'nn-friction', 'nn-residual')
-#: Catalogued DC motors of the voltage-commanded robots (``losses.ACTUATORS`` names).
-MOTORS = {'qube': 'qube_servo2', 'cartpole': 'quanser_ip02'}
 #: Fewest training samples worth fitting.
 MIN_SAMPLES = 20
 
@@ -540,13 +538,9 @@ def _read_config(path: Optional[Path]) -> Dict[str, Any]:
 
 def _motor(info: robots.RobotInfo) -> Tuple[str, Dict[str, Any]]:
     """Return the ``(actuator, actuator_kwargs)`` config of a voltage robot's motor."""
-    if info.name in MOTORS:
-        return MOTORS[info.name], {}
-    motor = info.motor
-    kwargs = {'motor_constant': float(motor['k_m']), 'resistance': float(motor['R_m'])}
-    if 'gear_ratio' in motor:
-        kwargs['gear_ratio'] = float(motor['gear_ratio'])
-    return 'dc_motor', kwargs
+    # The catalog is the one source of motor constants (the MuJoCo plant uses it too); the
+    # named presets in core.DCMotor follow other references (e.g. Pyrado's efficiencies).
+    return 'dc_motor', info.dc_motor_kwargs()
 
 
 def estimator_config(args: argparse.Namespace, info: Optional[robots.RobotInfo],

@@ -119,6 +119,32 @@ class RobotInfo:
         """
         return tuple(self.joint_names.index(j) for j in self.command_joints)
 
+    def dc_motor_kwargs(self) -> dict:
+        """
+        Return the constructor arguments of ``diffsim_ros.core.DCMotor`` for this robot.
+
+        The single source of the motor constants: the MuJoCo plant and the estimators both
+        build their voltage-to-torque model from it, so simulated data and fits agree.
+
+        :return: ``motor_constant``, ``resistance``, ``gear_ratio``, ``gear_efficiency``,
+            ``motor_efficiency``, ``voltage_efficiency`` and ``pinion_radius`` as floats.
+        :raises ValueError: if the robot is not voltage-commanded.
+        """
+        spec = self.motor
+        if 'k_m' not in spec or 'R_m' not in spec:
+            raise ValueError(f'robot {self.name!r} has no DC-motor model (commands in '
+                             f'{self.command_unit})')
+        rack = spec.get('type') == 'dc_motor_rack_and_pinion'
+        return {
+            'motor_constant': float(spec['k_m']), 'resistance': float(spec['R_m']),
+            'gear_ratio': float(spec.get('gear_ratio', spec.get('K_g', 1.0))),
+            'gear_efficiency': float(spec.get('eta_g', 1.0)),
+            'motor_efficiency': float(spec.get('eta_m', 1.0)),
+            # The rack-and-pinion equation applies eta_m to the voltage too (see 'equation').
+            'voltage_efficiency': float(spec.get('eta_m', 1.0)) if rack else 1.0,
+            'pinion_radius': float(spec.get('r_mp', 1.0)),
+        }
+
 
 # --------------------------------------------------------------------------------------
 # Citations (full references; the URDF headers use the same sources)

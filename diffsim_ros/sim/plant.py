@@ -194,18 +194,13 @@ class MujocoPlant:
             self._per_command = gain
             self._back_emf = np.zeros(len(joints))
             return
-        spec = self.info.motor
-        rack = spec.get('type') == 'dc_motor_rack_and_pinion'
-        k_m = torch.tensor([params.motor_constant.get(j, spec['k_m']) for j in joints],
-                           dtype=torch.float64)
-        r_m = torch.tensor([params.motor_resistance.get(j, spec['R_m']) for j in joints],
-                           dtype=torch.float64)
-        self.motor = DCMotor(
-            len(joints), motor_constant=k_m, resistance=r_m,
-            gear_ratio=spec.get('gear_ratio', spec.get('K_g', 1.0)),
-            gear_efficiency=spec.get('eta_g', 1.0), motor_efficiency=spec.get('eta_m', 1.0),
-            voltage_efficiency=spec.get('eta_m', 1.0) if rack else 1.0,
-            pinion_radius=spec.get('r_mp', 1.0), dtype=torch.float64)
+        nominal = self.info.dc_motor_kwargs()
+        k_m = torch.tensor([params.motor_constant.get(j, nominal['motor_constant'])
+                            for j in joints], dtype=torch.float64)
+        r_m = torch.tensor([params.motor_resistance.get(j, nominal['resistance'])
+                            for j in joints], dtype=torch.float64)
+        self.motor = DCMotor(len(joints), **{**nominal, 'motor_constant': k_m,
+                                             'resistance': r_m}, dtype=torch.float64)
         zeros = torch.zeros(len(joints), dtype=torch.float64)
         with torch.no_grad():
             per_volt = self.motor(torch.ones_like(zeros), zeros).numpy()
