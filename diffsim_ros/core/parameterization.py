@@ -27,6 +27,7 @@ from torch import Tensor
 import torch.nn.functional as F
 
 from .errors import check_trailing_shape
+from .spatial import inertia_tensor, inertial_vector
 
 __all__ = [
     'InertialParameterization',
@@ -56,20 +57,6 @@ def _softplus_inverse(y: Tensor) -> Tensor:
     # log(exp(y) - 1) written so that it neither overflows for large y nor loses digits for
     # tiny y; y <= 0 gives -inf / nan, callers check positivity first.
     return y + torch.log(-torch.expm1(-y))
-
-
-def _sym_from_vec(v: Tensor) -> Tensor:
-    """Symmetric ``(..., 3, 3)`` from ``(..., 6)`` ordered ``[xx, xy, xz, yy, yz, zz]``."""
-    xx, xy, xz, yy, yz, zz = v.unbind(-1)
-    rows = (torch.stack((xx, xy, xz), -1), torch.stack((xy, yy, yz), -1),
-            torch.stack((xz, yz, zz), -1))
-    return torch.stack(rows, -2)
-
-
-def _vec_from_sym(S: Tensor) -> Tensor:
-    """``(..., 6)`` ``[xx, xy, xz, yy, yz, zz]`` from the upper triangle of ``(..., 3, 3)``."""
-    return torch.stack((S[..., 0, 0], S[..., 0, 1], S[..., 0, 2],
-                        S[..., 1, 1], S[..., 1, 2], S[..., 2, 2]), -1)
 
 
 def _eye3_like(x: Tensor) -> Tensor:
@@ -125,7 +112,7 @@ def pseudo_inertia(pi: Tensor) -> Tensor:
     :return: pseudo-inertia ``(..., 4, 4)``.
     """
     check_trailing_shape('pi', pi, (10,))
-    inertia = _sym_from_vec(pi[..., 4:10])
+    inertia = inertia_tensor(pi)
     trace = inertia.diagonal(dim1=-2, dim2=-1).sum(-1)
     sigma = 0.5 * trace[..., None, None] * _eye3_like(pi) - inertia
     h = pi[..., 1:4]
@@ -145,7 +132,7 @@ def inertial_from_pseudo_inertia(J: Tensor) -> Tensor:
     sigma = J[..., :3, :3]
     trace = sigma.diagonal(dim1=-2, dim2=-1).sum(-1)
     inertia = trace[..., None, None] * _eye3_like(J) - sigma
-    return torch.cat((J[..., 3:, 3], J[..., :3, 3], _vec_from_sym(inertia)), -1)
+    return inertial_vector(J[..., 3, 3], J[..., :3, 3], inertia)
 
 
 def is_physically_consistent(pi: Tensor, eps: float = 0.0) -> Tensor:
@@ -192,10 +179,7 @@ def inertial_from_mass_com_inertia(mass: Tensor, com: Tensor, inertia_com: Tenso
     cc = com[..., :, None] * com[..., None, :]
     c2 = (com * com).sum(-1)[..., None, None]
     inertia = inertia_com + m * (c2 * _eye3_like(com) - cc)
-    h = mass[..., None] * com
-    batch = torch.broadcast_shapes(mass.shape, h.shape[:-1], inertia.shape[:-2])
-    return torch.cat((mass.expand(batch)[..., None], h.expand(*batch, 3),
-                      _vec_from_sym(inertia).expand(*batch, 6)), -1)
+    return inertial_vector(mass, mass[..., None] * com, inertia)
 
 
 def mass_com_inertia(pi: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
@@ -212,8 +196,7 @@ def mass_com_inertia(pi: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     com = pi[..., 1:4] / mass[..., None]
     cc = com[..., :, None] * com[..., None, :]
     c2 = (com * com).sum(-1)[..., None, None]
-    inertia_com = (_sym_from_vec(pi[..., 4:10])
-                   - mass[..., None, None] * (c2 * _eye3_like(pi) - cc))
+    inertia_com = inertia_tensor(pi) - mass[..., None, None] * (c2 * _eye3_like(pi) - cc)
     return mass, com, inertia_com
 
 
