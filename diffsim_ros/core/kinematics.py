@@ -4,7 +4,7 @@ import torch
 
 from .errors import check_trailing_shape
 from .model import RobotModel
-from .spatial import small_matmul, small_matvec, spatial_inertia, transform_inertial
+from .spatial import small_matmul, small_matvec, transform_inertial
 
 Tensor = torch.Tensor
 
@@ -89,17 +89,6 @@ def world_inertial(model: RobotModel, T_world_body: Tensor) -> Tensor:
     :return: ``(..., n, 10)``.
     """
     return transform_inertial(model.inertial, T_world_body)
-
-
-def world_inertias(model: RobotModel, T_world_body: Tensor) -> Tensor:
-    """
-    Return body spatial inertias in world coordinates.
-
-    :param model: the robot.
-    :param T_world_body: body poses ``(..., n, 4, 4)``.
-    :return: ``(..., n, 6, 6)``.
-    """
-    return spatial_inertia(world_inertial(model, T_world_body))
 
 
 def jacobian(model: RobotModel, q: Tensor, link: str,
