@@ -19,34 +19,13 @@ import numpy as np
 import pytest
 import torch
 from urdf_factory import (
-    case_urdf, joint_types_of, mujoco_dynamics, mujoco_model, MujocoMap, pinocchio_model,
-    PinocchioMap, RANDOM_SEEDS, random_state, reference_cases, require_core, robot_to_urdf,
-    seeded_robot, state_rng)
+    as_tensor, assert_close, case_urdf, joint_types_of, mujoco_dynamics, mujoco_model,
+    MujocoMap, pinocchio_model, PinocchioMap, RANDOM_SEEDS, random_state, reference_cases,
+    require_core, robot_to_urdf, seeded_robot, state_rng)
 
 mujoco = pytest.importorskip('mujoco')
 
-TOL = 1e-9
 N_STATES = 4
-
-
-def assert_close(actual, expected, what: str, tol: float = TOL) -> None:
-    """
-    Assert ``|actual - expected| <= tol * max(1, max|expected|)`` elementwise.
-
-    :param actual: our value.
-    :param expected: the reference value.
-    :param what: description printed on failure.
-    :param tol: tolerance.
-    """
-    actual = np.asarray(actual.detach() if isinstance(actual, torch.Tensor) else actual)
-    expected = np.asarray(expected)
-    assert actual.shape == expected.shape, f'{what}: shape {actual.shape} != {expected.shape}'
-    scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
-    np.testing.assert_allclose(actual, expected, rtol=0.0, atol=tol * scale, err_msg=what)
-
-
-def _t(x: np.ndarray) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(x), dtype=torch.float64)
 
 
 def test_mujoco_setup_removes_passive_effects():
@@ -108,9 +87,10 @@ def test_core_matches_mujoco(case):
     q, qd, tau = random_state(state_rng(label + 'mujoco'),
                               joint_types_of(xml, model.joint_names), batch=(N_STATES,))
     qd[0] = 0.0
-    qdd = core.aba(model, _t(q), _t(qd), _t(tau))
-    mass = core.crba(model, _t(q))
-    bias = core.rnea(model, _t(q), _t(qd), torch.zeros(N_STATES, model.n, dtype=torch.float64))
+    qdd = core.aba(model, as_tensor(q), as_tensor(qd), as_tensor(tau))
+    mass = core.crba(model, as_tensor(q))
+    bias = core.rnea(model, as_tensor(q), as_tensor(qd),
+                     torch.zeros(N_STATES, model.n, dtype=torch.float64))
     for b in range(N_STATES):
         qdd_mj, mass_mj, bias_mj = mujoco_dynamics(mj_model, mj_data, mj_map, q[b], qd[b],
                                                    tau[b])

@@ -16,13 +16,12 @@ import numpy as np
 import pytest
 import torch
 from urdf_factory import (
-    case_urdf, joint_types_of, MOVABLE_TYPES, pinocchio_model, PinocchioMap, random_link,
-    RANDOM_SEEDS, random_state, reference_cases, require_core, robot_to_urdf, seeded_robot,
-    state_rng)
+    as_tensor, assert_close, case_urdf, joint_types_of, MOVABLE_TYPES, pinocchio_model,
+    PinocchioMap, random_link, RANDOM_SEEDS, random_state, reference_cases, require_core,
+    robot_to_urdf, seeded_robot, state_rng)
 
 pin = pytest.importorskip('pinocchio')
 
-TOL = 1e-9
 N_STATES = 4
 # Our spatial vectors are [angular; linear], Pinocchio's are [linear; angular].
 PIN_TO_OURS_ROWS = [3, 4, 5, 0, 1, 2]
@@ -55,26 +54,6 @@ def _load(case: tuple) -> Reference:
 def ref(request) -> Reference:
     """Return the reference pair of the current case (skips until the core exists)."""
     return _load(request.param)
-
-
-def assert_close(actual, expected, what: str, tol: float = TOL) -> None:
-    """
-    Assert ``|actual - expected| <= tol * max(1, max|expected|)`` elementwise.
-
-    :param actual: our value.
-    :param expected: the reference value.
-    :param what: description printed on failure.
-    :param tol: tolerance.
-    """
-    actual = np.asarray(actual.detach() if isinstance(actual, torch.Tensor) else actual)
-    expected = np.asarray(expected)
-    assert actual.shape == expected.shape, f'{what}: shape {actual.shape} != {expected.shape}'
-    scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
-    np.testing.assert_allclose(actual, expected, rtol=0.0, atol=tol * scale, err_msg=what)
-
-
-def _t(x: np.ndarray) -> torch.Tensor:
-    return torch.as_tensor(np.asarray(x), dtype=torch.float64)
 
 
 def _states(ref: Reference, label: str) -> tuple:
@@ -185,11 +164,11 @@ def test_rnea(ref):
     """Inverse dynamics, batched and single, equals Pinocchio's rnea."""
     core = require_core()
     q, qd, qdd = _states(ref, 'rnea')
-    tau = core.rnea(ref.model, _t(q), _t(qd), _t(qdd))
+    tau = core.rnea(ref.model, as_tensor(q), as_tensor(qd), as_tensor(qdd))
     for b in range(N_STATES):
         expected = pin_rnea(ref.pin_model, ref.pmap, q[b], qd[b], qdd[b])
         assert_close(tau[b], expected, f'rnea sample {b}')
-    single = core.rnea(ref.model, _t(q[1]), _t(qd[1]), _t(qdd[1]))
+    single = core.rnea(ref.model, as_tensor(q[1]), as_tensor(qd[1]), as_tensor(qdd[1]))
     assert_close(single, pin_rnea(ref.pin_model, ref.pmap, q[1], qd[1], qdd[1]), 'rnea single')
 
 
@@ -197,11 +176,11 @@ def test_aba(ref):
     """Forward dynamics, batched and single, equals Pinocchio's aba."""
     core = require_core()
     q, qd, tau = _states(ref, 'aba')
-    qdd = core.aba(ref.model, _t(q), _t(qd), _t(tau))
+    qdd = core.aba(ref.model, as_tensor(q), as_tensor(qd), as_tensor(tau))
     for b in range(N_STATES):
         expected = pin_aba(ref.pin_model, ref.pmap, q[b], qd[b], tau[b])
         assert_close(qdd[b], expected, f'aba sample {b}')
-    single = core.aba(ref.model, _t(q[2]), _t(qd[2]), _t(tau[2]))
+    single = core.aba(ref.model, as_tensor(q[2]), as_tensor(qd[2]), as_tensor(tau[2]))
     assert_close(single, pin_aba(ref.pin_model, ref.pmap, q[2], qd[2], tau[2]), 'aba single')
 
 
@@ -209,10 +188,10 @@ def test_crba(ref):
     """The joint-space inertia matrix equals Pinocchio's crba (symmetrised)."""
     core = require_core()
     q, _, _ = _states(ref, 'crba')
-    mass = core.crba(ref.model, _t(q))
+    mass = core.crba(ref.model, as_tensor(q))
     for b in range(N_STATES):
         assert_close(mass[b], pin_crba(ref.pin_model, ref.pmap, q[b]), f'crba sample {b}')
-    assert_close(core.crba(ref.model, _t(q[0])), pin_crba(ref.pin_model, ref.pmap, q[0]),
+    assert_close(core.crba(ref.model, as_tensor(q[0])), pin_crba(ref.pin_model, ref.pmap, q[0]),
                  'crba single')
 
 
@@ -220,7 +199,7 @@ def test_forward_kinematics(ref):
     """World poses of every link equal Pinocchio's BODY frame placements of the same name."""
     core = require_core()
     q, _, _ = _states(ref, 'fk')
-    T_world_link = core.forward_kinematics(ref.model, _t(q))
+    T_world_link = core.forward_kinematics(ref.model, as_tensor(q))
     n_links = len(ref.model.link_names)
     assert tuple(T_world_link.shape) == (N_STATES, n_links, 4, 4)
     frame_ids = [ref.pin_model.getFrameId(name, pin.FrameType.BODY)
@@ -230,7 +209,7 @@ def test_forward_kinematics(ref):
         pin.framesForwardKinematics(ref.pin_model, data, ref.pmap.q(q[b]))
         expected = np.stack([data.oMf[fid].homogeneous for fid in frame_ids])
         assert_close(T_world_link[b], expected, f'forward_kinematics sample {b}')
-    single = core.forward_kinematics(ref.model, _t(q[N_STATES - 1]))
+    single = core.forward_kinematics(ref.model, as_tensor(q[N_STATES - 1]))
     assert_close(single, expected, 'forward_kinematics single')
 
 
@@ -243,7 +222,7 @@ def test_jacobian(ref, frame):
     q, _, _ = _states(ref, 'jacobian')
     data = ref.pin_model.createData()
     for link in ref.model.link_names:
-        jac = core.jacobian(ref.model, _t(q), link, frame=frame)
+        jac = core.jacobian(ref.model, as_tensor(q), link, frame=frame)
         fid = ref.pin_model.getFrameId(link, pin.FrameType.BODY)
         for b in range(N_STATES):
             j_pin = pin.computeFrameJacobian(ref.pin_model, data, ref.pmap.q(q[b]), fid,
@@ -256,8 +235,8 @@ def test_energies(ref):
     """Kinetic and potential energy equal Pinocchio's."""
     core = require_core('kinetic_energy', 'potential_energy')
     q, qd, _ = _states(ref, 'energy')
-    kinetic = core.kinetic_energy(ref.model, _t(q), _t(qd))
-    potential = core.potential_energy(ref.model, _t(q))
+    kinetic = core.kinetic_energy(ref.model, as_tensor(q), as_tensor(qd))
+    potential = core.potential_energy(ref.model, as_tensor(q))
     data = ref.pin_model.createData()
     for b in range(N_STATES):
         q_pin, v_pin = ref.pmap.q(q[b]), ref.pmap.v(qd[b])
@@ -277,14 +256,14 @@ def test_armature_and_custom_gravity(ref):
     rng = state_rng(ref.label + 'armature')
     armature = rng.uniform(0.01, 0.5, ref.model.n)
     gravity = np.array([1.5, -2.0, -7.0])
-    model = ref.model.replace(armature=_t(armature), gravity=_t(gravity))
+    model = ref.model.replace(armature=as_tensor(armature), gravity=as_tensor(gravity))
     pin_model = ref.pin_model.copy()
     pin_model.armature[:] = ref.pmap.v(armature)
     pin_model.gravity.linear = gravity
     q, qd, x = _states(ref, 'armature')
-    tau = core.rnea(model, _t(q), _t(qd), _t(x))
-    qdd = core.aba(model, _t(q), _t(qd), _t(x))
-    mass = core.crba(model, _t(q))
+    tau = core.rnea(model, as_tensor(q), as_tensor(qd), as_tensor(x))
+    qdd = core.aba(model, as_tensor(q), as_tensor(qd), as_tensor(x))
+    mass = core.crba(model, as_tensor(q))
     for b in range(N_STATES):
         assert_close(tau[b], pin_rnea(pin_model, ref.pmap, q[b], qd[b], x[b]), f'rnea {b}')
         assert_close(qdd[b], pin_aba(pin_model, ref.pmap, q[b], qd[b], x[b]), f'aba {b}')
@@ -306,9 +285,9 @@ def test_parameter_batch_matches_each_robot(seed):
     references = [pinocchio_model(xml)[0] for xml in xmls]
     pmaps = [PinocchioMap(p, model.joint_names) for p in references]
     q, qd, x = random_state(rng, joint_types_of(xmls[0], model.joint_names), batch=(3,))
-    tau = core.rnea(model, _t(q), _t(qd), _t(x))
-    qdd = core.aba(model, _t(q), _t(qd), _t(x))
-    mass = core.crba(model, _t(q))
+    tau = core.rnea(model, as_tensor(q), as_tensor(qd), as_tensor(x))
+    qdd = core.aba(model, as_tensor(q), as_tensor(qd), as_tensor(x))
+    mass = core.crba(model, as_tensor(q))
     assert tuple(tau.shape) == (2, 3, model.n) and tuple(mass.shape) == (2, 3, model.n, model.n)
     for p, (pin_model, pmap) in enumerate(zip(references, pmaps)):
         for b in range(3):

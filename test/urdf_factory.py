@@ -20,9 +20,12 @@ import xml.etree.ElementTree as ET
 import zlib
 
 import numpy as np
+import torch
 
 MOVABLE_TYPES = ('revolute', 'continuous', 'prismatic')
 JOINT_TYPES = MOVABLE_TYPES + ('fixed',)
+#: Agreement required with Pinocchio and MuJoCo, relative to max(1, |reference|), float64.
+TOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -708,3 +711,23 @@ def mujoco_dynamics(mj_model, mj_data, mj_map: MujocoMap, q: np.ndarray, qd: np.
         mujoco.mj_fullM(mj_model, mj_data, mass)
     return (mj_map.v_from_mj(mj_data.qacc).copy(), mj_map.matrix_from_mj(mass),
             mj_map.v_from_mj(mj_data.qfrc_bias).copy())
+
+
+def assert_close(actual, expected, what: str, tol: float = TOL) -> None:
+    """
+    Assert ``|actual - expected| <= tol * max(1, max|expected|)`` elementwise.
+
+    :param actual: our value.
+    :param expected: the reference value.
+    :param what: description printed on failure.
+    :param tol: tolerance.
+    """
+    actual = np.asarray(actual.detach() if isinstance(actual, torch.Tensor) else actual)
+    expected = np.asarray(expected)
+    assert actual.shape == expected.shape, f'{what}: shape {actual.shape} != {expected.shape}'
+    scale = max(1.0, float(np.abs(expected).max(initial=0.0)))
+    np.testing.assert_allclose(actual, expected, rtol=0.0, atol=tol * scale, err_msg=what)
+
+
+def as_tensor(x: np.ndarray) -> torch.Tensor:
+    return torch.as_tensor(np.asarray(x), dtype=torch.float64)
