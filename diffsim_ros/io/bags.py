@@ -516,7 +516,7 @@ class BagWriter:
     def _ns(self, t: float) -> int:
         return self.t0_ns + int(round(float(t) * 1e9))
 
-    def _write(self, topic: str, msgtype: str, msg, t: float, log_t: Optional[float]) -> None:
+    def _connection(self, topic: str, msgtype: str):
         if self._writer is None:
             raise BagError(f'bag {str(self.path)!r} is closed')
         key = (topic, msgtype)
@@ -524,10 +524,32 @@ class BagWriter:
             clash = [other for (name, other) in self._connections if name == topic]
             if clash:
                 raise BagError(f'topic {topic!r} already carries {clash[0]}, not {msgtype}')
+            if msgtype not in self._store.types:
+                raise BagError(f'topic {topic!r}: message type {msgtype!r} is not in the '
+                               'rosbags type store')
             self._connections[key] = self._writer.add_connection(topic, msgtype,
                                                                  typestore=self._store)
+        return self._connections[key]
+
+    def _write(self, topic: str, msgtype: str, msg, t: float, log_t: Optional[float]) -> None:
+        connection = self._connection(topic, msgtype)
         data = self._store.serialize_cdr(msg, msgtype)
-        self._writer.write(self._connections[key], self._ns(t if log_t is None else log_t), data)
+        self._writer.write(connection, self._ns(t if log_t is None else log_t), data)
+
+    def raw(self, topic: str, msgtype: str, data: bytes, log_ns: int) -> None:
+        """
+        Write one message that is already serialized (CDR, as rclpy's raw subscriptions get it).
+
+        The recorder of a live ROS graph uses this: nothing is decoded or re-encoded.
+
+        :param topic: topic name.
+        :param msgtype: ROS type name, e.g. ``'sensor_msgs/msg/JointState'``.
+        :param data: the CDR bytes, encapsulation header included.
+        :param log_ns: receive time in ns since the epoch (not relative to ``t0_ns``).
+        :raises BagError: closed bag, unknown type, or the topic already has another type.
+        """
+        connection = self._connection(topic, msgtype)
+        self._writer.write(connection, int(log_ns), bytes(data))
 
     def _header(self, t: float, frame_id: str):
         types = self._store.types
