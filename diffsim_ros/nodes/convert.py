@@ -1,0 +1,287 @@
+"""
+Conversions between ROS messages and numpy arrays, with validation at the boundary.
+
+Every incoming message is checked here once (finite values, consistent lengths, joints mapped
+by name), so the nodes can hand plain arrays to the library.  A rejected message raises
+:class:`MessageError` with one clear reason; nodes log it through :class:`ThrottledLogger`
+and drop the message.
+"""
+
+import math
+import time
+from typing import Callable, Dict, Optional, Sequence, Tuple
+
+from builtin_interfaces.msg import Time
+from geometry_msgs.msg import PoseStamped
+import numpy as np
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+
+__all__ = ['MessageError', 'ThrottledLogger', 'commands_array', 'commands_msg',
+           'joint_state_arrays', 'joint_state_msg', 'pose_matrix', 'pose_msg',
+           'sec_to_stamp', 'stamp_to_sec']
+
+
+class MessageError(ValueError):
+    """An incoming message that cannot be used; the message text gives the one reason."""
+
+
+def stamp_to_sec(stamp) -> float:
+    """
+    Convert a ``builtin_interfaces/Time`` (or a header holding one) to seconds.
+
+    :param stamp: a ``Time`` message, a ``std_msgs/Header`` or an ``rclpy.time.Time``.
+    :return: seconds as a float.
+    """
+    stamp = getattr(stamp, 'stamp', stamp)
+    if hasattr(stamp, 'nanoseconds'):
+        return stamp.nanoseconds * 1e-9
+    return float(stamp.sec) + float(stamp.nanosec) * 1e-9
+
+
+def sec_to_stamp(seconds: float) -> Time:
+    """
+    Convert seconds to a ``builtin_interfaces/Time`` message.
+
+    :param seconds: non-negative time in seconds.
+    :return: the ``Time`` message (nanoseconds rounded to the nearest integer).
+    :raises MessageError: negative or non-finite time.
+    """
+    if not math.isfinite(seconds) or seconds < 0.0:
+        raise MessageError(f'cannot stamp time {seconds!r} s (must be finite and >= 0)')
+    total = int(round(seconds * 1e9))
+    return Time(sec=total // 1_000_000_000, nanosec=total % 1_000_000_000)
+
+
+def _as_stamp(stamp) -> Time:
+    """Return a ``Time`` message from ``None`` (zero), seconds, rclpy Time or a ``Time``."""
+    if stamp is None:
+        return Time()
+    if isinstance(stamp, Time):
+        return stamp
+    if hasattr(stamp, 'to_msg'):
+        return stamp.to_msg()
+    return sec_to_stamp(float(stamp))
+
+
+def joint_state_arrays(msg: JointState, joint_names: Sequence[str],
+                       require_velocity: bool = True
+                       ) -> Tuple[float, np.ndarray, Optional[np.ndarray], Optional[np.ndarray]]:
+    """
+    Extract positions, velocities and efforts of the given joints from a ``JointState``.
+
+    Joints are mapped by name; extra joints in the message (grippers, other robots) are
+    ignored.  Positions and velocities must be finite.  Efforts are optional information:
+    an empty ``effort`` field, or a non-finite effort of a requested joint (drivers report
+    NaN for passive joints), gives ``None``.
+
+    :param msg: the incoming message.
+    :param joint_names: joints to extract, in the order of the returned arrays.
+    :param require_velocity: when False, an empty ``velocity`` field is accepted and the
+        returned velocity is ``None`` (the caller differentiates positions).
+    :return: ``(t, q, qd, effort)``: header stamp in s, and ``(n,)`` float64 arrays in
+        ``joint_names`` order (rad or m, rad/s or m/s, N m or N).
+    :raises MessageError: duplicate names, a requested joint missing, field lengths that
+        differ from ``name``, or non-finite positions/velocities.
+    """
+    names = list(msg.name)
+    if len(set(names)) != len(names):
+        dupes = sorted({name for name in names if names.count(name) > 1})
+        raise MessageError(f'duplicate joint names {dupes}')
+    missing = [name for name in joint_names if name not in names]
+    if missing:
+        raise MessageError(f'joints {missing} missing (message has {names})')
+    if len(msg.position) != len(names):
+        raise MessageError(f'{len(msg.position)} positions for {len(names)} names')
+    if len(msg.velocity) not in (0, len(names)) or (require_velocity and not msg.velocity):
+        raise MessageError(f'{len(msg.velocity)} velocities for {len(names)} names')
+    if len(msg.effort) not in (0, len(names)):
+        raise MessageError(f'{len(msg.effort)} efforts for {len(names)} names')
+    index = [names.index(name) for name in joint_names]
+    q = np.asarray(msg.position, dtype=np.float64)[index]
+    qd = np.asarray(msg.velocity, dtype=np.float64)[index] if len(msg.velocity) else None
+    if not np.all(np.isfinite(q)) or (qd is not None and not np.all(np.isfinite(qd))):
+        raise MessageError('non-finite position or velocity')
+    effort = np.asarray(msg.effort, dtype=np.float64)[index] if len(msg.effort) else None
+    if effort is not None and not np.all(np.isfinite(effort)):
+        effort = None
+    t = stamp_to_sec(msg.header.stamp)
+    if not math.isfinite(t):
+        raise MessageError('non-finite stamp')
+    return t, q, qd, effort
+
+
+def joint_state_msg(names: Sequence[str], q, qd=None, effort=None, stamp=None,
+                    frame_id: str = '') -> JointState:
+    """
+    Build a ``JointState`` message.
+
+    :param names: joint names, one per entry of ``q``.
+    :param q: positions ``(n,)`` (array, tensor or sequence).
+    :param qd: velocities ``(n,)`` or None (empty field).
+    :param effort: efforts ``(n,)`` or None (empty field).
+    :param stamp: header stamp: ``Time`` message, rclpy ``Time``, seconds, or None (zero).
+    :param frame_id: header frame id.
+    :return: the message.
+    :raises MessageError: lengths that differ from ``names``.
+    """
+    msg = JointState()
+    msg.header.stamp = _as_stamp(stamp)
+    msg.header.frame_id = frame_id
+    msg.name = [str(name) for name in names]
+    for field, values in (('position', q), ('velocity', qd), ('effort', effort)):
+        if values is None:
+            continue
+        values = [float(v) for v in np.asarray(values, dtype=np.float64).reshape(-1)]
+        if len(values) != len(msg.name):
+            raise MessageError(f'{len(values)} {field} values for {len(msg.name)} names')
+        setattr(msg, field, values)
+    return msg
+
+
+def commands_msg(values) -> Float64MultiArray:
+    """
+    Build the ``Float64MultiArray`` a forward command controller accepts.
+
+    :param values: command vector ``(m,)`` in the controller's joint order.
+    :return: the message with ``data`` set (layout left empty, as ros2_control expects).
+    :raises MessageError: non-finite values.
+    """
+    data = np.asarray(values, dtype=np.float64).reshape(-1)
+    if not np.all(np.isfinite(data)):
+        raise MessageError(f'non-finite command {data.tolist()}')
+    return Float64MultiArray(data=[float(v) for v in data])
+
+
+def commands_array(msg: Float64MultiArray, length: int) -> np.ndarray:
+    """
+    Read a command vector from a ``Float64MultiArray``.
+
+    :param msg: the incoming message.
+    :param length: expected number of entries (the controller's joint count).
+    :return: ``(length,)`` float64 array.
+    :raises MessageError: wrong length or non-finite values.
+    """
+    data = np.asarray(msg.data, dtype=np.float64).reshape(-1)
+    if data.shape[0] != length:
+        raise MessageError(f'command has {data.shape[0]} values, expected {length}')
+    if not np.all(np.isfinite(data)):
+        raise MessageError('non-finite command')
+    return data
+
+
+def pose_matrix(msg: PoseStamped) -> np.ndarray:
+    """
+    Convert a pose to a homogeneous transform ``T_frame_body``.
+
+    :param msg: a ``PoseStamped`` (or a bare ``Pose``); the quaternion is normalised.
+    :return: ``(4, 4)`` float64 transform mapping body coordinates to ``header.frame_id``.
+    :raises MessageError: non-finite values or a quaternion of (near) zero norm.
+    """
+    pose = getattr(msg, 'pose', msg)
+    p, o = pose.position, pose.orientation
+    values = np.array([p.x, p.y, p.z, o.w, o.x, o.y, o.z], dtype=np.float64)
+    if not np.all(np.isfinite(values)):
+        raise MessageError('non-finite pose')
+    norm = np.linalg.norm(values[3:])
+    if norm < 1e-6:
+        raise MessageError('zero quaternion')
+    w, x, y, z = values[3:] / norm
+    T = np.eye(4)
+    T[:3, :3] = [[1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w)],
+                 [2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w)],
+                 [2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y)]]
+    T[:3, 3] = values[:3]
+    return T
+
+
+def pose_msg(T, frame_id: str, stamp=None) -> PoseStamped:
+    """
+    Convert a homogeneous transform to a ``PoseStamped``.
+
+    :param T: ``(4, 4)`` transform ``T_frame_body`` (array or tensor).
+    :param frame_id: the header frame (the frame ``T`` maps into).
+    :param stamp: header stamp: ``Time`` message, rclpy ``Time``, seconds, or None (zero).
+    :return: the message, quaternion with ``w >= 0``.
+    """
+    T = np.asarray(T, dtype=np.float64).reshape(4, 4)
+    R = T[:3, :3]
+    # Shepperd's method: pivot on the largest of w, x, y, z for accuracy.
+    trace = np.trace(R)
+    pivots = [trace, R[0, 0], R[1, 1], R[2, 2]]
+    k = int(np.argmax(pivots))
+    if k == 0:
+        s = 2.0 * math.sqrt(max(1.0 + trace, 1e-300))
+        quat = (0.25 * s, (R[2, 1] - R[1, 2]) / s, (R[0, 2] - R[2, 0]) / s,
+                (R[1, 0] - R[0, 1]) / s)
+    else:
+        i, j, m = k - 1, k % 3, (k + 1) % 3
+        s = 2.0 * math.sqrt(max(1.0 + R[i, i] - R[j, j] - R[m, m], 1e-300))
+        xyz = [0.0, 0.0, 0.0]
+        xyz[i] = 0.25 * s
+        xyz[j] = (R[j, i] + R[i, j]) / s
+        xyz[m] = (R[m, i] + R[i, m]) / s
+        quat = ((R[m, j] - R[j, m]) / s, *xyz)
+    w, x, y, z = quat if quat[0] >= 0.0 else tuple(-v for v in quat)
+    msg = PoseStamped()
+    msg.header.stamp = _as_stamp(stamp)
+    msg.header.frame_id = frame_id
+    msg.pose.position.x, msg.pose.position.y, msg.pose.position.z = (float(v) for v in T[:3, 3])
+    orientation = msg.pose.orientation
+    orientation.w, orientation.x, orientation.y, orientation.z = (float(w), float(x), float(y),
+                                                                  float(z))
+    return msg
+
+
+class ThrottledLogger:
+    """
+    Warn at most once per period per key, counting what was suppressed.
+
+    ``warn('joint_states', reason)`` logs the first time and then once per ``period`` s,
+    appending how many warnings of that key were suppressed in between; ``drops`` holds the
+    total count per key (every call counts, logged or not) for diagnostics.
+
+    :param logger: an rclpy logger (anything with ``warning(str)``).
+    :param period: minimum time between two log lines of one key, s.
+    :param clock: monotonic time source in seconds (wall clock by default, so throttling
+        works the same under simulated time).
+    """
+
+    def __init__(self, logger, period: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """Create the logger; see the class docstring."""
+        self._logger = logger
+        self._period = float(period)
+        self._clock = clock
+        self._last: Dict[str, float] = {}
+        self._suppressed: Dict[str, int] = {}
+        self.drops: Dict[str, int] = {}
+
+    def warn(self, key: str, message: str) -> bool:
+        """
+        Count one event of ``key`` and log ``message`` unless it was logged recently.
+
+        :param key: what the event is about (topic name, check name).
+        :param message: the warning text.
+        :return: True when the message was logged, False when it was suppressed.
+        """
+        self.drops[key] = self.drops.get(key, 0) + 1
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self._period:
+            self._suppressed[key] = self._suppressed.get(key, 0) + 1
+            return False
+        suppressed = self._suppressed.pop(key, 0)
+        suffix = f' ({suppressed} similar suppressed)' if suppressed else ''
+        self._logger.warning(f'{key}: {message}{suffix}')
+        self._last[key] = now
+        return True
+
+    @property
+    def total(self) -> int:
+        """
+        Return the number of events counted over all keys.
+
+        :return: sum of :attr:`drops`.
+        """
+        return sum(self.drops.values())

@@ -1,0 +1,260 @@
+"""
+Simulated robot driver: the MuJoCo plant behind the topics of the real robot's driver.
+
+Subscribes ``/<controller_name>/commands`` (``std_msgs/Float64MultiArray`` in the catalog's
+``command_joints`` order, N m, N or V) and publishes ``joint_states`` at the robot's rate
+(sensor-data QoS, ``effort`` = the actuator torque the plant applies) and one
+``geometry_msgs/PoseStamped`` per tracked body on ``<mocap_topic_prefix>/<body>``.  The
+plant's "true" parameters differ from the nominal model by ``param_error`` (seeded), or come
+from ``true_parameters_file`` (YAML of :class:`diffsim_ros.sim.TrueParameters`).
+
+Clock modes (``clock_mode``):
+
+* ``realtime``: a wall-clock timer steps the plant at its rate; stamps are the node's clock.
+* ``lockstep``: a thread steps the plant as fast as it can (or at ``real_time_factor``
+  times real time), publishes ``/clock`` with the plant time before each tick's messages and
+  stamps them with it.  Run every other node with ``use_sim_time:=true`` so that their
+  clocks, timers and command timeouts follow the plant; tests and the laptop demo use it.
+
+A bad command (wrong length, NaN/Inf) is dropped with a throttled warning and the last valid
+command stays; after ``command_timeout`` s without a valid command the driver applies zero,
+as a ros2_control forward command controller with a timeout would.
+"""
+
+from dataclasses import dataclass, field
+import threading
+import time
+
+from geometry_msgs.msg import PoseStamped
+import numpy as np
+import rclpy
+from rclpy.clock import Clock, ClockType
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
+from rosgraph_msgs.msg import Clock as ClockMsg
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+import yaml
+
+from .convert import (commands_array, joint_state_msg, MessageError, pose_msg, sec_to_stamp,
+                      ThrottledLogger)
+from .params import declare_config, declare_robot
+from .. import robots
+from ..sim import MujocoPlant, PlantConfig, TrueParameters
+
+__all__ = ['SimDriver', 'SimDriverConfig', 'main']
+
+_CLOCK_MODES = ('realtime', 'lockstep')
+
+
+def _meta(description: str) -> dict:
+    return {'description': description}
+
+
+@dataclass(frozen=True)
+class SimDriverConfig:
+    """Parameters of the simulated driver (see the module docstring)."""
+
+    clock_mode: str = field(default='realtime', metadata=_meta(
+        "'realtime' (wall-clock timer) or 'lockstep' (publish /clock, step as fast as "
+        'possible; other nodes need use_sim_time)'))
+    real_time_factor: float = field(default=0.0, metadata=_meta(
+        'lockstep only: pace the plant at this multiple of real time; 0 = as fast as possible'))
+    rate_hz: float = field(default=0.0, metadata=_meta(
+        "joint_states and command-loop rate, Hz; 0 = the robot's driver rate"))
+    joint_states_topic: str = field(default='joint_states', metadata=_meta(
+        'topic of the published sensor_msgs/JointState'))
+    command_topic: str = field(default='', metadata=_meta(
+        "std_msgs/Float64MultiArray command topic; '' = /<controller_name>/commands"))
+    command_timeout: float = field(default=0.5, metadata=_meta(
+        'seconds without a valid command after which zero is applied; 0 = hold forever'))
+    mocap_bodies: tuple[str, ...] = field(default=(), metadata=_meta(
+        "links whose world poses are published; empty = the robot's end-effector link"))
+    mocap_topic_prefix: str = field(default='mocap', metadata=_meta(
+        'poses go to <prefix>/<link> as geometry_msgs/PoseStamped'))
+    mocap_rate_hz: float = field(default=100.0, metadata=_meta(
+        'motion-capture rate, Hz (rounded to a divider of rate_hz); 0 = no mocap'))
+    world_frame: str = field(default='world', metadata=_meta('frame_id of the mocap poses'))
+    param_error: float = field(default=0.3, metadata=_meta(
+        'relative error of the hidden true parameters (0.3 = 30 %), seeded by seed'))
+    actuator_error: float = field(default=0.0, metadata=_meta(
+        'relative error of the true actuator gains / motor constants'))
+    seed: int = field(default=0, metadata=_meta('seed of the true parameters and the noise'))
+    true_parameters_file: str = field(default='', metadata=_meta(
+        "YAML file of explicit TrueParameters (replaces param_error); '' = sampled"))
+    q_noise_std: float = field(default=0.0, metadata=_meta('position noise std, rad or m'))
+    qd_noise_std: float = field(default=0.0, metadata=_meta('velocity noise std'))
+    q0: tuple[float, ...] = field(default=(), metadata=_meta(
+        'initial positions in joint order; empty = home'))
+
+    def __post_init__(self) -> None:
+        """Validate choices and ranges."""
+        if self.clock_mode not in _CLOCK_MODES:
+            raise ValueError(f'clock_mode must be one of {_CLOCK_MODES}, got {self.clock_mode!r}')
+        for name in ('real_time_factor', 'rate_hz', 'command_timeout', 'mocap_rate_hz'):
+            value = getattr(self, name)
+            if not (np.isfinite(value) and value >= 0.0):
+                raise ValueError(f'{name} must be finite and >= 0, got {value!r}')
+
+    def plant_config(self, robot: str) -> PlantConfig:
+        """
+        Return the plant configuration these parameters describe.
+
+        :param robot: catalog robot name.
+        :return: the :class:`~diffsim_ros.sim.PlantConfig`.
+        """
+        true_parameters = None
+        if self.true_parameters_file:
+            with open(self.true_parameters_file, encoding='utf-8') as stream:
+                true_parameters = TrueParameters.from_dict(yaml.safe_load(stream) or {})
+        return PlantConfig(robot=robot, rate_hz=self.rate_hz or None,
+                           q_noise_std=self.q_noise_std, qd_noise_std=self.qd_noise_std,
+                           true_parameters=true_parameters, param_error=self.param_error,
+                           actuator_error=self.actuator_error, seed=self.seed,
+                           tracked_bodies=self.mocap_bodies or None)
+
+
+class SimDriver(Node):
+    """
+    The simulated driver node (executable ``sim_driver``).
+
+    :param kwargs: ``rclpy.node.Node`` arguments (``context``, ``parameter_overrides``, ...).
+    """
+
+    def __init__(self, **kwargs) -> None:
+        """Declare parameters, build the plant, create the interfaces and start the clock."""
+        super().__init__(kwargs.pop('node_name', 'sim_driver'), **kwargs)
+        self.robot, defaults = declare_robot(self)
+        self.config = config = declare_config(self, SimDriverConfig, defaults=defaults)
+        self.info = robots.get(self.robot)
+        self.plant = MujocoPlant(config.plant_config(self.robot))
+        self.plant.reset(q0=config.q0 or None)
+        self.warnings = ThrottledLogger(self.get_logger())
+        self._lock = threading.Lock()
+        self._command = np.zeros(len(self.plant.command_joints))
+        self._command_time = None
+        self._timed_out = False
+        self.command_topic = config.command_topic or f'/{self.info.controller_name}/commands'
+        self.joint_states_pub = self.create_publisher(
+            JointState, config.joint_states_topic, qos_profile_sensor_data)
+        self.mocap_pubs = {body: self.create_publisher(
+            PoseStamped, f'{config.mocap_topic_prefix}/{body}', qos_profile_sensor_data)
+            for body in (self.plant.tracked_bodies if config.mocap_rate_hz > 0 else ())}
+        self._mocap_every = max(1, round(self.plant.rate_hz / config.mocap_rate_hz)) \
+            if config.mocap_rate_hz > 0 else 0
+        self.create_subscription(Float64MultiArray, self.command_topic, self._on_command, 10)
+        self.lockstep = config.clock_mode == 'lockstep'
+        self.clock_pub = self.create_publisher(ClockMsg, '/clock', 10) if self.lockstep else None
+        self._stop = threading.Event()
+        self._thread = None
+        if self.lockstep:
+            self._thread = threading.Thread(target=self._run_lockstep, daemon=True)
+            self._thread.start()
+        else:
+            self._start = time.monotonic()
+            self.create_timer(self.plant.period, self._on_timer,
+                              clock=Clock(clock_type=ClockType.STEADY_TIME))
+        self.get_logger().info(f'{self.plant!r}, {config.clock_mode}, commands on '
+                               f'{self.command_topic}')
+
+    def now(self) -> float:
+        """
+        Return the driver's time: the plant time in lockstep, else the node clock.
+
+        :return: seconds.
+        """
+        if self.lockstep:
+            return self.plant.time
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _on_command(self, msg: Float64MultiArray) -> None:
+        """Validate and store a command (applied from the next tick on)."""
+        try:
+            u = commands_array(msg, len(self.plant.command_joints))
+        except MessageError as error:
+            self.warnings.warn('commands', f'dropped: {error}; keeping the last valid command')
+            return
+        with self._lock:
+            self._command, self._command_time, self._timed_out = u, self.now(), False
+
+    def _current_command(self) -> np.ndarray:
+        """Return the command to apply now (zero after the timeout)."""
+        with self._lock:
+            timeout = self.config.command_timeout
+            if self._command_time is not None and timeout > 0 \
+                    and self.now() - self._command_time > timeout:
+                if not self._timed_out:
+                    self.get_logger().warning(f'no command for {timeout} s: applying zero')
+                self._command, self._command_time, self._timed_out = \
+                    np.zeros_like(self._command), None, True
+            return self._command
+
+    def tick(self) -> None:
+        """Advance the plant one period and publish its measurement."""
+        measurement = self.plant.step(self._current_command())
+        if self.lockstep:
+            stamp = sec_to_stamp(measurement.t)
+            self.clock_pub.publish(ClockMsg(clock=stamp))
+        else:
+            stamp = self.get_clock().now().to_msg()
+        effort = measurement.tau_applied
+        self.joint_states_pub.publish(joint_state_msg(
+            self.plant.joint_names, measurement.q, measurement.qd, effort, stamp))
+        if self._mocap_every and self.plant.tick % self._mocap_every == 0:
+            for body, publisher in self.mocap_pubs.items():
+                publisher.publish(pose_msg(measurement.poses[body], self.config.world_frame,
+                                           stamp))
+
+    def _on_timer(self) -> None:
+        """Real time: run the ticks that are due (at most 5 at once, then skip ahead)."""
+        due = int((time.monotonic() - self._start) / self.plant.period)
+        behind = due - self.plant.tick
+        if behind > 5:
+            self.warnings.warn('overrun', f'{behind} ticks behind real time; skipping ahead')
+            self._start += (behind - 1) * self.plant.period
+            behind = 1
+        for _ in range(max(behind, 0)):
+            self.tick()
+
+    def _run_lockstep(self) -> None:
+        """Lockstep: step in a loop, paced by ``real_time_factor`` when it is set."""
+        factor, start = self.config.real_time_factor, time.monotonic()
+        try:
+            while not self._stop.is_set() and self.context.ok():
+                self.tick()
+                if factor > 0:
+                    ahead = self.plant.time / factor - (time.monotonic() - start)
+                    if ahead > 0:
+                        self._stop.wait(ahead)
+                else:
+                    time.sleep(0)   # let the executor threads take the GIL
+        except Exception as error:  # noqa: B902 - shutdown races end the loop, quietly
+            if self.context.ok():
+                self.get_logger().error(f'lockstep loop stopped: {error!r}')
+
+    def destroy_node(self) -> None:
+        """Stop the lockstep thread, then destroy the node."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+        super().destroy_node()
+
+
+def main(args=None) -> None:
+    """Run the node (``ros2 run diffsim_ros sim_driver``)."""
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = SimDriver()
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()
+
+
+if __name__ == '__main__':
+    main()

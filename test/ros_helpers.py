@@ -1,0 +1,119 @@
+"""
+Helpers for tests that run real rclpy nodes over DDS on loopback.
+
+Fixtures (load them in a test module with ``pytest_plugins = ['ros_helpers']``; importing
+them by name would trip flake8's F811 at every test that takes one):
+
+* ``ros_domain`` (session): an isolated ``ROS_DOMAIN_ID`` derived from the pid, set in
+  the environment before any context starts, with discovery limited to localhost;
+* ``ros_context``: a fresh ``rclpy`` context on that domain, shut down after the test;
+* ``executor``: a multi-threaded executor of that context spinning in a background thread;
+  add nodes with ``executor.add_node(node)``; nodes are destroyed after the test.
+
+:func:`wait_for` polls a predicate until it holds or a timeout passes.  (PYTEST_DONT_REWRITE:
+the module has no asserts, and test modules import it before pytest loads it as a plugin.)
+"""
+
+import os
+import threading
+import time
+
+import pytest
+import rclpy
+from rclpy.context import Context
+from rclpy.executors import MultiThreadedExecutor
+
+
+def domain_id_for(pid: int) -> int:
+    """
+    Return a DDS domain id for a test process, away from the default domain 0.
+
+    :param pid: process id.
+    :return: an id in ``[1, 100]`` (Fast DDS port arithmetic stays valid up to 232).
+    """
+    return 1 + pid % 100
+
+
+def wait_for(predicate, timeout: float = 5.0, period: float = 0.01) -> bool:
+    """
+    Poll ``predicate`` until it returns a truthy value or ``timeout`` seconds pass.
+
+    :param predicate: callable with no arguments.
+    :param timeout: wall-clock limit, s.
+    :param period: sleep between polls, s.
+    :return: True when the predicate held before the timeout.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(period)
+
+
+@pytest.fixture(scope='session')
+def ros_domain():
+    """Isolate this test run on its own DDS domain, restoring the environment afterwards."""
+    saved = {key: os.environ.get(key)
+             for key in ('ROS_DOMAIN_ID', 'ROS_AUTOMATIC_DISCOVERY_RANGE')}
+    domain = domain_id_for(os.getpid())
+    os.environ['ROS_DOMAIN_ID'] = str(domain)
+    os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+    yield domain
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture
+def ros_context(ros_domain):
+    """Start a fresh rclpy context on the test domain and shut it down afterwards."""
+    context = Context()
+    rclpy.init(context=context, domain_id=ros_domain)
+    yield context
+    if context.ok():
+        rclpy.shutdown(context=context)
+
+
+class SpinningExecutor:
+    """A multi-threaded executor spinning in a daemon thread; it owns the nodes it gets."""
+
+    def __init__(self, context: Context, threads: int = 4) -> None:
+        """Start spinning at once on ``context``."""
+        self.executor = MultiThreadedExecutor(num_threads=threads, context=context)
+        self.nodes = []
+        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread.start()
+
+    def _spin(self) -> None:
+        """Spin until the executor or its context shuts down."""
+        try:
+            self.executor.spin()
+        except Exception:  # noqa: BLE001 - an ExternalShutdownException ends the thread
+            pass
+
+    def add_node(self, node):
+        """Add ``node`` to the executor; return it for chaining."""
+        self.nodes.append(node)
+        self.executor.add_node(node)
+        self.executor.wake()
+        return node
+
+    def shutdown(self) -> None:
+        """Stop spinning, then destroy the nodes."""
+        self.executor.shutdown(timeout_sec=5.0)
+        self._thread.join(timeout=5.0)
+        for node in self.nodes:
+            destroy = getattr(node, 'close', None) or node.destroy_node
+            destroy()
+
+
+@pytest.fixture
+def executor(ros_context):
+    """Provide a :class:`SpinningExecutor` on the test's context."""
+    spinning = SpinningExecutor(ros_context)
+    yield spinning
+    spinning.shutdown()

@@ -1,0 +1,259 @@
+"""Message <-> array conversion, throttled warnings and ROS parameter plumbing of the nodes."""
+
+import dataclasses
+from dataclasses import dataclass, field
+import math
+
+from diffsim_ros import robots
+from diffsim_ros.nodes.convert import (commands_array, commands_msg, joint_state_arrays,
+                                       joint_state_msg, MessageError, pose_matrix, pose_msg,
+                                       sec_to_stamp, stamp_to_sec, ThrottledLogger)
+from diffsim_ros.nodes.params import (config_path, declare_config, declare_robot,
+                                      load_yaml_params, parameter_overrides)
+import numpy as np
+import pytest
+from rclpy.node import Node
+from std_msgs.msg import Float64MultiArray
+
+pytest_plugins = ['ros_helpers']
+
+NAMES = ('a', 'b', 'c')
+
+
+def _state(names, position, velocity=None, effort=None, stamp=1.5):
+    return joint_state_msg(names, position, velocity, effort, stamp)
+
+
+def test_joint_state_maps_by_name_and_ignores_extra_joints():
+    msg = _state(['gripper', 'c', 'a', 'b'], [9.0, 3.0, 1.0, 2.0], [0.9, 0.3, 0.1, 0.2],
+                 [0.0, 30.0, 10.0, 20.0], stamp=12.25)
+    t, q, qd, effort = joint_state_arrays(msg, NAMES)
+    assert t == 12.25
+    np.testing.assert_array_equal(q, [1.0, 2.0, 3.0])
+    np.testing.assert_array_equal(qd, [0.1, 0.2, 0.3])
+    np.testing.assert_array_equal(effort, [10.0, 20.0, 30.0])
+
+
+@pytest.mark.parametrize('names, position, velocity, reason', [
+    (['a', 'b'], [1.0, 2.0], [0.0, 0.0], 'missing'),
+    (['a', 'b', 'c', 'a'], [1.0, 2.0, 3.0, 4.0], [0.0] * 4, 'duplicate'),
+    (['a', 'b', 'c'], [1.0, float('nan'), 3.0], [0.0] * 3, 'non-finite'),
+    (['a', 'b', 'c'], [1.0, 2.0, 3.0], [0.0, float('inf'), 0.0], 'non-finite'),
+    (['a', 'b', 'c'], [1.0, 2.0], [0.0] * 3, 'positions'),
+    (['a', 'b', 'c'], [1.0, 2.0, 3.0], [0.0] * 2, 'velocities'),
+    (['a', 'b', 'c'], [1.0, 2.0, 3.0], [], 'velocities'),
+])
+def test_joint_state_rejects_bad_messages(names, position, velocity, reason):
+    msg = _state(NAMES, [0.0] * 3)
+    msg.name, msg.position, msg.velocity = names, position, velocity
+    with pytest.raises(MessageError, match=reason):
+        joint_state_arrays(msg, NAMES)
+
+
+def test_joint_state_optional_velocity_and_effort():
+    msg = _state(NAMES, [1.0, 2.0, 3.0], effort=[1.0, float('nan'), 0.0])
+    t, q, qd, effort = joint_state_arrays(msg, NAMES, require_velocity=False)
+    assert qd is None and effort is None   # NaN effort (passive joint): no effort
+    msg.effort = [1.0, 2.0]
+    with pytest.raises(MessageError, match='efforts'):
+        joint_state_arrays(msg, NAMES, require_velocity=False)
+
+
+def test_joint_state_msg_checks_lengths():
+    with pytest.raises(MessageError, match='velocity'):
+        joint_state_msg(NAMES, [1.0, 2.0, 3.0], qd=[1.0])
+
+
+def test_commands_round_trip_and_validation():
+    msg = commands_msg(np.array([1.0, -2.5]))
+    assert isinstance(msg, Float64MultiArray) and list(msg.data) == [1.0, -2.5]
+    np.testing.assert_array_equal(commands_array(msg, 2), [1.0, -2.5])
+    with pytest.raises(MessageError, match='expected 3'):
+        commands_array(msg, 3)
+    with pytest.raises(MessageError, match='non-finite'):
+        commands_msg([0.0, float('nan')])
+    with pytest.raises(MessageError, match='non-finite'):
+        commands_array(Float64MultiArray(data=[float('inf')]), 1)
+
+
+def _rotation(axis, angle):
+    axis = np.asarray(axis, dtype=np.float64) / np.linalg.norm(axis)
+    K = np.array([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]])
+    return np.eye(3) + math.sin(angle) * K + (1 - math.cos(angle)) * K @ K
+
+
+def test_pose_round_trip_including_half_turns():
+    rng = np.random.default_rng(4)
+    cases = [(rng.normal(size=3), rng.uniform(-math.pi, math.pi)) for _ in range(20)]
+    cases += [((1, 0, 0), math.pi), ((0, 1, 0), math.pi), ((0, 0, 1), math.pi),
+              ((1, 1, 0), math.pi), ((0, 0, 1), 0.0)]
+    for axis, angle in cases:
+        T = np.eye(4)
+        T[:3, :3] = _rotation(axis, angle)
+        T[:3, 3] = rng.normal(size=3)
+        msg = pose_msg(T, 'world', 3.0)
+        assert msg.header.frame_id == 'world' and stamp_to_sec(msg.header) == 3.0
+        assert msg.pose.orientation.w >= 0.0
+        np.testing.assert_allclose(pose_matrix(msg), T, atol=1e-12)
+
+
+def test_pose_matrix_normalises_and_rejects():
+    msg = pose_msg(np.eye(4), 'world')
+    msg.pose.orientation.w = 2.0
+    np.testing.assert_allclose(pose_matrix(msg), np.eye(4), atol=1e-15)
+    msg.pose.orientation.w = 0.0
+    with pytest.raises(MessageError, match='quaternion'):
+        pose_matrix(msg)
+    msg.pose.orientation.w, msg.pose.position.x = 1.0, float('nan')
+    with pytest.raises(MessageError, match='non-finite'):
+        pose_matrix(msg)
+
+
+def test_stamps():
+    stamp = sec_to_stamp(1.25)
+    assert (stamp.sec, stamp.nanosec) == (1, 250_000_000)
+    assert stamp_to_sec(stamp) == 1.25
+    for bad in (-1.0, float('nan')):
+        with pytest.raises(MessageError):
+            sec_to_stamp(bad)
+
+
+class _Recorder:
+
+    def __init__(self):
+        self.lines = []
+
+    def warning(self, text):
+        self.lines.append(text)
+
+
+def test_throttled_logger_logs_once_per_period_and_counts():
+    now = [0.0]
+    recorder = _Recorder()
+    throttled = ThrottledLogger(recorder, period=1.0, clock=lambda: now[0])
+    for _ in range(5):
+        throttled.warn('joint_states', 'bad')
+    throttled.warn('commands', 'bad')
+    assert recorder.lines == ['joint_states: bad', 'commands: bad']
+    now[0] = 1.5
+    assert throttled.warn('joint_states', 'bad')
+    assert recorder.lines[-1] == 'joint_states: bad (4 similar suppressed)'
+    assert throttled.drops == {'joint_states': 6, 'commands': 1} and throttled.total == 7
+
+
+# -- parameters ----------------------------------------------------------------------------
+def test_load_yaml_params_wildcards_namespaces_and_nesting(tmp_path):
+    path = tmp_path / 'params.yaml'
+    path.write_text(
+        '/**:\n  ros__parameters:\n    use_sim_time: true\n    rate: 1\n'
+        'robot_ns:\n  identifier:\n    ros__parameters:\n      rate: 2\n'
+        '      diffnea: {lr: 0.1, learn: [inertial]}\n'
+        'other:\n  ros__parameters:\n    rate: 3\n')
+    assert load_yaml_params(path, 'identifier') == {
+        'use_sim_time': True, 'rate': 2, 'diffnea.lr': 0.1, 'diffnea.learn': ['inertial']}
+    assert load_yaml_params(path, 'missing') == {'use_sim_time': True, 'rate': 1}
+
+
+@dataclass(frozen=True)
+class _Config:
+    """
+    A test configuration.
+
+    :param gain: documented in the docstring only.
+    """
+
+    gain: float = 1.0
+    count: int = field(default=2, metadata={'description': 'how many', 'read_only': False})
+    names: tuple[str, ...] = ()
+    values: tuple[float, ...] = (1.0, 2.0)
+    options: dict = field(default_factory=dict)
+    label: str = 'x'
+
+    def __post_init__(self):
+        if self.count < 0:
+            raise ValueError(f'count must be >= 0, got {self.count}')
+
+
+ROS = pytest.mark.ros
+
+
+@pytest.fixture
+def make_node(ros_context):
+    nodes = []
+
+    def make(overrides=None, name='params_test'):
+        node = Node(name, context=ros_context,
+                    parameter_overrides=parameter_overrides(overrides or {}))
+        nodes.append(node)
+        return node
+    yield make
+    for node in nodes:
+        node.destroy_node()
+
+
+@ROS
+def test_declare_config_descriptors_and_precedence(make_node):
+    node = make_node({'p.gain': 3, 'p.names': ['u', 'v'], 'p.options': '{k: 1.5}'})
+    config = declare_config(node, _Config, 'p.', defaults={'p.label': 'from-yaml',
+                                                           'p.gain': 9.0, 'p.count': 5})
+    assert config == _Config(gain=3.0, count=5, names=('u', 'v'), values=(1.0, 2.0),
+                             options={'k': 1.5}, label='from-yaml')
+    assert isinstance(config.gain, float)
+    gain = node.describe_parameter('p.gain')
+    assert gain.description == 'documented in the docstring only.' and gain.read_only
+    count = node.describe_parameter('p.count')
+    assert count.description == 'how many' and not count.read_only
+    assert node.get_parameter('p.values').value == [1.0, 2.0]
+
+
+@ROS
+def test_declare_config_nested_mapping_default_and_empty_tuple(make_node):
+    config = declare_config(make_node(), _Config, defaults={'options.a': 1, 'options.b': 'z'})
+    assert config.options == {'a': 1, 'b': 'z'} and config.names == ()
+
+
+@ROS
+@pytest.mark.parametrize('overrides, match', [
+    ({'count': -1}, 'count must be >= 0'),
+    ({'count': 'many'}, 'count'),
+    ({'gain': 'fast'}, "'gain' must be a float"),
+    ({'options': '[1, 2]'}, 'mapping'),
+])
+def test_declare_config_rejects_bad_values(make_node, overrides, match):
+    with pytest.raises(ValueError, match=match):
+        declare_config(make_node(overrides), _Config)
+
+
+@ROS
+def test_declare_robot_reads_the_robot_yaml(make_node):
+    robot, defaults = declare_robot(make_node({'robot': 'cartpole'}, name='identifier'))
+    assert robot == 'cartpole' and 'robot' not in defaults
+    assert defaults['diffnea.actuator'] == 'quanser_ip02'
+    with pytest.raises(ValueError, match='unknown robot'):
+        declare_robot(make_node({'robot': 'r2d2'}, name='identifier'))
+    with pytest.raises(ValueError, match='does not exist'):
+        declare_robot(make_node({'config_file': '/nonexistent.yaml'}, name='identifier'))
+
+
+@ROS
+@pytest.mark.parametrize('robot', ['qube', 'cartpole', 'wam4', 'wam7', 'panda'])
+def test_shipped_configs_validate(make_node, robot):
+    from diffsim_ros.nodes.identifier import IdentifierConfig
+    from diffsim_ros.nodes.sim_driver import SimDriverConfig
+    from diffsim_ros.sysid.estimators import ESTIMATORS
+    path = config_path(robot)
+    assert path.is_file()
+    for node_name, config_cls in (('sim_driver', SimDriverConfig),
+                                  ('identifier', IdentifierConfig)):
+        values = load_yaml_params(path, node_name)
+        assert values.pop('robot') == robot
+        names = {item.name for item in dataclasses.fields(config_cls)}
+        own = {key for key in values if '.' not in key}
+        assert own <= names, f'{node_name}: unknown keys {sorted(own - names)}'
+        node = make_node(name=node_name)
+        config = declare_config(node, config_cls, defaults=values)
+        if node_name == 'identifier':
+            for estimator in ('nea', 'diffnea'):
+                declare_config(node, ESTIMATORS[estimator][1], f'{estimator}.', values,
+                               skip_unsupported=True)
+            assert config.mocap_bodies == (robots.get(robot).end_effector_link,)

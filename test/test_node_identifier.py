@@ -1,0 +1,215 @@
+"""The identification node over real DDS (loopback): interfaces, fuzzing, refits."""
+
+import dataclasses
+import json
+import math
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diffsim_ros.core import load_urdf
+from diffsim_ros.nodes import identifier as identifier_module
+from diffsim_ros.nodes.convert import joint_state_msg, pose_msg, sec_to_stamp
+from diffsim_ros.nodes.identifier import Identifier
+from diffsim_ros.nodes.params import parameter_overrides
+from diffsim_ros.nodes.sim_driver import SimDriver
+from diffsim_ros.sim import excitation_for, MujocoPlant, PlantConfig
+import numpy as np
+import pytest
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, QoSProfile
+from ros_helpers import wait_for
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String
+from std_srvs.srv import SetBool, Trigger
+
+pytest_plugins = ['ros_helpers']
+pytestmark = pytest.mark.ros
+
+JOINTS = ('arm_joint', 'pendulum_joint')
+#: A quick DiffNEA on the efforts the (simulated) driver reports.
+QUICK = {'diffnea.adam_iterations': 60, 'diffnea.lbfgs_iterations': 0,
+         'diffnea.source': 'tau', 'diffnea.actuator': 'none',
+         'diffnea.learn': ['inertial', 'damping']}
+
+
+def make_identifier(executor, **params):
+    params = {'robot': 'qube', 'window': 3.0, 'min_window': 1.0, **QUICK, **params}
+    return executor.add_node(Identifier(context=executor.executor.context,
+                                        parameter_overrides=parameter_overrides(params)))
+
+
+def call(node, kind, name, request, timeout=10.0):
+    client = node.create_client(kind, name)
+    assert client.wait_for_service(timeout_sec=timeout)
+    future = client.call_async(request)
+    assert wait_for(future.done, timeout)
+    return future.result()
+
+
+def plant_run(seconds=3.0, rate=100.0):
+    plant = MujocoPlant(PlantConfig(robot='qube', rate_hz=rate, param_error=0.3, seed=1))
+    commands = excitation_for(plant, 'multisine', duration=seconds)
+    return plant.run(commands)
+
+
+def feed(node, traj, efforts=True):
+    """Hand a trajectory to the node's joint-state callback, sample by sample."""
+    for k in range(len(traj)):
+        node._on_joint_state(joint_state_msg(
+            JOINTS, traj.q[k].numpy(), traj.qd[k].numpy(),
+            traj.tau[k].numpy() if efforts else None, float(traj.t[k]) + 1.0))
+
+
+def test_interfaces_latched_model_and_services(executor, tmp_path):
+    node = make_identifier(executor, save_directory=str(tmp_path / 'out'))
+    info = node.get_publishers_info_by_topic('/identifier/robot_description')
+    assert [i.topic_type for i in info] == ['std_msgs/msg/String']
+    assert info[0].qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
+    assert [i.topic_type for i in node.get_publishers_info_by_topic('/diagnostics')] == \
+        ['diagnostic_msgs/msg/DiagnosticArray']
+    subs = node.get_subscriptions_info_by_topic('/joint_states')
+    assert [i.topic_type for i in subs] == ['sensor_msgs/msg/JointState']
+    assert node.describe_parameter('diffnea.adam_iterations').read_only
+    assert node.get_parameter('diffnea.adam_iterations').value == 60
+    assert node.estimator_config.command_joints == ('arm_joint',)
+    # a late subscriber still gets the (nominal) model: transient local
+    probe = executor.add_node(Node('probe', context=executor.executor.context))
+    latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    inbox = {'urdf': [], 'params': [], 'diag': []}
+    probe.create_subscription(String, '/identifier/robot_description', inbox['urdf'].append,
+                              latched)
+    probe.create_subscription(String, '/identifier/parameters', inbox['params'].append, latched)
+    probe.create_subscription(DiagnosticArray, '/diagnostics', inbox['diag'].append, 10)
+    assert wait_for(lambda: inbox['urdf'] and inbox['params'] and inbox['diag'])
+    assert load_urdf(inbox['urdf'][-1].data).joint_names == JOINTS
+    assert json.loads(inbox['params'][-1].data)['method'] == 'nominal'
+    keys = {v.key for v in inbox['diag'][-1].status[0].values}
+    assert {'window_fill', 'refit_rate_hz', 'drops', 'heldout_loss', 'refits'} <= keys
+
+    assert call(probe, SetBool, '/identifier/freeze', SetBool.Request(data=True)).success
+    assert node.frozen
+    saved = call(probe, Trigger, '/identifier/save', Trigger.Request())
+    assert saved.success, saved.message
+    assert (tmp_path / 'out' / 'qube_identified.urdf').is_file()
+    assert (tmp_path / 'out' / 'qube_identified.yaml').is_file()
+    feed(node, plant_run(1.0))
+    assert node._states
+    assert call(probe, Trigger, '/identifier/reset', Trigger.Request()).success
+    assert not node._states and node.best is None
+
+
+def test_fuzzed_input_is_dropped_and_the_node_stays_alive(executor):
+    node = make_identifier(executor)
+    probe = executor.add_node(Node('fuzzer', context=executor.executor.context))
+    states = probe.create_publisher(JointState, '/joint_states', 100)
+    commands = probe.create_publisher(Float64MultiArray, '/effort_controller/commands', 100)
+    assert wait_for(lambda: states.get_subscription_count() and commands.get_subscription_count())
+
+    def good(t):
+        return joint_state_msg(JOINTS, [0.1, 0.2], [0.0, 0.0], [0.0, 0.0], t)
+    bad = [joint_state_msg(JOINTS, [float('nan'), 0.0], [0.0, 0.0], None, 1.0),
+           joint_state_msg(JOINTS, [0.0, 0.0], [float('inf'), 0.0], None, 1.0),
+           joint_state_msg(['arm_joint'], [0.0], [0.0], None, 1.0),          # missing joint
+           joint_state_msg(['arm_joint', 'arm_joint'], [0.0, 0.0], [0.0, 0.0], None, 1.0),
+           joint_state_msg(['x', 'y'], [0.0, 0.0], [0.0, 0.0], None, 1.0)]    # unknown only
+    wrong_length = joint_state_msg(JOINTS, [0.0, 0.0], None, None, 1.0)
+    wrong_length.velocity = [0.0]
+    bad.append(wrong_length)
+    states.publish(good(2.0))
+    assert wait_for(lambda: len(node._states) == 1)
+    # one at a time: the sensor-data QoS (best effort, depth 5) may drop a fast series
+    for count, msg in enumerate(bad + [good(2.0), good(1.5)], 1):   # + duplicate, old stamp
+        states.publish(msg)
+        assert wait_for(lambda: node.warnings.drops.get('joint_states', 0) == count), msg
+    for count, data in enumerate(([float('nan')], [1.0, 2.0], []), 1):
+        commands.publish(Float64MultiArray(data=data))
+        assert wait_for(lambda: node.warnings.drops.get('commands', 0) == count), data
+    assert len(node._states) == 1
+    # a 10 kHz burst: kept at most at twice the driver rate (500 Hz), the rest decimated
+    for k in range(1, 501):
+        states.publish(good(2.0 + k * 1e-4))
+    assert wait_for(lambda: node._states[-1][0] >= 2.04 or node.stats['decimated'] > 300,
+                    timeout=10.0)
+    stamps = np.array([s[0] for s in node._states])
+    assert np.all(np.diff(stamps) >= 1e-3 - 1e-9)
+    # a pose with a zero quaternion
+    node_poses = make_identifier(executor, node_name='identifier_mocap',
+                                 mocap_bodies=['pendulum_tip'])
+    poses = probe.create_publisher(type(pose_msg(np.eye(4), 'world')), '/mocap/pendulum_tip', 10)
+    assert wait_for(lambda: poses.get_subscription_count() >= 1)
+    broken = pose_msg(np.eye(4), 'world', 1.0)
+    broken.pose.orientation.w = 0.0
+    poses.publish(broken)
+    assert wait_for(lambda: node_poses.warnings.drops.get('mocap/pendulum_tip', 0) == 1)
+    # still alive: services answer
+    assert call(probe, SetBool, '/identifier/freeze', SetBool.Request(data=False)).success
+
+
+def test_commands_are_held_onto_joint_state_stamps(executor):
+    node = make_identifier(executor, use_sim_time=True, derivative_cutoff_hz=10.0)
+    node.frozen = True
+    probe = executor.add_node(Node('clock_source', context=executor.executor.context))
+    clock = probe.create_publisher(Clock, '/clock', 10)
+    commands = probe.create_publisher(Float64MultiArray, '/effort_controller/commands', 10)
+    assert wait_for(lambda: clock.get_subscription_count() and commands.get_subscription_count())
+    for t_clock, u in ((1.0, 1.0), (2.0, -1.0)):
+        clock.publish(Clock(clock=sec_to_stamp(t_clock)))
+        assert wait_for(lambda: node.get_clock().now().nanoseconds == int(t_clock * 1e9))
+        commands.publish(Float64MultiArray(data=[u]))
+        assert wait_for(lambda: len(node._commands) and node._commands[-1][1][0] == u)
+    for k in range(300):
+        t = 0.5 + k * 0.01
+        node._on_joint_state(joint_state_msg(JOINTS, [math.sin(t), 0.0], [math.cos(t), 0.0],
+                                             [0.0, 0.0], t))
+    traj = node.window_trajectory()
+    t, u = traj.t.numpy(), traj.u[:, 0].numpy()
+    assert t[0] >= 1.0 + 0.2 - 1e-9 and t[-1] <= 3.49 - 0.2 + 1e-9   # overlap minus edges
+    np.testing.assert_array_equal(u[t < 2.0], 1.0)
+    np.testing.assert_array_equal(u[t >= 2.0], -1.0)
+    np.testing.assert_allclose(traj.qd[:, 0].numpy(), np.cos(t))   # message velocities
+    np.testing.assert_allclose(traj.qdd[:, 0].numpy(), -np.sin(t), atol=2e-2)
+
+
+def test_diverging_or_failing_refits_are_rejected(executor, monkeypatch):
+    node = make_identifier(executor)
+    node.frozen = True
+    feed(node, plant_run(3.0))
+    assert node.refit(), node.last['status']          # a real fit improves on the nominal
+    good = node.best
+    assert node.last['candidate_heldout_loss'] < node.last['nominal_heldout_loss']
+
+    def diverging(name, model, train, validation, config, warm_start):
+        bad = warm_start.model.replace(inertial=warm_start.model.inertial * 50.0)
+        return dataclasses.replace(warm_start, model=bad)
+    monkeypatch.setattr(identifier_module, 'fit', diverging)
+    assert not node.refit()
+    assert node.best is good and node.stats['rejected'] == 1
+    assert node.last['level'] == DiagnosticStatus.WARN
+
+    def failing(*args, **kwargs):
+        raise RuntimeError('loss is NaN')
+    monkeypatch.setattr(identifier_module, 'fit', failing)
+    assert not node.refit()
+    assert node.best is good and node.stats['failed'] == 1
+    assert 'loss is NaN' in node.last['status']
+
+
+def test_identifier_converges_on_sim_driver_data(executor):
+    driver = executor.add_node(SimDriver(
+        context=executor.executor.context, parameter_overrides=parameter_overrides(
+            {'robot': 'qube', 'clock_mode': 'lockstep', 'real_time_factor': 2.0,
+             'rate_hz': 100.0, 'param_error': 0.3, 'seed': 1})))
+    node = make_identifier(executor, use_sim_time=True, refit_period=1.0, window=4.0,
+                           min_window=2.0)
+    probe = executor.add_node(Node('exciter', context=executor.executor.context))
+    commands = probe.create_publisher(Float64MultiArray, '/effort_controller/commands', 10)
+
+    def excite():
+        t = driver.plant.time
+        commands.publish(Float64MultiArray(data=[
+            2.0 * math.sin(2 * math.pi * 0.7 * t) + 1.5 * math.sin(2 * math.pi * 1.9 * t + 1)]))
+    probe.create_timer(0.01, excite)
+    assert wait_for(lambda: node.stats['accepted'] >= 2, timeout=40.0), node.stats
+    assert node.best is not None
+    assert node.best_loss < 0.5 * node.last.get('nominal_heldout_loss', math.inf) or \
+        node.last['candidate_heldout_loss'] < 0.5 * node.last['nominal_heldout_loss']

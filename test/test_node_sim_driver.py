@@ -1,0 +1,140 @@
+"""The simulated driver node over real DDS (loopback): interfaces, rates, commands, clock."""
+
+import time
+
+from diffsim_ros import robots
+from diffsim_ros.nodes.convert import stamp_to_sec
+from diffsim_ros.nodes.params import parameter_overrides
+from diffsim_ros.nodes.sim_driver import SimDriver
+from geometry_msgs.msg import PoseStamped
+import numpy as np
+import pytest
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, ReliabilityPolicy
+from ros_helpers import wait_for
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
+import torch
+
+pytest_plugins = ['ros_helpers']
+pytestmark = pytest.mark.ros
+
+
+def make_driver(executor, **params):
+    """Start a driver (lockstep by default) and spin it."""
+    params = {'robot': 'qube', 'clock_mode': 'lockstep', 'real_time_factor': 1.0, **params}
+    return executor.add_node(SimDriver(context=executor.executor.context,
+                                       parameter_overrides=parameter_overrides(params)))
+
+
+def make_probe(executor, topics):
+    """Return a node collecting the messages of ``{topic: type}`` into lists."""
+    node = executor.add_node(Node('probe', context=executor.executor.context))
+    inbox = {topic: [] for topic in topics}
+    for topic, kind in topics.items():
+        node.create_subscription(kind, topic, inbox[topic].append, qos_profile_sensor_data)
+    return node, inbox
+
+
+def test_interfaces_types_qos_and_parameters(executor):
+    driver = make_driver(executor)
+    info = driver.get_publishers_info_by_topic('/joint_states')
+    assert [i.topic_type for i in info] == ['sensor_msgs/msg/JointState']
+    assert info[0].qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT
+    assert [i.topic_type for i in driver.get_publishers_info_by_topic('/clock')] == \
+        ['rosgraph_msgs/msg/Clock']
+    assert [i.topic_type for i in driver.get_publishers_info_by_topic(
+        '/mocap/pendulum_tip')] == ['geometry_msgs/msg/PoseStamped']
+    subs = driver.get_subscriptions_info_by_topic('/effort_controller/commands')
+    assert [i.topic_type for i in subs] == ['std_msgs/msg/Float64MultiArray']
+    assert subs[0].qos_profile.durability == DurabilityPolicy.VOLATILE
+    descriptor = driver.describe_parameter('clock_mode')
+    assert 'lockstep' in descriptor.description and descriptor.read_only
+    assert driver.get_parameter('robot').value == 'qube'
+    assert driver.get_parameter('command_timeout').value == 0.5   # from config/qube.yaml
+
+
+def test_invalid_parameters_raise(executor):
+    with pytest.raises(ValueError, match='clock_mode'):
+        make_driver(executor, clock_mode='warp')
+    with pytest.raises(ValueError, match='unknown robot'):
+        make_driver(executor, robot='r2d2')
+
+
+@pytest.mark.parametrize('robot', ['qube', 'cartpole', 'wam4', 'panda'])
+def test_lockstep_publishes_joint_states_at_the_robot_rate(executor, robot):
+    info = robots.get(robot)
+    _, inbox = make_probe(executor, {'/joint_states': JointState, '/clock': Clock})
+    driver = make_driver(executor, robot=robot, real_time_factor=0.5)
+    assert wait_for(lambda: len(inbox['/joint_states']) > 50, timeout=20.0)
+    messages = list(inbox['/joint_states'])
+    assert all(list(m.name) == list(info.joint_names) for m in messages)
+    assert all(len(m.position) == len(m.velocity) == len(m.effort) == info.n_joints
+               for m in messages)
+    stamps = np.array([stamp_to_sec(m.header.stamp) for m in messages])
+    ticks = stamps * info.driver_rate_hz
+    np.testing.assert_allclose(ticks, np.round(ticks), atol=1e-6)   # on the tick grid
+    assert np.all(np.diff(stamps) > 0)
+    assert np.isclose(np.diff(stamps).min(), 1.0 / info.driver_rate_hz)
+    clocks = [stamp_to_sec(m.clock) for m in inbox['/clock']]
+    assert clocks and np.all(np.diff(clocks) > 0)
+    assert driver.plant.rate_hz == info.driver_rate_hz
+
+
+def test_realtime_mode_keeps_the_wall_clock_rate(executor):
+    driver = make_driver(executor, robot='cartpole', clock_mode='realtime')
+    start_tick, start = driver.plant.tick, time.monotonic()
+    time.sleep(1.0)
+    rate = (driver.plant.tick - start_tick) / (time.monotonic() - start)
+    assert 0.6 * 250 < rate < 1.1 * 250, rate
+    assert not driver.get_publishers_info_by_topic('/clock')
+
+
+def test_commands_apply_bad_ones_are_dropped_and_timeout_zeroes(executor):
+    driver = make_driver(executor, command_timeout=0.3)
+    probe, inbox = make_probe(executor, {'/joint_states': JointState,
+                                         '/mocap/pendulum_tip': PoseStamped})
+    publisher = probe.create_publisher(Float64MultiArray, '/effort_controller/commands', 10)
+    assert wait_for(lambda: publisher.get_subscription_count() > 0)
+
+    publisher.publish(Float64MultiArray(data=[2.0]))
+    assert wait_for(lambda: driver._command[0] == 2.0)
+    for bad in ([1.0, 2.0], [float('nan')], [], [float('inf')]):
+        publisher.publish(Float64MultiArray(data=bad))
+    assert wait_for(lambda: driver.warnings.drops.get('commands', 0) == 4)
+    assert driver._command.tolist() == [2.0]        # the last valid command stays
+    # 2 V on the arm: the driver reports the motor torque as effort, the arm turns
+    assert wait_for(lambda: inbox['/joint_states']
+                    and inbox['/joint_states'][-1].effort[0] > 1e-3)
+    assert wait_for(lambda: abs(driver.plant.state.qd[0]) > 0.1)
+    # no command for command_timeout (plant time): zero again
+    assert wait_for(lambda: driver._command.tolist() == [0.0], timeout=5.0)
+    assert inbox['/mocap/pendulum_tip'] and \
+        inbox['/mocap/pendulum_tip'][-1].header.frame_id == 'world'
+
+
+def test_hidden_true_parameters_from_error_or_file(executor, tmp_path):
+    sampled = make_driver(executor, param_error=0.3, seed=2)
+    nominal = sampled.plant.nominal_model
+    assert not torch.allclose(sampled.plant.true_model.inertial, nominal.inertial)
+    path = tmp_path / 'truth.yaml'
+    path.write_text('robot: qube\nmass_scale: {pendulum_link: 2.0}\n')
+    explicit = SimDriver(context=executor.executor.context, node_name='sim_driver_2',
+                         parameter_overrides=parameter_overrides(
+                             {'robot': 'qube', 'clock_mode': 'lockstep',
+                              'real_time_factor': 1.0, 'true_parameters_file': str(path)}))
+    executor.add_node(explicit)
+    index = explicit.plant.true_model.joint_index('pendulum_joint')
+    assert float(explicit.plant.true_model.inertial[index, 0]) == pytest.approx(
+        2.0 * float(nominal.inertial[index, 0]))
+
+
+def test_use_sim_time_nodes_follow_the_lockstep_clock(executor):
+    driver = make_driver(executor, real_time_factor=2.0)
+    follower = executor.add_node(Node(
+        'follower', context=executor.executor.context,
+        parameter_overrides=parameter_overrides({'use_sim_time': True})))
+    assert wait_for(lambda: follower.get_clock().now().nanoseconds > 0.5e9, timeout=10.0)
+    lag = driver.plant.time - follower.get_clock().now().nanoseconds * 1e-9
+    assert -0.01 <= lag < 1.5   # plant seconds; the follower sees /clock with some delay
