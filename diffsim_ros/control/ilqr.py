@@ -1,0 +1,448 @@
+"""
+Box-constrained iterative LQR (control-limited DDP) for model-predictive control.
+
+One iteration: the Jacobians of the dynamics along the nominal trajectory (autograd through the
+differentiable core, the whole horizon in one batched call), the analytic cost derivatives, a
+backward pass that solves the box-constrained QP of each step by projected Newton (gains only
+in the free subspace, zero rows for clamped commands), and a line search whose step sizes are
+all rolled out at once as a batch.  Levenberg-Marquardt regularisation ``Quu + mu I`` grows on
+failure and shrinks on success.  Consecutive solves are warm-started from the previous command
+sequence shifted by the elapsed steps.
+
+The control-rate penalty ``w |u_k - u_{k-1}|^2`` couples neighbouring steps; it is handled
+exactly by augmenting the state with the previous command inside the solver (the policy's
+gains keep only the ``x`` columns).
+
+Reference: Y. Tassa, N. Mansard, E. Todorov, "Control-Limited Differential Dynamic
+Programming", ICRA 2014.
+"""
+
+from dataclasses import dataclass
+import math
+import time
+from typing import List, NamedTuple, Optional, Tuple
+
+import torch
+
+from .costs import CostDerivatives, QuadraticCost
+from .dynamics import ModelDynamics
+from .policy import FeedbackPolicy, shift_sequence
+from ..core.model import RobotModel
+
+Tensor = torch.Tensor
+
+# Relative slack with which a command counts as lying on its bound.
+_BOUND_TOL = 1e-9
+
+
+@dataclass(frozen=True)
+class ILQRConfig:
+    """
+    Options of :class:`ILQR`.
+
+    :param horizon: number of steps ``H`` (of ``dynamics.dt``), >= 1.
+    :param max_iters: iterations per solve, >= 1 (1-3 suffice when warm-started in MPC).
+    :param tol: convergence tolerance on the relative cost decrease and on the feedforward
+        step (relative to the commands).
+    :param mu_init: initial regularisation of ``Quu`` (also after a reset).
+    :param mu_min: smallest regularisation; decreases stop there (may be 0).
+    :param mu_max: the solve stops when the regularisation must exceed this.
+    :param alphas: line-search step sizes, tried in this order (largest first).
+    :param dtype: dtype of the solve (the model and cost are converted to it).
+    :param mu_factor: factor by which the regularisation grows on failure and shrinks on
+        success, > 1.
+    :param armijo: accepted steps reduce the cost by at least this fraction of the predicted
+        reduction.
+    :raises ValueError: invalid values.
+    """
+
+    horizon: int = 50
+    max_iters: int = 10
+    tol: float = 1e-6
+    mu_init: float = 1e-6
+    mu_min: float = 1e-9
+    mu_max: float = 1e10
+    alphas: Tuple[float, ...] = (1.0, 0.5, 0.25, 0.1, 0.03, 0.01)
+    dtype: torch.dtype = torch.float64
+    mu_factor: float = 4.0
+    armijo: float = 1e-4
+
+    def __post_init__(self) -> None:
+        """Validate the options."""
+        if int(self.horizon) != self.horizon or self.horizon < 1:
+            raise ValueError(f'horizon must be a positive int, got {self.horizon}')
+        if int(self.max_iters) != self.max_iters or self.max_iters < 1:
+            raise ValueError(f'max_iters must be a positive int, got {self.max_iters}')
+        if not (self.tol >= 0 and 0 <= self.mu_min <= self.mu_init <= self.mu_max):
+            raise ValueError('need tol >= 0 and 0 <= mu_min <= mu_init <= mu_max, got '
+                             f'{self.tol}, {self.mu_min}, {self.mu_init}, {self.mu_max}')
+        alphas = tuple(float(a) for a in self.alphas)
+        if not alphas or any(not 0 < a <= 1 for a in alphas):
+            raise ValueError(f'alphas must be non-empty and in (0, 1], got {self.alphas}')
+        object.__setattr__(self, 'alphas', alphas)
+        if not self.mu_factor > 1:
+            raise ValueError(f'mu_factor must be > 1, got {self.mu_factor}')
+        if self.dtype not in (torch.float32, torch.float64):
+            raise ValueError(f'dtype must be torch.float32 or torch.float64, got {self.dtype}')
+
+
+class BackwardPass(NamedTuple):
+    """
+    Result of one backward pass.
+
+    Feedforward ``k (H, nu)``, gains ``K (H, nu, nz)`` and the predicted cost change terms
+    ``dv = (sum k.Qu, sum 0.5 k.Quu.k)``.
+    """
+
+    k: Tensor
+    K: Tensor
+    dv: Tuple[float, float]
+
+
+def box_qp(hessian: Tensor, gradient: Tensor, lower: Tensor, upper: Tensor,
+           x0: Optional[Tensor] = None, max_iters: int = 50) -> Tuple[Tensor, Tensor, bool]:
+    """
+    Minimise ``0.5 x^T H x + g^T x`` subject to ``lower <= x <= upper`` by projected Newton.
+
+    Tassa et al. 2014, Algorithm 3: Newton steps on the free subspace (variables not held at a
+    bound by their gradient) with a projected backtracking line search.
+
+    :param hessian: ``H (m, m)``, positive definite.
+    :param gradient: ``g (m,)``.
+    :param lower: lower bounds ``(m,)`` (may be ``-inf``).
+    :param upper: upper bounds ``(m,)`` (may be ``inf``).
+    :param x0: starting point ``(m,)``; zeros when None.
+    :param max_iters: Newton iterations at most.
+    :return: the minimiser ``(m,)``, the free mask ``(m,)`` bool, and whether the free block
+        of ``H`` was positive definite throughout.
+    """
+    x = torch.zeros_like(gradient) if x0 is None else x0
+    x = torch.minimum(torch.maximum(x, lower), upper)
+    slack = _BOUND_TOL * (1.0 + x.abs())
+
+    def objective(value: Tensor) -> Tensor:
+        return 0.5 * value @ (hessian @ value) + gradient @ value
+
+    free = torch.ones_like(gradient, dtype=torch.bool)
+    for _ in range(max_iters):
+        grad = gradient + hessian @ x
+        clamped = ((x <= lower + slack) & (grad > 0)) | ((x >= upper - slack) & (grad < 0))
+        free = ~clamped
+        if not bool(free.any()):
+            break
+        index = free.nonzero().squeeze(-1)
+        chol, info = torch.linalg.cholesky_ex(hessian[index][:, index])
+        if int(info):
+            return x, free, False
+        step = torch.zeros_like(x)
+        step[index] = -torch.cholesky_solve(grad[index].unsqueeze(-1), chol).squeeze(-1)
+        if float(step.abs().max()) <= 1e-12 * (1.0 + float(x.abs().max())):
+            break
+        value = objective(x)
+        alpha = 1.0
+        while alpha > 1e-10:
+            candidate = torch.minimum(torch.maximum(x + alpha * step, lower), upper)
+            if float(objective(candidate)) <= float(value) + 1e-12 * (1.0 + abs(float(value))):
+                break
+            alpha *= 0.5
+        else:
+            break
+        x = candidate
+    grad = gradient + hessian @ x
+    free = ~(((x <= lower + slack) & (grad > 0)) | ((x >= upper - slack) & (grad < 0)))
+    return x, free, True
+
+
+class ILQR:
+    """
+    Control-limited iLQR controller (see the module docstring).
+
+    :param dynamics: the discrete-time model (its command limits bound the solution).
+    :param cost: task cost (:class:`~diffsim_ros.control.costs.QuadraticCost` or a subclass).
+    :param config: solver options.
+    """
+
+    def __init__(self, dynamics: ModelDynamics, cost: QuadraticCost,
+                 config: Optional[ILQRConfig] = None) -> None:
+        self.config = ILQRConfig() if config is None else config
+        self.dynamics = self._converted(dynamics)
+        self.cost = cost.to(dtype=self.config.dtype, device=self.dynamics.model.device)
+        self.info: dict = {}
+        self.reset()
+
+    def _converted(self, dynamics: ModelDynamics) -> ModelDynamics:
+        model = dynamics.model
+        if model.dtype == self.config.dtype:
+            return dynamics
+        return dynamics.with_model(model.to(dtype=self.config.dtype))
+
+    def reset(self) -> None:
+        """Forget the warm start and the regularisation."""
+        self._controls: Optional[Tensor] = None
+        self._u_prev: Optional[Tensor] = None
+        self._t: Optional[float] = None
+        self._policy: Optional[FeedbackPolicy] = None
+        self.mu = self.config.mu_init
+
+    def set_model(self, model: RobotModel) -> None:
+        """
+        Use another model from the next solve on; the warm start is kept.
+
+        :param model: the new model (same joints; converted to the solver's dtype).
+        """
+        self.dynamics = self._converted(self.dynamics.with_model(model))
+
+    # -- warm start --------------------------------------------------------------------------
+    def _initial_controls(self, t: float) -> Tuple[Tensor, Optional[Tensor]]:
+        dyn, horizon = self.dynamics, self.config.horizon
+        if self._controls is None:
+            zeros = dyn.u_min.new_zeros(horizon, dyn.nu)
+            return torch.clamp(zeros, dyn.u_min, dyn.u_max), None
+        steps = max(0, int(round((t - self._t) / dyn.dt)))
+        if steps == 0:
+            return self._controls, self._u_prev
+        u_prev = self._controls[min(steps, horizon) - 1]
+        return shift_sequence(self._controls, steps), u_prev
+
+    # -- solve -------------------------------------------------------------------------------
+    def solve(self, x0: Tensor, t: float = 0.0) -> FeedbackPolicy:
+        """
+        Optimise the command sequence from state ``x0`` at time ``t``.
+
+        :param x0: current state ``(nx,)`` = ``[q; qd]``.
+        :param t: current time in s; the warm start is shifted by the steps elapsed since the
+            previous solve.
+        :return: the feedback policy of the optimised plan, starting at ``t``.  A non-finite
+            ``x0`` returns the previous plan (or zero commands) without solving.
+        """
+        start = time.perf_counter()
+        cfg, dyn = self.config, self.dynamics
+        x0 = torch.as_tensor(x0).to(dtype=cfg.dtype, device=dyn.model.device).reshape(dyn.nx)
+        if not bool(torch.isfinite(x0).all()):
+            self.info = {'iterations': 0, 'converged': False, 'reason': 'non-finite state'}
+            if self._policy is not None:
+                return self._policy.shifted(max(0, int(round((t - self._policy.t0) / dyn.dt))))
+            return FeedbackPolicy.constant(torch.clamp(dyn.u_min.new_zeros(dyn.nu), dyn.u_min,
+                                                       dyn.u_max),
+                                           dyn.nx, dyn.u_min, dyn.u_max, t0=t, dt=dyn.dt,
+                                           horizon=cfg.horizon)
+        cost = self.cost.bind(t, dyn.dt, cfg.horizon)
+        controls, u_prev = self._initial_controls(t)
+        with torch.no_grad():
+            states = dyn.rollout(x0, controls)
+            value = float(cost.total(states, controls, u_prev))
+        costs = [value]
+        gains = None
+        converged = False
+        reason = 'max_iters'
+        iterations = 0
+        for iterations in range(1, cfg.max_iters + 1):
+            A, B = dyn.jacobians(states[:-1], controls)
+            derivatives = cost.derivatives(states, controls)
+            result = self._backward(A, B, derivatives, controls, u_prev, cost.rate_weight)
+            if result is None:
+                reason = 'regularisation exceeded mu_max'
+                break
+            gains = result.K
+            step_size = float(result.k.abs().max())
+            if step_size <= cfg.tol * (1.0 + float(controls.abs().max())):
+                converged, reason = True, 'feedforward step below tol'
+                break
+            accepted = self._line_search(x0, states, controls, u_prev, result, cost, value)
+            if accepted is None:
+                self.mu = max(self.mu * cfg.mu_factor, cfg.mu_min, 1e-9)
+                if self.mu > cfg.mu_max:
+                    reason = 'line search failed at mu_max'
+                    break
+                continue
+            new_value, states, controls = accepted
+            self.mu = max(self.mu / cfg.mu_factor, cfg.mu_min)
+            decrease = value - new_value
+            value = new_value
+            costs.append(value)
+            if decrease <= cfg.tol * max(1.0, abs(value)):
+                converged, reason = True, 'cost decrease below tol'
+                break
+        if gains is None:
+            gains = controls.new_zeros(cfg.horizon, dyn.nu, dyn.nx)
+        self._controls, self._u_prev, self._t = controls, u_prev, float(t)
+        self._policy = FeedbackPolicy(
+            t0=float(t), dt=dyn.dt, u_ff=controls, K=gains[..., :dyn.nx].contiguous(),
+            x_ref=states, u_min=dyn.u_min, u_max=dyn.u_max, angle_mask=cost.angle_mask)
+        self.info = {'iterations': iterations, 'cost': value, 'costs': costs, 'mu': self.mu,
+                     'converged': converged, 'reason': reason,
+                     'solve_time': time.perf_counter() - start}
+        return self._policy
+
+    # -- backward pass -----------------------------------------------------------------------
+    def _backward(self, A: Tensor, B: Tensor, d: CostDerivatives, controls: Tensor,
+                  u_prev: Optional[Tensor], rate_weight: float) -> Optional[BackwardPass]:
+        """Run the backward pass, raising the regularisation until it succeeds (or None)."""
+        cfg = self.config
+        F, l_grad, l_hess, vz, vzz = _augmented(A, B, d, controls, u_prev, rate_weight)
+        while True:
+            result = _backward_pass(F, l_grad, l_hess, vz, vzz, controls, self.dynamics.u_min,
+                                    self.dynamics.u_max, self.mu)
+            if result is not None:
+                return result
+            self.mu = max(self.mu * cfg.mu_factor, cfg.mu_min, 1e-9)
+            if self.mu > cfg.mu_max:
+                return None
+
+    # -- line search -------------------------------------------------------------------------
+    def _line_search(self, x0: Tensor, states: Tensor, controls: Tensor,
+                     u_prev: Optional[Tensor], result: BackwardPass, cost: QuadraticCost,
+                     value: float) -> Optional[Tuple[float, Tensor, Tensor]]:
+        """Roll out every step size at once; return the first acceptable one's trajectory."""
+        dyn = self.dynamics
+        alphas = torch.tensor(self.config.alphas, dtype=states.dtype, device=states.device)
+        with torch.no_grad():
+            new_states, new_controls = closed_loop_rollout(
+                dyn, x0, states, controls, result.k, result.K, alphas, u_prev)
+            values = cost.total(new_states, new_controls, u_prev)
+        predicted = alphas * result.dv[0] + alphas.square() * result.dv[1]
+        reduction = value - values
+        ok = torch.isfinite(values) & (reduction > 0) & (
+            reduction >= -self.config.armijo * predicted)
+        if not bool(ok.any()):
+            return None
+        index = int(ok.nonzero()[0])
+        return float(values[index]), new_states[index], new_controls[index]
+
+
+def closed_loop_rollout(dynamics: ModelDynamics, x0: Tensor, states: Tensor, controls: Tensor,
+                        k: Tensor, K: Tensor, alphas: Tensor,
+                        u_prev: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """
+    Roll out ``u_t = clip(U_t + alpha k_t + K_t (z_t - Z_t))`` for several step sizes at once.
+
+    :param dynamics: the model.
+    :param x0: initial state ``(nx,)``.
+    :param states: nominal states ``(H + 1, nx)``.
+    :param controls: nominal commands ``(H, nu)``.
+    :param k: feedforward steps ``(H, nu)``.
+    :param K: gains ``(H, nu, nz)``, ``nz = nx`` or ``nx + nu`` (rate-augmented state
+        ``z = [x; u_{t-1}]``).
+    :param alphas: step sizes ``(A,)``.
+    :param u_prev: command before the horizon ``(nu,)`` for the augmented state.
+    :return: states ``(A, H + 1, nx)`` and commands ``(A, H, nu)``.
+    """
+    nx = dynamics.nx
+    augmented = K.shape[-1] > nx
+    x = x0.expand(alphas.shape[0], nx)
+    xs, us = [x], []
+    u_last = None
+    scaled_k = alphas[:, None, None] * k            # (A, H, nu)
+    nominal_prev = u_prev if u_prev is not None else controls[0]
+    for t in range(controls.shape[0]):
+        dz = x - states[t]
+        if augmented:
+            previous = nominal_prev if t == 0 else controls[t - 1]
+            du_prev = (u_last - previous) if u_last is not None else torch.zeros_like(
+                scaled_k[:, 0])
+            dz = torch.cat((dz, du_prev), dim=-1)
+        u = controls[t] + scaled_k[:, t] + dz @ K[t].mT
+        u = torch.minimum(torch.maximum(u, dynamics.u_min), dynamics.u_max)
+        x = dynamics.step(x, u)
+        xs.append(x)
+        us.append(u)
+        u_last = u
+    return torch.stack(xs, dim=-2), torch.stack(us, dim=-2)
+
+
+def _augmented(A: Tensor, B: Tensor, d: CostDerivatives, controls: Tensor,
+               u_prev: Optional[Tensor], rate_weight: float
+               ) -> Tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """
+    Stack the per-step LQ data over the horizon, augmenting the state for the rate term.
+
+    :return: ``F = [fz | fu] (H, nz, nz + nu)``, stage gradient ``(H, nz + nu)`` and Hessian
+        ``(H, nz + nu, nz + nu)`` in ``(z, u)`` order, terminal ``vz (nz,)``, ``vzz (nz, nz)``.
+    """
+    horizon, nx, nu = B.shape[0], A.shape[-1], B.shape[-1]
+    if rate_weight <= 0:
+        F = torch.cat((A, B), dim=-1)
+        grad = torch.cat((d.lx, d.lu), dim=-1)
+        hess = torch.cat((torch.cat((d.lxx, d.lux.mT), dim=-1),
+                          torch.cat((d.lux, d.luu), dim=-1)), dim=-2)
+        return F, grad, hess, d.vx, d.vxx
+    # z = [x; p] with p = u_{k-1}: p' = u, rate cost w |u - p|^2 (w = 0 at k = 0 without u_prev).
+    weights = controls.new_full((horizon,), rate_weight)
+    if u_prev is None:
+        weights[0] = 0.0
+        u_prev = controls[0]
+    previous = torch.cat((u_prev.unsqueeze(0), controls[:-1]), dim=0)
+    diff = 2.0 * weights[:, None] * (controls - previous)                  # (H, nu)
+    eye = torch.eye(nu, dtype=A.dtype, device=A.device)
+    w_eye = 2.0 * weights[:, None, None] * eye                             # (H, nu, nu)
+    nz = nx + nu
+    F = A.new_zeros(horizon, nz, nz + nu)
+    F[:, :nx, :nx] = A
+    F[:, :nx, nz:] = B
+    F[:, nx:, nz:] = eye
+    grad = torch.cat((d.lx, -diff, d.lu + diff), dim=-1)
+    hess = A.new_zeros(horizon, nz + nu, nz + nu)
+    hess[:, :nx, :nx] = d.lxx
+    hess[:, nx:nz, nx:nz] = w_eye
+    hess[:, nz:, nz:] = d.luu + w_eye
+    hess[:, nz:, :nx] = d.lux
+    hess[:, :nx, nz:] = d.lux.mT
+    hess[:, nz:, nx:nz] = -w_eye
+    hess[:, nx:nz, nz:] = -w_eye
+    vz = torch.cat((d.vx, d.vx.new_zeros(nu)))
+    vzz = A.new_zeros(nz, nz)
+    vzz[:nx, :nx] = d.vxx
+    return F, grad, hess, vz, vzz
+
+
+def _backward_pass(F: Tensor, l_grad: Tensor, l_hess: Tensor, vz: Tensor, vzz: Tensor,
+                   controls: Tensor, u_min: Tensor, u_max: Tensor,
+                   mu: float) -> Optional[BackwardPass]:
+    """
+    Riccati recursion with box-constrained feedforward (Tassa et al. 2014, section III).
+
+    :return: the pass, or None when some ``Quu + mu I`` (free block) is not positive definite.
+    """
+    horizon, nz = F.shape[0], F.shape[1]
+    nu = controls.shape[-1]
+    eye = torch.eye(nu, dtype=F.dtype, device=F.device)
+    lower, upper = u_min - controls, u_max - controls                     # (H, nu)
+    # One-command problems (the pendulum tasks) use a closed-form box QP.
+    scalar = nu == 1
+    ks: List[Tensor] = [None] * horizon
+    Ks: List[Tensor] = [None] * horizon
+    dv1 = dv2 = 0.0
+    F_T = F.mT.contiguous()
+    for t in range(horizon - 1, -1, -1):
+        Q_grad = l_grad[t] + F_T[t] @ vz
+        Q_hess = l_hess[t] + F_T[t] @ (vzz @ F[t])
+        Qz, Qu = Q_grad[:nz], Q_grad[nz:]
+        Qzz, Quz, Quu = Q_hess[:nz, :nz], Q_hess[nz:, :nz], Q_hess[nz:, nz:]
+        Quu_reg = Quu + mu * eye
+        if scalar:
+            h = float(Quu_reg)
+            if not h > 0 or not math.isfinite(h):
+                return None
+            k = torch.clamp(-Qu / h, lower[t], upper[t])
+            free = bool(-float(Qu) / h == float(k))
+            K = -Quz / h if free else torch.zeros_like(Quz)
+        else:
+            k, free_mask, ok = box_qp(Quu_reg, Qu, lower[t], upper[t])
+            if not ok:
+                return None
+            K = torch.zeros_like(Quz)
+            if bool(free_mask.any()):
+                index = free_mask.nonzero().squeeze(-1)
+                chol, info = torch.linalg.cholesky_ex(Quu_reg[index][:, index])
+                if int(info):
+                    return None
+                K[index] = -torch.cholesky_solve(Quz[index], chol)
+        Quu_k = Quu @ k
+        vz = Qz + K.mT @ (Quu_k + Qu) + Quz.mT @ k
+        KQ = K.mT @ Quz
+        vzz = Qzz + K.mT @ Quu @ K + KQ + KQ.mT
+        vzz = 0.5 * (vzz + vzz.mT)
+        dv1 += float(k @ Qu)
+        dv2 += 0.5 * float(k @ Quu_k)
+        ks[t], Ks[t] = k, K
+    return BackwardPass(torch.stack(ks), torch.stack(Ks), (dv1, dv2))

@@ -1,0 +1,421 @@
+"""Control core: feedback policies, model dynamics and their Jacobians, costs, iLQR, MPPI."""
+
+import math
+
+from diffsim_ros import robots
+from diffsim_ros.control import (box_qp, Controller, FeedbackPolicy, ILQR, ILQRConfig,
+                                 ModelDynamics, MPPI, MPPIConfig, QuadraticCost, state_error,
+                                 TrackingCost, wrap_angle)
+from diffsim_ros.core import load_urdf
+from diffsim_ros.core.errors import ShapeError
+import pytest
+import torch
+
+F64 = torch.float64
+
+# A point mass on two orthogonal horizontal prismatic joints: with semi-implicit Euler its
+# dynamics are exactly linear, x' = A x + B u, so iLQR must reproduce discrete LQR.
+POINT_MASS_URDF = """<?xml version="1.0"?>
+<robot name="point_mass">
+  <link name="base"/>
+  <joint name="x" type="prismatic">
+    <parent link="base"/><child link="slider"/>
+    <axis xyz="1 0 0"/><limit lower="-10" upper="10" effort="100" velocity="10"/>
+  </joint>
+  <link name="slider">
+    <inertial><mass value="0.5"/><inertia ixx="0.01" ixy="0" ixz="0" iyy="0.01" iyz="0"
+      izz="0.01"/></inertial>
+  </link>
+  <joint name="y" type="prismatic">
+    <parent link="slider"/><child link="mass"/>
+    <axis xyz="0 1 0"/><limit lower="-10" upper="10" effort="100" velocity="10"/>
+  </joint>
+  <link name="mass">
+    <inertial><mass value="1.5"/><inertia ixx="0.01" ixy="0" ixz="0" iyy="0.01" iyz="0"
+      izz="0.01"/></inertial>
+  </link>
+</robot>
+"""
+POINT_MASS = (2.0, 1.5)   # kg moved by joint x (both bodies) and by joint y
+
+
+def point_mass_dynamics(dt=0.1, **kw):
+    model = load_urdf(POINT_MASS_URDF, dtype=F64)
+    return ModelDynamics(model, dt, friction=False, **kw)
+
+
+def point_mass_matrices(dt):
+    A = torch.eye(4, dtype=F64)
+    A[0, 2] = A[1, 3] = dt
+    B = torch.zeros(4, 2, dtype=F64)
+    for j, mass in enumerate(POINT_MASS):
+        B[j, j] = dt * dt / mass
+        B[2 + j, j] = dt / mass
+    return A, B
+
+
+def discrete_lqr(A, B, Q, R, Qf, horizon):
+    """Finite-horizon LQR gains ``u_k = -L_k x_k`` (cost without factor 1/2)."""
+    P, gains = Qf, []
+    for _ in range(horizon):
+        L = torch.linalg.solve(R + B.T @ P @ B, B.T @ P @ A)
+        P = Q + A.T @ P @ (A - B @ L)
+        gains.append(L)
+    return gains[::-1]
+
+
+def qube_dynamics(dt=0.04):
+    return ModelDynamics.for_robot('qube', load_urdf(robots.urdf_string('qube'), dtype=F64), dt)
+
+
+def swing_up_cost():
+    return QuadraticCost(torch.tensor([0.01, 0.1, 0.001, 0.001]), torch.tensor([0.001]),
+                         torch.tensor([10.0, 100.0, 1.0, 1.0]),
+                         torch.tensor([0.0, math.pi, 0.0, 0.0], dtype=F64),
+                         angle_mask=torch.tensor([False, True, False, False]))
+
+
+def make_policy(H=4, nu=2, nx=3):
+    g = torch.Generator().manual_seed(0)
+    return FeedbackPolicy(t0=1.0, dt=0.1, u_ff=torch.randn(H, nu, generator=g, dtype=F64),
+                          K=torch.randn(H, nu, nx, generator=g, dtype=F64),
+                          x_ref=torch.randn(H + 1, nx, generator=g, dtype=F64),
+                          u_min=torch.full((nu,), -1.0, dtype=F64),
+                          u_max=torch.full((nu,), 1.0, dtype=F64))
+
+
+# -- FeedbackPolicy ---------------------------------------------------------------------------
+def test_policy_index_is_floor_of_elapsed_steps_clamped_to_horizon():
+    policy = make_policy()
+    assert [policy.index(t) for t in (0.0, 1.0, 1.05, 1.1, 1.2999, 1.3, 1.7, 99.0)] == \
+        [0, 0, 0, 1, 2, 3, 3, 3]
+    assert policy.index(float('nan')) == 0 and policy.index(float('inf')) == 3
+
+
+def test_policy_applies_affine_feedback_and_clips():
+    policy = make_policy()
+    x = torch.tensor([0.3, -0.2, 0.1], dtype=F64)
+    for t, k in ((1.0, 0), (1.15, 1), (5.0, 3)):
+        expected = policy.u_ff[k] + policy.K[k] @ (x - policy.x_ref[k])
+        assert torch.equal(policy(t, x), expected.clamp(-1.0, 1.0))
+    batch = torch.stack((x, 2 * x))
+    assert policy(1.0, batch).shape == (2, 2)
+
+
+def test_policy_non_finite_state_gives_clipped_feedforward():
+    policy = make_policy()
+    for bad in (float('nan'), float('inf')):
+        u = policy(1.0, torch.tensor([bad, 0.0, 0.0], dtype=F64))
+        assert torch.equal(u, policy.u_ff[0].clamp(-1.0, 1.0))
+
+
+def test_policy_wraps_masked_angles():
+    policy = FeedbackPolicy(0.0, 0.1, torch.zeros(1, 1, dtype=F64),
+                            torch.ones(1, 1, 2, dtype=F64), torch.zeros(2, 2, dtype=F64),
+                            torch.tensor([-10.0], dtype=F64), torch.tensor([10.0], dtype=F64),
+                            angle_mask=torch.tensor([True, False]))
+    x = torch.tensor([2 * math.pi + 0.25, 0.5], dtype=F64)
+    assert torch.allclose(policy(0.0, x), torch.tensor([0.75], dtype=F64))
+    angles = torch.linspace(-20, 20, 1001, dtype=F64)
+    wrapped = wrap_angle(angles)
+    assert bool((wrapped > -math.pi).all()) and bool((wrapped <= math.pi).all())
+    assert torch.allclose(torch.sin(wrapped), torch.sin(angles), atol=1e-12)
+    assert float(wrap_angle(torch.tensor(-math.pi, dtype=F64))) == pytest.approx(math.pi)
+
+
+def test_policy_shifted_drops_steps_and_repeats_the_last():
+    policy = make_policy(H=4)
+    shifted = policy.shifted(1)
+    assert shifted.t0 == pytest.approx(1.1) and shifted.horizon == 4
+    assert torch.equal(shifted.u_ff[:3], policy.u_ff[1:])
+    assert torch.equal(shifted.u_ff[3], policy.u_ff[3])
+    assert torch.equal(shifted.x_ref[:4], policy.x_ref[1:])
+    assert torch.equal(shifted.K[3], policy.K[3])
+    far = policy.shifted(10)
+    assert torch.equal(far.u_ff, policy.u_ff[-1].expand(4, 2))
+    assert policy.shifted(0) is policy
+    x = torch.tensor([0.1, 0.2, 0.3], dtype=F64)
+    assert torch.equal(shifted(1.25, x), policy(1.25, x))
+    with pytest.raises(ValueError):
+        policy.shifted(-1)
+
+
+def test_policy_constant_and_shape_errors():
+    policy = FeedbackPolicy.constant(torch.tensor([5.0, -0.5], dtype=F64), 3,
+                                     torch.full((2,), -1.0, dtype=F64),
+                                     torch.full((2,), 1.0, dtype=F64), dt=0.01)
+    assert torch.equal(policy(3.0, torch.randn(3, dtype=F64)),
+                       torch.tensor([1.0, -0.5], dtype=F64))
+    with pytest.raises(ShapeError, match=r'K: expected shape \(4, 2, 3\)'):
+        FeedbackPolicy(0.0, 0.1, torch.zeros(4, 2), torch.zeros(4, 3, 3), torch.zeros(5, 3),
+                       torch.zeros(2), torch.zeros(2))
+    with pytest.raises(ValueError, match='dt'):
+        FeedbackPolicy(0.0, 0.0, torch.zeros(4, 2), torch.zeros(4, 2, 3), torch.zeros(5, 3),
+                       torch.zeros(2), torch.zeros(2))
+
+
+# -- dynamics -----------------------------------------------------------------------------------
+def finite_difference_jacobians(dyn, x, u, eps=1e-6):
+    def column(f, v):
+        basis = torch.eye(v.shape[-1], dtype=F64)
+        return torch.stack([(f(v + eps * e) - f(v - eps * e)) / (2 * eps) for e in basis], -1)
+    return column(lambda v: dyn.step(v, u), x), column(lambda v: dyn.step(x, v), u)
+
+
+@pytest.mark.parametrize('robot', ['qube', 'panda'])
+def test_autograd_jacobians_match_finite_differences(robot):
+    model = load_urdf(robots.urdf_string(robot), dtype=F64)
+    dyn = ModelDynamics.for_robot(robot, model, 0.01, method='rk4')
+    g = torch.Generator().manual_seed(1)
+    H = 3
+    x = 0.5 * torch.randn(H, dyn.nx, generator=g, dtype=F64)
+    u = 0.5 * torch.randn(H, dyn.nu, generator=g, dtype=F64)
+    A, B = dyn.jacobians(x, u)
+    assert A.shape == (H, dyn.nx, dyn.nx) and B.shape == (H, dyn.nx, dyn.nu)
+    for k in range(H):
+        A_fd, B_fd = finite_difference_jacobians(dyn, x[k], u[k])
+        assert torch.allclose(A[k], A_fd, rtol=1e-6, atol=1e-7)
+        assert torch.allclose(B[k], B_fd, rtol=1e-6, atol=1e-7)
+
+
+def test_qube_dynamics_uses_the_dc_motor_and_catalog_limits():
+    dyn = qube_dynamics(0.01)
+    assert (dyn.nx, dyn.nu) == (4, 1)
+    assert torch.equal(dyn.u_max, torch.tensor([4.0], dtype=F64))
+    assert torch.equal(dyn.u_min, -dyn.u_max)
+    q = torch.zeros(2, dtype=F64)
+    qd = torch.tensor([2.0, 0.0], dtype=F64)
+    tau = dyn.torque(q, qd, torch.tensor([3.0], dtype=F64))
+    expected = 0.042 * (3.0 - 0.042 * 2.0) / 8.4 - 5e-6 * 2.0
+    assert float(tau[0]) == pytest.approx(expected, rel=1e-9)
+    assert float(tau[1]) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_step_is_batched_over_states_and_model_particles():
+    dyn = qube_dynamics(0.01)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(5, 4, generator=g, dtype=F64)
+    u = torch.randn(5, 1, generator=g, dtype=F64)
+    batched = dyn.step(x, u)
+    assert torch.allclose(batched, torch.stack([dyn.step(x[i], u[i]) for i in range(5)]),
+                          rtol=1e-12, atol=1e-12)
+    scale = torch.tensor([1.0, 1.3], dtype=F64)[:, None, None, None]
+    particles = dyn.with_model(dyn.model.replace(inertial=dyn.model.inertial * scale))
+    out = particles.step(x, u)
+    assert out.shape == (2, 5, 4)
+    assert torch.allclose(out[0], batched, rtol=1e-12, atol=1e-12)
+    assert not torch.allclose(out[1], batched)
+
+
+# -- costs --------------------------------------------------------------------------------------
+def test_quadratic_cost_total_and_derivatives():
+    g = torch.Generator().manual_seed(3)
+    mask = torch.tensor([True, False, False, False])
+    R = torch.tensor([[0.3, 0.1], [0.1, 0.2]])
+    cost = QuadraticCost(torch.tensor([1.0, 2.0, 0.5, 0.1]), R,
+                         torch.tensor([3.0, 1.0, 1.0, 1.0]),
+                         torch.tensor([math.pi, 0.5, 0.0, 0.0], dtype=F64),
+                         u_goal=torch.tensor([0.1, -0.1]), angle_mask=mask, rate_weight=0.7)
+    H = 5
+    X = torch.randn(H + 1, 4, generator=g, dtype=F64)
+    U = torch.randn(H, 2, generator=g, dtype=F64)
+    u_prev = torch.randn(2, generator=g, dtype=F64)
+    expected = sum(cost.stage(X[k], U[k], k) for k in range(H)) + cost.terminal(X[H])
+    expected = expected + 0.7 * (torch.diff(torch.cat((u_prev[None], U)), dim=0) ** 2).sum()
+    assert torch.allclose(cost.total(X, U, u_prev), expected, rtol=1e-12)
+    shifted = X + 2 * math.pi * mask.to(F64)
+    batched = cost.total(torch.stack((X, shifted)), torch.stack((U, U)), u_prev)
+    assert torch.allclose(batched[0], batched[1], rtol=1e-10)
+
+    no_rate = QuadraticCost(cost.Q, cost.R, cost.Qf, cost.x_goal, cost.u_goal, mask)
+    d = no_rate.derivatives(X, U)
+    Xg, Ug = X.clone().requires_grad_(), U.clone().requires_grad_()
+    gx, gu = torch.autograd.grad(no_rate.total(Xg, Ug), (Xg, Ug))
+    assert torch.allclose(d.lx, gx[:H]) and torch.allclose(d.vx, gx[H])
+    assert torch.allclose(d.lu, gu)
+    hess = torch.autograd.functional.hessian(lambda x: no_rate.stage(x, U[0], 0), X[0])
+    assert torch.allclose(d.lxx[0], hess)
+
+
+def test_tracking_cost_resolves_a_callable_reference():
+    def reference(t):
+        return torch.stack((torch.sin(t), torch.cos(t)), -1)
+
+    cost = TrackingCost(reference, 1.0, 0.1, 2.0)
+    bound = cost.bind(0.5, 0.1, 3)
+    times = 0.5 + 0.1 * torch.arange(4, dtype=F64)
+    assert torch.allclose(bound.x_ref, reference(times).to(bound.x_ref))
+    X = bound.x_ref.clone()
+    assert float(bound.total(X, torch.zeros(3, 1, dtype=bound.Q.dtype))) == pytest.approx(0.0)
+    scalar_only = TrackingCost(lambda t: [math.sin(t), math.cos(t)], 1.0, 0.1, 2.0)
+    assert torch.allclose(scalar_only.bind(0.5, 0.1, 3).x_ref, bound.x_ref)
+    short = TrackingCost(torch.zeros(2, 2), 1.0, 0.1, 2.0).bind(0.0, 0.1, 4)
+    assert short.x_ref.shape == (5, 2)
+
+
+# -- iLQR ---------------------------------------------------------------------------------------
+def test_box_qp_matches_the_bounded_minimiser():
+    H = torch.tensor([[2.0, 0.5], [0.5, 1.0]], dtype=F64)
+    g = torch.tensor([-4.0, 0.2], dtype=F64)
+    lower, upper = torch.full((2,), -1.0, dtype=F64), torch.full((2,), 1.0, dtype=F64)
+    x, free, ok = box_qp(H, g, lower, upper)
+    assert ok and x[0] == 1.0 and free.tolist() == [False, True]
+    assert float(x[1]) == pytest.approx(-(0.2 + 0.5 * 1.0) / 1.0)
+    x, free, ok = box_qp(H, torch.tensor([-1.0, 0.2], dtype=F64), lower, upper)
+    assert free.all() and torch.allclose(H @ x, torch.tensor([1.0, -0.2], dtype=F64))
+
+
+def test_ilqr_equals_discrete_lqr_on_a_linear_system():
+    dt, H = 0.1, 20
+    dyn = point_mass_dynamics(dt)
+    A, B = point_mass_matrices(dt)
+    A_ad, B_ad = dyn.jacobians(torch.zeros(4, dtype=F64), torch.zeros(2, dtype=F64))
+    assert torch.allclose(A_ad, A, atol=1e-14) and torch.allclose(B_ad, B, atol=1e-14)
+    Q = torch.diag(torch.tensor([1.0, 2.0, 0.1, 0.1], dtype=F64))
+    R = torch.diag(torch.tensor([0.01, 0.02], dtype=F64))
+    Qf = 10 * Q
+    cost = QuadraticCost(Q, R, Qf, torch.zeros(4, dtype=F64))
+    ctrl = ILQR(dyn, cost, ILQRConfig(horizon=H, max_iters=5, tol=1e-12, mu_init=0.0,
+                                      mu_min=0.0))
+    x0 = torch.tensor([1.0, -0.5, 0.2, 0.3], dtype=F64)
+    policy = ctrl.solve(x0)
+    gains = discrete_lqr(A, B, Q, R, Qf, H)
+    x = x0
+    for k in range(H):
+        u = -gains[k] @ x
+        assert torch.allclose(policy.u_ff[k], u, rtol=1e-8, atol=1e-10)
+        assert torch.allclose(policy.K[k], -gains[k], rtol=1e-8, atol=1e-10)
+        x = A @ x + B @ u
+    assert torch.allclose(policy.x_ref[-1], x, atol=1e-10)
+    assert ctrl.info['converged']
+
+
+def test_ilqr_respects_box_limits_and_decreases_the_cost_monotonically():
+    dt, H = 0.1, 15
+    limit = torch.tensor([0.4, 0.25], dtype=F64)
+    dyn = point_mass_dynamics(dt, u_min=-limit, u_max=limit)
+    cost = QuadraticCost(torch.tensor([1.0, 1.0, 0.1, 0.1]), torch.tensor([0.01, 0.01]),
+                         torch.tensor([20.0, 20.0, 2.0, 2.0]), torch.zeros(4, dtype=F64))
+    ctrl = ILQR(dyn, cost, ILQRConfig(horizon=H, max_iters=50, tol=1e-12))
+    x0 = torch.tensor([1.0, -0.8, 0.0, 0.0], dtype=F64)
+    policy = ctrl.solve(x0)
+    assert bool((policy.u_ff.abs() <= limit + 1e-12).all())
+    at_bound = (policy.u_ff.abs() >= limit - 1e-9)
+    assert bool(at_bound.any())
+    assert float(policy.K[at_bound].abs().max()) == 0.0
+    costs = ctrl.info['costs']
+    assert all(b <= a for a, b in zip(costs, costs[1:]))
+
+    bounds = [(-float(limit[j]), float(limit[j])) for _ in range(H) for j in range(2)]
+    assert ctrl.info['cost'] <= linear_qp_optimum(cost, x0, dt, H, bounds) + 1e-6
+
+
+def linear_qp_optimum(cost, x0, dt, H, bounds=None, u_prev=None):
+    """Minimise the cost over the command sequence of the linear point mass with L-BFGS-B."""
+    from scipy.optimize import minimize
+
+    A, B = point_mass_matrices(dt)
+
+    def objective(flat):
+        U = torch.tensor(flat, dtype=F64).reshape(H, 2).requires_grad_()
+        states = [x0]
+        for k in range(H):
+            states.append(A @ states[-1] + B @ U[k])
+        value = cost.total(torch.stack(states), U, u_prev)
+        (grad,) = torch.autograd.grad(value, U)
+        return float(value.detach()), grad.flatten().numpy()
+
+    result = minimize(objective, torch.zeros(2 * H).numpy(), jac=True, method='L-BFGS-B',
+                      bounds=bounds, options={'ftol': 1e-15, 'gtol': 1e-12, 'maxiter': 5000})
+    return result.fun
+
+
+def test_ilqr_rate_penalty_is_optimised_exactly_through_the_augmented_state():
+    dt, H = 0.1, 12
+    dyn = point_mass_dynamics(dt)
+    cost = QuadraticCost(torch.tensor([1.0, 1.0, 0.1, 0.1]), torch.tensor([0.01, 0.01]),
+                         torch.tensor([20.0, 20.0, 2.0, 2.0]), torch.zeros(4, dtype=F64),
+                         rate_weight=0.5)
+    ctrl = ILQR(dyn, cost, ILQRConfig(horizon=H, max_iters=4, tol=1e-12, mu_init=0.0,
+                                      mu_min=0.0))
+    x0 = torch.tensor([1.0, -0.8, 0.0, 0.0], dtype=F64)
+    ctrl.solve(x0)
+    assert ctrl.info['cost'] == pytest.approx(linear_qp_optimum(cost, x0, dt, H), rel=1e-7)
+    # The next solve knows the command applied before its horizon and prices its rate.
+    ctrl.solve(x0, t=dt)
+    u_prev = ctrl._u_prev
+    assert u_prev is not None
+    assert ctrl.info['cost'] == pytest.approx(
+        linear_qp_optimum(cost, x0, dt, H, u_prev=u_prev), rel=1e-7)
+
+
+def test_ilqr_swings_up_the_qube_within_the_voltage_limit():
+    dyn = qube_dynamics(0.04)
+    cost = swing_up_cost()
+    ctrl = ILQR(dyn, cost, ILQRConfig(horizon=50, max_iters=40, tol=1e-6))
+    assert isinstance(ctrl, Controller)
+    x0 = torch.tensor([0.0, 0.01, 0.0, 0.0], dtype=F64)
+    policy = ctrl.solve(x0)
+    assert bool((policy.u_ff.abs() <= 4.0).all())
+    states = dyn.rollout(x0, policy.u_ff)          # open loop on the same model
+    error = state_error(states[-1], cost.x_goal, cost.angle_mask)
+    assert abs(float(error[1])) < 0.1, f'final pendulum error {error.tolist()}'
+    assert abs(float(states[-1, 3])) < 1.0
+    costs = ctrl.info['costs']
+    assert all(b <= a for a, b in zip(costs, costs[1:]))
+    # Warm start: one step later, the shifted plan is the starting point and stays good.
+    ctrl.set_model(dyn.model)
+    again = ctrl.solve(states[1], t=0.04)
+    assert ctrl.info['costs'][0] < 0.5 * costs[0]
+    assert again.t0 == pytest.approx(0.04)
+    ctrl.reset()
+    assert ctrl._controls is None
+
+
+def test_ilqr_non_finite_state_returns_a_finite_plan():
+    dyn = point_mass_dynamics()
+    ctrl = ILQR(dyn, QuadraticCost(1.0, torch.ones(2), 1.0, torch.zeros(4, dtype=F64)),
+                ILQRConfig(horizon=5))
+    policy = ctrl.solve(torch.tensor([float('nan'), 0, 0, 0], dtype=F64))
+    assert bool(torch.isfinite(policy(0.0, torch.zeros(4, dtype=F64))).all())
+
+
+def test_ilqr_config_rejects_bad_values():
+    with pytest.raises(ValueError, match='alphas'):
+        ILQRConfig(alphas=(1.5,))
+    with pytest.raises(TypeError):
+        ILQRConfig(horizn=5)
+
+
+# -- MPPI ---------------------------------------------------------------------------------------
+def test_mppi_reduces_the_cost_of_a_double_integrator_and_is_seeded():
+    dyn = point_mass_dynamics(0.1)
+    cost = QuadraticCost(torch.tensor([1.0, 1.0, 0.1, 0.1]), torch.tensor([0.01, 0.01]),
+                         torch.tensor([10.0, 10.0, 1.0, 1.0]), torch.zeros(4, dtype=F64))
+    config = MPPIConfig(horizon=15, samples=128, lambda_=0.5, noise_std=2.0, iters=4, seed=7)
+    x0 = torch.tensor([1.0, -1.0, 0.0, 0.0], dtype=F64)
+    ctrl = MPPI(dyn, cost, config)
+    policy = ctrl.solve(x0)
+    costs = ctrl.info['costs']
+    assert costs[-1] < 0.5 * costs[0]
+    assert float(policy.K.abs().max()) == 0.0
+    twin = MPPI(dyn, cost, config).solve(x0)
+    assert torch.equal(twin.u_ff, policy.u_ff)
+
+
+def test_mppi_averages_costs_over_model_particles():
+    dyn = qube_dynamics(0.04)
+    scale = torch.tensor([0.8, 1.0, 1.25], dtype=F64)[:, None, None]
+    particles = dyn.model.replace(inertial=dyn.model.inertial * scale)
+    ctrl = MPPI(dyn.with_model(particles), swing_up_cost(),
+                MPPIConfig(horizon=10, samples=8, lambda_=1.0, noise_std=1.0))
+    assert ctrl.particles == 3
+    x0 = torch.tensor([0.0, 0.3, 0.0, 0.0], dtype=F64)
+    U = torch.randn(8, 10, 1, generator=torch.Generator().manual_seed(4), dtype=F64)
+    values, _ = ctrl.evaluate(x0, U)
+    single = [MPPI(dyn.with_model(dyn.model.replace(inertial=dyn.model.inertial * s)),
+                   swing_up_cost(), MPPIConfig(horizon=10, samples=8)).evaluate(x0, U)[0]
+              for s in scale.flatten().tolist()]
+    assert torch.allclose(values, torch.stack(single).mean(0), rtol=1e-12)
+    policy = ctrl.solve(x0)
+    assert policy.u_ff.shape == (10, 1) and policy.x_ref.shape == (11, 4)
