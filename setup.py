@@ -19,7 +19,7 @@ setup(
     name=package_name,
     version='0.1.0',
     packages=find_packages(exclude=['test', 'test.*', 'benchmarks', 'benchmarks.*']),
-    package_data={'diffsim_ros.robots': ['urdf/*.urdf']},
+    package_data={'diffsim_ros.robots': ['urdf/*.urdf'], 'diffsim_ros.core': ['native/*.cpp']},
     data_files=[
         ('share/ament_index/resource_index/packages', ['resource/' + package_name]),
         ('share/' + package_name, ['package.xml']),
@@ -40,6 +40,11 @@ setup(
         'console_scripts': [
             'diffsim-demo = diffsim_ros.demo:main',
             'diffsim-fit = diffsim_ros.io.fit_cli:main',
+            # ROS 2 executables (ros2 run diffsim_ros <name>)
+            'identifier = diffsim_ros.nodes.identifier:main',
+            'monitor = diffsim_ros.nodes.monitor:main',
+            'mpc = diffsim_ros.nodes.mpc:main',
+            'sim_driver = diffsim_ros.nodes.sim_driver:main',
         ],
     },
 )

@@ -13,7 +13,9 @@ For each algorithm and batch size B the script times, per call and per sample:
   ``computeABADerivatives`` (the closest native analogue of a backward pass, but with
   respect to the state, not the inertial parameters);
 * differentiable-robot-model (float32 only: it hard-codes float32), forward and
-  forward+backward with every link's mass, CoM and inertia learnable.
+  forward+backward with every link's mass, CoM and inertia learnable;
+* the core's fused C++ kernels (``diffsim_ros.core.native``: ``rnea_native``,
+  ``aba_native``), float64, forward and forward+backward, when they compile here.
 
 Run ``python benchmarks/dynamics.py [--quick] [--json PATH] [--markdown PATH]``;
 ``benchmarks/README.md`` explains the columns.
@@ -58,6 +60,8 @@ COLUMNS = (
     ('ours_fb_f32', 'ours32 f+b'),
     ('ours_compiled_fwd_f64', 'comp64 fwd'),
     ('ours_compiled_fb_f64', 'comp64 f+b'),
+    ('ours_native_fwd_f64', 'native64 fwd'),
+    ('ours_native_fb_f64', 'native64 f+b'),
     ('pin_loop', 'pin loop'),
     ('pin_batched', 'pin batch'),
     ('pin_dpi_loop', 'pin d/dpi'),
@@ -71,7 +75,11 @@ RATIOS = (
     ('fb64_over_pin_rnea_batched', 'f+b64/pinRNEAbatch'),
     ('drm_fb_over_ours_fb_f32', 'drm/ours32 f+b'),
     ('drm_fb_over_ours_fb_f64', 'drm/ours64 f+b'),
+    ('native_fb64_over_pin_rnea_loop', 'nat f+b64/pinRNEA'),
+    ('native_fb64_over_pin_rnea_batched', 'nat f+b64/pinRNEAbatch'),
 )
+#: Algorithms with a fused native kernel (``diffsim_ros.core.native``).
+NATIVE_ALGORITHMS = ('rnea', 'aba')
 
 Inputs = Dict[str, np.ndarray]
 Results = Dict[str, Dict[str, Dict[int, _common.Timing]]]
@@ -170,6 +178,7 @@ class OursEngine:
         self.models = {dtype: core.load_urdf(urdf, dtype=dtype)
                        for dtype in (torch.float64, torch.float32)}
         self.n = self.models[torch.float64].n
+        self.native, self.native_note = self._find_native()
         if compile_variant:
             self.compiled, self.compiled_note = self._find_compiled()
         else:
@@ -198,13 +207,30 @@ class OursEngine:
                           f'{COMPILED_SIZES} after 3 warm-up calls (first-call seconds, '
                           'compilation included, are in the JSON)')
 
-    def _function(self, alg: str, compiled: bool) -> Callable[..., torch.Tensor]:
+    def _find_native(self) -> Tuple[Optional[Dict[str, Callable[..., torch.Tensor]]], str]:
+        try:
+            from diffsim_ros.core import native
+        except ImportError as error:
+            return None, f'native kernels: not importable ({error}); columns skipped'
+        start = time.perf_counter()
+        available, reason = native.native_available()
+        if not available:
+            return None, f'native kernels unavailable ({reason}); columns skipped'
+        return ({'rnea': native.rnea_native, 'aba': native.aba_native},
+                'native kernels: diffsim_ros.core.native (fused C++/OpenMP, '
+                f'{torch.get_num_threads()} threads), built or loaded in '
+                f'{time.perf_counter() - start:.1f} s')
+
+    def _function(self, alg: str, compiled: bool,
+                  native: bool = False) -> Callable[..., torch.Tensor]:
+        if native and self.native is not None:
+            return self.native[alg]
         if compiled and self.compiled is not None:
             return self.compiled[alg]
         return getattr(self.core, alg)
 
     def call(self, alg: str, dtype: torch.dtype, inputs: Inputs, backward: bool,
-             compiled: bool = False) -> Callable[[], Any]:
+             compiled: bool = False, native: bool = False) -> Callable[[], Any]:
         """
         Return a no-argument callable running one batched call.
 
@@ -213,9 +239,10 @@ class OursEngine:
         :param inputs: arrays from :func:`make_inputs`.
         :param backward: also back-propagate ``out.square().sum()`` to ``model.inertial``.
         :param compiled: use the core's compiled variant.
+        :param native: use the fused native kernel (``rnea``/``aba`` only).
         :return: the callable.
         """
-        fn = self._function(alg, compiled)
+        fn = self._function(alg, compiled, native)
         tensors = {k: torch.as_tensor(v, dtype=dtype) for k, v in inputs.items()}
         model = self.models[dtype]
         inertial = model.inertial.detach().clone()
@@ -248,6 +275,18 @@ class OursEngine:
         """
         return {alg: self.call(alg, torch.float64, inputs, False)().numpy()
                 for alg in ALGORITHMS}
+
+    def native_outputs(self, inputs: Inputs) -> Dict[str, np.ndarray]:
+        """
+        Evaluate the native kernels in float64 for the agreement check.
+
+        :param inputs: arrays from :func:`make_inputs`.
+        :return: ``rnea`` and ``aba`` ``(B, n)`` as arrays (empty without the kernels).
+        """
+        if self.native is None:
+            return {}
+        return {alg: self.call(alg, torch.float64, inputs, False, native=True)().numpy()
+                for alg in NATIVE_ALGORITHMS}
 
 
 class PinocchioEngine:
@@ -504,6 +543,7 @@ def load_engines(urdf: str, threads: int,
         sys.exit(f'engines disagree on the number of joints: {sizes}')
     if 'ours' in engines:
         notes.append(engines['ours'].compiled_note)
+        notes.append(engines['ours'].native_note)
     if 'pin' in engines:
         notes.append(engines['pin'].batched_note)
     if 'drm' in engines and engines['drm'].load_messages:
@@ -559,6 +599,11 @@ def _cases(engines: Dict[str, Any], alg: str, inputs: Inputs,
                           ours.call(alg, torch.float64, inputs, False, compiled=True), 3))
             cases.append(('ours_compiled_fb_f64',
                           ours.call(alg, torch.float64, inputs, True, compiled=True), 3))
+        if ours.native is not None and alg in NATIVE_ALGORITHMS:
+            cases.append(('ours_native_fwd_f64',
+                          ours.call(alg, torch.float64, inputs, False, native=True), 3))
+            cases.append(('ours_native_fb_f64',
+                          ours.call(alg, torch.float64, inputs, True, native=True), 3))
     pin = engines.get('pin')
     if pin is not None:
         cases.append(('pin_loop', pin.loop(alg, inputs), 3))
@@ -605,12 +650,16 @@ def ratios(results: Results, alg: str, batch: int) -> Dict[str, Optional[float]]
     def sample(a: str, key: str) -> Optional[float]:
         return per_sample_us(results, a, key, batch)
     fb64 = sample(alg, 'ours_fb_f64')
+    native_fb64 = sample(alg, 'ours_native_fb_f64')
     drm_fb = sample(alg, 'drm_fb_f32')
     return {
         'fb64_over_pin_rnea_loop': _quotient(fb64, sample('rnea', 'pin_loop')),
         'fb64_over_pin_rnea_batched': _quotient(fb64, sample('rnea', 'pin_batched')),
         'drm_fb_over_ours_fb_f32': _quotient(drm_fb, sample(alg, 'ours_fb_f32')),
         'drm_fb_over_ours_fb_f64': _quotient(drm_fb, fb64),
+        'native_fb64_over_pin_rnea_loop': _quotient(native_fb64, sample('rnea', 'pin_loop')),
+        'native_fb64_over_pin_rnea_batched': _quotient(native_fb64,
+                                                       sample('rnea', 'pin_batched')),
     }
 
 
@@ -630,15 +679,27 @@ def targets(results: Results) -> List[_common.Target]:
                 lines.append(_common.Target(
                     f'{alg} {tag} fwd+bwd/sample at B={b} vs pin RNEA fwd/sample ({label})',
                     _quotient(fb, per_sample_us(results, 'rnea', pin_key, b)), 1.0, 'x'))
+    for alg in NATIVE_ALGORITHMS:
+        fb = per_sample_us(results, alg, 'ours_native_fb_f64', b)
+        if fb is None:
+            continue
+        for pin_key, label in (('pin_loop', 'loop'), ('pin_batched', 'batched')):
+            lines.append(_common.Target(
+                f'{alg} native f64 fwd+bwd/sample at B={b} vs pin RNEA fwd/sample ({label})',
+                _quotient(fb, per_sample_us(results, 'rnea', pin_key, b)), 1.0, 'x'))
+        drm_fb = per_sample_us(results, alg, 'drm_fb_f32', b)
+        lines.append(_common.Target(
+            f'{alg} drm f+b / ours native f64 f+b per sample at B={b}',
+            _quotient(drm_fb, fb), DRM_SPEEDUP_TARGET, 'x', at_most=False))
     for alg in ALGORITHMS:
         for tag in ('f32', 'f64'):
             lines.append(_common.Target(
                 f'{alg} drm f+b / ours {tag} f+b per sample at B={b}',
                 ratios(results, alg, b)[f'drm_fb_over_ours_fb_{tag}'],
                 DRM_SPEEDUP_TARGET, 'x', at_most=False))
-    for key in ('ours_fwd_f64', 'ours_fwd_f32', 'ours_compiled_fwd_f64'):
+    for key in ('ours_fwd_f64', 'ours_fwd_f32', 'ours_compiled_fwd_f64', 'ours_native_fwd_f64'):
         timing = results['aba'][key].get(1)
-        if timing is None and 'compiled' in key:
+        if timing is None and ('compiled' in key or 'native' in key):
             continue
         lines.append(_common.Target(
             f'aba {key} at B=1 per call', None if timing is None else timing.seconds * 1e6,
@@ -723,6 +784,10 @@ def agreement(engines: Dict[str, Any]) -> Dict[str, Dict[str, float]]:
             out = engines[name].outputs(inputs)
             found[name] = {alg: float(np.abs(out[alg] - reference[alg]).max())
                            for alg in ALGORITHMS}
+    native = engines['ours'].native_outputs(inputs) if 'ours' in engines else {}
+    if native:
+        found['native'] = {alg: float(np.abs(native[alg] - reference[alg]).max())
+                           for alg in native}
     return found
 
 

@@ -1,0 +1,539 @@
+// Fused per-sample rigid-body dynamics kernels for diffsim_ros.core.native.
+//
+// One sample's whole recursion runs in a small per-thread workspace that stays in L1, instead
+// of streaming (B, n, ...) intermediates through memory once per tensor operation.  The
+// kernels work in body coordinates (Featherstone): joint i's child frame is body i, the base
+// frame is the world frame, spatial vectors are [angular; linear].
+//
+// Per-sample parameters (inertial, joint origins, armature, gravity) are given with a leading
+// dimension that is either 1 (shared by the whole batch) or B (one per sample).
+
+#include <torch/extension.h>
+#include <ATen/Parallel.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace {
+
+constexpr int64_t kMinSamplesPerChunk = 16;
+// Chunks per thread: dynamic scheduling over several chunks keeps both cores busy when the
+// machine is shared and one thread gets descheduled.
+constexpr int64_t kChunksPerThread = 8;
+
+// Structure of the tree, shared by every sample.
+struct Tree {
+  int64_t n;
+  const int64_t* parent;     // (n,), -1 for the base
+  const int64_t* prismatic;  // (n,), 1 for prismatic joints, 0 for revolute/continuous
+};
+
+// Strided view of a parameter tensor whose first dim is 1 (shared) or B (per sample).
+template <typename T>
+struct Param {
+  const T* data;
+  int64_t stride;
+  const T* at(int64_t b) const { return data + b * stride; }
+};
+
+template <typename T>
+Param<T> param(const torch::Tensor& x, int64_t batch) {
+  const int64_t row = x.numel() / std::max<int64_t>(x.size(0), 1);
+  return Param<T>{x.data_ptr<T>(), x.size(0) == 1 && batch != 1 ? 0 : row};
+}
+
+template <typename T>
+inline void cross(const T* a, const T* b, T* out) {
+  out[0] = a[1] * b[2] - a[2] * b[1];
+  out[1] = a[2] * b[0] - a[0] * b[2];
+  out[2] = a[0] * b[1] - a[1] * b[0];
+}
+
+// Pose of body i in its parent: rotation R (row-major 3x3) and translation p.
+template <typename T>
+inline void joint_pose(const T* origin, const T* axis, bool prismatic, T q, T* R, T* p) {
+  // origin: row-major 4x4 T_parent_joint at q = 0.
+  for (int r = 0; r < 3; ++r) p[r] = origin[4 * r + 3];
+  if (prismatic) {
+    for (int r = 0; r < 3; ++r) {
+      for (int c = 0; c < 3; ++c) R[3 * r + c] = origin[4 * r + c];
+      p[r] += q * (origin[4 * r] * axis[0] + origin[4 * r + 1] * axis[1] +
+                   origin[4 * r + 2] * axis[2]);
+    }
+    return;
+  }
+  // Rodrigues: Rj = E + s K + (1 - c) K^2 with K = skew(axis), K^2 = a a^T - |a|^2 E.
+  const T s = std::sin(q), t = T(1) - std::cos(q);
+  const T x = axis[0], y = axis[1], z = axis[2];
+  const T aa = x * x + y * y + z * z;
+  T Rj[9] = {
+      T(1) + t * (x * x - aa), -s * z + t * x * y, s * y + t * x * z,
+      s * z + t * x * y, T(1) + t * (y * y - aa), -s * x + t * y * z,
+      -s * y + t * x * z, s * x + t * y * z, T(1) + t * (z * z - aa)};
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 3; ++c) {
+      R[3 * r + c] = origin[4 * r] * Rj[c] + origin[4 * r + 1] * Rj[3 + c] +
+                     origin[4 * r + 2] * Rj[6 + c];
+    }
+  }
+}
+
+// Motion vector from parent to child coordinates: [R^T w; R^T (v - p x w)].
+template <typename T>
+inline void motion_to_child(const T* R, const T* p, const T* m, T* out) {
+  T pxw[3];
+  cross(p, m, pxw);
+  const T l[3] = {m[3] - pxw[0], m[4] - pxw[1], m[5] - pxw[2]};
+  for (int c = 0; c < 3; ++c) {
+    out[c] = R[c] * m[0] + R[3 + c] * m[1] + R[6 + c] * m[2];
+    out[3 + c] = R[c] * l[0] + R[3 + c] * l[1] + R[6 + c] * l[2];
+  }
+}
+
+// Force vector from child to parent coordinates: [R n + p x (R f); R f]; added to out.
+template <typename T>
+inline void add_force_to_parent(const T* R, const T* p, const T* f, T* out) {
+  T Rn[3], Rf[3], pxRf[3];
+  for (int r = 0; r < 3; ++r) {
+    Rn[r] = R[3 * r] * f[0] + R[3 * r + 1] * f[1] + R[3 * r + 2] * f[2];
+    Rf[r] = R[3 * r] * f[3] + R[3 * r + 1] * f[4] + R[3 * r + 2] * f[5];
+  }
+  cross(p, Rf, pxRf);
+  for (int r = 0; r < 3; ++r) {
+    out[r] += Rn[r] + pxRf[r];
+    out[3 + r] += Rf[r];
+  }
+}
+
+// Spatial inertia from pi = [m, hx, hy, hz, Ixx, Ixy, Ixz, Iyy, Iyz, Izz] times a motion
+// vector: [I w + h x v; m v - h x w].
+template <typename T>
+inline void inertia_apply(const T* pi, const T* m, T* out) {
+  const T* h = pi + 1;
+  T hxv[3], hxw[3];
+  cross(h, m + 3, hxv);
+  cross(h, m, hxw);
+  out[0] = pi[4] * m[0] + pi[5] * m[1] + pi[6] * m[2] + hxv[0];
+  out[1] = pi[5] * m[0] + pi[7] * m[1] + pi[8] * m[2] + hxv[1];
+  out[2] = pi[6] * m[0] + pi[8] * m[1] + pi[9] * m[2] + hxv[2];
+  for (int r = 0; r < 3; ++r) out[3 + r] = pi[0] * m[3 + r] - hxw[r];
+}
+
+// Spatial motion cross product v x m.
+template <typename T>
+inline void motion_cross(const T* v, const T* m, T* out) {
+  T a[3], b[3];
+  cross(v, m, out);
+  cross(v, m + 3, a);
+  cross(v + 3, m, b);
+  for (int r = 0; r < 3; ++r) out[3 + r] = a[r] + b[r];
+}
+
+// Spatial force cross product v x* f, added to out.
+template <typename T>
+inline void add_force_cross(const T* v, const T* f, T* out) {
+  T a[3], b[3], c[3];
+  cross(v, f, a);
+  cross(v + 3, f + 3, b);
+  cross(v, f + 3, c);
+  for (int r = 0; r < 3; ++r) {
+    out[r] += a[r] + b[r];
+    out[3 + r] += c[r];
+  }
+}
+
+// out += scale * phi(a, b), where a^T I(pi) b = phi(a, b) . pi.
+template <typename T>
+inline void add_phi(const T* a, const T* b, T scale, T* out) {
+  T c1[3], c2[3];
+  cross(b + 3, a, c1);
+  cross(a + 3, b, c2);
+  out[0] += scale * (a[3] * b[3] + a[4] * b[4] + a[5] * b[5]);
+  for (int r = 0; r < 3; ++r) out[1 + r] += scale * (c1[r] + c2[r]);
+  out[4] += scale * a[0] * b[0];
+  out[5] += scale * (a[0] * b[1] + a[1] * b[0]);
+  out[6] += scale * (a[0] * b[2] + a[2] * b[0]);
+  out[7] += scale * a[1] * b[1];
+  out[8] += scale * (a[1] * b[2] + a[2] * b[1]);
+  out[9] += scale * a[2] * b[2];
+}
+
+// Joint motion subspace S = [axis; 0] (revolute) or [0; axis] (prismatic) times x, added.
+template <typename T>
+inline void add_subspace(const T* axis, bool prismatic, T x, T* out) {
+  const int o = prismatic ? 3 : 0;
+  for (int r = 0; r < 3; ++r) out[o + r] += axis[r] * x;
+}
+
+template <typename T>
+inline T subspace_dot(const T* axis, bool prismatic, const T* f) {
+  const int o = prismatic ? 3 : 0;
+  return axis[0] * f[o] + axis[1] * f[o + 1] + axis[2] * f[o + 2];
+}
+
+// Per-sample workspace: poses, velocities, accelerations and one more 6-vector per body.
+template <typename T>
+struct Workspace {
+  std::vector<T> R, p, v, a, f, w;
+  explicit Workspace(int64_t n)
+      : R(9 * n), p(3 * n), v(6 * n), a(6 * n), f(6 * n), w(6 * n) {}
+};
+
+// First pass of RNEA: poses, v_i, a_i (with gravity as the base acceleration).
+template <typename T>
+inline void kinematics_pass(const Tree& tree, const T* axis, const T* origins, const T* q,
+                            const T* qd, const T* qdd, const T* gravity, Workspace<T>& ws) {
+  for (int64_t i = 0; i < tree.n; ++i) {
+    const bool pr = tree.prismatic[i] != 0;
+    const T* ax = axis + 3 * i;
+    T* R = &ws.R[9 * i];
+    T* p = &ws.p[3 * i];
+    T* v = &ws.v[6 * i];
+    T* a = &ws.a[6 * i];
+    joint_pose(origins + 16 * i, ax, pr, q[i], R, p);
+    const int64_t parent = tree.parent[i];
+    if (parent < 0) {
+      const T a0[6] = {T(0), T(0), T(0), -gravity[0], -gravity[1], -gravity[2]};
+      for (int r = 0; r < 6; ++r) v[r] = T(0);
+      motion_to_child(R, p, a0, a);
+    } else {
+      motion_to_child(R, p, &ws.v[6 * parent], v);
+      motion_to_child(R, p, &ws.a[6 * parent], a);
+    }
+    T sqd[6] = {T(0), T(0), T(0), T(0), T(0), T(0)};
+    add_subspace(ax, pr, qd[i], sqd);
+    add_subspace(ax, pr, qd[i], v);
+    add_subspace(ax, pr, qdd[i], a);
+    T c[6];
+    motion_cross(v, sqd, c);
+    for (int r = 0; r < 6; ++r) a[r] += c[r];
+  }
+}
+
+template <typename T>
+void rnea_sample(const Tree& tree, const T* axis, const T* origins, const T* pi,
+                 const T* armature, const T* gravity, const T* q, const T* qd, const T* qdd,
+                 T* tau, Workspace<T>& ws) {
+  kinematics_pass(tree, axis, origins, q, qd, qdd, gravity, ws);
+  for (int64_t i = 0; i < tree.n; ++i) {
+    T* f = &ws.f[6 * i];
+    T Iv[6];
+    inertia_apply(pi + 10 * i, &ws.a[6 * i], f);
+    inertia_apply(pi + 10 * i, &ws.v[6 * i], Iv);
+    add_force_cross(&ws.v[6 * i], Iv, f);
+  }
+  for (int64_t i = tree.n - 1; i >= 0; --i) {
+    const bool pr = tree.prismatic[i] != 0;
+    tau[i] = subspace_dot(axis + 3 * i, pr, &ws.f[6 * i]) + armature[i] * qdd[i];
+    const int64_t parent = tree.parent[i];
+    if (parent >= 0) add_force_to_parent(&ws.R[9 * i], &ws.p[3 * i], &ws.f[6 * i],
+                                         &ws.f[6 * parent]);
+  }
+}
+
+// Adds d(g . tau)/d pi to grad (n, 10): phi(w_i, a_i) - phi(v_i x w_i, v_i), with w_i the
+// velocity-like propagation of the upstream gradient g as joint rates.
+template <typename T>
+void rnea_inertial_adjoint_sample(const Tree& tree, const T* axis, const T* origins,
+                                  const T* gravity, const T* q, const T* qd, const T* qdd,
+                                  const T* g, T* grad, Workspace<T>& ws) {
+  kinematics_pass(tree, axis, origins, q, qd, qdd, gravity, ws);
+  for (int64_t i = 0; i < tree.n; ++i) {
+    const bool pr = tree.prismatic[i] != 0;
+    T* w = &ws.w[6 * i];
+    const int64_t parent = tree.parent[i];
+    if (parent < 0) {
+      for (int r = 0; r < 6; ++r) w[r] = T(0);
+    } else {
+      motion_to_child(&ws.R[9 * i], &ws.p[3 * i], &ws.w[6 * parent], w);
+    }
+    add_subspace(axis + 3 * i, pr, g[i], w);
+    const T* v = &ws.v[6 * i];
+    T vxw[6];
+    motion_cross(v, w, vxw);
+    add_phi(w, &ws.a[6 * i], T(1), grad + 10 * i);
+    add_phi(vxw, v, T(-1), grad + 10 * i);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Articulated-body algorithm
+// ---------------------------------------------------------------------------------------
+
+// 6x6 spatial inertia (row-major) from pi.
+template <typename T>
+inline void spatial_inertia(const T* pi, T* M) {
+  const T m = pi[0], hx = pi[1], hy = pi[2], hz = pi[3];
+  const T I[36] = {
+      pi[4], pi[5], pi[6], T(0), -hz, hy,
+      pi[5], pi[7], pi[8], hz, T(0), -hx,
+      pi[6], pi[8], pi[9], -hy, hx, T(0),
+      T(0), hz, -hy, m, T(0), T(0),
+      -hz, T(0), hx, T(0), m, T(0),
+      hy, -hx, T(0), T(0), T(0), m};
+  for (int k = 0; k < 36; ++k) M[k] = I[k];
+}
+
+// Y = R X R^T for 3x3 blocks (row-major, X read with row stride ld).
+template <typename T>
+inline void rotate_block(const T* R, const T* X, int ld, T* Y) {
+  T RX[9];
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 3; ++c) {
+      RX[3 * r + c] = R[3 * r] * X[c] + R[3 * r + 1] * X[ld + c] + R[3 * r + 2] * X[2 * ld + c];
+    }
+  }
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 3; ++c) {
+      Y[3 * r + c] = RX[3 * r] * R[3 * c] + RX[3 * r + 1] * R[3 * c + 1] +
+                     RX[3 * r + 2] * R[3 * c + 2];
+    }
+  }
+}
+
+// out += X^T M X with X the parent-to-child motion transform of (R, p): the articulated
+// inertia M = [[A, B], [B^T, C]] (symmetric) of a child expressed in its parent.  With
+// A', B', C' the blocks rotated by R, P = skew(p) and F = B' + P C':
+// [[A' + P B'^T - F P, F], [F^T, C']].
+template <typename T>
+inline void add_inertia_to_parent(const T* R, const T* p, const T* M, T* out) {
+  T A[9], B[9], C[9];
+  rotate_block(R, M, 6, A);
+  rotate_block(R, M + 3, 6, B);
+  rotate_block(R, M + 21, 6, C);
+  T PC[9], F[9];
+  for (int c = 0; c < 3; ++c) {
+    const T col[3] = {C[c], C[3 + c], C[6 + c]};
+    T x[3];
+    cross(p, col, x);
+    for (int r = 0; r < 3; ++r) PC[3 * r + c] = x[r];
+  }
+  for (int k = 0; k < 9; ++k) F[k] = B[k] + PC[k];
+  T FP[9], PBt[9];
+  for (int r = 0; r < 3; ++r) {
+    const T row[3] = {F[3 * r], F[3 * r + 1], F[3 * r + 2]};
+    T x[3];
+    cross(p, row, x);   // row r of F P is row^T P = -(p x row)^T
+    for (int c = 0; c < 3; ++c) FP[3 * r + c] = -x[c];
+    const T brow[3] = {B[3 * r], B[3 * r + 1], B[3 * r + 2]};
+    cross(p, brow, x);  // column r of P B'^T = p x (row r of B')
+    for (int c = 0; c < 3; ++c) PBt[3 * c + r] = x[c];
+  }
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 3; ++c) {
+      out[6 * r + c] += A[3 * r + c] + PBt[3 * r + c] - FP[3 * r + c];
+      out[6 * r + 3 + c] += F[3 * r + c];
+      out[6 * (3 + r) + c] += F[3 * c + r];
+      out[6 * (3 + r) + 3 + c] += C[3 * r + c];
+    }
+  }
+}
+
+template <typename T>
+struct AbaWorkspace {
+  std::vector<T> R, p, v, c, IA, pA, U, a;
+  std::vector<T> D, u;
+  explicit AbaWorkspace(int64_t n)
+      : R(9 * n), p(3 * n), v(6 * n), c(6 * n), IA(36 * n), pA(6 * n), U(6 * n), a(6 * n),
+        D(n), u(n) {}
+};
+
+template <typename T>
+void aba_sample(const Tree& tree, const T* axis, const T* origins, const T* pi,
+                const T* armature, const T* gravity, const T* q, const T* qd, const T* tau,
+                T* qdd, AbaWorkspace<T>& ws) {
+  const int64_t n = tree.n;
+  for (int64_t i = 0; i < n; ++i) {
+    const bool pr = tree.prismatic[i] != 0;
+    const T* ax = axis + 3 * i;
+    T* R = &ws.R[9 * i];
+    T* p = &ws.p[3 * i];
+    T* v = &ws.v[6 * i];
+    joint_pose(origins + 16 * i, ax, pr, q[i], R, p);
+    const int64_t parent = tree.parent[i];
+    if (parent < 0) {
+      for (int r = 0; r < 6; ++r) v[r] = T(0);
+    } else {
+      motion_to_child(R, p, &ws.v[6 * parent], v);
+    }
+    T sqd[6] = {T(0), T(0), T(0), T(0), T(0), T(0)};
+    add_subspace(ax, pr, qd[i], sqd);
+    add_subspace(ax, pr, qd[i], v);
+    motion_cross(v, sqd, &ws.c[6 * i]);
+    spatial_inertia(pi + 10 * i, &ws.IA[36 * i]);
+    T Iv[6];
+    inertia_apply(pi + 10 * i, v, Iv);
+    T* pA = &ws.pA[6 * i];
+    for (int r = 0; r < 6; ++r) pA[r] = T(0);
+    add_force_cross(v, Iv, pA);
+  }
+  for (int64_t i = n - 1; i >= 0; --i) {
+    const bool pr = tree.prismatic[i] != 0;
+    const int o = pr ? 3 : 0;
+    const T* ax = axis + 3 * i;
+    T* IA = &ws.IA[36 * i];
+    T* U = &ws.U[6 * i];
+    for (int r = 0; r < 6; ++r) {
+      U[r] = IA[6 * r + o] * ax[0] + IA[6 * r + o + 1] * ax[1] + IA[6 * r + o + 2] * ax[2];
+    }
+    const T D = subspace_dot(ax, pr, U) + armature[i];
+    const T u = tau[i] - subspace_dot(ax, pr, &ws.pA[6 * i]);
+    ws.D[i] = D;
+    ws.u[i] = u;
+    const int64_t parent = tree.parent[i];
+    if (parent < 0) continue;
+    const T inv_D = T(1) / D;
+    T Ia[36];
+    for (int r = 0; r < 6; ++r) {
+      for (int k = 0; k < 6; ++k) Ia[6 * r + k] = IA[6 * r + k] - U[r] * U[k] * inv_D;
+    }
+    T pa[6];
+    const T* c = &ws.c[6 * i];
+    for (int r = 0; r < 6; ++r) {
+      T s = ws.pA[6 * i + r] + U[r] * u * inv_D;
+      for (int k = 0; k < 6; ++k) s += Ia[6 * r + k] * c[k];
+      pa[r] = s;
+    }
+    add_inertia_to_parent(&ws.R[9 * i], &ws.p[3 * i], Ia, &ws.IA[36 * parent]);
+    add_force_to_parent(&ws.R[9 * i], &ws.p[3 * i], pa, &ws.pA[6 * parent]);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const bool pr = tree.prismatic[i] != 0;
+    T* a = &ws.a[6 * i];
+    const int64_t parent = tree.parent[i];
+    if (parent < 0) {
+      const T a0[6] = {T(0), T(0), T(0), -gravity[0], -gravity[1], -gravity[2]};
+      motion_to_child(&ws.R[9 * i], &ws.p[3 * i], a0, a);
+    } else {
+      motion_to_child(&ws.R[9 * i], &ws.p[3 * i], &ws.a[6 * parent], a);
+    }
+    for (int r = 0; r < 6; ++r) a[r] += ws.c[6 * i + r];
+    T Ua = T(0);
+    for (int r = 0; r < 6; ++r) Ua += ws.U[6 * i + r] * a[r];
+    qdd[i] = (ws.u[i] - Ua) / ws.D[i];
+    add_subspace(axis + 3 * i, pr, qdd[i], a);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Batch drivers
+// ---------------------------------------------------------------------------------------
+
+int64_t chunk_count(int64_t batch) {
+  const int64_t by_size = std::max<int64_t>(1, batch / kMinSamplesPerChunk);
+  const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
+  return std::max<int64_t>(1, std::min<int64_t>(threads * kChunksPerThread, by_size));
+}
+
+// Runs body(chunk, first, end) over contiguous sample ranges, with at most
+// torch.get_num_threads() OpenMP threads; chunk indices address per-chunk partial sums.
+template <typename F>
+void for_chunks(int64_t batch, int64_t chunks, const F& body) {
+  const int64_t threads = std::min<int64_t>(chunks, at::get_num_threads());
+  if (threads <= 1 || at::in_parallel_region()) {
+    for (int64_t c = 0; c < chunks; ++c) body(c, batch * c / chunks, batch * (c + 1) / chunks);
+    return;
+  }
+#pragma omp parallel for schedule(dynamic, 1) num_threads(static_cast<int>(threads))
+  for (int64_t c = 0; c < chunks; ++c) body(c, batch * c / chunks, batch * (c + 1) / chunks);
+}
+
+Tree make_tree(const torch::Tensor& parent, const torch::Tensor& prismatic) {
+  TORCH_CHECK(parent.scalar_type() == torch::kInt64 && prismatic.scalar_type() == torch::kInt64,
+              "tree index tensors must be int64");
+  return Tree{parent.numel(), parent.data_ptr<int64_t>(), prismatic.data_ptr<int64_t>()};
+}
+
+// Inputs: q, qd, x (B, n) contiguous; inertial (1|B, n, 10); armature (1|B, n);
+// origins (1|B, n, 4, 4); gravity (1|B, 3); axis (n, 3); parent, prismatic (n,) int64.
+torch::Tensor rnea_forward(torch::Tensor q, torch::Tensor qd, torch::Tensor qdd,
+                           torch::Tensor inertial, torch::Tensor armature,
+                           torch::Tensor origins, torch::Tensor gravity, torch::Tensor axis,
+                           torch::Tensor parent, torch::Tensor prismatic) {
+  const int64_t batch = q.size(0);
+  const Tree tree = make_tree(parent, prismatic);
+  auto tau = torch::empty_like(q);
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "rnea_forward", [&] {
+    using T = scalar_t;
+    const auto pi = param<T>(inertial, batch), arm = param<T>(armature, batch);
+    const auto org = param<T>(origins, batch), grav = param<T>(gravity, batch);
+    const T *qp = q.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *qddp = qdd.data_ptr<T>();
+    const T* ax = axis.data_ptr<T>();
+    T* out = tau.data_ptr<T>();
+    const int64_t n = tree.n;
+    for_chunks(batch, chunk_count(batch), [&](int64_t, int64_t b0, int64_t b1) {
+      Workspace<T> ws(n);
+      for (int64_t b = b0; b < b1; ++b) {
+        rnea_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n,
+                    qdp + b * n, qddp + b * n, out + b * n, ws);
+      }
+    });
+  });
+  return tau;
+}
+
+// d(sum g * tau)/d inertial: (B, n, 10) when per_sample, else (n, 10) summed over the batch.
+torch::Tensor rnea_inertial_adjoint(torch::Tensor q, torch::Tensor qd, torch::Tensor qdd,
+                                    torch::Tensor g, torch::Tensor origins,
+                                    torch::Tensor gravity, torch::Tensor axis,
+                                    torch::Tensor parent, torch::Tensor prismatic,
+                                    bool per_sample) {
+  const int64_t batch = q.size(0);
+  const Tree tree = make_tree(parent, prismatic);
+  const int64_t n = tree.n;
+  const int64_t chunks = chunk_count(batch);
+  auto grad = per_sample ? torch::zeros({batch, n, 10}, q.options())
+                         : torch::zeros({chunks, n, 10}, q.options());
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "rnea_inertial_adjoint", [&] {
+    using T = scalar_t;
+    const auto org = param<T>(origins, batch), grav = param<T>(gravity, batch);
+    const T *qp = q.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *qddp = qdd.data_ptr<T>();
+    const T *gp = g.data_ptr<T>(), *ax = axis.data_ptr<T>();
+    T* out = grad.data_ptr<T>();
+    for_chunks(batch, chunks, [&](int64_t c, int64_t b0, int64_t b1) {
+      Workspace<T> ws(n);
+      for (int64_t b = b0; b < b1; ++b) {
+        T* dst = out + (per_sample ? b : c) * n * 10;
+        rnea_inertial_adjoint_sample(tree, ax, org.at(b), grav.at(b), qp + b * n,
+                                     qdp + b * n, qddp + b * n, gp + b * n, dst, ws);
+      }
+    });
+  });
+  return per_sample ? grad : grad.sum(0);
+}
+
+torch::Tensor aba_forward(torch::Tensor q, torch::Tensor qd, torch::Tensor tau,
+                          torch::Tensor inertial, torch::Tensor armature,
+                          torch::Tensor origins, torch::Tensor gravity, torch::Tensor axis,
+                          torch::Tensor parent, torch::Tensor prismatic) {
+  const int64_t batch = q.size(0);
+  const Tree tree = make_tree(parent, prismatic);
+  auto qdd = torch::empty_like(q);
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "aba_forward", [&] {
+    using T = scalar_t;
+    const auto pi = param<T>(inertial, batch), arm = param<T>(armature, batch);
+    const auto org = param<T>(origins, batch), grav = param<T>(gravity, batch);
+    const T *qp = q.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *taup = tau.data_ptr<T>();
+    const T* ax = axis.data_ptr<T>();
+    T* out = qdd.data_ptr<T>();
+    const int64_t n = tree.n;
+    for_chunks(batch, chunk_count(batch), [&](int64_t, int64_t b0, int64_t b1) {
+      AbaWorkspace<T> ws(n);
+      for (int64_t b = b0; b < b1; ++b) {
+        aba_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n,
+                   qdp + b * n, taup + b * n, out + b * n, ws);
+      }
+    });
+  });
+  return qdd;
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("rnea_forward", &rnea_forward, "Batched RNEA, one fused recursion per sample");
+  m.def("rnea_inertial_adjoint", &rnea_inertial_adjoint,
+        "Vector-Jacobian product of RNEA with respect to the inertial parameters");
+  m.def("aba_forward", &aba_forward, "Batched ABA, one fused recursion per sample");
+}

@@ -1,0 +1,191 @@
+"""The fused C++ RNEA/ABA kernels equal the torch algorithms, with exact parameter gradients."""
+
+import logging
+
+from diffsim_ros import robots
+from diffsim_ros.core import aba, load_urdf, rnea, ShapeError
+from diffsim_ros.core import native
+from diffsim_ros.core.native import aba_native, rnea_native
+import pytest
+import torch
+from torch.autograd import gradcheck
+from urdf_factory import case_urdf, reference_cases, robot_to_urdf, seeded_robot
+
+#: Agreement with the torch algorithms, relative to max(1, |reference|).
+TOL = {torch.float64: 1e-12, torch.float32: 2e-4}
+PAIRS = {'rnea': (rnea_native, rnea), 'aba': (aba_native, aba)}
+
+
+@pytest.fixture(scope='session')
+def kernels():
+    """Compile (or load the cached) kernels once per session; skip when impossible."""
+    available, reason = native.native_available()
+    if not available:
+        pytest.skip(f'native kernels unavailable: {reason}')
+    return True
+
+
+def _close(actual, expected, dtype=torch.float64):
+    scale = expected.abs().clamp(min=1.0)
+    error = ((actual - expected).abs() / scale).max().item()
+    assert error <= TOL[dtype], f'max relative error {error:.2e} > {TOL[dtype]:.0e}'
+
+
+def _randn(generator, *shape, dtype=torch.float64):
+    return torch.randn(*shape, generator=generator, dtype=dtype)
+
+
+def _with_armature(model, generator):
+    armature = torch.rand(model.n, generator=generator, dtype=model.dtype)
+    return model.replace(armature=armature)
+
+
+def _tree():
+    # A branching tree with prismatic joints (as in test_core_gradients).
+    for seed in range(100):
+        model = load_urdf(robot_to_urdf(seeded_robot(seed)))
+        if 3 <= model.n <= 5 and len(set(model.tree.parents)) < model.n and any(
+                t == 'prismatic' for t in model.tree.joint_types):
+            return model
+    raise RuntimeError('no branching random tree with a prismatic joint found')
+
+
+MODELS = {'tree': _tree(), 'wam4': load_urdf(robots.urdf_string('wam4'))}
+
+
+@pytest.mark.parametrize('case', reference_cases())
+@pytest.mark.parametrize('algorithm', PAIRS)
+def test_matches_torch_batched(kernels, case, algorithm):
+    g = torch.Generator().manual_seed(7)
+    model = _with_armature(load_urdf(case_urdf(case)), g)
+    fast, reference = PAIRS[algorithm]
+    q, qd, x = (_randn(g, 2, 3, model.n) for _ in range(3))
+    with torch.no_grad():
+        _close(fast(model, q, qd, x), reference(model, q, qd, x))
+        single = (q[0, 0], qd[0, 0], x[0, 0])
+        _close(fast(model, *single), reference(model, *single))
+
+
+@pytest.mark.parametrize('algorithm', PAIRS)
+def test_matches_torch_particle_batched(kernels, algorithm):
+    # Particles (P, 1, ...) in every parameter the kernel reads, states (B, n).
+    g = torch.Generator().manual_seed(1)
+    model = MODELS['tree']
+    n, particles = model.n, 4
+    model = model.replace(
+        inertial=model.inertial * (1.0 + 0.2 * torch.rand(particles, 1, n, 10, generator=g,
+                                                          dtype=torch.float64)),
+        armature=torch.rand(particles, 1, n, generator=g, dtype=torch.float64),
+        origin_xyz=model.origin_xyz + 0.05 * _randn(g, particles, 1, n, 3),
+        gravity=model.gravity + _randn(g, particles, 1, 3))
+    fast, reference = PAIRS[algorithm]
+    q, qd, x = (_randn(g, 5, n) for _ in range(3))
+    with torch.no_grad():
+        out = fast(model, q, qd, x)
+        assert out.shape == (particles, 5, n)
+        _close(out, reference(model, q, qd, x))
+
+
+@pytest.mark.parametrize('algorithm', PAIRS)
+def test_float32_matches_torch(kernels, algorithm):
+    g = torch.Generator().manual_seed(2)
+    model = load_urdf(robots.urdf_string('panda'), dtype=torch.float32)
+    fast, reference = PAIRS[algorithm]
+    q, qd, x = (_randn(g, 64, model.n, dtype=torch.float32) for _ in range(3))
+    with torch.no_grad():
+        out = fast(model, q, qd, x)
+        assert out.dtype == torch.float32
+        _close(out, reference(model.to(torch.float64), q.double(), qd.double(), x.double()),
+               torch.float32)
+
+
+@pytest.mark.parametrize('model_name', MODELS)
+@pytest.mark.parametrize('algorithm', PAIRS)
+def test_gradcheck_inertial_armature_and_last_input(kernels, model_name, algorithm):
+    g = torch.Generator().manual_seed(3)
+    model = _with_armature(MODELS[model_name], g)
+    fast, _ = PAIRS[algorithm]
+    q, qd, x = (_randn(g, 3, model.n) for _ in range(3))
+    leaves = (model.inertial.clone().requires_grad_(), model.armature.clone().requires_grad_(),
+              x.requires_grad_())
+
+    def fn(inertial, armature, x):
+        return fast(model.replace(inertial=inertial, armature=armature), q, qd, x)
+    assert gradcheck(fn, leaves, eps=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize('algorithm', PAIRS)
+def test_gradcheck_particle_inertial(kernels, algorithm):
+    g = torch.Generator().manual_seed(4)
+    model = MODELS['tree']
+    fast, _ = PAIRS[algorithm]
+    inertial = (model.inertial * (1.0 + 0.1 * torch.rand(2, 1, model.n, 10, generator=g,
+                                                         dtype=torch.float64)))
+    q, qd, x = (_randn(g, 3, model.n) for _ in range(3))
+    assert gradcheck(lambda pi: fast(model.replace(inertial=pi), q, qd, x),
+                     (inertial.requires_grad_(),), eps=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize('algorithm', PAIRS)
+def test_gradients_equal_torch_autograd_across_threads(kernels, algorithm):
+    # More samples than one chunk per thread: the per-chunk partial sums must add up.
+    g = torch.Generator().manual_seed(5)
+    model = _with_armature(load_urdf(robots.urdf_string('panda')), g)
+    fast, reference = PAIRS[algorithm]
+    q, qd, x = (_randn(g, 200, model.n) for _ in range(3))
+    weight = _randn(g, 200, model.n)
+    grads = []
+    for fn in (fast, reference):
+        inertial = model.inertial.clone().requires_grad_()
+        armature = model.armature.clone().requires_grad_()
+        out = fn(model.replace(inertial=inertial, armature=armature), q, qd, x)
+        grads.append(torch.autograd.grad((out * weight).sum(), (inertial, armature)))
+    for mine, theirs in zip(*grads):
+        _close(mine, theirs)
+
+
+def test_state_gradients_fall_back_to_torch(kernels, caplog):
+    g = torch.Generator().manual_seed(6)
+    model = MODELS['tree']
+    q, qd, qdd = (_randn(g, model.n) for _ in range(3))
+    q.requires_grad_()
+    with caplog.at_level(logging.INFO, logger=native.__name__):
+        native._logged.clear()
+        assert gradcheck(lambda q: rnea_native(model, q, qd, qdd), (q,), eps=1e-6, atol=1e-6)
+    assert 'q or qd requires grad' in caplog.text
+
+
+def test_disabled_falls_back(monkeypatch, caplog):
+    monkeypatch.setattr(native, '_state', {**native._state})
+    native.set_enabled(False)
+    monkeypatch.setattr(native, '_logged', set())
+    model = MODELS['wam4']
+    g = torch.Generator().manual_seed(8)
+    q, qd, x = (_randn(g, 4, model.n) for _ in range(3))
+    with caplog.at_level(logging.INFO, logger=native.__name__):
+        for fast, reference in PAIRS.values():
+            assert torch.equal(fast(model, q, qd, x), reference(model, q, qd, x))
+        fast(model, q, qd, x)
+    assert caplog.text.count(native.DISABLED) == 1
+    assert native.native_available() == (False, native.DISABLED)
+
+
+def test_missing_compiler_falls_back(monkeypatch, caplog):
+    monkeypatch.setenv('CXX', 'no-such-compiler-diffsim')
+    monkeypatch.setattr(native, '_state', {'module': None, 'reason': None, 'tried': False,
+                                           'enabled': True})
+    monkeypatch.setattr(native, '_logged', set())
+    model = MODELS['wam4']
+    q = torch.zeros(model.n, dtype=torch.float64)
+    with caplog.at_level(logging.WARNING, logger=native.__name__):
+        assert torch.equal(rnea_native(model, q, q, q), rnea(model, q, q, q))
+    available, reason = native.native_available()
+    assert not available and 'no C++ compiler' in reason
+    assert 'no C++ compiler' in caplog.text
+
+
+def test_shape_errors_name_the_argument(kernels):
+    model = MODELS['wam4']
+    q = torch.zeros(model.n + 1, dtype=torch.float64)
+    with pytest.raises(ShapeError, match='qdd'):
+        rnea_native(model, q[:-1], q[:-1], q)
