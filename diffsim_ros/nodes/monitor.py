@@ -1,0 +1,433 @@
+"""
+Monitor node: shows how well the current model predicts the robot.
+
+It buffers measured ``joint_states`` and the commands sent to the robot, and every ``period``
+seconds rolls the current model (nominal, then each model the identifier publishes) forward
+from the state measured ``horizon`` seconds ago with the recorded commands (each held until
+the next and averaged over a rollout step) through the robot's actuator model: the DC motor
+for Quanser voltages, minus the model's joint friction, plus gravity when the driver
+compensates it.  States are timed by their header stamps, commands by their arrival (DDS
+receive time, or the node clock under ``use_sim_time``).  It publishes
+
+* ``/predicted/joint_states``: the predicted state at the newest measurement time, which a
+  second ``robot_state_publisher`` (``frame_prefix: predicted/``) turns into a ghost robot;
+* ``~/markers``: measured and predicted end-effector paths over the window, LINE_STRIPs in
+  namespaces ``measured_path`` and ``predicted_path``, in the base link's frame;
+* ``~/prediction_nmse``: ``Float64MultiArray`` ``[state NMSE, position NMSE per joint...]``
+  (errors over variances of the measured window, as the identification metrics), ``inf``
+  when the rollout diverged; also on ``/diagnostics``.
+
+Rollouts run on a worker thread, so a slow prediction never delays the subscriptions.
+"""
+
+from collections import deque
+from dataclasses import dataclass, field
+import math
+import threading
+from typing import Any, Dict, Optional
+
+from builtin_interfaces.msg import Duration
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from geometry_msgs.msg import Point
+import numpy as np
+import rclpy
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, Header, MultiArrayDimension, MultiArrayLayout
+from std_msgs.msg import String
+import torch
+from visualization_msgs.msg import Marker, MarkerArray
+
+from .convert import commands_array, joint_state_arrays, joint_state_msg, MessageError
+from .convert import ThrottledLogger
+from .params import declare_config, declare_robot
+from .. import robots
+from ..core import aba, forward_kinematics, INTEGRATORS, load_urdf, rnea, RobotModel, rollout
+from ..sim.parameters import nominal_model
+from ..sysid.losses import command_matrix, make_actuator, make_torque_fn, normalized_mse
+from ..sysid.losses import state_scale, wrap_angle_error
+
+__all__ = ['MonitorConfig', 'MonitorNode', 'end_effector_path', 'main',
+           'mean_commands', 'predict_window', 'robot_torque_fn', 'validated_model']
+
+MODEL_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+#: Marker namespaces of the measured and predicted end-effector paths (config/monitor.rviz).
+MEASURED_NS, PREDICTED_NS = 'measured_path', 'predicted_path'
+
+
+def _describe(text: str, **extra) -> Dict[str, Any]:
+    """Return dataclass field metadata holding a parameter description."""
+    return {'description': text, **extra}
+
+
+@dataclass(frozen=True)
+class MonitorConfig:
+    """Parameters of the monitor node (``monitor:`` section of ``config/<robot>.yaml``)."""
+
+    joint_states_topic: str = field(default='joint_states', metadata=_describe(
+        'sensor_msgs/JointState topic of the robot'))
+    command_topic: str = field(default='', metadata=_describe(
+        'commands sent to the robot; empty: /<controller_name>/commands of the catalog'))
+    model_topic: str = field(default='/identifier/robot_description', metadata=_describe(
+        'std_msgs/String URDF of the identified model (transient-local)'))
+    horizon: float = field(default=1.0, metadata=_describe(
+        'prediction horizon: the model is rolled out from the state this long ago, s'))
+    dt: float = field(default=0.01, metadata=_describe('rollout step, s'))
+    integrator: str = field(default='rk4', metadata=_describe(
+        'rollout integrator: rk4 or semi_implicit_euler (needs a smaller dt)'))
+    period: float = field(default=1.0, metadata=_describe('time between two predictions, s'))
+    buffer_duration: float = field(default=5.0, metadata=_describe(
+        'measured states and commands kept, s (>= horizon)'))
+    line_width: float = field(default=0.005, metadata=_describe('path marker width, m'))
+    max_stamp_offset: float = field(default=0.5, metadata=_describe(
+        "joint_states are timed by their header stamps (the driver's sample times) unless "
+        'a stamp is this far (s) from the arrival time (unset or unsynchronised clock): then '
+        'by arrival, like the commands'))
+
+    def __post_init__(self) -> None:
+        """Reject non-positive durations and unknown integrators."""
+        for name in ('horizon', 'dt', 'period', 'buffer_duration', 'line_width',
+                     'max_stamp_offset'):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0.0):
+                raise ValueError(f'{name} must be finite and > 0, got {value}')
+        if self.dt > self.horizon:
+            raise ValueError(f'dt ({self.dt}) must not exceed horizon ({self.horizon})')
+        if self.buffer_duration < self.horizon:
+            raise ValueError(f'buffer_duration ({self.buffer_duration}) must be >= horizon '
+                             f'({self.horizon})')
+        if self.integrator not in INTEGRATORS:
+            raise ValueError(f'unknown integrator {self.integrator!r}; valid: '
+                             f'{", ".join(INTEGRATORS)}')
+
+
+def validated_model(urdf: str, nominal: RobotModel) -> RobotModel:
+    """
+    Load a published model and check that it can replace ``nominal``.
+
+    URDF has no armature field, so the nominal armature (catalog rotor inertia) is kept.
+
+    :param urdf: URDF XML.
+    :param nominal: the model in use (joint order, dtype, device, armature).
+    :return: the new model, same dtype and device as ``nominal``.
+    :raises ValueError: the URDF does not load, its joints differ from ``nominal``'s, or its
+        parameters or dynamics at rest are not finite (the message says which).
+    """
+    try:
+        model = load_urdf(urdf, dtype=nominal.dtype).to(device=nominal.device)
+    except Exception as error:  # noqa: BLE001 - any parser failure rejects the model
+        raise ValueError(f'URDF does not load: {error}') from None
+    if model.joint_names != nominal.joint_names:
+        raise ValueError(f'joints {list(model.joint_names)} differ from '
+                         f'{list(nominal.joint_names)}')
+    model = model.replace(armature=nominal.armature)
+    for name in ('inertial', 'damping', 'friction'):
+        if not bool(torch.isfinite(getattr(model, name)).all()):
+            raise ValueError(f'non-finite {name} parameters')
+    q = torch.zeros(model.n, dtype=model.dtype, device=model.device)
+    if not bool(torch.isfinite(aba(model, q, q, q)).all()):
+        raise ValueError('non-finite forward dynamics (singular mass matrix?)')
+    return model
+
+
+def robot_torque_fn(model: RobotModel, info: robots.RobotInfo):
+    """
+    Return the command-to-joint-torque map of a robot for :func:`~diffsim_ros.core.rollout`.
+
+    :param model: the robot model (its damping and friction are subtracted).
+    :param info: catalog entry: command joints, unit (``'V'``: DC motor), gravity handling.
+    :return: ``torque_fn(q, qd, u (..., m)) -> tau (..., n)``.
+    """
+    B = command_matrix(model, info.command_joints)
+    actuator = None
+    if info.command_unit == 'V':
+        actuator = make_actuator('dc_motor', len(info.command_joints), info.dc_motor_kwargs(),
+                                 dtype=model.dtype, device=model.device)
+    torque_fn = make_torque_fn(model, B, actuator)
+    if not info.motor.get('driver_adds_gravity', False):
+        return torque_fn
+
+    def with_gravity(q, qd, u):
+        return torque_fn(q, qd, u) + rnea(model, q, torch.zeros_like(q), torch.zeros_like(q))
+    return with_gravity
+
+
+def mean_commands(t_cmd: np.ndarray, u: np.ndarray, grid: np.ndarray, m: int) -> np.ndarray:
+    """
+    Return the time average of the held command signal over each grid interval.
+
+    The command signal holds each command from its arrival to the next one (zero before the
+    first).  Averaging it over ``[grid[k], grid[k + 1])`` makes the rollout insensitive to
+    whether a command arrived just before or just after a grid time.
+
+    :param t_cmd: arrival times ``(M,)``, s, increasing (may be empty).
+    :param u: commands ``(M, m)``.
+    :param grid: interval bounds ``(K + 1,)``, s, increasing.
+    :param m: command dimension.
+    :return: ``(K, m)`` mean commands.
+    """
+    if len(t_cmd) == 0:
+        return np.zeros((len(grid) - 1, m))
+    # Integral of the held signal from t_cmd[0] to each arrival, then to each grid time.
+    segments = u[:-1] * np.diff(t_cmd)[:, None]
+    at_arrival = np.concatenate((np.zeros((1, m)), np.cumsum(segments, axis=0)))
+    last = np.searchsorted(t_cmd, grid, side='right') - 1
+    held = np.where(last[:, None] >= 0, u[np.maximum(last, 0)], 0.0)
+    integral = np.where(last[:, None] >= 0, at_arrival[np.maximum(last, 0)]
+                        + held * (grid - t_cmd[np.maximum(last, 0)])[:, None], 0.0)
+    return np.diff(integral, axis=0) / np.diff(grid)[:, None]
+
+
+def predict_window(model: RobotModel, info: robots.RobotInfo, t, q, qd, t_cmd, u,
+                   horizon: float, dt: float, integrator: str) -> Optional[Dict[str, Any]]:
+    """
+    Roll the model over the last ``horizon`` seconds of measurements and score it.
+
+    :param model: the model to evaluate.
+    :param info: catalog entry of the robot.
+    :param t: measurement times ``(N,)``, s, increasing.
+    :param q: measured positions ``(N, n)`` in model joint order.
+    :param qd: measured velocities ``(N, n)``.
+    :param t_cmd: command times ``(M,)``, s, increasing (may be empty).
+    :param u: commands ``(M, m)``, each held until the next (zero before the first); the
+        rollout applies their mean over each step (:func:`mean_commands`).
+    :param horizon: window length, s.
+    :param dt: rollout step, s.
+    :param integrator: ``'semi_implicit_euler'`` or ``'rk4'``.
+    :return: ``None`` when the measurements span less than the horizon, else ``t`` (grid
+        ``(K + 1,)``), ``q_measured``/``q_predicted`` ``(K + 1, n)``, ``qd_predicted``,
+        ``nmse`` (state) and ``nmse_q`` ``(n,)``, both ``inf`` if the rollout diverged.
+    """
+    if len(t) < 2 or t[-1] - t[0] < horizon - 0.5 * dt:
+        return None
+    steps = max(1, int(round(horizon / dt)))
+    grid = t[-1] - dt * np.arange(steps, -1, -1)
+    # The measurement nearest each grid time (no interpolation across wrapped angles).
+    after = np.clip(np.searchsorted(t, grid), 1, len(t) - 1)
+    index = np.where(grid - t[after - 1] <= t[after] - grid, after - 1, after)
+    controls = mean_commands(t_cmd, u, grid, len(info.command_joints))
+    x_meas = torch.as_tensor(np.concatenate((q[index], qd[index]), axis=1),
+                             dtype=model.dtype, device=model.device)
+    with torch.no_grad():
+        x_pred = rollout(model, x_meas[0], torch.as_tensor(controls, dtype=model.dtype,
+                                                           device=model.device), dt, integrator,
+                         robot_torque_fn(model, info))
+    mask = model.tree.revolute_mask
+    error = wrap_angle_error(x_pred - x_meas, mask)
+    finite = bool(torch.isfinite(x_pred).all())
+    scale = state_scale(x_meas[:, :model.n], x_meas[:, model.n:], mask)
+    nmse = float(normalized_mse(error, scale)) if finite else math.inf
+    nmse_q = ((error[:, :model.n].square() / scale[:model.n]).mean(0).tolist() if finite
+              else [math.inf] * model.n)
+    return {'t': grid, 'q_measured': q[index], 'q_predicted': x_pred[:, :model.n].cpu().numpy(),
+            'qd_predicted': x_pred[:, model.n:].cpu().numpy(), 'finite': finite, 'nmse': nmse,
+            'nmse_q': nmse_q}
+
+
+def end_effector_path(model: RobotModel, info: robots.RobotInfo, q: np.ndarray) -> np.ndarray:
+    """
+    Return end-effector positions in the base link's frame.
+
+    :param model: the robot.
+    :param info: catalog entry (``base_link``, ``end_effector_link``).
+    :param q: positions ``(K, n)``.
+    :return: ``(K, 3)`` positions, m.
+    """
+    with torch.no_grad():
+        T = forward_kinematics(model, torch.as_tensor(q, dtype=model.dtype))
+    base = model.link_names.index(info.base_link)
+    ee = model.link_names.index(info.end_effector_link)
+    T_base_ee = torch.linalg.solve(T[:, base], T[:, ee])
+    return T_base_ee[:, :3, 3].cpu().numpy()
+
+
+def _path_marker(name: str, frame: str, points: np.ndarray, rgba, width: float) -> Marker:
+    """Return one LINE_STRIP marker through ``points`` ``(K, 3)``."""
+    marker = Marker(ns=name, id=0, type=Marker.LINE_STRIP, action=Marker.ADD,
+                    lifetime=Duration(sec=0), frame_locked=False)
+    marker.header.frame_id = frame
+    marker.pose.orientation.w = 1.0
+    marker.scale.x = width
+    marker.color.r, marker.color.g, marker.color.b, marker.color.a = rgba
+    marker.points = [Point(x=float(x), y=float(y), z=float(z)) for x, y, z in points]
+    return marker
+
+
+class MonitorNode(Node):
+    """
+    Publish the current model's predictions next to the measurements (module docstring).
+
+    :param node_name: ROS node name (its section of ``config/<robot>.yaml`` is read).
+    :param kwargs: passed to ``rclpy.node.Node`` (``context``, ``parameter_overrides``...).
+    """
+
+    def __init__(self, node_name: str = 'monitor', **kwargs) -> None:
+        """Declare parameters, load the nominal model, start the prediction thread."""
+        super().__init__(node_name, **kwargs)
+        robot, defaults = declare_robot(self)
+        self.info = robots.get(robot)
+        self.config = declare_config(self, MonitorConfig, defaults=defaults)
+        self.model = nominal_model(self.info.name)
+        self._names = self.model.joint_names
+        self._lock = threading.Lock()
+        keep = int(self.config.buffer_duration * self.info.driver_rate_hz * 2) + 16
+        self._states = deque(maxlen=keep)
+        self._commands = deque(maxlen=keep)
+        self._log = ThrottledLogger(self.get_logger())
+        self.last_prediction: Optional[Dict[str, Any]] = None
+        self.models_accepted = self.models_rejected = self.predictions = 0
+        topic = self.config.command_topic or f'/{self.info.controller_name}/commands'
+        self.create_subscription(JointState, self.config.joint_states_topic,
+                                 self._on_joint_state, qos_profile_sensor_data)
+        self.create_subscription(Float64MultiArray, topic, self._on_command, 10)
+        self.create_subscription(String, self.config.model_topic, self._on_model, MODEL_QOS)
+        self._predicted_pub = self.create_publisher(JointState, '/predicted/joint_states', 10)
+        self._markers_pub = self.create_publisher(MarkerArray, '~/markers', 10)
+        self._nmse_pub = self.create_publisher(Float64MultiArray, '~/prediction_nmse', 10)
+        self._diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self._stop = threading.Event()
+        self._worker = threading.Thread(target=self._run, name='monitor-rollout', daemon=True)
+        self._worker.start()
+
+    def _now(self) -> float:
+        """Return the node clock in seconds (simulated time under use_sim_time)."""
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _arrival(self, info) -> float:
+        """Return when a message arrived: DDS receive time, or the node clock on sim time."""
+        received = info.get('received_timestamp', 0) if info else 0
+        if received > 0 and not self.get_clock().ros_time_is_active:
+            return received * 1e-9   # taken by the middleware, not delayed by the executor
+        return self._now()
+
+    def _on_joint_state(self, msg: JointState, info=None) -> None:
+        try:
+            stamp, q, qd, _ = joint_state_arrays(msg, self._names)
+        except MessageError as error:
+            self._log.warn(self.config.joint_states_topic, f'dropped message: {error}')
+            return
+        now = self._arrival(info)
+        if abs(stamp - now) > self.config.max_stamp_offset:
+            stamp = now
+        with self._lock:
+            if self._states and stamp < self._states[-1][0] - self.config.max_stamp_offset:
+                self._states.clear()   # the clock jumped back (bag restarted): start over
+                self._commands.clear()
+            elif self._states and stamp <= self._states[-1][0]:
+                self._log.warn(self.config.joint_states_topic, 'dropped out-of-order message')
+                return
+            self._states.append((stamp, q, qd))
+
+    def _on_command(self, msg: Float64MultiArray, info=None) -> None:
+        try:
+            u = commands_array(msg, len(self.info.command_joints))
+        except MessageError as error:
+            self._log.warn('commands', f'dropped message: {error}')
+            return
+        arrival = self._arrival(info)
+        with self._lock:
+            if not self._commands or arrival >= self._commands[-1][0]:
+                self._commands.append((arrival, u))
+
+    def _on_model(self, msg: String) -> None:
+        try:
+            model = validated_model(msg.data, self.model)
+        except ValueError as error:
+            self.models_rejected += 1
+            self.get_logger().error(f'rejected model on {self.config.model_topic}: {error}; '
+                                    'keeping the previous model')
+            return
+        with self._lock:
+            self.model = model
+        self.models_accepted += 1
+        self.get_logger().info(f'model update {self.models_accepted} accepted')
+
+    def _run(self) -> None:
+        """Predict every ``period`` seconds (wall clock) until the node is closed."""
+        while not self._stop.wait(self.config.period):
+            try:
+                self.predict_and_publish()
+            except Exception as error:  # noqa: BLE001 - keep monitoring whatever happens
+                self._log.warn('prediction', f'failed: {error!r}')
+
+    def predict_and_publish(self) -> Optional[Dict[str, Any]]:
+        """
+        Run one prediction over the buffered window and publish its results.
+
+        :return: the :func:`predict_window` result, or None without enough data.
+        """
+        with self._lock:
+            states, commands, model = list(self._states), list(self._commands), self.model
+        if not states:
+            return None
+        t = np.array([s[0] for s in states])
+        cutoff = t[-1] - self.config.buffer_duration
+        commands = [c for c in commands if c[0] >= cutoff]
+        m = len(self.info.command_joints)
+        result = predict_window(
+            model, self.info, t, np.stack([s[1] for s in states]),
+            np.stack([s[2] for s in states]), np.array([c[0] for c in commands]),
+            np.stack([c[1] for c in commands]) if commands else np.zeros((0, m)),
+            self.config.horizon, self.config.dt, self.config.integrator)
+        if result is None:
+            return None
+        self._publish(model, result)
+        self.predictions += 1
+        self.last_prediction = result
+        return result
+
+    def _publish(self, model: RobotModel, result: Dict[str, Any]) -> None:
+        stamp = self.get_clock().now().to_msg()
+        frame = self.info.base_link
+        markers = [_path_marker(MEASURED_NS, frame, end_effector_path(
+            model, self.info, result['q_measured']), (0.1, 0.8, 0.1, 1.0),
+            self.config.line_width)]
+        if result['finite']:
+            markers.append(_path_marker(PREDICTED_NS, frame, end_effector_path(
+                model, self.info, result['q_predicted']), (1.0, 0.5, 0.0, 1.0),
+                self.config.line_width))
+            self._predicted_pub.publish(joint_state_msg(
+                self._names, result['q_predicted'][-1], result['qd_predicted'][-1],
+                stamp=stamp))
+        for marker in markers:
+            marker.header.stamp = stamp
+        self._markers_pub.publish(MarkerArray(markers=markers))
+        values = [result['nmse'], *result['nmse_q']]
+        label = 'prediction_nmse: state, ' + ', '.join(f'q[{j}]' for j in self._names)
+        self._nmse_pub.publish(Float64MultiArray(
+            layout=MultiArrayLayout(dim=[MultiArrayDimension(
+                label=label, size=len(values), stride=len(values))]),
+            data=[float(v) for v in values]))
+        level = DiagnosticStatus.OK if result['finite'] else DiagnosticStatus.WARN
+        status = DiagnosticStatus(
+            level=level, name=f'{self.get_name()}: prediction', hardware_id=self.info.name,
+            message='prediction ok' if result['finite'] else 'rollout diverged',
+            values=[KeyValue(key=k, value=str(v)) for k, v in (
+                ('prediction_nmse', result['nmse']), ('horizon_s', self.config.horizon),
+                ('models_accepted', self.models_accepted),
+                ('models_rejected', self.models_rejected),
+                ('dropped_messages', self._log.total))])
+        self._diagnostics_pub.publish(DiagnosticArray(header=Header(stamp=stamp),
+                                                      status=[status]))
+
+    def close(self) -> None:
+        """Stop the prediction thread and destroy the node."""
+        self._stop.set()
+        if self._worker.is_alive():
+            self._worker.join(timeout=10.0)
+        self.destroy_node()
+
+
+def main(args=None) -> None:
+    """Run the monitor node (executable ``monitor``)."""
+    rclpy.init(args=args)
+    node = MonitorNode()
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.close()
+        rclpy.try_shutdown()

@@ -1,0 +1,422 @@
+"""
+Adaptive MPC node: commands the robot with a controller running on the newest model.
+
+* Subscribes ``joint_states`` (sensor-data QoS) and the identifier's model
+  (``/identifier/robot_description``, ``std_msgs/String`` URDF, transient-local).  A model that
+  fails to load or gives non-finite dynamics is rejected with one error log; the old one stays.
+* A timer at ``control_rate`` asks a worker thread to solve (iLQR, MPPI or the task's baseline
+  from :mod:`diffsim_ros.control`) from the newest state; the solve never blocks commanding.
+* A timer at ``command_rate`` evaluates the newest :class:`FeedbackPolicy` on the newest state
+  and publishes ``std_msgs/Float64MultiArray`` on ``/<controller_name>/commands`` in the
+  catalog's ``command_joints`` order, clipped to the command limits and always finite.
+* Watchdog: with ``joint_states`` older than ``stale_timeout`` (or none yet), a plan that
+  ended more than ``plan_timeout`` ago, or a non-finite command, it publishes
+  ``safe_command`` (zero effort by default); stale data raise ``/diagnostics`` to ERROR,
+  and control resumes when fresh data return.
+* ``/diagnostics``: solve time, solve and command rates, state age, model updates.
+
+Time is the node clock (simulated time under ``use_sim_time``), counted from the first
+accepted state, which is also the time origin of tracking references.
+"""
+
+from dataclasses import dataclass, field
+import math
+import threading
+import time
+from typing import Any, Dict, Optional
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+import numpy as np
+import rclpy
+from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
+from rclpy.executors import ExternalShutdownException
+from rclpy.node import Node
+from rclpy.qos import qos_profile_sensor_data
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, Header, String
+import torch
+
+from .convert import commands_msg, joint_state_arrays, MessageError, ThrottledLogger
+from .monitor import MODEL_QOS, validated_model
+from .params import declare_config, declare_robot
+from .. import robots
+from ..control.baselines import PDGravity, SwingUpLQR
+from ..control.costs import QuadraticCost, TrackingCost
+from ..control.dynamics import ModelDynamics
+from ..control.ilqr import ILQR, ILQRConfig
+from ..control.mppi import MPPI, MPPIConfig
+from ..control.tasks import get_task, make_cost, reference, task_names
+from ..core import rnea, RobotModel
+from ..sim.parameters import nominal_model
+
+__all__ = ['CONTROLLERS', 'MpcConfig', 'MpcNode', 'main', 'make_controller']
+
+CONTROLLERS = ('ilqr', 'mppi', 'baseline')
+
+
+def _meta(description: str) -> Dict[str, Any]:
+    return {'description': description}
+
+
+@dataclass(frozen=True)
+class MpcConfig:
+    """Parameters of the mpc node (``mpc:`` section of ``config/<robot>.yaml``)."""
+
+    controller: str = field(default='ilqr', metadata=_meta(
+        "'ilqr', 'mppi' or 'baseline' (energy swing-up + LQR, or PD + gravity for arms)"))
+    control_rate: float = field(default=0.0, metadata=_meta(
+        "replanning rate, Hz; 0 = the robot task's rate (50 Hz without a task)"))
+    command_rate: float = field(default=0.0, metadata=_meta(
+        "command publishing rate, Hz; 0 = the robot's driver rate"))
+    dt: float = field(default=0.0, metadata=_meta("model step, s; 0 = the task's mpc_dt"))
+    horizon: int = field(default=0, metadata=_meta("steps per plan; 0 = the task's horizon"))
+    iterations: int = field(default=0, metadata=_meta(
+        "iLQR iterations / MPPI rounds per solve; 0 = the task's"))
+    dtype: str = field(default='float64', metadata=_meta("solver dtype: 'float64'/'float32'"))
+    mppi_samples: int = field(default=256, metadata=_meta('MPPI samples per round'))
+    mppi_lambda: float = field(default=1.0, metadata=_meta('MPPI temperature, cost units'))
+    mppi_noise: float = field(default=0.3, metadata=_meta(
+        'MPPI noise std as a fraction of the command limit'))
+    seed: int = field(default=0, metadata=_meta('seed of the MPPI generator'))
+    goal: tuple[float, ...] = field(default=(), metadata=_meta(
+        'goal positions (model joint order) for robots without a task; empty = zeros'))
+    state_weight: tuple[float, ...] = field(default=(), metadata=_meta(
+        'diagonal of Q (2 n) for robots without a task; empty = 100 per q, 1 per qd'))
+    control_weight: tuple[float, ...] = field(default=(), metadata=_meta(
+        'diagonal of R (one per command) for robots without a task; empty = 1e-3'))
+    joint_states_topic: str = field(default='joint_states', metadata=_meta(
+        'sensor_msgs/JointState topic'))
+    model_topic: str = field(default='/identifier/robot_description', metadata=_meta(
+        'std_msgs/String URDF of the identified model (transient-local)'))
+    command_topic: str = field(default='', metadata=_meta(
+        "Float64MultiArray command topic; '' = /<controller_name>/commands"))
+    command_limit: tuple[float, ...] = field(default=(), metadata=_meta(
+        "symmetric limit per command joint; empty = the catalog's command_limit"))
+    safe_command: tuple[float, ...] = field(default=(), metadata=_meta(
+        'command sent on stale data or a stalled solver; empty = zero effort'))
+    stale_timeout: float = field(default=0.1, metadata=_meta(
+        'joint_states older than this (s) stop control: safe command, diagnostics ERROR'))
+    plan_timeout: float = field(default=0.5, metadata=_meta(
+        'a plan that ended more than this long ago (s) is not applied'))
+    diagnostics_period: float = field(default=1.0, metadata=_meta(
+        'period of /diagnostics, s'))
+
+    def __post_init__(self) -> None:
+        """Reject unknown choices and non-positive or negative values."""
+        if self.controller not in CONTROLLERS:
+            raise ValueError(f'unknown controller {self.controller!r}; valid: '
+                             f'{", ".join(CONTROLLERS)}')
+        if self.dtype not in ('float64', 'float32'):
+            raise ValueError(f"dtype must be 'float64' or 'float32', got {self.dtype!r}")
+        for name in ('control_rate', 'command_rate', 'dt', 'horizon', 'iterations'):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
+                raise ValueError(f'{name} must be >= 0, got {getattr(self, name)}')
+        for name in ('stale_timeout', 'plan_timeout', 'diagnostics_period', 'mppi_samples',
+                     'mppi_lambda', 'mppi_noise'):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise ValueError(f'{name} must be > 0, got {getattr(self, name)}')
+        if any(not (math.isfinite(v) and v >= 0) for v in self.command_limit):
+            raise ValueError(f'command_limit must be finite and >= 0, got {self.command_limit}')
+
+
+def _command_limit(info: robots.RobotInfo, config: MpcConfig) -> np.ndarray:
+    """Return the symmetric limit per command joint, checking the configured length."""
+    limit = config.command_limit or tuple(info.command_limit[i] for i in info.command_indices)
+    if len(limit) != len(info.command_joints):
+        raise ValueError(f'command_limit needs {len(info.command_joints)} values '
+                         f'({list(info.command_joints)}), got {len(limit)}')
+    return np.asarray(limit, dtype=np.float64)
+
+
+def make_controller(info: robots.RobotInfo, model: RobotModel, config: MpcConfig):
+    """
+    Build the configured controller of a robot on a model.
+
+    Robots with a task in :mod:`diffsim_ros.control.tasks` use its cost, step, horizon and
+    baseline; others regulate to ``config.goal`` with a quadratic cost from the config.
+
+    :param info: catalog entry of the robot.
+    :param model: the model to start from (float64; converted to ``config.dtype``).
+    :param config: node parameters.
+    :return: ``(controller, control_rate_hz)``; the controller has ``solve``, ``set_model``
+        and ``reset``.
+    :raises ValueError: a combination that does not exist (e.g. a baseline without a task).
+    """
+    task = get_task(info.name) if info.name in task_names() else None
+    dtype = torch.float32 if config.dtype == 'float32' else torch.float64
+    dt = config.dt or (task.mpc_dt if task else 0.02)
+    horizon = int(config.horizon or (task.horizon if task else 25))
+    iterations = int(config.iterations or (task.iterations if task else 2))
+    rate = config.control_rate or (task.control_rate_hz if task else 50.0)
+    limit = torch.as_tensor(_command_limit(info, config), dtype=model.dtype)
+    dynamics = ModelDynamics.for_robot(info.name, model, dt, u_min=-limit, u_max=limit)
+    if config.controller == 'baseline':
+        if task is None:
+            raise ValueError(f'no baseline for {info.name!r} (no task); use ilqr or mppi')
+        if task.kind == 'swing_up':
+            keys = ('energy_gain', 'max_acceleration', 'centering', 'switch_angle')
+            return SwingUpLQR(dynamics, task.pendulum_joint, task.actuated_joint,
+                              **{k: task.extra[k] for k in keys if k in task.extra}), rate
+        return PDGravity(dynamics, lambda t: reference(task, t), task.extra['kp'],
+                         task.extra['kd'], horizon=horizon), rate
+    if task is not None and task.kind == 'tracking':
+        # The reference as a function of the horizon's times (TrackingCost.bind calls it with
+        # a (H + 1,) tensor), so that a configured horizon may differ from the task's.
+        weights = (torch.diag(torch.as_tensor(w, dtype=model.dtype)) for w in (
+            task.state_weight, task.control_weight, task.terminal_weight))
+        cost = TrackingCost(lambda times: torch.cat(reference(task, times)[:2], -1), *weights,
+                            nx=2 * model.n)
+    elif task is not None:
+        cost = make_cost(task, model)
+    else:
+        n, nu = model.n, dynamics.nu
+        q_goal = torch.zeros(n, dtype=model.dtype)
+        if config.goal:
+            q_goal = torch.as_tensor(config.goal, dtype=model.dtype).reshape(n)
+        Q = torch.diag(torch.as_tensor(config.state_weight or (100.0,) * n + (1.0,) * n,
+                                       dtype=model.dtype))
+        R = torch.diag(torch.as_tensor(config.control_weight or (1e-3,) * nu,
+                                       dtype=model.dtype))
+        cost = QuadraticCost(Q, R, Q, torch.cat((q_goal, torch.zeros_like(q_goal))))
+    if config.controller == 'mppi':
+        return MPPI(dynamics, cost, MPPIConfig(
+            horizon=horizon, samples=config.mppi_samples, lambda_=config.mppi_lambda,
+            noise_std=(config.mppi_noise * limit).tolist(), iters=iterations,
+            seed=config.seed, dtype=dtype)), rate
+    return ILQR(dynamics, cost, ILQRConfig(horizon=horizon, max_iters=iterations,
+                                           dtype=dtype)), rate
+
+
+class MpcNode(Node):
+    """
+    The adaptive MPC node (module docstring; executable ``mpc``).
+
+    :param node_name: ROS node name (its section of ``config/<robot>.yaml`` is read).
+    :param kwargs: passed to ``rclpy.node.Node`` (``context``, ``parameter_overrides``...).
+    """
+
+    def __init__(self, node_name: str = 'mpc', **kwargs) -> None:
+        """Declare parameters, build the controller, start the timers and the solver thread."""
+        super().__init__(node_name, **kwargs)
+        robot, defaults = declare_robot(self)
+        self.info = info = robots.get(robot)
+        self.config = config = declare_config(self, MpcConfig, defaults=defaults)
+        self.model = nominal_model(robot)
+        self.controller, control_rate = make_controller(info, self.model, config)
+        self._limit = _command_limit(info, config)
+        safe = np.asarray(config.safe_command or np.zeros(len(self._limit)), dtype=np.float64)
+        if safe.shape != self._limit.shape or not np.all(np.isfinite(safe)):
+            raise ValueError(f'safe_command needs {len(self._limit)} finite values')
+        self.safe_command = np.clip(safe, -self._limit, self._limit)
+        # libfranka adds gravity to the commands: send what the model needs beyond it.
+        self._subtract_gravity = bool(info.motor.get('driver_adds_gravity', False)) and \
+            not getattr(self.controller, 'gravity_in_command', False)
+        self._lock = threading.Lock()
+        self._log = ThrottledLogger(self.get_logger())
+        self._x: Optional[np.ndarray] = None
+        self._stamp = self._received = self._origin = None
+        self._policy, self._reset = None, False
+        self._pending_model: Optional[RobotModel] = None
+        self.stale, self.plan_expired = True, False
+        self.last_command = self.safe_command.copy()
+        self.stats = {'solves': 0, 'solve_errors': 0, 'solve_time_ms': math.nan,
+                      'solve_time_max_ms': 0.0, 'commands': 0, 'models_accepted': 0,
+                      'models_rejected': 0, 'unsafe_commands': 0}
+        self._rates = {'solve': [], 'command': []}
+        topic = config.command_topic or f'/{info.controller_name}/commands'
+        self.command_pub = self.create_publisher(Float64MultiArray, topic, 10)
+        self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self.create_subscription(JointState, config.joint_states_topic, self._on_joint_state,
+                                 qos_profile_sensor_data)
+        self.create_subscription(String, config.model_topic, self._on_model, MODEL_QOS)
+        timers = MutuallyExclusiveCallbackGroup()
+        self.create_timer(1.0 / (config.command_rate or info.driver_rate_hz), self._on_command,
+                          callback_group=timers)
+        self.create_timer(1.0 / control_rate, self._request_solve, callback_group=timers)
+        self.create_timer(config.diagnostics_period, self.publish_diagnostics,
+                          callback_group=timers)
+        self._solve_event, self._stop = threading.Event(), threading.Event()
+        self._worker = threading.Thread(target=self._solve_loop, name='mpc-solver', daemon=True)
+        self._worker.start()
+
+    def _now(self) -> float:
+        return self.get_clock().now().nanoseconds * 1e-9
+
+    def _is_stale(self, now: float) -> bool:
+        return self._received is None or now - self._received > self.config.stale_timeout
+
+    def _on_joint_state(self, msg: JointState) -> None:
+        try:
+            stamp, q, qd, _ = joint_state_arrays(msg, self.model.joint_names)
+        except MessageError as error:
+            self._log.warn(self.config.joint_states_topic, f'dropped message: {error}')
+            return
+        now = self._now()
+        with self._lock:
+            # Out-of-order stamps are dropped, unless the data went stale (driver restart).
+            if self._stamp is not None and stamp < self._stamp and not self._is_stale(now):
+                self._log.warn(self.config.joint_states_topic, 'dropped out-of-order message')
+                return
+            if self._received is not None and now < self._received:
+                # The clock jumped back (bag or simulation restarted): plan from scratch.
+                self._origin, self._policy, self._reset = None, None, True
+            self._x, self._stamp, self._received = np.concatenate((q, qd)), stamp, now
+            if self._origin is None:
+                self._origin = now
+
+    def _on_model(self, msg: String) -> None:
+        try:
+            model = validated_model(msg.data, self.model)
+        except ValueError as error:
+            self.stats['models_rejected'] += 1
+            self.get_logger().error(f'rejected model on {self.config.model_topic}: {error}; '
+                                    'keeping the previous model')
+            return
+        with self._lock:
+            self._pending_model = model
+        self._solve_event.set()
+
+    def _request_solve(self) -> None:
+        if not self._is_stale(self._now()):
+            self._solve_event.set()
+
+    def _solve_loop(self) -> None:
+        """Solve whenever asked, on this thread, until the node closes."""
+        while not self._stop.is_set():
+            if not self._solve_event.wait(0.1):
+                continue
+            self._solve_event.clear()
+            with self._lock:
+                x, model, self._pending_model = self._x, self._pending_model, None
+                t = None if x is None else self._received - self._origin
+                reset, self._reset = self._reset, False
+            try:
+                if reset:
+                    self.controller.reset()
+                if model is not None:
+                    self.controller.set_model(model)
+                    self.model = model
+                    self.stats['models_accepted'] += 1
+                    self.get_logger().info(f'model update {self.stats["models_accepted"]} '
+                                           'in use')
+                if x is None:
+                    continue
+                start = time.perf_counter()
+                policy = self.controller.solve(torch.as_tensor(x), t)
+                elapsed = 1e3 * (time.perf_counter() - start)
+            except Exception as error:  # noqa: BLE001 - a failed solve keeps the old plan
+                self.stats['solve_errors'] += 1
+                self._log.warn('solve', f'failed: {error!r}')
+                continue
+            with self._lock:
+                self._policy = policy
+            self.stats['solves'] += 1
+            self.stats['solve_time_ms'] = elapsed
+            self.stats['solve_time_max_ms'] = max(self.stats['solve_time_max_ms'], elapsed)
+            self._tick('solve')
+
+    def _tick(self, what: str) -> None:
+        """Record an event time (wall clock) for the rate estimates."""
+        times = self._rates[what]
+        times.append(time.monotonic())
+        del times[:-50]
+
+    def compute_command(self) -> np.ndarray:
+        """
+        Return the command to send now (safe command when stale or without a valid plan).
+
+        :return: ``(m,)`` finite command in ``command_joints`` order, within the limits.
+        """
+        now = self._now()
+        with self._lock:
+            x, policy, stale = self._x, self._policy, self._is_stale(now)
+            t = None if self._origin is None else now - self._origin
+        if stale != self.stale:
+            self.stale = stale
+            if stale:
+                self.get_logger().error(f'{self.config.joint_states_topic} stale (older than '
+                                        f'{self.config.stale_timeout} s): sending the safe '
+                                        'command')
+            else:
+                self.get_logger().info(f'{self.config.joint_states_topic} back: resuming')
+            self.publish_diagnostics()
+        self.plan_expired = policy is not None and \
+            t > policy.t0 + policy.horizon * policy.dt + self.config.plan_timeout
+        if stale or policy is None or self.plan_expired:
+            return self.safe_command
+        with torch.no_grad():
+            x_t = torch.as_tensor(x)
+            u = policy(t, x_t).to(torch.float64)
+            if self._subtract_gravity:
+                q = x_t[:self.model.n].to(self.model.dtype)
+                gravity = rnea(self.model, q, torch.zeros_like(q), torch.zeros_like(q))
+                u = u - gravity[list(self.info.command_indices)].to(u)
+        u = u.cpu().numpy()
+        if not np.all(np.isfinite(u)):
+            self.stats['unsafe_commands'] += 1
+            self._log.warn('command', 'non-finite command replaced by the safe command')
+            return self.safe_command
+        return np.clip(u, -self._limit, self._limit)
+
+    def _on_command(self) -> None:
+        command = self.compute_command()
+        try:
+            self.command_pub.publish(commands_msg(command))
+        except MessageError as error:   # unreachable: compute_command is always finite
+            self._log.warn('command', str(error))
+            return
+        self.last_command = command
+        self.stats['commands'] += 1
+        self._tick('command')
+
+    def _rate(self, what: str) -> float:
+        times = self._rates[what]
+        if len(times) < 2 or time.monotonic() - times[-1] > 2.0:
+            return 0.0
+        return (len(times) - 1) / max(times[-1] - times[0], 1e-9)
+
+    def publish_diagnostics(self) -> None:
+        """Publish the node's status on ``/diagnostics`` (ERROR while the state is stale)."""
+        now = self._now()
+        with self._lock:
+            age = math.inf if self._received is None else now - self._received
+            planned = self._policy is not None
+        if self.stale:
+            level, message = DiagnosticStatus.ERROR, 'joint_states stale: safe command'
+        elif not planned:
+            level, message = DiagnosticStatus.WARN, 'no plan yet: safe command'
+        elif self.plan_expired:
+            level, message = DiagnosticStatus.WARN, 'solver too slow, plan ended: safe command'
+        else:
+            level, message = DiagnosticStatus.OK, f'{self.config.controller} running'
+        values = {**self.stats, 'state_age_s': age, 'stale': self.stale,
+                  'plan_expired': self.plan_expired,
+                  'solve_rate_hz': self._rate('solve'), 'command_rate_hz': self._rate('command'),
+                  'controller': self.config.controller, 'dropped_messages': self._log.total}
+        status = DiagnosticStatus(level=level, name=f'{self.get_name()}: control',
+                                  message=message, hardware_id=self.info.name,
+                                  values=[KeyValue(key=k, value=str(v))
+                                          for k, v in values.items()])
+        self.diagnostics_pub.publish(DiagnosticArray(
+            header=Header(stamp=self.get_clock().now().to_msg()), status=[status]))
+
+    def close(self) -> None:
+        """Stop the solver thread and destroy the node."""
+        self._stop.set()
+        self._solve_event.set()
+        if self._worker.is_alive():
+            self._worker.join(timeout=10.0)
+        self.destroy_node()
+
+
+def main(args=None) -> None:
+    """Run the mpc node (executable ``mpc``)."""
+    rclpy.init(args=args)
+    node = MpcNode()
+    try:
+        rclpy.spin(node)
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        node.close()
+        rclpy.try_shutdown()

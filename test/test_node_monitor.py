@@ -1,0 +1,160 @@
+"""The monitor node: exact predictions offline, markers and the ghost's joint states over DDS."""
+
+import math
+import threading
+import time
+
+from diffsim_ros import robots
+from diffsim_ros.core import rollout
+from diffsim_ros.nodes.monitor import (end_effector_path, MonitorConfig, MonitorNode,
+                                       predict_window, robot_torque_fn, validated_model)
+from diffsim_ros.sim.parameters import nominal_model
+import numpy as np
+import pytest
+import rclpy
+from rclpy.duration import Duration
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile
+from ros_helpers import wait_for
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String
+import torch
+from visualization_msgs.msg import Marker, MarkerArray
+
+pytest_plugins = ['ros_helpers']
+
+DT = 0.01
+
+
+def simulate(robot, steps, constant=False, seed=0):
+    """Return times, states and commands of an open-loop rollout of the nominal model."""
+    info, model = robots.get(robot), nominal_model(robot)
+    limit = torch.tensor([info.command_limit[i] for i in info.command_indices],
+                         dtype=torch.float64)
+    if constant:   # insensitive to when the commands of a live test arrive
+        u = 0.3 * limit.expand(steps, len(limit))
+    else:
+        generator = torch.Generator().manual_seed(seed)
+        u = 0.3 * limit * (2.0 * torch.rand(steps, len(limit), generator=generator,
+                                            dtype=torch.float64) - 1.0)
+    x0 = torch.zeros(2 * model.n, dtype=torch.float64)
+    x0[:model.n] = 0.1
+    with torch.no_grad():
+        x = rollout(model, x0, u, DT, 'semi_implicit_euler', robot_torque_fn(model, info))
+    return DT * np.arange(steps + 1), x.numpy(), u.numpy()
+
+
+@pytest.mark.parametrize('robot', ['qube', 'cartpole', 'wam4', 'panda'])
+def test_prediction_of_the_true_model_is_exact(robot):
+    info, model = robots.get(robot), nominal_model(robot)
+    t, x, u = simulate(robot, 60)
+    n = model.n
+    result = predict_window(model, info, t, x[:, :n], x[:, n:], t[:-1], u, 0.5, DT,
+                            'semi_implicit_euler')
+    assert result['finite'] and result['nmse'] < 1e-20
+    np.testing.assert_allclose(result['q_predicted'], x[-51:, :n], atol=1e-12)
+    np.testing.assert_allclose(result['t'], t[-51:], atol=1e-12)
+    # A wrong model predicts worse; too little history gives no prediction.
+    wrong = model.replace(damping=model.damping * 3.0 + 0.02)
+    assert predict_window(wrong, info, t, x[:, :n], x[:, n:], t[:-1], u, 0.5, DT,
+                          'semi_implicit_euler')['nmse'] > 1e-3
+    assert predict_window(model, info, t[:20], x[:20, :n], x[:20, n:], t[:19], u[:19], 0.5,
+                          DT, 'semi_implicit_euler') is None
+
+
+def test_end_effector_path_is_in_the_base_frame():
+    info, model = robots.get('wam4'), nominal_model('wam4')
+    path = end_effector_path(model, info, np.zeros((3, model.n)))
+    assert path.shape == (3, 3) and np.all(np.isfinite(path))
+    np.testing.assert_allclose(path[0], path[2])
+
+
+def test_validated_model_rejects_bad_urdfs():
+    nominal = nominal_model('cartpole')
+    urdf = robots.urdf_string('cartpole')
+    model = validated_model(urdf, nominal)
+    assert model.joint_names == nominal.joint_names
+    assert torch.equal(model.armature, nominal.armature)   # URDF has none: catalog's kept
+    with pytest.raises(ValueError, match='does not load'):
+        validated_model('<robot name="x"><link', nominal)
+    with pytest.raises(ValueError, match='differ'):
+        validated_model(robots.urdf_string('qube'), nominal)
+    with pytest.raises(ValueError):
+        validated_model(urdf.replace('<mass value="', '<mass value="nan', 1), nominal)
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match='horizon'):
+        MonitorConfig(horizon=0.0)
+    with pytest.raises(ValueError, match='buffer_duration'):
+        MonitorConfig(horizon=2.0, buffer_duration=1.0)
+    with pytest.raises(ValueError, match='integrator'):
+        MonitorConfig(integrator='euler')
+
+
+@pytest.mark.ros
+def test_publishes_markers_ghost_states_and_nmse(ros_context, executor):
+    robot = 'qube'
+    info = robots.get(robot)
+    monitor = executor.add_node(MonitorNode(context=ros_context, parameter_overrides=[
+        Parameter('robot', value=robot), Parameter('horizon', value=0.5),
+        Parameter('period', value=0.25), Parameter('dt', value=DT),
+        Parameter('integrator', value='semi_implicit_euler')]))
+    node = executor.add_node(rclpy.create_node('fake_robot', context=ros_context))
+    states = node.create_publisher(JointState, 'joint_states', qos_profile_sensor_data)
+    commands = node.create_publisher(Float64MultiArray, '/effort_controller/commands', 10)
+    models = node.create_publisher(String, '/identifier/robot_description', QoSProfile(
+        depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
+    received = {'markers': [], 'ghost': [], 'nmse': []}
+    node.create_subscription(MarkerArray, '/monitor/markers',
+                             lambda m: received['markers'].append(m), 10)
+    node.create_subscription(JointState, '/predicted/joint_states',
+                             lambda m: received['ghost'].append(m), 10)
+    node.create_subscription(Float64MultiArray, '/monitor/prediction_nmse',
+                             lambda m: received['nmse'].append(list(m.data)), 10)
+    t, x, u = simulate(robot, 150, constant=True)
+    stop = threading.Event()
+
+    def state(k, start):
+        msg = JointState(name=list(info.joint_names), position=x[k, :2].tolist(),
+                         velocity=x[k, 2:].tolist())
+        msg.header.stamp = (node.get_clock().now() + Duration(seconds=start + k * DT -
+                                                              time.monotonic())).to_msg()
+        return msg
+
+    def play():
+        # Real-time replay of the rollout: state k (stamped with its sample time), command k.
+        start = time.monotonic()
+        for k in range(len(u)):
+            if stop.is_set():
+                return
+            states.publish(state(k, start))
+            commands.publish(Float64MultiArray(data=u[k].tolist()))
+            time.sleep(max(0.0, start + (k + 1) * DT - time.monotonic()))
+        states.publish(state(len(u), start))
+
+    time.sleep(0.5)   # discovery
+    player = threading.Thread(target=play, daemon=True)
+    player.start()
+    try:
+        assert wait_for(lambda: received['markers'] and received['ghost'] and received['nmse'],
+                        15.0), {k: len(v) for k, v in received.items()}
+    finally:
+        stop.set()
+        player.join(timeout=5.0)
+    markers = received['markers'][-1].markers
+    assert {m.ns for m in markers} == {'measured_path', 'predicted_path'}
+    for marker in markers:
+        assert marker.type == Marker.LINE_STRIP and marker.header.frame_id == info.base_link
+        assert len(marker.points) == 51
+        assert all(math.isfinite(p.x + p.y + p.z) for p in marker.points)
+    ghost = received['ghost'][-1]
+    assert list(ghost.name) == list(info.joint_names)
+    assert all(math.isfinite(v) for v in list(ghost.position) + list(ghost.velocity))
+    nmse = received['nmse'][-1]
+    assert len(nmse) == 1 + len(info.joint_names) and all(math.isfinite(v) for v in nmse)
+    # Same model as the data: only lost or late samples separate prediction and measurement.
+    assert nmse[0] < 0.3, nmse
+    # An identified model arrives and is used from then on.
+    models.publish(String(data=robots.urdf_string(robot)))
+    assert wait_for(lambda: monitor.models_accepted == 1, 5.0)

@@ -1,0 +1,191 @@
+"""The mpc node over real DDS: finite commands, fuzzed input, stale watchdog, model updates."""
+
+import math
+import threading
+import time
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diffsim_ros import robots
+from diffsim_ros.nodes.mpc import make_controller, MpcConfig, MpcNode
+from diffsim_ros.sim.parameters import nominal_model
+import pytest
+from rcl_interfaces.msg import Log
+import rclpy
+from rclpy.parameter import Parameter
+from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile
+from ros_helpers import wait_for
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String
+import torch
+
+pytest_plugins = ['ros_helpers']
+pytestmark = pytest.mark.ros
+
+ROBOT = 'qube'
+JOINTS = robots.get(ROBOT).joint_names
+COMMANDS = '/effort_controller/commands'
+# Lenient timing: the test machine may be shared and slow.
+STALE_TIMEOUT = 0.4
+
+
+def make_mpc(context, **overrides):
+    params = {'robot': ROBOT, 'controller': 'ilqr', 'horizon': 10, 'iterations': 1,
+              'control_rate': 20.0, 'command_rate': 100.0, 'stale_timeout': STALE_TIMEOUT,
+              'diagnostics_period': 0.2, **overrides}
+    return MpcNode(context=context, parameter_overrides=[
+        Parameter(name, value=value) for name, value in params.items()])
+
+
+def state_msg(q=(0.0, 0.01), qd=(0.0, 0.0), names=JOINTS, stamp=None):
+    msg = JointState(name=list(names), position=list(q), velocity=list(qd))
+    if stamp is None:
+        stamp = time.time()
+    msg.header.stamp.sec, msg.header.stamp.nanosec = int(stamp), int((stamp % 1.0) * 1e9)
+    return msg
+
+
+class Robot:
+    """Test harness: publishes joint_states in a thread, records commands and diagnostics."""
+
+    def __init__(self, context, executor):
+        self.node = executor.add_node(rclpy.create_node('fake_robot', context=context))
+        self.states = self.node.create_publisher(JointState, 'joint_states',
+                                                 qos_profile_sensor_data)
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.models = self.node.create_publisher(String, '/identifier/robot_description',
+                                                 latched)
+        self.commands, self.diagnostics, self.errors = [], [], []
+        self.node.create_subscription(Float64MultiArray, COMMANDS,
+                                      lambda m: self.commands.append(list(m.data)), 100)
+        self.node.create_subscription(DiagnosticArray, '/diagnostics',
+                                      self._on_diagnostics, 100)
+        self.node.create_subscription(Log, '/rosout', self._on_log, 100)
+        self.publishing = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _on_diagnostics(self, msg):
+        self.diagnostics += [s.level for s in msg.status if s.name.startswith('mpc')]
+
+    def _on_log(self, msg):
+        if msg.name == 'mpc' and msg.level >= Log.ERROR:
+            self.errors.append(msg.msg)
+
+    def _run(self):
+        while not self._stop.is_set():
+            if self.publishing.is_set():
+                self.states.publish(state_msg())
+            time.sleep(0.005)
+
+    def close(self):
+        self._stop.set()
+        self._thread.join(timeout=2.0)
+
+
+@pytest.fixture
+def robot(ros_context, executor):
+    harness = Robot(ros_context, executor)
+    yield harness
+    harness.close()
+
+
+def finite_and_bounded(commands, limit=4.0):
+    return all(len(c) == 1 and math.isfinite(c[0]) and abs(c[0]) <= limit for c in commands)
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match='unknown controller'):
+        MpcConfig(controller='pid')
+    with pytest.raises(ValueError, match='stale_timeout'):
+        MpcConfig(stale_timeout=0.0)
+    with pytest.raises(ValueError, match='no baseline'):
+        make_controller(robots.get('wam7'), nominal_model('wam7'),
+                        MpcConfig(controller='baseline'))
+
+
+def test_publishes_finite_commands_of_the_right_length(ros_context, executor, robot):
+    mpc = executor.add_node(make_mpc(ros_context))
+    # Before any joint_states the node commands the safe (zero) voltage.
+    assert wait_for(lambda: len(robot.commands) >= 5, 10.0)
+    assert all(c == [0.0] for c in robot.commands)
+    robot.publishing.set()
+    assert wait_for(lambda: mpc.stats['solves'] >= 3 and any(c != [0.0] for c in robot.commands),
+                    20.0), mpc.stats
+    assert finite_and_bounded(robot.commands)
+    assert wait_for(lambda: DiagnosticStatus.OK in robot.diagnostics, 5.0)
+
+
+def test_fuzzed_joint_states_never_give_non_finite_commands(ros_context, executor, robot):
+    mpc = executor.add_node(make_mpc(ros_context))
+    robot.publishing.set()
+    assert wait_for(lambda: mpc.stats['solves'] >= 1, 20.0)
+    now = time.time()
+    nan, inf = float('nan'), float('inf')
+    bad = [
+        state_msg(q=(nan, 0.0)), state_msg(q=(0.0, inf)), state_msg(qd=(-inf, 0.0)),
+        state_msg(q=(0.0,)), state_msg(qd=(0.0, 0.0, 0.0)),
+        state_msg(names=('unknown_a', 'unknown_b')), state_msg(names=('arm_joint', 'arm_joint')),
+        JointState(), state_msg(stamp=now - 100.0),
+        state_msg(q=(1e300, -1e300), qd=(1e300, 1e300)),   # finite but absurd
+    ]
+    for _ in range(5):
+        for msg in bad:
+            robot.states.publish(msg)
+    start = time.monotonic()
+    for k in range(3000):   # a burst at about 10 kHz, valid and invalid mixed
+        robot.states.publish(state_msg(q=(0.0, 0.01 * (k % 7))) if k % 3 else bad[k % len(bad)])
+        if k % 100 == 0:
+            time.sleep(max(0.0, start + k * 1e-4 - time.monotonic()))
+    received = len(robot.commands)
+    assert wait_for(lambda: len(robot.commands) >= received + 20, 10.0), 'node stopped'
+    assert finite_and_bounded(robot.commands)
+    assert mpc.stats['unsafe_commands'] >= 0 and mpc._log.total > 0
+    assert mpc._worker.is_alive()
+
+
+def test_stale_watchdog_zeroes_the_command_and_resumes(ros_context, executor, robot):
+    mpc = executor.add_node(make_mpc(ros_context))
+    robot.publishing.set()
+    assert wait_for(lambda: mpc.stats['solves'] >= 2 and not mpc.stale, 20.0)
+    robot.publishing.clear()
+    assert wait_for(lambda: mpc.stale, 5.0)
+    assert wait_for(lambda: DiagnosticStatus.ERROR in robot.diagnostics, 5.0)
+    count = len(robot.commands)
+    assert wait_for(lambda: len(robot.commands) >= count + 10, 5.0)
+    assert all(c == [0.0] for c in robot.commands[count + 2:])
+    assert any('stale' in line for line in robot.errors)
+    robot.diagnostics.clear()
+    robot.publishing.set()
+    assert wait_for(lambda: not mpc.stale, 5.0)
+    assert wait_for(lambda: robot.diagnostics and robot.diagnostics[-1] != DiagnosticStatus.ERROR,
+                    5.0)
+    count = len(robot.commands)
+    assert wait_for(lambda: any(c != [0.0] for c in robot.commands[count:]), 10.0)
+    assert finite_and_bounded(robot.commands)
+
+
+def test_invalid_models_are_rejected_and_valid_ones_used(ros_context, executor, robot):
+    mpc = executor.add_node(make_mpc(ros_context))
+    robot.publishing.set()
+    assert wait_for(lambda: mpc.stats['solves'] >= 1, 20.0)
+    nominal = mpc.model
+    robot.models.publish(String(data='<robot name="broken"><link name='))
+    assert wait_for(lambda: mpc.stats['models_rejected'] == 1, 5.0)
+    assert wait_for(lambda: any('rejected model' in e for e in robot.errors), 5.0)
+    time.sleep(0.3)
+    assert sum('rejected model' in e for e in robot.errors) == 1, robot.errors
+    robot.models.publish(String(data=robots.urdf_string('cartpole')))   # other joints
+    assert wait_for(lambda: mpc.stats['models_rejected'] == 2, 5.0)
+    assert mpc.model is nominal
+    # A valid update (heavier pendulum) is taken over by the controller.
+    heavier = robots.urdf_string(ROBOT).replace('<mass value="0.024"', '<mass value="0.03"', 1)
+    assert heavier != robots.urdf_string(ROBOT)
+    robot.models.publish(String(data=heavier))
+    assert wait_for(lambda: mpc.stats['models_accepted'] == 1, 10.0)
+    assert mpc.model is not nominal
+    assert not torch.equal(mpc.model.inertial, nominal.inertial)
+    assert torch.equal(mpc.model.armature, nominal.armature)
+    count = len(robot.commands)
+    assert wait_for(lambda: len(robot.commands) >= count + 10, 5.0)
+    assert finite_and_bounded(robot.commands)
