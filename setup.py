@@ -40,6 +40,7 @@ setup(
         'console_scripts': [
             'diffsim-demo = diffsim_ros.demo:main',
             'diffsim-fit = diffsim_ros.io.fit_cli:main',
+            'diffsim-sim-eval = diffsim_ros.sim_eval:main',
             # ROS 2 executables (ros2 run diffsim_ros <name>)
             'identifier = diffsim_ros.nodes.identifier:main',
             'monitor = diffsim_ros.nodes.monitor:main',

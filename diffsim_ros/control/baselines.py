@@ -1,0 +1,433 @@
+"""
+Baseline controllers: energy swing-up + LQR balance, PD + gravity and computed torque.
+
+Every baseline implements the controller protocol of :mod:`diffsim_ros.control`
+(``dynamics``, ``solve(x0, t) -> FeedbackPolicy``, ``set_model``, ``reset``), so the
+evaluation loop and the adaptive MPC wrapper drive them exactly like an MPC. They are cheap:
+one solve is a handful of dynamics evaluations, meant to be called at the driver rate.
+
+- :class:`SwingUpLQR` (Qube, cart-pole): the energy-pumping law of Astrom and Furuta (2000)
+  written for any passive pendulum driven through an actuated joint: with the pendulum energy
+  ``E`` measured from the upright state and normalised by the hanging-to-upright energy gap,
+  the actuated joint is asked to accelerate at
+  ``a = sat(k E sign(qd_p M_pa)) - kp q_a - kd qd_a`` (``M_pa`` the inertia coupling; since
+  ``dE/dt = -qd_p M_pa a`` this drives ``E`` to 0, the second part keeps the arm / cart
+  centred), and the command realising ``a`` is read off the model (the acceleration is affine
+  in the command). Within ``switch_angle`` of upright an LQR takes over, its gain from the
+  discrete Riccati equation of the model linearised at the top by autograd.
+- :class:`PDGravity` (arms): ``u = g(q) + Kp (q_ref - q) + Kd (qd_ref - qd)``.
+- :class:`ComputedTorque` (arms): ``u = RNEA(q_ref, qd_ref, qdd_ref) + friction(qd_ref) +
+  M(q_ref) (Kp e + Kd e_dot)``, i.e. the inverse dynamics of the reference plus PD feedback
+  scaled by the mass matrix (a linear feedback policy along the reference).
+
+When the robot's driver adds gravity compensation itself (libfranka), the arm controllers leave
+the model's gravity out of the command.
+
+Reference: K. J. Astrom and K. Furuta, "Swinging up a pendulum by energy control",
+Automatica 36(2):287-295, 2000.
+"""
+
+import math
+from typing import Callable, Optional, Sequence, Tuple
+
+import torch
+
+from .dynamics import ModelDynamics
+from .policy import FeedbackPolicy
+from .. import robots
+from ..core.crba import crba
+from ..core.energy import potential_energy
+from ..core.integrators import joint_friction
+from ..core.model import RobotModel
+from ..core.rnea import rnea
+
+Tensor = torch.Tensor
+ReferenceFn = Callable[[Tensor], Tuple[Tensor, Tensor, Tensor]]
+
+__all__ = ['ComputedTorque', 'PDGravity', 'SwingUpLQR', 'linearize', 'lqr_gain',
+           'solve_dare']
+
+
+def linearize(dynamics: ModelDynamics, x: Tensor, u: Tensor) -> Tuple[Tensor, Tensor]:
+    """
+    Return the Jacobians of one model step by autograd.
+
+    :param dynamics: the discrete model ``x' = f(x, u)``.
+    :param x: state ``(nx,)``.
+    :param u: command ``(nu,)``.
+    :return: ``(A (nx, nx), B (nx, nu))`` with ``A = df/dx``, ``B = df/du``.
+    """
+    A, B = torch.autograd.functional.jacobian(dynamics.step, (x.detach(), u.detach()))
+    return A.detach(), B.detach()
+
+
+def solve_dare(A: Tensor, B: Tensor, Q: Tensor, R: Tensor, tolerance: float = 1e-12,
+               max_iterations: int = 100) -> Tensor:
+    """
+    Solve the discrete algebraic Riccati equation by the structured doubling algorithm.
+
+    ``P = A^T P A - A^T P B (R + B^T P B)^-1 B^T P A + Q``; the iteration converges
+    quadratically for stabilisable ``(A, B)`` and detectable ``(A, Q)``.
+
+    :param A: ``(nx, nx)``.
+    :param B: ``(nx, nu)``.
+    :param Q: ``(nx, nx)`` symmetric positive semi-definite.
+    :param R: ``(nu, nu)`` symmetric positive definite.
+    :param tolerance: relative change of ``P`` that ends the iteration.
+    :param max_iterations: doubling steps at most.
+    :return: ``P (nx, nx)``.
+    :raises ValueError: no convergence (e.g. an unstabilisable pair).
+    """
+    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
+    G = B @ torch.linalg.solve(R, B.mT)
+    H, Ak = Q.clone(), A.clone()
+    for _ in range(max_iterations):
+        W = eye + G @ H
+        W_A = torch.linalg.solve(W, Ak)
+        W_G = torch.linalg.solve(W, G)
+        H_next = H + Ak.mT @ H @ W_A
+        G = G + Ak @ W_G @ Ak.mT
+        Ak = Ak @ W_A
+        if not bool(torch.isfinite(H_next).all()):
+            break
+        change = float((H_next - H).abs().max()) / max(float(H_next.abs().max()), 1e-300)
+        H = H_next
+        if change < tolerance:
+            return 0.5 * (H + H.mT)
+    raise ValueError('the Riccati iteration did not converge: is (A, B) stabilisable?')
+
+
+def lqr_gain(dynamics: ModelDynamics, x_eq: Tensor, u_eq: Tensor, Q: Tensor,
+             R: Tensor) -> Tensor:
+    """
+    Return the infinite-horizon discrete LQR gain of the model linearised at an equilibrium.
+
+    :param dynamics: the model; its ``dt`` is the period the gain is applied at.
+    :param x_eq: equilibrium state ``(nx,)``.
+    :param u_eq: equilibrium command ``(nu,)``.
+    :param Q: state weight ``(nx, nx)``.
+    :param R: command weight ``(nu, nu)``.
+    :return: ``K (nu, nx)``, the optimal law being ``u = u_eq - K (x - x_eq)``.
+    """
+    A, B = linearize(dynamics, x_eq, u_eq)
+    P = solve_dare(A, B, Q, R)
+    return torch.linalg.solve(R + B.mT @ P @ B, B.mT @ P @ A)
+
+
+def _diag(values: Sequence[float], size: int, like: Tensor, what: str) -> Tensor:
+    tensor = torch.as_tensor(values, dtype=like.dtype, device=like.device).reshape(-1)
+    if tensor.numel() == 1:
+        tensor = tensor.expand(size)
+    if tensor.numel() != size:
+        raise ValueError(f'{what}: expected {size} values, got {tensor.numel()}')
+    return torch.diag(tensor)
+
+
+def _gravity_in_command(model: RobotModel, value: Optional[bool]) -> bool:
+    if value is not None:
+        return bool(value)
+    if model.name in robots.names():
+        return bool(robots.get(model.name).motor.get('driver_adds_gravity', False))
+    return False
+
+
+class SwingUpLQR:
+    """
+    Energy-based swing-up of a passive pendulum with an LQR balance region (see the module).
+
+    :param dynamics: model of the robot (``dt`` = the period the policy is applied at).
+    :param pendulum_joint: passive joint to swing up (0 hanging, ``+-pi`` upright).
+    :param actuated_joint: the driven joint (Furuta arm or cart) kept near 0.
+    :param energy_gain: acceleration asked per unit of normalised energy deficit
+        (rad/s^2 or m/s^2).
+    :param max_acceleration: saturation of the energy-pumping acceleration.
+    :param centering: ``(kp, kd)`` pulling the actuated joint to 0 during the swing-up
+        (1/s^2, 1/s).
+    :param switch_angle: pendulum error below which the LQR balances, rad.
+    :param lqr_q: diagonal state weight of the LQR (``nx`` values).
+    :param lqr_r: command weight of the LQR (``nu`` values or one).
+    :param upright: pendulum angle of the upright state, rad.
+    :param energy_target: normalised energy the swing-up aims at (0: exactly upright at rest;
+        slightly above 0 makes up for the energy the actuated joint carries away).
+    """
+
+    def __init__(self, dynamics: ModelDynamics, pendulum_joint: str, actuated_joint: str,
+                 energy_gain: float = 50.0, max_acceleration: float = 100.0,
+                 centering: Tuple[float, float] = (2.0, 0.5), switch_angle: float = 0.35,
+                 lqr_q: Optional[Sequence[float]] = None,
+                 lqr_r: Sequence[float] = (1.0,), upright: float = math.pi,
+                 energy_target: float = 0.0) -> None:
+        model = dynamics.model
+        self.dynamics = dynamics
+        self.pendulum = model.joint_index(pendulum_joint)
+        self.actuated = model.joint_index(actuated_joint)
+        if dynamics.nu != 1:
+            raise ValueError(f'SwingUpLQR drives one command, the dynamics have {dynamics.nu}')
+        for name, value in (('energy_gain', energy_gain), ('max_acceleration',
+                                                           max_acceleration),
+                            ('switch_angle', switch_angle)):
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f'{name} must be finite and > 0, got {value!r}')
+        self.energy_gain = float(energy_gain)
+        self.max_acceleration = float(max_acceleration)
+        self.centering = (float(centering[0]), float(centering[1]))
+        self.switch_angle = float(switch_angle)
+        self.upright = float(upright)
+        self.energy_target = float(energy_target)
+        nx = dynamics.nx
+        like = model.inertial
+        self._Q = _diag(lqr_q if lqr_q is not None else [1.0] * nx, nx, like, 'lqr_q')
+        self._R = _diag(lqr_r, dynamics.nu, like, 'lqr_r')
+        mask = torch.zeros(nx, dtype=torch.bool, device=model.device)
+        mask[self.pendulum] = True
+        self.angle_mask = mask
+        self._gain: Optional[Tensor] = None
+        #: ``'swing'`` or ``'balance'``: the law used by the last solve.
+        self.mode = 'swing'
+
+    # -- protocol ----------------------------------------------------------------------------
+    def set_model(self, model: RobotModel) -> None:
+        """
+        Use another model from the next solve on (the LQR gain is recomputed then).
+
+        :param model: the new robot model.
+        """
+        self.dynamics = self.dynamics.with_model(model)
+        self._gain = None
+
+    def reset(self) -> None:
+        """Forget the mode (the gain depends on the model only and is kept)."""
+        self.mode = 'swing'
+
+    def solve(self, x0: Tensor, t: float = 0.0) -> FeedbackPolicy:
+        """
+        Return the policy for the current state.
+
+        :param x0: state ``(nx,)`` ``[q; qd]`` in model joint order.
+        :param t: time, s.
+        :return: a one-step policy: the LQR law near upright, else the energy command
+            (zero gains) for this state.
+        """
+        dyn = self.dynamics
+        x0 = x0.detach().to(dtype=dyn.model.dtype, device=dyn.model.device)
+        goal = self.goal()
+        error = _wrap(x0[self.pendulum] - self.upright)
+        nu, nx = dyn.nu, dyn.nx
+        if bool(torch.isfinite(x0).all()) and abs(float(error)) < self.switch_angle:
+            self.mode = 'balance'
+            u_ff = torch.zeros(1, nu, dtype=x0.dtype, device=x0.device)
+            K = -self.gain()[None]
+            x_ref = goal.expand(2, nx)
+        else:
+            self.mode = 'swing'
+            u_ff = self.energy_command(x0)[None]
+            K = torch.zeros(1, nu, nx, dtype=x0.dtype, device=x0.device)
+            x_ref = x0.expand(2, nx)
+        return FeedbackPolicy(t0=float(t), dt=float(dyn.dt), u_ff=u_ff, K=K,
+                              x_ref=x_ref.clone(), u_min=dyn.u_min, u_max=dyn.u_max,
+                              angle_mask=self.angle_mask)
+
+    # -- pieces ------------------------------------------------------------------------------
+    def goal(self) -> Tensor:
+        """
+        Return the upright state (everything else at 0, at rest).
+
+        :return: ``(nx,)``.
+        """
+        model = self.dynamics.model
+        x = torch.zeros(self.dynamics.nx, dtype=model.dtype, device=model.device)
+        x[self.pendulum] = self.upright
+        return x
+
+    def gain(self) -> Tensor:
+        """
+        Return the LQR gain at the upright state (cached per model).
+
+        :return: ``K (nu, nx)`` with ``u = -K (x - x_up)``.
+        """
+        if self._gain is None:
+            dyn = self.dynamics
+            u_eq = torch.zeros(dyn.nu, dtype=dyn.model.dtype, device=dyn.model.device)
+            self._gain = lqr_gain(dyn, self.goal(), u_eq, self._Q, self._R)
+        return self._gain
+
+    def energy(self, x: Tensor, M: Optional[Tensor] = None) -> Tensor:
+        """
+        Return the pendulum energy relative to upright, normalised by the hanging gap.
+
+        ``(0.5 M_pp qd_p^2 + V(q) - V(q_up)) / (V(q_up) - V(q_down))``: -1 hanging at rest,
+        0 upright at rest (``q_up``, ``q_down``: ``q`` with the pendulum up / down).
+
+        :param x: state ``(nx,)``.
+        :param M: the mass matrix at ``x`` when already known.
+        :return: scalar.
+        """
+        model, n, p = self.dynamics.model, self.dynamics.model.n, self.pendulum
+        q, qd = x[:n], x[n:]
+        postures = q.expand(3, n).clone()
+        postures[1, p], postures[2, p] = self.upright, self.upright - math.pi
+        V = potential_energy(model, postures)
+        M = crba(model, q) if M is None else M
+        gap = (V[1] - V[2]).abs().clamp_min(1e-12)
+        return (0.5 * M[p, p] * qd[p] ** 2 + V[0] - V[1]) / gap
+
+    def energy_command(self, x: Tensor) -> Tensor:
+        """
+        Return the saturated command of the energy-pumping law.
+
+        :param x: state ``(nx,)``.
+        :return: ``(nu,)``.
+        """
+        dyn, n = self.dynamics, self.dynamics.model.n
+        p, a = self.pendulum, self.actuated
+        with torch.no_grad():
+            M = crba(dyn.model, x[:n])
+            direction = torch.sign(x[n + p] * M[p, a])
+            direction = torch.where(direction == 0, torch.ones_like(direction), direction)
+            deficit = self.energy(x, M) - self.energy_target
+            pump = (self.energy_gain * deficit * direction).clamp(
+                -self.max_acceleration, self.max_acceleration)
+            kp, kd = self.centering
+            desired = pump - kp * x[a] - kd * x[n + a]
+            # The acceleration is affine in the command: probe the model at u = 0 and u = 1.
+            # Only the gain is used: like Astrom and Furuta's law, the command ignores the
+            # free motion (the swinging pendulum's reaction, back-EMF) of the actuated joint.
+            probe = torch.zeros(2, dyn.nu, dtype=x.dtype, device=x.device)
+            probe[1] = 1.0
+            accel = dyn.step(x.expand(2, dyn.nx), probe)[:, n + a] / dyn.dt
+            per_unit = accel[1] - accel[0]
+            u = desired * torch.sign(per_unit) / per_unit.abs().clamp_min(1e-12)
+            return torch.clamp(u.expand(dyn.nu), dyn.u_min, dyn.u_max)
+
+
+def _wrap(angle: Tensor) -> Tensor:
+    return math.pi - torch.remainder(math.pi - angle, 2.0 * math.pi)
+
+
+class _ArmController:
+    """Shared pieces of the arm baselines: reference, gains, gravity handling."""
+
+    def __init__(self, dynamics: ModelDynamics, reference: ReferenceFn,
+                 kp: Sequence[float], kd: Sequence[float], horizon: int,
+                 gravity_in_command: Optional[bool]) -> None:
+        model = dynamics.model
+        if dynamics.nu != model.n:
+            raise ValueError(f'{type(self).__name__} needs every joint actuated; the dynamics '
+                             f'have {dynamics.nu} commands for {model.n} joints')
+        if not isinstance(horizon, int) or horizon < 1:
+            raise ValueError(f'horizon must be an int >= 1, got {horizon!r}')
+        self.dynamics = dynamics
+        self.reference = reference
+        like = model.inertial
+        self.kp = torch.diagonal(_diag(kp, model.n, like, 'kp'))
+        self.kd = torch.diagonal(_diag(kd, model.n, like, 'kd'))
+        self.horizon = horizon
+        self.gravity_in_command = _gravity_in_command(model, gravity_in_command)
+
+    def set_model(self, model: RobotModel) -> None:
+        """
+        Use another model from the next solve on.
+
+        :param model: the new robot model.
+        """
+        self.dynamics = self.dynamics.with_model(model)
+
+    def reset(self) -> None:
+        """Nothing to forget: the arm baselines are memoryless."""
+
+    def _reference(self, t: float) -> Tuple[Tensor, Tensor, Tensor]:
+        dyn = self.dynamics
+        times = t + dyn.dt * torch.arange(self.horizon + 1, dtype=dyn.model.dtype,
+                                          device=dyn.model.device)
+        q, qd, qdd = self.reference(times)
+        like = dyn.model.inertial
+        return q.to(like), qd.to(like), qdd.to(like)
+
+    def _gravity(self, q: Tensor) -> Tensor:
+        zero = torch.zeros_like(q)
+        return rnea(self.dynamics.model, q, zero, zero)
+
+    def _policy(self, t: float, u_ff: Tensor, K: Tensor, x_ref: Tensor) -> FeedbackPolicy:
+        dyn = self.dynamics
+        return FeedbackPolicy(t0=float(t), dt=float(dyn.dt), u_ff=u_ff, K=K, x_ref=x_ref,
+                              u_min=dyn.u_min, u_max=dyn.u_max)
+
+
+class PDGravity(_ArmController):
+    """
+    PD tracking plus the model's gravity at the measured posture.
+
+    :param dynamics: model of an arm whose joints are all commanded (torques).
+    :param reference: ``times (T,) -> (q, qd, qdd)`` each ``(T, n)``.
+    :param kp: proportional gains per joint, N m/rad.
+    :param kd: derivative gains per joint, N m s/rad.
+    :param horizon: policy steps of ``dynamics.dt`` per solve (replanning period).
+    :param gravity_in_command: the driver adds gravity itself (None: from the catalog).
+    """
+
+    def __init__(self, dynamics: ModelDynamics, reference: ReferenceFn,
+                 kp: Sequence[float], kd: Sequence[float], horizon: int = 1,
+                 gravity_in_command: Optional[bool] = None) -> None:
+        super().__init__(dynamics, reference, kp, kd, horizon, gravity_in_command)
+
+    def solve(self, x0: Tensor, t: float = 0.0) -> FeedbackPolicy:
+        """
+        Return ``u = g(q0) - [Kp Kd] (x - x_ref(t))`` over the next ``horizon`` steps.
+
+        :param x0: state ``(nx,)``.
+        :param t: time, s.
+        :return: the policy.
+        """
+        n = self.dynamics.model.n
+        q_ref, qd_ref, _ = self._reference(t)
+        x0 = x0.detach().to(q_ref)
+        with torch.no_grad():
+            if self.gravity_in_command:
+                g = torch.zeros(n, dtype=q_ref.dtype, device=q_ref.device)
+            else:
+                g = self._gravity(x0[:n])
+        u_ff = g.expand(self.horizon, n).clone()
+        K = -torch.cat((torch.diag(self.kp), torch.diag(self.kd)), -1).expand(
+            self.horizon, n, 2 * n).clone()
+        return self._policy(t, u_ff, K, torch.cat((q_ref, qd_ref), -1))
+
+
+class ComputedTorque(_ArmController):
+    """
+    Inverse dynamics of the reference plus mass-matrix-scaled PD feedback.
+
+    :param dynamics: model of an arm whose joints are all commanded (torques).
+    :param reference: ``times (T,) -> (q, qd, qdd)`` each ``(T, n)``.
+    :param kp: proportional gains per joint, 1/s^2 (acceleration per rad).
+    :param kd: derivative gains per joint, 1/s.
+    :param horizon: policy steps of ``dynamics.dt`` per solve (replanning period).
+    :param gravity_in_command: the driver adds gravity itself (None: from the catalog).
+    :param friction: add the model's joint friction of the reference velocity.
+    """
+
+    def __init__(self, dynamics: ModelDynamics, reference: ReferenceFn,
+                 kp: Sequence[float], kd: Sequence[float], horizon: int = 1,
+                 gravity_in_command: Optional[bool] = None, friction: bool = True) -> None:
+        super().__init__(dynamics, reference, kp, kd, horizon, gravity_in_command)
+        self.friction = bool(friction)
+
+    def solve(self, x0: Tensor, t: float = 0.0) -> FeedbackPolicy:
+        """
+        Return ``u = tau_ref(k) - M(q_ref(k)) [Kp Kd] (x - x_ref(k))`` for the next steps.
+
+        :param x0: state ``(nx,)`` (unused: the law is linear in the state error).
+        :param t: time, s.
+        :return: the policy.
+        """
+        model, H = self.dynamics.model, self.horizon
+        q_ref, qd_ref, qdd_ref = self._reference(t)
+        with torch.no_grad():
+            q, qd, qdd = q_ref[:H], qd_ref[:H], qdd_ref[:H]
+            u_ff = rnea(model, q, qd, qdd)
+            if self.friction:
+                u_ff = u_ff + joint_friction(model, qd)
+            if self.gravity_in_command:
+                u_ff = u_ff - self._gravity(q)
+            M = crba(model, q)
+            K = -torch.cat((M * self.kp, M * self.kd), -1)
+        return self._policy(t, u_ff, K, torch.cat((q_ref, qd_ref), -1))

@@ -1,0 +1,368 @@
+"""
+Control tasks per robot: what to achieve, how success is judged and how the MPC is set up.
+
+Two kinds of task:
+
+- ``'swing_up'`` (Qube, cart-pole): start hanging at rest, swing the passive pendulum up and
+  balance it. The pendulum angle is 0 hanging and ``+-pi`` upright (the URDF convention of
+  both Quanser robots); its error is ``wrap(angle - pi)`` in ``(-pi, pi]``. An episode
+  succeeds when, from some time ``t_up`` to the end, the error stays below ``success_angle``,
+  the end is at least ``hold_s`` after ``t_up`` and the actuated joint (arm or cart) never
+  left ``|q| <= position_limit``; ``t_up`` is the swing-up time.
+- ``'tracking'`` (WAM-4, Panda): follow ``q_ref(t) = centre + amplitude sin(2 pi f t +
+  phase)`` (per joint) within the command limits; the score is the RMS joint-position error
+  over the episode after ``settle_s`` (rad), success when it is below ``success_rms``.
+
+:func:`make_cost` returns the MPC cost of a task (a quadratic cost with the pendulum angle
+wrapped for the swing-ups, a tracking cost along the reference for the arms) and the task
+fields ``mpc_dt``, ``horizon``, ``iterations`` and ``control_rate_hz`` hold the MPC choices.
+Every number here was set on the nominal models, never on evaluation seeds.
+"""
+
+from dataclasses import dataclass, field
+import math
+from types import MappingProxyType
+from typing import Any, Dict, Mapping, Optional, Tuple
+
+import torch
+
+from .costs import QuadraticCost, TrackingCost
+from ..core.model import RobotModel
+
+Tensor = torch.Tensor
+
+__all__ = ['Task', 'TASKS', 'angle_mask', 'evaluate', 'get_task', 'goal_state', 'make_cost',
+           'reference', 'reference_states', 'start_state', 'swing_up_time', 'task_names',
+           'wrap_angle']
+
+SWING_UP = 'swing_up'
+TRACKING = 'tracking'
+
+
+@dataclass(frozen=True)
+class Task:
+    """
+    One control task of one robot (see the module docstring).
+
+    :param robot: catalog robot name.
+    :param kind: ``'swing_up'`` or ``'tracking'``.
+    :param duration_s: episode length, s.
+    :param q0: start positions in model joint order (rad or m).
+    :param control_rate_hz: MPC replanning rate (simulated time), Hz.
+    :param mpc_dt: MPC model step, s.
+    :param horizon: MPC horizon, steps of ``mpc_dt``.
+    :param iterations: iLQR iterations per solve.
+    :param state_weight: diagonal of the stage cost ``Q`` on ``[q; qd]`` (``2 n``).
+    :param control_weight: diagonal of ``R`` (one per command).
+    :param terminal_weight: diagonal of the terminal cost ``Qf`` (``2 n``).
+    :param rate_weight: weight of ``||u_k - u_{k-1}||^2``.
+    :param pendulum_joint: passive joint to swing up (swing-up tasks).
+    :param actuated_joint: the arm / cart joint kept within ``position_limit``.
+    :param position_limit: bound on ``|q|`` of ``actuated_joint`` (rad or m).
+    :param success_angle: largest pendulum error that counts as upright, rad.
+    :param hold_s: time the pendulum must stay upright before the end, s.
+    :param centre: tracking reference centre per joint, rad.
+    :param amplitude: tracking amplitude per joint, rad.
+    :param frequency_hz: tracking frequency, Hz.
+    :param phase: phase per joint, rad.
+    :param settle_s: start of the tracking RMS window, s.
+    :param success_rms: largest tracking RMS that counts as success, rad.
+    """
+
+    robot: str
+    kind: str
+    duration_s: float
+    q0: Tuple[float, ...]
+    control_rate_hz: float
+    mpc_dt: float
+    horizon: int
+    iterations: int
+    state_weight: Tuple[float, ...]
+    control_weight: Tuple[float, ...]
+    terminal_weight: Tuple[float, ...]
+    rate_weight: float = 0.0
+    pendulum_joint: str = ''
+    actuated_joint: str = ''
+    position_limit: float = math.inf
+    success_angle: float = 0.2
+    hold_s: float = 1.0
+    centre: Tuple[float, ...] = ()
+    amplitude: Tuple[float, ...] = ()
+    frequency_hz: float = 0.0
+    phase: Tuple[float, ...] = ()
+    settle_s: float = 0.0
+    success_rms: float = 0.05
+    extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
+
+    def __post_init__(self) -> None:
+        """Validate the kind and the lengths, freeze ``extra``."""
+        if self.kind not in (SWING_UP, TRACKING):
+            raise ValueError(f"Task.kind must be 'swing_up' or 'tracking', got {self.kind!r}")
+        n = len(self.q0)
+        if len(self.state_weight) != 2 * n or len(self.terminal_weight) != 2 * n:
+            raise ValueError(f'Task {self.robot}: state/terminal weights need {2 * n} entries')
+        if self.kind == TRACKING and not (len(self.centre) == len(self.amplitude)
+                                          == len(self.phase) == n):
+            raise ValueError(f'Task {self.robot}: centre, amplitude and phase need {n} entries')
+        object.__setattr__(self, 'extra', MappingProxyType(dict(self.extra)))
+
+    @property
+    def replan_every_s(self) -> float:
+        """Return the MPC replanning period, s."""
+        return 1.0 / self.control_rate_hz
+
+
+def _swing_up(robot: str, duration_s: float, pendulum: str, actuated: str, limit: float,
+              q_weight: Tuple[float, float], qd_weight: Tuple[float, float], r: float,
+              terminal: Tuple[float, ...], horizon: int, mpc_dt: float,
+              extra: Dict[str, Any]) -> Task:
+    return Task(robot=robot, kind=SWING_UP, duration_s=duration_s, q0=(0.0, 0.0),
+                control_rate_hz=1.0 / mpc_dt, mpc_dt=mpc_dt, horizon=horizon, iterations=3,
+                state_weight=q_weight + qd_weight, control_weight=(r,),
+                terminal_weight=terminal, rate_weight=0.0, pendulum_joint=pendulum,
+                actuated_joint=actuated, position_limit=limit, success_angle=0.2, hold_s=1.0,
+                extra=extra)
+
+
+_PANDA_READY = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785)
+_WAM4_READY = (0.0, 0.0, 0.0, 1.2)
+
+#: The task of every robot with one.
+TASKS: Mapping[str, Task] = MappingProxyType({
+    # Qube: 2 ms driver, 4 V; swing-up in about 1-2 s, balance at the top.
+    'qube': _swing_up(
+        'qube', 6.0, 'pendulum_joint', 'arm_joint', 1.8,
+        q_weight=(1.0, 5.0), qd_weight=(0.02, 0.05), r=0.02,
+        terminal=(5.0, 50.0, 0.2, 0.5), horizon=50, mpc_dt=0.02,
+        extra={'energy_gain': 150.0, 'max_acceleration': 60.0, 'centering': (1.0, 0.3),
+               'energy_target': 0.2, 'switch_angle': 0.35, 'lqr_q': (1.0, 20.0, 0.05, 0.5),
+               'lqr_r': (1.0,)}),
+    # IP02 cart-pole: 4 ms driver, 8 V, track +-0.407 m (success keeps it within 0.35 m).
+    'cartpole': _swing_up(
+        'cartpole', 8.0, 'pole_joint', 'cart_joint', 0.35,
+        q_weight=(5.0, 5.0), qd_weight=(0.1, 0.05), r=0.01,
+        terminal=(50.0, 50.0, 1.0, 0.5), horizon=60, mpc_dt=0.02,
+        extra={'energy_gain': 10.0, 'max_acceleration': 8.0, 'centering': (10.0, 5.0),
+               'energy_target': 0.0, 'switch_angle': 0.35, 'lqr_q': (10.0, 20.0, 0.5, 0.5),
+               'lqr_r': (0.1,)}),
+    'wam4': Task(
+        robot='wam4', kind=TRACKING, duration_s=4.0, q0=_WAM4_READY, control_rate_hz=50.0,
+        mpc_dt=0.01, horizon=20, iterations=2,
+        state_weight=(400.0,) * 4 + (1.0,) * 4, control_weight=(1e-3,) * 4,
+        terminal_weight=(400.0,) * 4 + (1.0,) * 4, centre=_WAM4_READY,
+        amplitude=(0.5, 0.3, 0.5, 0.5), frequency_hz=0.8, phase=(0.0, 1.0, 2.0, 3.0),
+        settle_s=0.5, success_rms=0.05,
+        extra={'computed_torque': {'kp': 400.0, 'kd': 40.0}}),
+    'panda': Task(
+        robot='panda', kind=TRACKING, duration_s=4.0, q0=_PANDA_READY, control_rate_hz=50.0,
+        mpc_dt=0.01, horizon=20, iterations=2,
+        state_weight=(400.0,) * 7 + (1.0,) * 7, control_weight=(1e-3,) * 7,
+        terminal_weight=(400.0,) * 7 + (1.0,) * 7, centre=_PANDA_READY,
+        amplitude=(0.4, 0.3, 0.4, 0.4, 0.4, 0.4, 0.4), frequency_hz=0.8,
+        phase=(0.0, 0.9, 1.8, 2.7, 3.6, 4.5, 5.4), settle_s=0.5, success_rms=0.05,
+        extra={'computed_torque': {'kp': 400.0, 'kd': 40.0}}),
+})
+
+
+def task_names() -> Tuple[str, ...]:
+    """
+    Return the robots that have a task.
+
+    :return: robot names in :data:`TASKS` order.
+    """
+    return tuple(TASKS)
+
+
+def get_task(robot: str) -> Task:
+    """
+    Return the task of a robot.
+
+    :param robot: catalog robot name.
+    :return: the task.
+    :raises ValueError: no task for that robot (the message lists those with one).
+    """
+    try:
+        return TASKS[robot]
+    except (KeyError, TypeError):
+        raise ValueError(f'no control task for robot {robot!r}; robots with a task: '
+                         f'{", ".join(TASKS)}') from None
+
+
+def wrap_angle(angle: Tensor) -> Tensor:
+    """
+    Wrap angles to ``(-pi, pi]``.
+
+    :param angle: any shape, rad.
+    :return: same shape.
+    """
+    return math.pi - torch.remainder(math.pi - angle, 2.0 * math.pi)
+
+
+def angle_mask(task: Task, model: RobotModel) -> Tensor:
+    """
+    Return the state entries whose errors are wrapped to ``(-pi, pi]``.
+
+    :param task: the task.
+    :param model: the robot (joint order).
+    :return: ``(2 n,)`` bool: the pendulum angle of a swing-up, nothing for tracking.
+    """
+    mask = torch.zeros(2 * model.n, dtype=torch.bool, device=model.device)
+    if task.kind == SWING_UP:
+        mask[model.joint_index(task.pendulum_joint)] = True
+    return mask
+
+
+def goal_state(task: Task, model: RobotModel) -> Tensor:
+    """
+    Return the swing-up goal: pendulum upright, everything else at 0, at rest.
+
+    :param task: a swing-up task.
+    :param model: the robot.
+    :return: ``(2 n,)`` in the model's dtype.
+    :raises ValueError: for a tracking task.
+    """
+    if task.kind != SWING_UP:
+        raise ValueError(f'the {task.robot} task tracks a reference; see reference_states')
+    x = torch.zeros(2 * model.n, dtype=model.dtype, device=model.device)
+    x[model.joint_index(task.pendulum_joint)] = math.pi
+    return x
+
+
+def start_state(task: Task, model: RobotModel) -> Tuple[Tensor, Tensor]:
+    """
+    Return the initial positions and velocities of an episode.
+
+    :param task: the task.
+    :param model: the robot.
+    :return: ``(q0, qd0)`` each ``(n,)``: hanging at rest for swing-ups, the reference at
+        ``t = 0`` for tracking.
+    """
+    if task.kind == TRACKING:
+        q, qd, _ = reference(task, torch.zeros(1, dtype=model.dtype))
+        return q[0], qd[0]
+    q0 = torch.tensor(task.q0, dtype=model.dtype)
+    return q0, torch.zeros_like(q0)
+
+
+def reference(task: Task, t: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """
+    Return the tracking reference and its derivatives.
+
+    :param task: a tracking task.
+    :param t: times ``(T,)``, s.
+    :return: ``(q, qd, qdd)`` each ``(T, n)``.
+    :raises ValueError: for a swing-up task.
+    """
+    if task.kind != TRACKING:
+        raise ValueError(f'the {task.robot} task is a swing-up; see goal_state')
+    dtype = t.dtype if t.is_floating_point() else torch.float64
+    t = t.to(dtype)[..., None]
+    centre, amplitude, phase = (torch.tensor(v, dtype=dtype, device=t.device)
+                                for v in (task.centre, task.amplitude, task.phase))
+    w = 2.0 * math.pi * task.frequency_hz
+    angle = w * t + phase
+    return (centre + amplitude * torch.sin(angle), amplitude * w * torch.cos(angle),
+            -amplitude * w * w * torch.sin(angle))
+
+
+def reference_states(task: Task, t0: float, steps: int, dt: float,
+                     dtype: torch.dtype = torch.float64) -> Tensor:
+    """
+    Return reference states ``[q; qd]`` at ``t0 + k dt`` for ``k = 0 .. steps - 1``.
+
+    :param task: a tracking task.
+    :param t0: first time, s.
+    :param steps: number of states.
+    :param dt: spacing, s.
+    :param dtype: result dtype.
+    :return: ``(steps, 2 n)``.
+    """
+    t = t0 + dt * torch.arange(steps, dtype=dtype)
+    q, qd, _ = reference(task, t)
+    return torch.cat((q, qd), -1)
+
+
+def make_cost(task: Task, model: RobotModel,
+              dtype: Optional[torch.dtype] = None) -> Any:
+    """
+    Return the MPC cost of a task.
+
+    :param task: the task.
+    :param model: the robot (joint order, dtype).
+    :param dtype: cost dtype (default: the model's).
+    :return: a :class:`~diffsim_ros.control.costs.QuadraticCost` to the upright goal with the
+        pendulum angle wrapped (swing-up), or a
+        :class:`~diffsim_ros.control.costs.TrackingCost` whose reference is the function
+        ``times (H + 1,) -> (H + 1, 2 n)`` of :func:`reference` (tracking).
+    """
+    dtype = dtype if dtype is not None else model.dtype
+    Q, R, Qf = (torch.diag(torch.tensor(w, dtype=dtype, device=model.device))
+                for w in (task.state_weight, task.control_weight, task.terminal_weight))
+    if task.kind == SWING_UP:
+        return QuadraticCost(Q, R, Qf, goal_state(task, model).to(dtype),
+                             angle_mask=angle_mask(task, model), rate_weight=task.rate_weight)
+
+    def x_ref(times: Tensor) -> Tensor:
+        q, qd, _ = reference(task, times.to(dtype))
+        return torch.cat((q, qd), -1).to(model.device)
+    return TrackingCost(x_ref, Q, R, Qf, nx=2 * model.n)
+
+
+def swing_up_time(t: Tensor, error: Tensor, threshold: float) -> Optional[float]:
+    """
+    Return the first time from which ``|error|`` stays below ``threshold`` to the end.
+
+    :param t: times ``(T,)``, s.
+    :param error: pendulum errors ``(T,)``, rad.
+    :param threshold: bound, rad.
+    :return: the time, or None when the last sample is outside the bound.
+    """
+    outside = (error.abs() >= threshold) | ~torch.isfinite(error)
+    if bool(outside[-1]):
+        return None
+    index = torch.nonzero(outside).flatten()
+    start = 0 if index.numel() == 0 else int(index[-1]) + 1
+    return float(t[start])
+
+
+def evaluate(task: Task, model: RobotModel, t: Tensor, q: Tensor, qd: Tensor,
+             u: Optional[Tensor] = None) -> Dict[str, Any]:
+    """
+    Score one episode.
+
+    :param task: the task.
+    :param model: the robot (joint order).
+    :param t: times ``(T,)``, s.
+    :param q: positions ``(T, n)`` in model joint order.
+    :param qd: velocities ``(T, n)``.
+    :param u: commands ``(T, m)`` (only summarised).
+    :return: ``success`` (bool) and, for swing-ups, ``swing_up_time_s`` (None on failure),
+        ``max_position`` (largest ``|q|`` of the actuated joint), ``within_limit``,
+        ``final_angle_error``; for tracking, ``tracking_rms`` (rad over all joints) and
+        ``tracking_rms_per_joint``; ``max_command`` when ``u`` is given.
+    """
+    out: Dict[str, Any] = {}
+    if u is not None and u.numel():
+        out['max_command'] = float(u.abs().max())
+    finite = bool(torch.isfinite(q).all() and torch.isfinite(qd).all())
+    if task.kind == SWING_UP:
+        p = model.joint_index(task.pendulum_joint)
+        a = model.joint_index(task.actuated_joint)
+        error = wrap_angle(q[:, p] - math.pi)
+        t_up = swing_up_time(t, error, task.success_angle) if finite else None
+        max_position = float(q[:, a].abs().max()) if finite else math.inf
+        within = max_position <= task.position_limit
+        held = t_up is not None and float(t[-1]) - t_up >= task.hold_s
+        out.update(success=bool(held and within), swing_up_time_s=t_up if held else None,
+                   max_position=max_position, within_limit=within,
+                   final_angle_error=float(error[-1].abs()) if finite else math.inf)
+        return out
+    window = t >= task.settle_s
+    q_ref, _, _ = reference(task, t[window])
+    error = q[window] - q_ref
+    per_joint = error.square().mean(0).sqrt() if finite else torch.full(
+        (model.n,), math.inf, dtype=q.dtype)
+    rms = float(error.square().mean().sqrt()) if finite else math.inf
+    out.update(success=rms < task.success_rms, tracking_rms=rms,
+               tracking_rms_per_joint=per_joint.tolist())
+    return out

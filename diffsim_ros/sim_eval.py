@@ -1,0 +1,298 @@
+"""
+``diffsim-sim-eval``: closed-loop evaluation of the controllers on the simulated robots.
+
+The plant is a :class:`~diffsim_ros.sim.MujocoPlant` whose true parameters are drawn
+``--param-error`` off the nominal ones from ``--seed`` (it also has Coulomb friction and motor
+dynamics the model lacks); every controller starts from the nominal model
+(:func:`~diffsim_ros.sim.nominal_model`). The controllers:
+
+- ``nominal-mpc``: iLQR MPC on the nominal model;
+- ``adaptive-mpc``: the same MPC wrapped in :class:`~diffsim_ros.control.adaptive.AdaptiveMPC`,
+  which refits the model from what it observes and keeps it across episodes (that is how it
+  learns);
+- ``baseline``: energy swing-up + LQR (Quanser robots) or computed torque (arms) on the
+  nominal model.
+
+The MPC replans at the task's control rate (simulated time) and its feedback policy is applied
+at the driver rate. Each episode is scored by :func:`diffsim_ros.control.tasks.evaluate`; the
+table goes to stdout and ``--json`` gets the full record: ``success_rate``, ``episodes`` (per
+episode: ``success``, ``swing_up_time_s`` or ``tracking_rms``, ``refits``, ``param_error``),
+``mean_swing_up_time_s`` (successful episodes) or ``tracking_rms``, ``refits``,
+``final_param_error`` and its definition (:func:`~diffsim_ros.control.adaptive.
+parameter_error`: relative inverse-dynamics error of the controller's model against the true
+one at random states, 0 when every identifiable inertial and friction parameter is exact).
+
+>>> main(['--robot', 'qube', '--controller', 'adaptive-mpc', '--episodes', '3',
+...       '--param-error', '0.3', '--seed', '1', '--json', 'qube.json'])
+"""
+
+import argparse
+import json
+import math
+from pathlib import Path
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+import torch
+
+from . import robots
+from .control.adaptive import AdaptiveMPC, default_estimator_config, parameter_error
+from .control.baselines import ComputedTorque, SwingUpLQR
+from .control.dynamics import ModelDynamics
+from .control.ilqr import ILQR, ILQRConfig
+from .control.tasks import evaluate, get_task, make_cost, reference, start_state, SWING_UP, \
+    Task, task_names
+from .core import RobotModel
+from .sim import MujocoPlant, nominal_model, PlantConfig
+from .sysid import estimators
+
+CONTROLLERS = ('nominal-mpc', 'adaptive-mpc', 'baseline')
+PARAM_ERROR_DEFINITION = (
+    'relative inverse-dynamics error of the controller model vs the true plant model at 256 '
+    'random states: sqrt(mean_j sum_s (tau_model - tau_true)^2 / sum_s tau_true^2) with '
+    'tau = rnea + damping qd + coulomb tanh(qd / 0.01); 0 iff every identifiable inertial and '
+    'friction parameter is exact')
+
+
+def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    """
+    Parse and validate the command line (bad values exit with status 2).
+
+    :param argv: arguments without the program name; ``None`` reads ``sys.argv``.
+    :return: the parsed arguments.
+    """
+    parser = argparse.ArgumentParser(
+        prog='diffsim-sim-eval',
+        description='Closed-loop evaluation of nominal MPC, adaptive MPC and baselines on a '
+                    'simulated robot whose parameters differ from the nominal model.')
+    parser.add_argument('--robot', default='qube', choices=task_names())
+    parser.add_argument('--controller', default='adaptive-mpc', choices=CONTROLLERS)
+    parser.add_argument('--episodes', default=3, type=int, help='episodes (default 3)')
+    parser.add_argument('--param-error', default=0.3, type=float,
+                        help='relative error of the true parameters (default 0.3)')
+    parser.add_argument('--seed', default=0, type=int, help='seed of the true parameters')
+    parser.add_argument('--json', type=Path, help='write the results to this JSON file')
+    parser.add_argument('--quick', action='store_true',
+                        help='cheaper MPC (shorter horizon, one iteration) for smoke tests')
+    parser.add_argument('--duration', type=float,
+                        help="episode length in s (default: the task's)")
+    parser.add_argument('--estimator', default='nea', choices=estimators.names(),
+                        help='estimator of the adaptive MPC (default nea)')
+    args = parser.parse_args(argv)
+    if args.episodes < 1:
+        parser.error('--episodes must be >= 1')
+    if not (math.isfinite(args.param_error) and 0.0 <= args.param_error < 1.0):
+        parser.error('--param-error must be in [0, 1)')
+    if args.seed < 0:
+        parser.error('--seed must be >= 0')
+    if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
+        parser.error('--duration must be positive')
+    if (args.controller == 'adaptive-mpc'
+            and robots.get(args.robot).motor.get('driver_adds_gravity', False)):
+        parser.error(f'--controller adaptive-mpc is not available for {args.robot}: its driver '
+                     'adds gravity to the commands, and the adaptive loop fits from commands')
+    return args
+
+
+def control_model(robot: str, model: RobotModel) -> RobotModel:
+    """
+    Return the model the controllers plan with for a robot's command interface.
+
+    When the driver adds gravity compensation (libfranka), a command ``u`` produces the
+    torque ``u + g(q)``, so the plant behaves as the model without gravity.
+
+    :param robot: catalog name.
+    :param model: rigid-body model.
+    :return: ``model``, or a copy with zero gravity.
+    """
+    if robots.get(robot).motor.get('driver_adds_gravity', False):
+        return model.replace(gravity=torch.zeros_like(model.gravity))
+    return model
+
+
+def make_controller(kind: str, task: Task, model: RobotModel, rate_hz: float, quick: bool,
+                    estimator: str = 'nea', truth=None) -> tuple:
+    """
+    Build a controller and the number of driver ticks between its solves.
+
+    :param kind: one of :data:`CONTROLLERS`.
+    :param task: the task.
+    :param model: the nominal (control) model.
+    :param rate_hz: driver rate, Hz.
+    :param quick: cheaper MPC settings.
+    :param estimator: estimator of the adaptive MPC.
+    :param truth: callable returning the true model (adaptive history).
+    :return: ``(controller, replan_every_ticks)``.
+    """
+    robot = task.robot
+    if kind == 'baseline':
+        dynamics = ModelDynamics.for_robot(robot, model, 1.0 / rate_hz)
+        extra = dict(task.extra)
+        if task.kind == SWING_UP:
+            controller = SwingUpLQR(
+                dynamics, task.pendulum_joint, task.actuated_joint,
+                energy_gain=extra['energy_gain'], max_acceleration=extra['max_acceleration'],
+                centering=tuple(extra['centering']), switch_angle=extra['switch_angle'],
+                lqr_q=extra.get('lqr_q'), lqr_r=extra.get('lqr_r', (1.0,)),
+                energy_target=extra.get('energy_target', 0.0))
+            return controller, max(1, int(round(rate_hz / 100.0)))
+        gains = extra.get('computed_torque', {'kp': 400.0, 'kd': 40.0})
+
+        def ref(times: torch.Tensor) -> tuple:
+            return reference(task, times)
+        controller = ComputedTorque(dynamics, ref, kp=[gains['kp']] * model.n,
+                                    kd=[gains['kd']] * model.n,
+                                    horizon=max(1, int(round(rate_hz / task.control_rate_hz))),
+                                    gravity_in_command=False)
+        return controller, max(1, int(round(rate_hz / task.control_rate_hz)))
+    horizon = max(5, int(round(0.6 * task.horizon))) if quick else task.horizon
+    iterations = 1 if quick else task.iterations
+    dynamics = ModelDynamics.for_robot(robot, model, task.mpc_dt)
+    controller = ILQR(dynamics, make_cost(task, model),
+                      ILQRConfig(horizon=horizon, max_iters=iterations))
+    replan = max(1, int(round(rate_hz / task.control_rate_hz)))
+    if kind == 'adaptive-mpc':
+        controller = AdaptiveMPC(
+            controller, estimator, refit_every=int(round(0.5 * rate_hz)),
+            min_samples=int(round(0.2 * rate_hz)), buffer_size=int(round(1.5 * rate_hz)),
+            estimator_config=default_estimator_config(robot, estimator), truth=truth)
+    return controller, replan
+
+
+def run_episode(plant: MujocoPlant, task: Task, controller: Any, replan_every: int,
+                model: RobotModel, duration: float) -> Dict[str, Any]:
+    """
+    Run one episode from the task's start state and score it.
+
+    :param plant: the plant.
+    :param task: the task.
+    :param controller: a controller (an :class:`AdaptiveMPC` observes every tick).
+    :param replan_every: driver ticks between solves.
+    :param model: model giving the joint order of the scores.
+    :param duration: episode length, s.
+    :return: the episode's scores plus ``solve_ms`` (mean wall time of a solve).
+    """
+    q0, qd0 = start_state(task, model)
+    measurement = plant.reset(q0=q0.numpy(), qd0=qd0.numpy())
+    controller.reset()
+    adaptive = isinstance(controller, AdaptiveMPC)
+    steps = int(round(duration * plant.rate_hz))
+    n = model.n
+    record = np.zeros((steps, 1 + 2 * n + len(plant.command_joints)))
+    solve_times, policy = [], None
+    for k in range(steps):
+        q = torch.tensor(measurement.q)
+        qd = torch.tensor(measurement.qd)
+        x = torch.cat((q, qd))
+        if policy is None or k % replan_every == 0:
+            start = time.perf_counter()
+            policy = controller.solve(x, measurement.t)
+            solve_times.append(time.perf_counter() - start)
+        u = policy(measurement.t, x)
+        if adaptive:
+            controller.observe(measurement.t, q, qd, u)
+        record[k, 0] = measurement.t
+        record[k, 1:1 + 2 * n] = x.numpy()
+        record[k, 1 + 2 * n:] = u.detach().cpu().numpy()
+        measurement = plant.step(u.detach().cpu().numpy())
+    data = torch.from_numpy(record)
+    scores = evaluate(task, model, data[:, 0], data[:, 1:1 + n], data[:, 1 + n:1 + 2 * n],
+                      data[:, 1 + 2 * n:])
+    scores['solve_ms'] = 1e3 * float(np.mean(solve_times)) if solve_times else 0.0
+    return scores
+
+
+def evaluate_controller(args: argparse.Namespace) -> Dict[str, Any]:
+    """
+    Run every episode and return the JSON-ready summary.
+
+    :param args: parsed arguments.
+    :return: the summary (see the module docstring).
+    """
+    task = get_task(args.robot)
+    plant = MujocoPlant(PlantConfig(robot=args.robot, param_error=args.param_error,
+                                    seed=args.seed))
+    truth = control_model(args.robot, plant.true_model)
+    model = control_model(args.robot, nominal_model(args.robot))
+    controller, replan = make_controller(args.controller, task, model, plant.rate_hz,
+                                         args.quick, args.estimator, truth=lambda: truth)
+    duration = args.duration if args.duration is not None else (
+        0.6 * task.duration_s if args.quick else task.duration_s)
+    episodes: List[Dict[str, Any]] = []
+    start = time.perf_counter()
+    for episode in range(args.episodes):
+        refits_before = getattr(controller, 'refits', 0)
+        scores = run_episode(plant, task, controller, replan, model, duration)
+        current = getattr(controller, 'current_model', controller.dynamics.model)
+        scores.update(episode=episode, refits=getattr(controller, 'refits', 0) - refits_before,
+                      param_error=parameter_error(current, truth))
+        episodes.append(scores)
+        print(_row(scores, task), flush=True)
+    summary: Dict[str, Any] = {
+        'robot': args.robot, 'controller': args.controller, 'param_error_setting':
+        args.param_error, 'seed': args.seed, 'quick': bool(args.quick),
+        'episode_duration_s': duration, 'replan_hz': plant.rate_hz / replan,
+        'success_rate': sum(bool(e['success']) for e in episodes) / len(episodes),
+        'episodes': episodes,
+        'refits': int(getattr(controller, 'refits', 0)),
+        'nominal_param_error': parameter_error(model, truth),
+        'final_param_error': episodes[-1]['param_error'],
+        'param_error_definition': PARAM_ERROR_DEFINITION,
+        'wall_time_s': time.perf_counter() - start,
+    }
+    if task.kind == SWING_UP:
+        times = [e['swing_up_time_s'] for e in episodes if e['success']]
+        summary['mean_swing_up_time_s'] = float(np.mean(times)) if times else None
+    else:
+        summary['tracking_rms'] = float(np.mean([e['tracking_rms'] for e in episodes]))
+    if isinstance(controller, AdaptiveMPC):
+        summary['refit_history'] = controller.history
+        summary['estimator'] = args.estimator
+    return summary
+
+
+def _row(scores: Dict[str, Any], task: Task) -> str:
+    if task.kind == SWING_UP:
+        t_up = scores['swing_up_time_s']
+        metric = f'swing-up {t_up:5.2f} s' if t_up is not None else 'swing-up   -    '
+    else:
+        metric = f'rms {scores["tracking_rms"]:.4f} rad'
+    return (f'episode {scores["episode"]:2d}  success {str(bool(scores["success"])):5s}  '
+            f'{metric}  refits {scores["refits"]:2d}  param error '
+            f'{scores["param_error"]:.3f}  solve {scores["solve_ms"]:.1f} ms')
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """
+    Run the evaluation.
+
+    :param argv: command-line arguments; ``None`` reads ``sys.argv``.
+    :return: 0 (bad arguments exit with status 2 through argparse).
+    """
+    args = parse_args(argv)
+    print(f'{args.robot}: {args.controller}, {args.episodes} episode(s), parameters '
+          f'{args.param_error:.0%} off nominal (seed {args.seed})', flush=True)
+    summary = evaluate_controller(args)
+    metric = ('mean swing-up time', summary.get('mean_swing_up_time_s')) \
+        if 'mean_swing_up_time_s' in summary else ('tracking rms', summary.get('tracking_rms'))
+    print(f'success rate {summary["success_rate"]:.2f}  {metric[0]} '
+          f'{metric[1] if metric[1] is not None else "-"}  refits {summary["refits"]}  '
+          f'param error {summary["nominal_param_error"]:.3f} -> '
+          f'{summary["final_param_error"]:.3f}')
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(_jsonable(summary), indent=2), encoding='utf-8')
+    return 0
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, (np.floating, np.integer)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
