@@ -1,35 +1,50 @@
 """
-Offline identification demo: a simulated robot with hidden parameters, recorded and refitted.
+The closed-loop demo: simulated driver, identifier, MPC and monitor talking over DDS.
 
-Stands in for the ROS demo (identifier, adaptive MPC, monitor and simulated driver over DDS)
-until its nodes land.  It runs the same data path a user runs on a real robot:
+``diffsim-demo --robot qube`` composes the node graph of ``sim.launch.py`` in one process
+(``launch`` is not needed) on real DDS:
 
-1. a MuJoCo plant whose true parameters are ``--param-error`` off the nominal URDF (masses,
-   CoMs, inertias, damping, Coulomb friction, armature) is excited for ``--duration`` s;
-2. the run is recorded as a rosbag2 ``.mcap`` (JointState + Float64MultiArray commands);
-3. ``diffsim-fit`` identifies a model from that bag (DiffNEA by default);
-4. the identified model is scored against the hidden truth: identifiable (base) parameters
-   and 1 s / 2 s rollout prediction error on held-out data, next to the nominal model.
+* ``sim_driver``: a MuJoCo plant whose hidden true parameters are ``--param-error`` off the
+  URDF (and which has Coulomb friction and motor effects the model lacks), in lockstep mode:
+  it publishes ``/clock`` and every other node runs on simulated time;
+* ``identifier``: refits the model from ``joint_states`` and the commands every
+  ``refit_period`` and publishes it as URDF;
+* ``mpc``: starts from the nominal (wrong) model, swaps in every model the identifier
+  publishes, and swings the pendulum up and balances it (tracks a trajectory on the arms);
+* ``monitor``: rolls the current model over the last second and publishes the prediction
+  error and the predicted/measured paths;
+* a recorder writing every topic into ``--out/recording.mcap`` (rosbag2, via ``rosbags``).
 
-It writes ``recording.mcap``, ``fit/`` (params.yaml, model.urdf, metrics.json, report.png)
-and ``report.json`` into ``--out``.
+Afterwards ``diffsim-fit`` fits the recorded bag offline (unless ``--no-fit``), and the
+demo writes ``report.json`` (``success``, ``swing_up_time_s``, ``parameters`` with the online
+``estimate``, the offline fit and the hidden ``true`` value per identifiable parameter,
+``prediction_nmse``) and ``prediction.png`` (predicted vs measured trajectories).
+Exit code 0 when the task succeeded and the identified model predicts better than the
+nominal one, 1 otherwise.
 """
 
 import argparse
 import json
+import math
 from pathlib import Path
 import sys
+import threading
 import time
-from typing import Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
+import numpy as np
 import torch
 
 from . import robots
+from .control import tasks
 from .core import load_urdf, RobotModel
-from .io import write_bag
+from .io import read_bag
 from .io.fit_cli import main as fit_main
-from .sim import excitation_for, MujocoPlant, nominal_model, PlantConfig
+from .sim import nominal_model
 from .sysid.nea import base_parameters
+
+#: Robots the demo runs: those with a control task.
+DEMO_ROBOTS = ('qube', 'cartpole', 'wam4', 'panda')
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -41,63 +56,282 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     """
     parser = argparse.ArgumentParser(
         prog='diffsim-demo',
-        description='Identify a simulated robot with hidden parameters from a recorded bag.')
-    parser.add_argument('--robot', default='qube', choices=robots.names())
+        description='Identify and control a simulated robot with hidden parameters: '
+                    'sim_driver + identifier + mpc + monitor over DDS, then an offline fit '
+                    'of the recorded bag.')
+    parser.add_argument('--robot', default='qube', choices=DEMO_ROBOTS)
     parser.add_argument('--out', default='demo_out', type=Path, help='output directory')
-    parser.add_argument('--duration', default=12.0, type=float,
-                        help='excitation length in s (default 12)')
+    parser.add_argument('--duration', default=None, type=float,
+                        help="simulated seconds (default: the robot task's episode length)")
     parser.add_argument('--param-error', default=0.3, type=float,
                         help='relative error of the hidden true parameters (default 0.3)')
-    parser.add_argument('--rate', default=100.0, type=float,
-                        help='recording rate in Hz (default 100)')
-    parser.add_argument('--method', default='diffnea', choices=('nea', 'diffnea'))
     parser.add_argument('--seed', default=0, type=int, help='seed of the hidden parameters')
+    parser.add_argument('--controller', default=None, choices=('ilqr', 'mppi', 'baseline'),
+                        help='mpc node controller (default: config/<robot>.yaml)')
+    parser.add_argument('--real-time-factor', default=0.5, type=float,
+                        help='pace of the simulated clock relative to the wall clock '
+                             '(default 0.5; the Python nodes share 2 cores)')
+    parser.add_argument('--domain-id', default=None, type=int,
+                        help='ROS_DOMAIN_ID of the graph (default: the environment\'s)')
+    parser.add_argument('--no-fit', action='store_true',
+                        help='skip the offline diffsim-fit of the recorded bag')
     args = parser.parse_args(argv)
-    for name in ('duration', 'rate'):
-        if not getattr(args, name) > 0:
-            parser.error(f'--{name} must be positive')
+    if args.duration is not None and not args.duration > 0:
+        parser.error('--duration must be positive')
     if not 0.0 <= args.param_error < 1.0:
         parser.error('--param-error must be in [0, 1)')
+    if not args.real_time_factor > 0:
+        parser.error('--real-time-factor must be positive')
+    if args.domain_id is not None and not 0 <= args.domain_id <= 232:
+        parser.error('--domain-id must be in [0, 232]')
     return args
 
 
-def record(args: argparse.Namespace) -> tuple:
+class _Observer:
+    """Demo-side subscriptions: the latest model, parameters, prediction error and state."""
+
+    def __init__(self, node, joint_names: Sequence[str]) -> None:
+        from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile
+        from sensor_msgs.msg import JointState
+        from std_msgs.msg import Float64MultiArray, String
+        self.node = node
+        self.joint_names = list(joint_names)
+        self.lock = threading.Lock()
+        self.urdf: Optional[str] = None
+        self.models = 0
+        self.parameters: Dict[str, Any] = {}
+        self.nmse: Optional[float] = None
+        self.q: Optional[np.ndarray] = None
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        node.create_subscription(String, '/identifier/robot_description', self._on_model,
+                                 latched)
+        node.create_subscription(String, '/identifier/parameters', self._on_parameters, latched)
+        node.create_subscription(Float64MultiArray, '/monitor/prediction_nmse', self._on_nmse,
+                                 10)
+        node.create_subscription(JointState, 'joint_states', self._on_state,
+                                 qos_profile_sensor_data)
+
+    def _on_model(self, msg) -> None:
+        with self.lock:
+            self.urdf, self.models = msg.data, self.models + 1
+
+    def _on_parameters(self, msg) -> None:
+        try:
+            parameters = json.loads(msg.data)
+        except ValueError:
+            return
+        with self.lock:
+            self.parameters = parameters
+
+    def _on_nmse(self, msg) -> None:
+        if len(msg.data) and math.isfinite(msg.data[0]):
+            with self.lock:
+                self.nmse = float(msg.data[0])
+
+    def _on_state(self, msg) -> None:
+        index = {name: i for i, name in enumerate(msg.name)}
+        if all(name in index for name in self.joint_names) and len(msg.position) == len(msg.name):
+            with self.lock:
+                self.q = np.array([msg.position[index[name]] for name in self.joint_names])
+
+
+def _progress(observer: _Observer, task: tasks.Task, model: RobotModel, t: float) -> str:
+    with observer.lock:
+        q, nmse, parameters = observer.q, observer.nmse, dict(observer.parameters)
+    parts = [f't = {t:5.1f} s']
+    if q is not None and task.kind == tasks.SWING_UP:
+        angle = q[model.joint_index(task.pendulum_joint)]
+        error = abs(math.remainder(angle - math.pi, 2 * math.pi))
+        parts.append(f'pendulum {error:4.2f} rad from upright')
+    parts.append(f'models accepted {parameters.get("refits", 0)}')
+    if nmse is not None:
+        parts.append(f'1 s prediction NMSE {nmse:.3g}')
+    return ', '.join(parts)
+
+
+def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str, Any]:
     """
-    Excite the plant and return its true model, nominal model and the recorded run.
+    Run sim_driver, identifier, mpc, monitor and the recorder until ``duration`` sim seconds.
 
     :param args: parsed arguments.
-    :return: ``(plant, run)``.
+    :param bag: recording to write.
+    :param duration: simulated seconds.
+    :return: the last published model URDF, identifier parameters and prediction NMSE, the
+        hidden true model and the wall time.
     """
-    plant = MujocoPlant(PlantConfig(robot=args.robot, rate_hz=args.rate,
-                                    param_error=args.param_error, seed=args.seed,
-                                    joint_limits=False, encoder_counts_per_rev=0))
-    commands = excitation_for(plant, 'multisine', duration=args.duration, fraction=0.3,
-                              band=(0.2, 2.0), generator=torch.Generator().manual_seed(args.seed))
-    run = plant.run(commands, run='demo').replace(poses={}, qdd=None)
-    return plant, run
+    import rclpy
+    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.parameter import Parameter
+    from .nodes.identifier import Identifier
+    from .nodes.monitor import MonitorNode
+    from .nodes.mpc import MpcNode
+    from .nodes.recorder import Recorder
+    from .nodes.sim_driver import SimDriver
+
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=args.domain_id)
+    robot = [Parameter('robot', value=args.robot)]
+    sim_time = [Parameter('use_sim_time', value=True)]
+    nodes = []
+    executor = MultiThreadedExecutor(num_threads=4, context=context)
+    spinner = None
+    start = time.perf_counter()
+    try:
+        controller = [] if args.controller is None else [
+            Parameter('controller', value=args.controller)]
+        nodes.append(Identifier(context=context, parameter_overrides=robot + sim_time))
+        nodes.append(MpcNode(context=context, parameter_overrides=robot + sim_time + controller))
+        nodes.append(MonitorNode(context=context, parameter_overrides=robot + sim_time))
+        info = robots.get(args.robot)
+        # the plant's streams are subscribed before the plant starts: nothing is lost
+        early = {'/joint_states': 'sensor_msgs/msg/JointState',
+                 f'/{info.controller_name}/commands': 'std_msgs/msg/Float64MultiArray'}
+        nodes.append(Recorder(bag, types=early, exclude=('/clock',), context=context,
+                              parameter_overrides=sim_time))
+        observer_node = rclpy.create_node('demo_observer', context=context,
+                                          parameter_overrides=sim_time)
+        nodes.append(observer_node)
+        observer = _Observer(observer_node, info.joint_names)
+        for node in nodes:
+            executor.add_node(node)
+        spinner = threading.Thread(target=executor.spin, daemon=True)
+        spinner.start()
+        time.sleep(1.0)   # discovery: the plant starts once everyone listens
+        driver = SimDriver(context=context, parameter_overrides=robot + [
+            Parameter('clock_mode', value='lockstep'),
+            Parameter('real_time_factor', value=float(args.real_time_factor)),
+            Parameter('param_error', value=float(args.param_error)),
+            Parameter('seed', value=int(args.seed))])
+        nodes.append(driver)
+        executor.add_node(driver)
+        task = tasks.get_task(args.robot)
+        model = nominal_model(args.robot)
+        next_print = 0.0
+        while driver.plant.time < duration:
+            if not spinner.is_alive():
+                raise RuntimeError('the executor stopped unexpectedly')
+            if driver.plant.time >= next_print:
+                print('  ' + _progress(observer, task, model, driver.plant.time), flush=True)
+                next_print += 1.0
+            time.sleep(0.05)
+        driver.destroy_node()
+        nodes.remove(driver)
+        print('  ' + _progress(observer, task, model, duration), flush=True)
+        true_model = driver.plant.true_model
+        with observer.lock:
+            result = {'urdf': observer.urdf, 'parameters': dict(observer.parameters),
+                      'prediction_nmse': observer.nmse, 'true_model': true_model}
+        recorded = dict(nodes[3].counts)
+    finally:
+        executor.shutdown(timeout_sec=2.0)
+        if spinner is not None:
+            spinner.join(timeout=5.0)
+        for node in nodes:
+            node.destroy_node()
+        context.try_shutdown()
+    result['recorded'] = recorded
+    result['wall_time_s'] = time.perf_counter() - start
+    return result
 
 
-def parameter_report(nominal: RobotModel, identified: RobotModel,
+def parameter_report(nominal: RobotModel, estimates: Dict[str, RobotModel],
                      true: RobotModel) -> Dict[str, Dict[str, float]]:
     """
-    Compare identifiable parameter combinations of three models.
+    Compare the identifiable (base) parameter combinations of several models with the truth.
 
-    :param nominal: the URDF model the fit started from.
-    :param identified: the fitted model.
+    :param nominal: the URDF model everything started from.
+    :param estimates: ``{'estimate': online model, 'offline_fit': ...}``.
     :param true: the plant's hidden model.
-    :return: ``{expression: {'estimate', 'true', 'nominal', 'relative_error'}}``.
+    :return: ``{expression: {'estimate', ..., 'true', 'nominal', 'relative_error',
+        'nominal_relative_error'}}`` (relative errors of ``'estimate'``).
     """
     base = base_parameters(true)
-    values = {key: base.values(model.to(torch.float64)) for key, model in
-              (('estimate', identified), ('true', true), ('nominal', nominal))}
+    models = {**estimates, 'true': true, 'nominal': nominal}
+    values = {key: base.values(model.to(torch.float64)) for key, model in models.items()}
     report = {}
     for i, expression in enumerate(base.expressions(digits=4)):
         entry = {key: float(v[i]) for key, v in values.items()}
         scale = max(abs(entry['true']), 1e-12)
-        entry['relative_error'] = abs(entry['estimate'] - entry['true']) / scale
+        for key in estimates:
+            name = 'relative_error' if key == 'estimate' else f'{key}_relative_error'
+            entry[name] = abs(entry[key] - entry['true']) / scale
         entry['nominal_relative_error'] = abs(entry['nominal'] - entry['true']) / scale
         report[expression] = entry
     return report
+
+
+def prediction_study(models: Dict[str, RobotModel], info: robots.RobotInfo, run,
+                     horizon: float = 1.0, dt: float = 0.01) -> Dict[str, Any]:
+    """
+    Roll each model over consecutive ``horizon`` windows of the recorded run.
+
+    :param models: ``{label: model}``.
+    :param info: catalog entry of the robot.
+    :param run: the recorded trajectory (``t``, ``q``, ``qd``, ``u``).
+    :param horizon: window length, s.
+    :param dt: rollout step, s.
+    :return: ``{label: {'nmse': median over windows, 'windows': [...]}}``.
+    """
+    from .nodes.monitor import predict_window
+    t, q, qd = run.t.numpy(), run.q.numpy(), run.qd.numpy()
+    u = run.u.numpy() if run.u is not None else np.zeros((len(t), len(info.command_joints)))
+    out = {}
+    for label, model in models.items():
+        windows = []
+        end = t[0] + horizon
+        while end <= t[-1]:
+            keep = (t >= end - horizon - dt) & (t <= end)
+            window = predict_window(model, info, t[keep], q[keep], qd[keep], t[keep], u[keep],
+                                    horizon, dt, 'rk4')
+            if window is not None:
+                windows.append(window)
+            end += horizon
+        nmse = [w['nmse'] for w in windows]
+        out[label] = {'nmse': float(np.median(nmse)) if nmse else None, 'windows': windows}
+    return out
+
+
+def plot_prediction(path: Path, study: Dict[str, Any], model: RobotModel, title: str) -> None:
+    """
+    Plot measured joint positions and each model's 1 s predictions.
+
+    :param path: PNG to write.
+    :param study: output of :func:`prediction_study`.
+    :param model: the robot (joint names).
+    :param title: figure title.
+    """
+    import matplotlib
+    matplotlib.use('Agg')
+    from matplotlib import pyplot as plt
+    fig, axes = plt.subplots(model.n, 1, figsize=(10, 2.4 * model.n), sharex=True,
+                             squeeze=False)
+    colours = {'identified': 'tab:green', 'nominal': 'tab:red'}
+    for j, name in enumerate(model.joint_names):
+        ax = axes[j, 0]
+        first = True
+        for label, entry in study.items():
+            for window in entry['windows']:
+                if first:
+                    ax.plot(window['t'], window['q_measured'][:, j], color='k', lw=1.5,
+                            label='measured')
+                ax.plot(window['t'], window['q_predicted'][:, j], color=colours.get(label),
+                        lw=1.0, ls='--', label=f'{label} model' if window is
+                        entry['windows'][0] else None)
+            first = False
+        ax.set_ylabel(f'{name} [rad]')
+        ax.legend(loc='upper right', fontsize=8)
+    axes[-1, 0].set_xlabel('time [s] (each segment: a 1 s rollout from the measured state)')
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _model_from(urdf: Optional[str], nominal: RobotModel) -> Optional[RobotModel]:
+    if not urdf:
+        return None
+    # URDF has no rotor inertia: the catalog's armature stays, as in the mpc node
+    return load_urdf(urdf).replace(armature=nominal.armature)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -105,61 +339,91 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     Run the demo.
 
     :param argv: command-line arguments; ``None`` reads ``sys.argv``.
-    :return: exit code (0 on success, 1 when identification did not beat the nominal model).
+    :return: exit code: 0 when the task succeeded and the identified model predicts better
+        than the nominal one, else 1.
     """
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     info = robots.get(args.robot)
-    print(f'[1/4] simulating {args.robot} (MuJoCo, parameters {args.param_error:.0%} off '
-          f'nominal, seed {args.seed}) for {args.duration:g} s', flush=True)
-    plant, run = record(args)
+    task = tasks.get_task(args.robot)
+    duration = args.duration or task.duration_s
     bag = args.out / 'recording.mcap'
+    steps = 3 if args.no_fit else 4
+    print(f'[1/{steps}] sim_driver + identifier + mpc + monitor over DDS: {args.robot}, '
+          f'hidden parameters {args.param_error:.0%} off nominal (seed {args.seed}), '
+          f'{duration:g} s simulated at {args.real_time_factor:g}x real time', flush=True)
+    graph = run_graph(args, bag, duration)
     command_topic = f'/{info.controller_name}/commands'
-    write_bag(bag, run, command_topic=command_topic, overwrite=True)
-    print(f'[2/4] recorded {len(run)} samples to {bag}', flush=True)
-    print(f'[3/4] diffsim-fit {bag.name} --robot {args.robot} --method {args.method}',
-          flush=True)
-    fit_dir = args.out / 'fit'
-    code = fit_main([str(bag), '--robot', args.robot, '--method', args.method,
-                     '--command-topic', command_topic, '--out', str(fit_dir),
-                     '--seed', str(args.seed)])
-    if code != 0:
-        print(f'diffsim-fit failed with exit code {code}', file=sys.stderr)
-        return code
-    metrics = json.loads((fit_dir / 'metrics.json').read_text(encoding='utf-8'))
-    identified = load_urdf(fit_dir / 'model.urdf')
+    print(f'[2/{steps}] recorded {sum(graph["recorded"].values())} messages on '
+          f'{len(graph["recorded"])} topics to {bag}', flush=True)
+    (run,) = read_bag(bag, command_topic=command_topic, joint_names=info.joint_names,
+                      command_joints=info.command_joints)[:1]
     nominal = nominal_model(args.robot)
-    identified = identified.replace(armature=nominal.armature)
-    parameters = parameter_report(nominal, identified, plant.true_model)
-    # Horizons longer than the validation data have no windows (NMSE None): left out.
-    prediction = {horizon: {'identified': metrics['rollout'][horizon]['nmse'],
-                            'nominal': metrics['nominal']['rollout'][horizon]['nmse']}
-                  for horizon in metrics['rollout']
-                  if metrics['rollout'][horizon].get('nmse') is not None
-                  and metrics['nominal']['rollout'].get(horizon, {}).get('nmse') is not None}
+    true = graph['true_model']
+    outcome = tasks.evaluate(task, nominal, run.t, run.q, run.qd, run.u)
+    estimates = {}
+    online = _model_from(graph['urdf'], nominal)
+    if online is not None:
+        estimates['estimate'] = online
+    fit_dir = args.out / 'fit'
+    if not args.no_fit:
+        print(f'[3/{steps}] diffsim-fit {bag.name} --robot {args.robot}', flush=True)
+        code = fit_main([str(bag), '--robot', args.robot, '--command-topic', command_topic,
+                         '--out', str(fit_dir), '--seed', str(args.seed)])
+        if code == 0:
+            estimates['offline_fit'] = _model_from(
+                (fit_dir / 'model.urdf').read_text(encoding='utf-8'), nominal)
+        else:
+            print(f'diffsim-fit failed with exit code {code}', file=sys.stderr)
+    parameters = parameter_report(nominal, estimates, true) if 'estimate' in estimates else {}
+    compared = {'identified': online, 'nominal': nominal} if online is not None \
+        else {'nominal': nominal}
+    study = prediction_study(compared, info, run)
+    plot_prediction(args.out / 'prediction.png', study, nominal,
+                    f'{args.robot}: measured vs 1 s predictions (identified online vs nominal)')
+    nmse = {label: entry['nmse'] for label, entry in study.items()}
+    better = online is not None and nmse.get('identified') is not None \
+        and nmse['identified'] < nmse['nominal']
     errors = sorted(p['relative_error'] for p in parameters.values())
-    success = bool(prediction) and all(v['identified'] < v['nominal']
-                                       for v in prediction.values())
     report = {
-        'robot': args.robot, 'method': args.method, 'param_error': args.param_error,
-        'seed': args.seed, 'samples': len(run), 'rate_hz': args.rate,
-        'success': success, 'prediction_nmse': prediction,
-        'median_base_parameter_error': errors[len(errors) // 2],
-        'parameters': parameters, 'fit_wall_time_s': metrics.get('wall_time_s'),
+        'robot': args.robot, 'param_error': args.param_error, 'seed': args.seed,
+        'duration_s': duration, 'real_time_factor': args.real_time_factor,
+        'success': bool(outcome['success']),
+        'swing_up_time_s': outcome.get('swing_up_time_s'),
+        'tracking_rms': outcome.get('tracking_rms'),
+        'task': outcome,
+        'identified_better_than_nominal': bool(better),
+        'prediction_nmse': nmse.get('identified'),
+        'prediction_nmse_nominal': nmse.get('nominal'),
+        'monitor_prediction_nmse': graph['prediction_nmse'],
+        'models_accepted': graph['parameters'].get('refits'),
+        'median_parameter_error': errors[len(errors) // 2] if errors else None,
+        'parameters': parameters,
+        'identifier_parameters': graph['parameters'].get('parameters', {}),
+        'recorded_messages': graph['recorded'],
+        'graph_wall_time_s': graph['wall_time_s'],
         'wall_time_s': time.perf_counter() - start,
-        'outputs': {'bag': str(bag), 'fit': str(fit_dir)},
+        'outputs': {'bag': str(bag), 'plot': str(args.out / 'prediction.png'),
+                    'fit': None if args.no_fit else str(fit_dir)},
     }
     (args.out / 'report.json').write_text(json.dumps(report, indent=2), encoding='utf-8')
-    print('[4/4] identified vs hidden truth:', flush=True)
-    for horizon, value in prediction.items():
-        print(f'  rollout NMSE {horizon}: identified {value["identified"]:.3g}, '
-              f'nominal {value["nominal"]:.3g}')
-    nominal_errors = sorted(p['nominal_relative_error'] for p in parameters.values())
-    print(f'  base parameters: median relative error {errors[len(errors) // 2]:.2%} '
-          f'(nominal model: {nominal_errors[len(errors) // 2]:.2%})')
-    print(f'wrote {args.out / "report.json"} and {fit_dir}/ in {report["wall_time_s"]:.1f} s')
-    return 0 if success else 1
+    print(f'[{steps}/{steps}] result:', flush=True)
+    if task.kind == tasks.SWING_UP:
+        verdict = (f'swung up and balanced after {report["swing_up_time_s"]:.2f} s'
+                   if report['success'] else 'did NOT swing up and balance')
+    else:
+        verdict = f'tracking RMS {report["tracking_rms"]:.3g} rad'
+    print(f'  task: {verdict}')
+    print(f'  1 s prediction NMSE: identified {nmse.get("identified")}, nominal '
+          f'{nmse.get("nominal")}; models accepted online: {report["models_accepted"]}')
+    if errors:
+        nominal_errors = sorted(p['nominal_relative_error'] for p in parameters.values())
+        print(f'  base parameters: median relative error {errors[len(errors) // 2]:.1%} '
+              f'(nominal model {nominal_errors[len(errors) // 2]:.1%})')
+    print(f'wrote {args.out / "report.json"}, prediction.png and {bag.name} in '
+          f'{report["wall_time_s"]:.0f} s')
+    return 0 if report['success'] and better else 1
 
 
 if __name__ == '__main__':

@@ -412,11 +412,15 @@ class MonitorNode(Node):
         self._diagnostics_pub.publish(DiagnosticArray(header=Header(stamp=stamp),
                                                       status=[status]))
 
-    def close(self) -> None:
-        """Stop the prediction thread and destroy the node."""
+    def destroy_node(self) -> None:
+        """Stop the prediction thread, then destroy the node (its handles die with it)."""
         self._stop.set()
-        if self._worker.is_alive():
+        if self._worker.is_alive() and self._worker is not threading.current_thread():
             self._worker.join(timeout=10.0)
+        super().destroy_node()
+
+    def close(self) -> None:
+        """Stop the prediction thread and destroy the node (same as :meth:`destroy_node`)."""
         self.destroy_node()
 
 

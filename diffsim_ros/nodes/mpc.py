@@ -400,12 +400,16 @@ class MpcNode(Node):
         self.diagnostics_pub.publish(DiagnosticArray(
             header=Header(stamp=self.get_clock().now().to_msg()), status=[status]))
 
-    def close(self) -> None:
-        """Stop the solver thread and destroy the node."""
+    def destroy_node(self) -> None:
+        """Stop the solver thread, then destroy the node (its handles die with it)."""
         self._stop.set()
         self._solve_event.set()
-        if self._worker.is_alive():
+        if self._worker.is_alive() and self._worker is not threading.current_thread():
             self._worker.join(timeout=10.0)
+        super().destroy_node()
+
+    def close(self) -> None:
+        """Stop the solver thread and destroy the node (same as :meth:`destroy_node`)."""
         self.destroy_node()
 
 

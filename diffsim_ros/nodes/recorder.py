@@ -9,12 +9,16 @@ rosbag2 it adapts the subscription's QoS to the publishers it finds: reliable on
 every publisher is reliable, transient-local when every publisher is (latched topics such as
 ``robot_description`` are then recorded too).
 
+Topics whose type is known in advance (``types``) are subscribed at once, best-effort and
+volatile (which matches every publisher), so a recording started before its publishers
+loses nothing of their first messages to discovery.
+
 Log times are the node's clock, so with ``use_sim_time`` the bag carries simulated time.
 """
 
 import importlib
 import threading
-from typing import Dict, Optional, Sequence
+from typing import Dict, Mapping, Optional, Sequence
 
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
@@ -48,6 +52,10 @@ class Recorder(Node):
     :param path: bag directory or ``.mcap`` / ``.db3`` file to create.
     :param topics: topics to record; ``None`` = every topic discovered (except ``/rosout``
         and ``/parameter_events``).
+    :param types: ``{topic: 'pkg/msg/Type'}`` subscribed immediately (see the module
+        docstring); they are recorded even when ``topics`` does not list them.
+    :param exclude: topics never recorded (e.g. ``/clock``: ``ros2 bag play --clock``
+        publishes its own).
     :param discovery_period: seconds between topic discoveries.
     :param node_name: ROS node name.
     :param kwargs: passed to ``rclpy.node.Node`` (e.g. ``context``, ``parameter_overrides``).
@@ -56,14 +64,21 @@ class Recorder(Node):
     IGNORED = ('/rosout', '/parameter_events')
 
     def __init__(self, path, topics: Optional[Sequence[str]] = None,
+                 types: Optional[Mapping[str, str]] = None, exclude: Sequence[str] = (),
                  discovery_period: float = 0.5, node_name: str = 'recorder', **kwargs) -> None:
         """Open the bag and start discovering topics."""
         super().__init__(node_name, **kwargs)
         self._lock = threading.Lock()
         self._writer = BagWriter(path, overwrite=True)
         self._wanted = None if topics is None else frozenset(topics)
+        self._excluded = frozenset(self.IGNORED) | frozenset(exclude)
         self._recorded: Dict[str, object] = {}
         self.counts: Dict[str, int] = {}
+        early = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
+                           reliability=ReliabilityPolicy.BEST_EFFORT,
+                           durability=DurabilityPolicy.VOLATILE)
+        for topic, type_name in (types or {}).items():
+            self._subscribe(topic, type_name, early)
         self._timer = self.create_timer(discovery_period, self.discover)
         self.discover()
 
@@ -87,7 +102,7 @@ class Recorder(Node):
     def discover(self) -> None:
         """Subscribe to topics that appeared since the last discovery."""
         for topic, types in self.get_topic_names_and_types():
-            if topic in self._recorded or topic in self.IGNORED:
+            if topic in self._recorded or topic in self._excluded:
                 continue
             if self._wanted is not None and topic not in self._wanted:
                 continue
@@ -97,15 +112,18 @@ class Recorder(Node):
                 self.get_logger().warning(f'not recording {topic}: it has several types {types}')
                 self._recorded[topic] = None
                 continue
-            try:
-                cls = message_class(types[0])
-            except ValueError as error:
-                self.get_logger().warning(f'not recording {topic}: {error}')
-                self._recorded[topic] = None
-                continue
-            self.counts[topic] = 0
-            self._recorded[topic] = self.create_subscription(
-                cls, topic, self._callback(topic, types[0]), self._qos(topic), raw=True)
+            self._subscribe(topic, types[0], self._qos(topic))
+
+    def _subscribe(self, topic: str, type_name: str, qos: QoSProfile) -> None:
+        try:
+            cls = message_class(type_name)
+        except ValueError as error:
+            self.get_logger().warning(f'not recording {topic}: {error}')
+            self._recorded[topic] = None
+            return
+        self.counts[topic] = 0
+        self._recorded[topic] = self.create_subscription(
+            cls, topic, self._callback(topic, type_name), qos, raw=True)
 
     def _callback(self, topic: str, type_name: str):
         def write(data: bytes) -> None:
