@@ -72,7 +72,7 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help='pace of the simulated clock relative to the wall clock '
                              '(default 0.5; the Python nodes share 2 cores)')
     parser.add_argument('--domain-id', default=None, type=int,
-                        help='ROS_DOMAIN_ID of the graph (default: the environment\'s)')
+                        help='ROS_DOMAIN_ID of the graph (default: from the environment)')
     parser.add_argument('--no-fit', action='store_true',
                         help='skip the offline diffsim-fit of the recorded bag')
     args = parser.parse_args(argv)

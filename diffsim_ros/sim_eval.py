@@ -132,11 +132,9 @@ def make_controller(kind: str, task: Task, model: RobotModel, rate_hz: float, qu
         if task.kind == SWING_UP:
             controller = SwingUpLQR(
                 dynamics, task.pendulum_joint, task.actuated_joint,
-                energy_gain=extra['energy_gain'], max_acceleration=extra['max_acceleration'],
-                centering=tuple(extra['centering']), switch_angle=extra['switch_angle'],
-                lqr_q=extra.get('lqr_q'), lqr_r=extra.get('lqr_r', (1.0,)),
-                energy_target=extra.get('energy_target', 0.0))
-            return controller, max(1, int(round(rate_hz / 100.0)))
+                position_limit=task.position_limit,
+                switch_angle=extra.get('switch_angle', 0.3))
+            return controller, 1
         gains = extra.get('computed_torque', {'kp': 400.0, 'kd': 40.0})
 
         def ref(times: torch.Tensor) -> tuple:

@@ -9,7 +9,7 @@ closed loop each, so the file runs in seconds.
 import math
 
 from diffsim_ros.control.baselines import (ComputedTorque, linearize, lqr_gain, PDGravity,
-                                           solve_dare, SwingUpLQR)
+                                           solve_dare, swing_up_design, SwingUpLQR)
 from diffsim_ros.control.dynamics import ModelDynamics
 from diffsim_ros.control.policy import FeedbackPolicy
 from diffsim_ros.control.tasks import (angle_mask, evaluate, get_task, goal_state, make_cost,
@@ -66,9 +66,8 @@ def test_lqr_stabilises_the_upright_linearisation(robot):
 
 def test_swing_up_balances_near_upright_on_the_model():
     dynamics = _qube()
-    extra = get_task('qube').extra
     controller = SwingUpLQR(dynamics, 'pendulum_joint', 'arm_joint',
-                            lqr_q=extra['lqr_q'], lqr_r=extra['lqr_r'])
+                            position_limit=get_task('qube').position_limit)
     x = torch.tensor([0.1, math.pi - 0.15, 0.0, 0.3], dtype=F64)
     for k in range(400):   # 0.8 s of the model itself, policy re-solved every tick
         policy = controller.solve(x, k * dynamics.dt)
@@ -80,8 +79,7 @@ def test_swing_up_balances_near_upright_on_the_model():
 
 def test_swing_up_pumps_energy_from_hanging_and_respects_limits():
     dynamics = _qube()
-    controller = SwingUpLQR(dynamics, 'pendulum_joint', 'arm_joint', energy_gain=150.0,
-                            max_acceleration=60.0, centering=(1.0, 0.3))
+    controller = SwingUpLQR(dynamics, 'pendulum_joint', 'arm_joint', position_limit=1.8)
     x = torch.zeros(4, dtype=F64)
     assert float(controller.energy(x)) == pytest.approx(-1.0)
     energies = []
@@ -94,6 +92,33 @@ def test_swing_up_pumps_energy_from_hanging_and_respects_limits():
         energies.append(float(controller.energy(x)))
     assert controller.mode == 'swing'
     assert max(energies) > energies[0] + 0.05     # pumped up from -1 (hanging at rest)
+
+
+def test_swing_up_design_comes_from_the_pendulum_physics():
+    dynamics = _qube()
+    design = swing_up_design(dynamics, 'pendulum_joint', 'arm_joint', 1.8)
+    # Pyrado's Qube pendulum: m = 0.024 kg, l = 0.0645 m to the CoM, J = m L^2 / 3 about the
+    # joint (0.129 m rod) plus the small axial term kept for consistency.
+    mgl = 0.024 * 9.81 * 0.0645
+    inertia = 0.024 * 0.129 ** 2 / 3.0
+    assert design.frequency == pytest.approx(math.sqrt(mgl / inertia), rel=1e-3)
+    assert design.max_acceleration == pytest.approx(
+        math.pi / 4 * design.frequency ** 2 * 1.8 / 4)
+    assert design.centering[0] == pytest.approx((design.frequency / 4) ** 2)
+    with pytest.raises(ValueError, match='position_limit'):
+        swing_up_design(dynamics, 'pendulum_joint', 'arm_joint', 0.0)
+
+
+def test_swing_up_reaches_upright_on_the_model():
+    dynamics = _qube()
+    controller = SwingUpLQR(dynamics, 'pendulum_joint', 'arm_joint', position_limit=1.8)
+    x = torch.zeros(4, dtype=F64)
+    arm = 0.0
+    for k in range(2500):   # 5 s; swings up in about 3.9 s
+        x = dynamics.step(x, controller.solve(x, k * dynamics.dt)(k * dynamics.dt, x))
+        arm = max(arm, abs(float(x[0])))
+    assert controller.mode == 'balance'
+    assert abs(float(wrap_angle(x[1] - math.pi))) < 0.05 and arm < 1.8
 
 
 def test_swing_up_rejects_bad_arguments():

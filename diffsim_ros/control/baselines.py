@@ -10,9 +10,12 @@ one solve is a handful of dynamics evaluations, meant to be called at the driver
   written for any passive pendulum driven through an actuated joint: with the pendulum energy
   ``E`` measured from the upright state and normalised by the hanging-to-upright energy gap,
   the actuated joint is asked to accelerate at
-  ``a = sat(k E sign(qd_p M_pa)) - kp q_a - kd qd_a`` (``M_pa`` the inertia coupling; since
+  ``a = sat(k E sign(qd_p M_pa)) - kp q_a - kd v_a`` (``M_pa`` the inertia coupling; since
   ``dE/dt = -qd_p M_pa a`` this drives ``E`` to 0, the second part keeps the arm / cart
-  centred), and the command realising ``a`` is read off the model (the acceleration is affine
+  centred; it damps the momentum velocity ``v_a = qd_a + M_ap qd_p / M_aa``, because damping
+  ``qd_a``, which the pendulum's reaction moves in phase with ``qd_p M_pa``, drains the pumped
+  energy: on the Qube at 4 V that stalls the swing at 2.1 rad), and the command realising
+  ``a`` is read off the model (the acceleration is affine
   in the command). Within ``switch_angle`` of upright an LQR takes over, its gain from the
   discrete Riccati equation of the model linearised at the top by autograd.
 - :class:`PDGravity` (arms): ``u = g(q) + Kp (q_ref - q) + Kd (qd_ref - qd)``.
@@ -27,6 +30,7 @@ Reference: K. J. Astrom and K. Furuta, "Swinging up a pendulum by energy control
 Automatica 36(2):287-295, 2000.
 """
 
+from dataclasses import dataclass
 import math
 from typing import Callable, Optional, Sequence, Tuple
 
@@ -35,6 +39,7 @@ import torch
 from .dynamics import ModelDynamics
 from .policy import FeedbackPolicy
 from .. import robots
+from ..core.aba import aba
 from ..core.crba import crba
 from ..core.energy import potential_energy
 from ..core.integrators import joint_friction
@@ -44,8 +49,8 @@ from ..core.rnea import rnea
 Tensor = torch.Tensor
 ReferenceFn = Callable[[Tensor], Tuple[Tensor, Tensor, Tensor]]
 
-__all__ = ['ComputedTorque', 'PDGravity', 'SwingUpLQR', 'linearize', 'lqr_gain',
-           'solve_dare']
+__all__ = ['ComputedTorque', 'PDGravity', 'SwingUpDesign', 'SwingUpLQR', 'linearize', 'lqr_gain',
+           'solve_dare', 'swing_up_design']
 
 
 def linearize(dynamics: ModelDynamics, x: Tensor, u: Tensor) -> Tuple[Tensor, Tensor]:
@@ -131,13 +136,97 @@ def _gravity_in_command(model: RobotModel, value: Optional[bool]) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class SwingUpDesign:
+    """
+    Constants of the energy swing-up, each derived from the model (see :func:`swing_up_design`).
+
+    :param frequency: small-oscillation frequency of the hanging pendulum ``w_p``, rad/s.
+    :param max_acceleration: saturation of the pumping acceleration of the actuated joint
+        (rad/s^2 or m/s^2).
+    :param energy_gain: pumping acceleration per unit of normalised energy deficit.
+    :param centering: ``(kp, kd)`` of the actuated joint's centring term (1/s^2, 1/s).
+    :param lqr_q: diagonal LQR state weight (Bryson's rule).
+    :param lqr_r: LQR command weight (Bryson's rule).
+    """
+
+    frequency: float
+    max_acceleration: float
+    energy_gain: float
+    centering: Tuple[float, float]
+    lqr_q: Tuple[float, ...]
+    lqr_r: Tuple[float, ...]
+
+
+def swing_up_design(dynamics: ModelDynamics, pendulum_joint: str, actuated_joint: str,
+                    position_limit: float, switch_angle: float = 0.3,
+                    upright: float = math.pi) -> SwingUpDesign:
+    """
+    Derive the swing-up constants from the model's pendulum and the travel of the drive.
+
+    With ``J`` the pendulum's inertia about its joint and ``m g l`` half the
+    hanging-to-upright potential gap, the hanging pendulum oscillates at
+    ``w_p = sqrt(m g l / J)``. A square-wave acceleration ``a`` of the actuated joint at that
+    frequency swings it with amplitude ``(4 / pi) a / w_p^2``, so the pumping saturates at the
+    acceleration that spends a quarter of ``position_limit`` on it,
+    ``a_max = (pi / 4) w_p^2 position_limit / 4``; the energy gain saturates it until the
+    energy is within 10 % of the gap (Astrom and Furuta's bang-bang-then-linear law). The
+    centring term is a critically damped loop four times slower than the pendulum
+    (``kp = (w_p / 4)^2``, ``kd = 2 w_p / 4``, acting on the momentum velocity, see
+    :meth:`SwingUpLQR.desired_acceleration`), so it does not fight the pumping. The LQR
+    weights follow Bryson's rule: the actuated joint may deviate by ``position_limit / 2``,
+    the pendulum by ``switch_angle``, velocities by ``w_p`` times those, the command by its
+    limit.
+
+    :param dynamics: the model (command limits included).
+    :param pendulum_joint: passive joint (0 hanging, ``upright`` up).
+    :param actuated_joint: driven joint (arm or cart).
+    :param position_limit: allowed ``|q|`` of the actuated joint, rad or m.
+    :param switch_angle: pendulum error where the LQR takes over, rad.
+    :param upright: pendulum angle upright, rad.
+    :return: the constants.
+    :raises ValueError: a non-positive ``position_limit`` or ``switch_angle``, or a model whose
+        pendulum has no potential gap.
+    """
+    for name, value in (('position_limit', position_limit), ('switch_angle', switch_angle)):
+        if not (math.isfinite(value) and value > 0):
+            raise ValueError(f'{name} must be finite and > 0, got {value!r}')
+    model = dynamics.model
+    n, p, a = model.n, model.joint_index(pendulum_joint), model.joint_index(actuated_joint)
+    with torch.no_grad():
+        postures = torch.zeros(2, n, dtype=model.dtype, device=model.device)
+        postures[0, p], postures[1, p] = upright, upright - math.pi
+        V = potential_energy(model, postures)
+        inertia = float(crba(model, postures[1])[p, p])
+    mgl = 0.5 * abs(float(V[0] - V[1]))
+    if not mgl > 0 or not inertia > 0:
+        raise ValueError(f'the pendulum {pendulum_joint!r} has no potential gap or inertia')
+    w = math.sqrt(mgl / inertia)
+    max_acceleration = 0.25 * math.pi * w * w * position_limit / 4.0
+    w_c = w / 4.0
+    u_limit = [float(v) if math.isfinite(float(v)) and float(v) > 0 else 1.0
+               for v in dynamics.u_max]
+    bound = [1.0] * (2 * n)
+    bound[a], bound[p] = 0.5 * position_limit, switch_angle
+    bound[n + a], bound[n + p] = w * 0.5 * position_limit, w * switch_angle
+    return SwingUpDesign(frequency=w, max_acceleration=max_acceleration,
+                         energy_gain=10.0 * max_acceleration, centering=(w_c * w_c, 2.0 * w_c),
+                         lqr_q=tuple(1.0 / b ** 2 for b in bound),
+                         lqr_r=tuple(1.0 / v ** 2 for v in u_limit))
+
+
 class SwingUpLQR:
     """
     Energy-based swing-up of a passive pendulum with an LQR balance region (see the module).
 
+    Constants left as None come from :func:`swing_up_design` on the model (recomputed when
+    the model changes).
+
     :param dynamics: model of the robot (``dt`` = the period the policy is applied at).
     :param pendulum_joint: passive joint to swing up (0 hanging, ``+-pi`` upright).
     :param actuated_joint: the driven joint (Furuta arm or cart) kept near 0.
+    :param position_limit: allowed ``|q|`` of the actuated joint (sets the pumping
+        acceleration and the LQR weights), rad or m.
     :param energy_gain: acceleration asked per unit of normalised energy deficit
         (rad/s^2 or m/s^2).
     :param max_acceleration: saturation of the energy-pumping acceleration.
@@ -147,53 +236,66 @@ class SwingUpLQR:
     :param lqr_q: diagonal state weight of the LQR (``nx`` values).
     :param lqr_r: command weight of the LQR (``nu`` values or one).
     :param upright: pendulum angle of the upright state, rad.
-    :param energy_target: normalised energy the swing-up aims at (0: exactly upright at rest;
-        slightly above 0 makes up for the energy the actuated joint carries away).
+    :param energy_target: normalised energy the swing-up aims at (0: exactly upright at rest).
     """
 
     def __init__(self, dynamics: ModelDynamics, pendulum_joint: str, actuated_joint: str,
-                 energy_gain: float = 50.0, max_acceleration: float = 100.0,
-                 centering: Tuple[float, float] = (2.0, 0.5), switch_angle: float = 0.35,
+                 position_limit: float = 1.0, energy_gain: Optional[float] = None,
+                 max_acceleration: Optional[float] = None,
+                 centering: Optional[Tuple[float, float]] = None, switch_angle: float = 0.3,
                  lqr_q: Optional[Sequence[float]] = None,
-                 lqr_r: Sequence[float] = (1.0,), upright: float = math.pi,
+                 lqr_r: Optional[Sequence[float]] = None, upright: float = math.pi,
                  energy_target: float = 0.0) -> None:
         model = dynamics.model
-        self.dynamics = dynamics
         self.pendulum = model.joint_index(pendulum_joint)
         self.actuated = model.joint_index(actuated_joint)
+        self.pendulum_joint, self.actuated_joint = pendulum_joint, actuated_joint
         if dynamics.nu != 1:
             raise ValueError(f'SwingUpLQR drives one command, the dynamics have {dynamics.nu}')
         for name, value in (('energy_gain', energy_gain), ('max_acceleration',
                                                            max_acceleration),
-                            ('switch_angle', switch_angle)):
-            if not (math.isfinite(value) and value > 0):
+                            ('switch_angle', switch_angle),
+                            ('position_limit', position_limit)):
+            if value is not None and not (math.isfinite(value) and value > 0):
                 raise ValueError(f'{name} must be finite and > 0, got {value!r}')
-        self.energy_gain = float(energy_gain)
-        self.max_acceleration = float(max_acceleration)
-        self.centering = (float(centering[0]), float(centering[1]))
+        self.position_limit = float(position_limit)
         self.switch_angle = float(switch_angle)
         self.upright = float(upright)
         self.energy_target = float(energy_target)
+        self._overrides = {'energy_gain': energy_gain, 'max_acceleration': max_acceleration,
+                           'centering': centering, 'lqr_q': lqr_q, 'lqr_r': lqr_r}
         nx = dynamics.nx
-        like = model.inertial
-        self._Q = _diag(lqr_q if lqr_q is not None else [1.0] * nx, nx, like, 'lqr_q')
-        self._R = _diag(lqr_r, dynamics.nu, like, 'lqr_r')
         mask = torch.zeros(nx, dtype=torch.bool, device=model.device)
         mask[self.pendulum] = True
         self.angle_mask = mask
-        self._gain: Optional[Tensor] = None
         #: ``'swing'`` or ``'balance'``: the law used by the last solve.
         self.mode = 'swing'
+        self._use(dynamics)
+
+    def _use(self, dynamics: ModelDynamics) -> None:
+        self.dynamics = dynamics
+        design = swing_up_design(dynamics, self.pendulum_joint, self.actuated_joint,
+                                 self.position_limit, self.switch_angle, self.upright)
+        chosen = {key: (value if value is not None else getattr(design, key))
+                  for key, value in self._overrides.items()}
+        #: The constants in use (derived from the model unless given).
+        self.design = SwingUpDesign(frequency=design.frequency, **chosen)
+        self.energy_gain = float(chosen['energy_gain'])
+        self.max_acceleration = float(chosen['max_acceleration'])
+        self.centering = (float(chosen['centering'][0]), float(chosen['centering'][1]))
+        like = dynamics.model.inertial
+        self._Q = _diag(chosen['lqr_q'], dynamics.nx, like, 'lqr_q')
+        self._R = _diag(chosen['lqr_r'], dynamics.nu, like, 'lqr_r')
+        self._gain: Optional[Tensor] = None
 
     # -- protocol ----------------------------------------------------------------------------
     def set_model(self, model: RobotModel) -> None:
         """
-        Use another model from the next solve on (the LQR gain is recomputed then).
+        Use another model from the next solve on (constants and LQR gain are recomputed).
 
         :param model: the new robot model.
         """
-        self.dynamics = self.dynamics.with_model(model)
-        self._gain = None
+        self._use(self.dynamics.with_model(model))
 
     def reset(self) -> None:
         """Forget the mode (the gain depends on the model only and is kept)."""
@@ -271,32 +373,56 @@ class SwingUpLQR:
         gap = (V[1] - V[2]).abs().clamp_min(1e-12)
         return (0.5 * M[p, p] * qd[p] ** 2 + V[0] - V[1]) / gap
 
+    def desired_acceleration(self, x: Tensor, M: Optional[Tensor] = None) -> Tensor:
+        """
+        Return the acceleration of the actuated joint the swing-up law asks for.
+
+        ``sat(k (E - E_target) sign(qd_p M_pa)) - kp q_a - kd v_a``: since
+        ``dE/dt = -qd_p M_pa qdd_a`` (up to the velocity-product terms), the first part drives
+        the energy to its target; the second keeps the actuated joint centred, damping its
+        momentum velocity ``v_a = qd_a + M_ap qd_p / M_aa`` rather than ``qd_a``.
+
+        :param x: state ``(nx,)``.
+        :param M: the mass matrix at ``x`` when already known.
+        :return: scalar, rad/s^2 or m/s^2.
+        """
+        n, p, a = self.dynamics.model.n, self.pendulum, self.actuated
+        M = crba(self.dynamics.model, x[:n]) if M is None else M
+        direction = torch.sign(x[n + p] * M[p, a])
+        direction = torch.where(direction == 0, torch.ones_like(direction), direction)
+        deficit = self.energy(x, M) - self.energy_target
+        pump = (self.energy_gain * deficit * direction).clamp(
+            -self.max_acceleration, self.max_acceleration)
+        kp, kd = self.centering
+        # Damp the actuated joint's momentum velocity, not its velocity: the part
+        # -M_ap qd_p / M_aa that the swinging pendulum's reaction induces is in phase with
+        # qd_p M_pa, so damping it would drain the energy being pumped.
+        momentum_velocity = x[n + a] + M[a, p] * x[n + p] / M[a, a]
+        return pump - kp * x[a] - kd * momentum_velocity
+
     def energy_command(self, x: Tensor) -> Tensor:
         """
-        Return the saturated command of the energy-pumping law.
+        Return the saturated command that gives the actuated joint the desired acceleration.
+
+        The model's accelerations are affine in the command: probing them at ``u = 0`` and
+        ``u = 1`` gives the command for which the actuated joint accelerates as asked, with
+        the pendulum's reaction, back-EMF and friction of the model accounted for (collocated
+        partial feedback linearisation; Quanser's swing-up converts the acceleration to volts
+        through the motor model the same way).
 
         :param x: state ``(nx,)``.
         :return: ``(nu,)``.
         """
-        dyn, n = self.dynamics, self.dynamics.model.n
-        p, a = self.pendulum, self.actuated
+        dyn, n, a = self.dynamics, self.dynamics.model.n, self.actuated
         with torch.no_grad():
             M = crba(dyn.model, x[:n])
-            direction = torch.sign(x[n + p] * M[p, a])
-            direction = torch.where(direction == 0, torch.ones_like(direction), direction)
-            deficit = self.energy(x, M) - self.energy_target
-            pump = (self.energy_gain * deficit * direction).clamp(
-                -self.max_acceleration, self.max_acceleration)
-            kp, kd = self.centering
-            desired = pump - kp * x[a] - kd * x[n + a]
-            # The acceleration is affine in the command: probe the model at u = 0 and u = 1.
-            # Only the gain is used: like Astrom and Furuta's law, the command ignores the
-            # free motion (the swinging pendulum's reaction, back-EMF) of the actuated joint.
+            desired = self.desired_acceleration(x, M)
             probe = torch.zeros(2, dyn.nu, dtype=x.dtype, device=x.device)
             probe[1] = 1.0
-            accel = dyn.step(x.expand(2, dyn.nx), probe)[:, n + a] / dyn.dt
-            per_unit = accel[1] - accel[0]
-            u = desired * torch.sign(per_unit) / per_unit.abs().clamp_min(1e-12)
+            q, qd = x[:n].expand(2, n), x[n:].expand(2, n)
+            qdd = aba(dyn.model, q, qd, dyn.torque(q, qd, probe))[:, a]
+            per_unit = qdd[1] - qdd[0]
+            u = (desired - qdd[0]) * torch.sign(per_unit) / per_unit.abs().clamp_min(1e-12)
             return torch.clamp(u.expand(dyn.nu), dyn.u_min, dyn.u_max)
 
 
