@@ -6,6 +6,7 @@ from diffsim_ros import robots
 from diffsim_ros.control import (box_qp, Controller, FeedbackPolicy, ILQR, ILQRConfig,
                                  ModelDynamics, MPPI, MPPIConfig, QuadraticCost, state_error,
                                  TrackingCost, wrap_angle)
+from diffsim_ros.control import dynamics as dynamics_module
 from diffsim_ros.core import load_urdf
 from diffsim_ros.core.errors import ShapeError
 import pytest
@@ -419,3 +420,64 @@ def test_mppi_averages_costs_over_model_particles():
     assert torch.allclose(values, torch.stack(single).mean(0), rtol=1e-12)
     policy = ctrl.solve(x0)
     assert policy.u_ff.shape == (10, 1) and policy.x_ref.shape == (11, 4)
+
+
+# -- fast path (issue #5) -----------------------------------------------------------------------
+@pytest.mark.parametrize('robot', ['qube', 'panda'])
+def test_difference_jacobians_match_autograd(robot):
+    # The compiled path's central differences, run here through the eager step.
+    model = load_urdf(robots.urdf_string(robot), dtype=F64)
+    dyn = ModelDynamics.for_robot(robot, model, 0.01)
+    g = torch.Generator().manual_seed(5)
+    x = 0.5 * torch.randn(3, dyn.nx, generator=g, dtype=F64)
+    u = 0.5 * torch.randn(3, dyn.nu, generator=g, dtype=F64)
+    A, B = dyn.jacobians(x, u)
+    A_fd, B_fd = dyn._difference_jacobians(x, u)
+    assert A_fd.shape == A.shape and B_fd.shape == B.shape
+    assert torch.allclose(A_fd, A, rtol=1e-7, atol=1e-8)
+    assert torch.allclose(B_fd, B, rtol=1e-7, atol=1e-8)
+
+
+def test_compile_option_is_kept_and_compiled_code_is_shared_per_robot():
+    dyn = qube_dynamics(0.02)
+    assert not dyn.compiled and dyn.with_model(dyn.model, compile=True).compiled
+    cost = swing_up_cost()
+    ctrl = ILQR(dyn, cost, ILQRConfig(horizon=5, compile=True))
+    assert ctrl.dynamics.compiled
+    ctrl.set_model(dyn.model.replace(inertial=dyn.model.inertial * 1.1))
+    assert ctrl.dynamics.compiled
+    other = ILQR(qube_dynamics(0.04), cost, ILQRConfig(horizon=5, compile=True))
+    # torch.compile is lazy: nothing is compiled until the first call.
+    compiled, step = dynamics_module.compiled, dynamics_module._eager_step
+    assert compiled('step', step, ctrl.dynamics) is compiled('step', step, other.dynamics)
+    panda = ModelDynamics.for_robot('panda', load_urdf(robots.urdf_string('panda')), 0.01)
+    assert compiled('step', step, panda) is not compiled('step', step, ctrl.dynamics)
+
+
+def test_box_qp_clamps_every_command_of_a_strongly_pushed_problem():
+    H = torch.tensor([[1.0, 0.9], [0.9, 1.0]], dtype=F64)
+    x, free, ok = box_qp(H, torch.tensor([5.0, 5.0], dtype=F64),
+                         torch.full((2,), -1.0, dtype=F64), torch.full((2,), 1.0, dtype=F64))
+    assert ok and x.dtype == F64 and free.dtype == torch.bool
+    assert torch.equal(x, torch.tensor([-1.0, -1.0], dtype=F64)) and not free.any()
+
+
+@pytest.mark.slow
+def test_compiled_ilqr_matches_eager_ilqr_on_the_qube():
+    # Compiles the step at three batch shapes and the feedback step (about a minute).
+    dyn = qube_dynamics(0.04)
+    cost = swing_up_cost()
+    config = ILQRConfig(horizon=15, max_iters=3, tol=0.0)
+    eager = ILQR(dyn, cost, config)
+    fast = ILQR(dyn, cost, ILQRConfig(horizon=15, max_iters=3, tol=0.0, compile=True))
+    assert fast.warm_up() > 0.0 and fast._controls is None
+    x0 = torch.tensor([0.1, 0.3, -0.2, 0.5], dtype=F64)
+    with torch.no_grad():
+        u = torch.tensor([1.5], dtype=F64)
+        assert torch.allclose(fast.dynamics.step(x0, u), dyn.step(x0, u), rtol=1e-12,
+                              atol=1e-12)
+    for t in (0.0, 0.04):
+        expected, actual = eager.solve(x0, t), fast.solve(x0, t)
+        assert torch.allclose(actual.u_ff, expected.u_ff, rtol=1e-6, atol=1e-7)
+        assert torch.allclose(actual.K, expected.K, rtol=1e-5, atol=1e-6)
+        assert torch.allclose(actual.x_ref, expected.x_ref, rtol=1e-6, atol=1e-8)

@@ -15,17 +15,23 @@ gains keep only the ``x`` columns).
 
 Reference: Y. Tassa, N. Mansard, E. Todorov, "Control-Limited Differential Dynamic
 Programming", ICRA 2014.
+
+Speed: the backward pass and the box QPs run in numpy float64 (the matrices are tiny, so
+per-operation overhead is what counts, and numpy's is a fraction of torch's), and with
+``ILQRConfig(compile=True)`` every rollout step, feedback law included, is one call of a
+shared compiled function (see :mod:`diffsim_ros.control.dynamics`).
 """
 
 from dataclasses import dataclass
 import math
 import time
-from typing import List, NamedTuple, Optional, Tuple
+from typing import NamedTuple, Optional, Tuple
 
+import numpy as np
 import torch
 
 from .costs import CostDerivatives, QuadraticCost
-from .dynamics import ModelDynamics
+from .dynamics import compiled, ModelDynamics
 from .policy import FeedbackPolicy, shift_sequence
 from ..core.model import RobotModel
 
@@ -53,6 +59,9 @@ class ILQRConfig:
         success, > 1.
     :param armijo: accepted steps reduce the cost by at least this fraction of the predicted
         reduction.
+    :param compile: run the dynamics through the shared compiled step (finite-difference
+        Jacobians; see :class:`~diffsim_ros.control.ModelDynamics`); compilation happens in
+        :meth:`ILQR.warm_up` or the first solve.
     :raises ValueError: invalid values.
     """
 
@@ -66,6 +75,7 @@ class ILQRConfig:
     dtype: torch.dtype = torch.float64
     mu_factor: float = 4.0
     armijo: float = 1e-4
+    compile: bool = False  # noqa: A003 (the option's name)
 
     def __post_init__(self) -> None:
         """Validate the options."""
@@ -105,7 +115,8 @@ def box_qp(hessian: Tensor, gradient: Tensor, lower: Tensor, upper: Tensor,
     Minimise ``0.5 x^T H x + g^T x`` subject to ``lower <= x <= upper`` by projected Newton.
 
     Tassa et al. 2014, Algorithm 3: Newton steps on the free subspace (variables not held at a
-    bound by their gradient) with a projected backtracking line search.
+    bound by their gradient) with a projected backtracking line search.  Computed in numpy
+    float64.
 
     :param hessian: ``H (m, m)``, positive definite.
     :param gradient: ``g (m,)``.
@@ -116,33 +127,44 @@ def box_qp(hessian: Tensor, gradient: Tensor, lower: Tensor, upper: Tensor,
     :return: the minimiser ``(m,)``, the free mask ``(m,)`` bool, and whether the free block
         of ``H`` was positive definite throughout.
     """
-    x = torch.zeros_like(gradient) if x0 is None else x0
-    x = torch.minimum(torch.maximum(x, lower), upper)
-    slack = _BOUND_TOL * (1.0 + x.abs())
+    def array(value: Tensor) -> np.ndarray:
+        return value.detach().cpu().to(torch.float64).numpy()
 
-    def objective(value: Tensor) -> Tensor:
-        return 0.5 * value @ (hessian @ value) + gradient @ value
+    start = None if x0 is None else array(x0)
+    x, free, ok = _box_qp(array(hessian), array(gradient), array(lower), array(upper), start,
+                          max_iters)
+    return (torch.from_numpy(x).to(dtype=gradient.dtype, device=gradient.device),
+            torch.from_numpy(free).to(device=gradient.device), ok)
 
-    free = torch.ones_like(gradient, dtype=torch.bool)
+
+def _box_qp(hessian: np.ndarray, gradient: np.ndarray, lower: np.ndarray, upper: np.ndarray,
+            x0: Optional[np.ndarray] = None,
+            max_iters: int = 50) -> Tuple[np.ndarray, np.ndarray, bool]:
+    """Run :func:`box_qp` on numpy arrays."""
+    x = np.zeros_like(gradient) if x0 is None else x0
+    x = np.minimum(np.maximum(x, lower), upper)
+    slack = _BOUND_TOL * (1.0 + np.abs(x))
+
+    def objective(value: np.ndarray) -> float:
+        return float(0.5 * value @ (hessian @ value) + gradient @ value)
+
     for _ in range(max_iters):
         grad = gradient + hessian @ x
-        clamped = ((x <= lower + slack) & (grad > 0)) | ((x >= upper - slack) & (grad < 0))
-        free = ~clamped
-        if not bool(free.any()):
+        free = ~(((x <= lower + slack) & (grad > 0)) | ((x >= upper - slack) & (grad < 0)))
+        if not free.any():
             break
-        index = free.nonzero().squeeze(-1)
-        chol, info = torch.linalg.cholesky_ex(hessian[index][:, index])
-        if int(info):
+        block = hessian[np.ix_(free, free)]
+        if not _positive_definite(block):
             return x, free, False
-        step = torch.zeros_like(x)
-        step[index] = -torch.cholesky_solve(grad[index].unsqueeze(-1), chol).squeeze(-1)
-        if float(step.abs().max()) <= 1e-12 * (1.0 + float(x.abs().max())):
+        step = np.zeros_like(x)
+        step[free] = -np.linalg.solve(block, grad[free])
+        if np.abs(step).max() <= 1e-12 * (1.0 + np.abs(x).max()):
             break
         value = objective(x)
         alpha = 1.0
         while alpha > 1e-10:
-            candidate = torch.minimum(torch.maximum(x + alpha * step, lower), upper)
-            if float(objective(candidate)) <= float(value) + 1e-12 * (1.0 + abs(float(value))):
+            candidate = np.minimum(np.maximum(x + alpha * step, lower), upper)
+            if objective(candidate) <= value + 1e-12 * (1.0 + abs(value)):
                 break
             alpha *= 0.5
         else:
@@ -151,6 +173,17 @@ def box_qp(hessian: Tensor, gradient: Tensor, lower: Tensor, upper: Tensor,
     grad = gradient + hessian @ x
     free = ~(((x <= lower + slack) & (grad > 0)) | ((x >= upper - slack) & (grad < 0)))
     return x, free, True
+
+
+def _positive_definite(matrix: np.ndarray) -> bool:
+    """Return whether a symmetric matrix is positive definite (its Cholesky exists)."""
+    if not np.isfinite(matrix).all():
+        return False
+    try:
+        np.linalg.cholesky(matrix)
+    except np.linalg.LinAlgError:
+        return False
+    return True
 
 
 class ILQR:
@@ -172,9 +205,29 @@ class ILQR:
 
     def _converted(self, dynamics: ModelDynamics) -> ModelDynamics:
         model = dynamics.model
-        if model.dtype == self.config.dtype:
+        compile_ = self.config.compile or dynamics.compiled
+        if model.dtype == self.config.dtype and compile_ == dynamics.compiled:
             return dynamics
-        return dynamics.with_model(model.to(dtype=self.config.dtype))
+        return dynamics.with_model(model.to(dtype=self.config.dtype), compile=compile_)
+
+    def warm_up(self, x0: Optional[Tensor] = None) -> float:
+        """
+        Build every compiled shape a solve uses (with ``compile``), keeping the warm start.
+
+        Two solves from ``x0`` (the second with a previous command, which the rate term
+        uses); the controller's plan, regularisation and info are restored afterwards.
+
+        :param x0: a typical state ``(nx,)``; zeros when None.
+        :return: seconds spent.
+        """
+        start = time.perf_counter()
+        dyn = self.dynamics
+        saved = (self._controls, self._u_prev, self._t, self._policy, self.mu, self.info)
+        x0 = dyn.u_min.new_zeros(dyn.nx) if x0 is None else x0
+        self.solve(x0, 0.0)
+        self.solve(x0, dyn.dt)
+        (self._controls, self._u_prev, self._t, self._policy, self.mu, self.info) = saved
+        return time.perf_counter() - start
 
     def reset(self) -> None:
         """Forget the warm start and the regularisation."""
@@ -279,12 +332,13 @@ class ILQR:
                   u_prev: Optional[Tensor], rate_weight: float) -> Optional[BackwardPass]:
         """Run the backward pass, raising the regularisation until it succeeds (or None)."""
         cfg = self.config
-        F, l_grad, l_hess, vz, vzz = _augmented(A, B, d, controls, u_prev, rate_weight)
+        data = [_numpy(value) for value in _augmented(A, B, d, controls, u_prev, rate_weight)]
+        data += [_numpy(controls), _numpy(self.dynamics.u_min), _numpy(self.dynamics.u_max)]
         while True:
-            result = _backward_pass(F, l_grad, l_hess, vz, vzz, controls, self.dynamics.u_min,
-                                    self.dynamics.u_max, self.mu)
+            result = _backward_pass(*data, self.mu)
             if result is not None:
-                return result
+                k, K, dv = result
+                return BackwardPass(k.to(controls), K.to(controls), dv)
             self.mu = max(self.mu * cfg.mu_factor, cfg.mu_min, 1e-9)
             if self.mu > cfg.mu_max:
                 return None
@@ -329,25 +383,47 @@ def closed_loop_rollout(dynamics: ModelDynamics, x0: Tensor, states: Tensor, con
     """
     nx = dynamics.nx
     augmented = K.shape[-1] > nx
-    x = x0.expand(alphas.shape[0], nx)
+    count = alphas.shape[0]
+    x = x0.expand(count, nx).clone()
+    # Open-loop part of every step for every alpha, (H, A, nu), rows contiguous.
+    u_open = (controls + alphas[:, None, None] * k).transpose(0, 1).contiguous()
+    step = compiled('feedback_step', _feedback_step, dynamics) if dynamics.compiled else \
+        _feedback_step
+    previous = None
+    if augmented:
+        first = (u_prev if u_prev is not None else controls[0]).unsqueeze(0)
+        previous = torch.cat((first, controls[:-1]), dim=0)
+        du_prev = torch.zeros_like(u_open[0])
     xs, us = [x], []
-    u_last = None
-    scaled_k = alphas[:, None, None] * k            # (A, H, nu)
-    nominal_prev = u_prev if u_prev is not None else controls[0]
-    for t in range(controls.shape[0]):
-        dz = x - states[t]
-        if augmented:
-            previous = nominal_prev if t == 0 else controls[t - 1]
-            du_prev = (u_last - previous) if u_last is not None else torch.zeros_like(
-                scaled_k[:, 0])
-            dz = torch.cat((dz, du_prev), dim=-1)
-        u = controls[t] + scaled_k[:, t] + dz @ K[t].mT
-        u = torch.minimum(torch.maximum(u, dynamics.u_min), dynamics.u_max)
-        x = dynamics.step(x, u)
+    for t, (x_nom, u_t, K_t) in enumerate(zip(states.unbind(0), u_open.unbind(0),
+                                              K.unbind(0))):
+        if augmented and t > 0:
+            du_prev = us[-1] - previous[t]
+        x, u = step(dynamics, x, x_nom, u_t, K_t, du_prev if augmented else None)
         xs.append(x)
         us.append(u)
-        u_last = u
     return torch.stack(xs, dim=-2), torch.stack(us, dim=-2)
+
+
+def _feedback_step(dynamics: ModelDynamics, x: Tensor, x_nom: Tensor, u_open: Tensor,
+                   K: Tensor, du_prev: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+    """
+    One closed-loop step: ``u = clip(u_open + K (z - z_nom))``, then the dynamics.
+
+    :param dynamics: the model.
+    :param x: states ``(A, nx)``.
+    :param x_nom: nominal state ``(nx,)``.
+    :param u_open: open-loop commands ``(A, nu)``.
+    :param K: gain ``(nu, nz)``.
+    :param du_prev: deviation of the previous command ``(A, nu)`` (augmented state) or None.
+    :return: next states ``(A, nx)`` and the commands ``(A, nu)``.
+    """
+    dz = x - x_nom
+    if du_prev is not None:
+        dz = torch.cat((dz, du_prev), dim=-1)
+    u = u_open + (dz.unsqueeze(-2) * K).sum(-1)
+    u = torch.minimum(torch.maximum(u, dynamics.u_min), dynamics.u_max)
+    return dynamics.eager_step(x, u), u
 
 
 def _augmented(A: Tensor, B: Tensor, d: CostDerivatives, controls: Tensor,
@@ -395,54 +471,61 @@ def _augmented(A: Tensor, B: Tensor, d: CostDerivatives, controls: Tensor,
     return F, grad, hess, vz, vzz
 
 
-def _backward_pass(F: Tensor, l_grad: Tensor, l_hess: Tensor, vz: Tensor, vzz: Tensor,
-                   controls: Tensor, u_min: Tensor, u_max: Tensor,
-                   mu: float) -> Optional[BackwardPass]:
+def _numpy(value: Tensor) -> np.ndarray:
+    """Return a float64 numpy copy (or view) of a tensor."""
+    return value.detach().cpu().to(torch.float64).numpy()
+
+
+def _backward_pass(F: np.ndarray, l_grad: np.ndarray, l_hess: np.ndarray, vz: np.ndarray,
+                   vzz: np.ndarray, controls: np.ndarray, u_min: np.ndarray,
+                   u_max: np.ndarray, mu: float) -> Optional[BackwardPass]:
     """
     Riccati recursion with box-constrained feedforward (Tassa et al. 2014, section III).
 
-    :return: the pass, or None when some ``Quu + mu I`` (free block) is not positive definite.
+    In numpy float64 (arguments as returned by :func:`_augmented`, converted).
+
+    :return: the pass (tensors in float64), or None when some ``Quu + mu I`` (free block) is
+        not positive definite.
     """
     horizon, nz = F.shape[0], F.shape[1]
     nu = controls.shape[-1]
-    eye = torch.eye(nu, dtype=F.dtype, device=F.device)
+    eye = np.eye(nu)
     lower, upper = u_min - controls, u_max - controls                     # (H, nu)
-    # One-command problems (the pendulum tasks) use a closed-form box QP.
-    scalar = nu == 1
-    ks: List[Tensor] = [None] * horizon
-    Ks: List[Tensor] = [None] * horizon
+    ks = np.zeros((horizon, nu))
+    Ks = np.zeros((horizon, nu, nz))
     dv1 = dv2 = 0.0
-    F_T = F.mT.contiguous()
+    F_T = np.ascontiguousarray(F.transpose(0, 2, 1))
     for t in range(horizon - 1, -1, -1):
         Q_grad = l_grad[t] + F_T[t] @ vz
         Q_hess = l_hess[t] + F_T[t] @ (vzz @ F[t])
         Qz, Qu = Q_grad[:nz], Q_grad[nz:]
         Qzz, Quz, Quu = Q_hess[:nz, :nz], Q_hess[nz:, :nz], Q_hess[nz:, nz:]
-        Quu_reg = Quu + mu * eye
-        if scalar:
-            h = float(Quu_reg)
-            if not h > 0 or not math.isfinite(h):
+        K = Ks[t]
+        if nu == 1:
+            # One command (the pendulum tasks): the box QP in closed form.
+            h = float(Quu[0, 0]) + mu
+            if not (h > 0 and math.isfinite(h)):
                 return None
-            k = torch.clamp(-Qu / h, lower[t], upper[t])
-            free = bool(-float(Qu) / h == float(k))
-            K = -Quz / h if free else torch.zeros_like(Quz)
+            unconstrained = -float(Qu[0]) / h
+            k = np.array([min(max(unconstrained, lower[t, 0]), upper[t, 0])])
+            if unconstrained == k[0]:
+                K[:] = Quz * (-1.0 / h)
         else:
-            k, free_mask, ok = box_qp(Quu_reg, Qu, lower[t], upper[t])
+            Quu_reg = Quu + mu * eye
+            k, free, ok = _box_qp(Quu_reg, Qu, lower[t], upper[t])
             if not ok:
                 return None
-            K = torch.zeros_like(Quz)
-            if bool(free_mask.any()):
-                index = free_mask.nonzero().squeeze(-1)
-                chol, info = torch.linalg.cholesky_ex(Quu_reg[index][:, index])
-                if int(info):
+            if free.any():
+                block = Quu_reg[np.ix_(free, free)]
+                if not _positive_definite(block):
                     return None
-                K[index] = -torch.cholesky_solve(Quz[index], chol)
+                K[free] = -np.linalg.solve(block, Quz[free])
         Quu_k = Quu @ k
-        vz = Qz + K.mT @ (Quu_k + Qu) + Quz.mT @ k
-        KQ = K.mT @ Quz
-        vzz = Qzz + K.mT @ Quu @ K + KQ + KQ.mT
-        vzz = 0.5 * (vzz + vzz.mT)
+        vz = Qz + K.T @ (Quu_k + Qu) + Quz.T @ k
+        KQ = K.T @ Quz
+        vzz = Qzz + K.T @ Quu @ K + KQ + KQ.T
+        vzz = 0.5 * (vzz + vzz.T)
         dv1 += float(k @ Qu)
         dv2 += 0.5 * float(k @ Quu_k)
-        ks[t], Ks[t] = k, K
-    return BackwardPass(torch.stack(ks), torch.stack(Ks), (dv1, dv2))
+        ks[t] = k
+    return BackwardPass(torch.from_numpy(ks), torch.from_numpy(Ks), (dv1, dv2))
