@@ -1,0 +1,273 @@
+"""
+Particle inference on the real IBM double pendulum: speed of CSVGD and CSVGD Table 2.
+
+Sections (the model and its 11 parameters: :mod:`diffsim_ros.sysid.double_pendulum`):
+
+* speed: iterations per second of constrained SVGD with multiple shooting (10 shooting
+  windows over the first second, 400 frames, of run 0) for 10, 50, 100 and 400 particles
+  (target: at least 20 it/s at 100 particles on 2 CPU cores; CUDA when available);
+* table 2: every method (SVGD/CSVGD, SGLD, CEM, emcee) fitted with single shooting (SS) and
+  multiple shooting (MS) to the first samples of training runs, then scored on held-out
+  windows of other runs: KL(real || sim), KL(sim || real) (k = 3 nearest neighbours) and
+  the squared MMD between the held-out trajectories and the posterior samples'
+  simulations from the same start states, as in Heiden et al. (ICRA 2022) Table 2;
+  with the identified link lengths beside the published 0.091 m / 0.070 m.
+
+Run ``python benchmarks/inference.py [--quick] [--json PATH]``; the data root is
+``$DIFFSIM_DATA`` or ``/work/shared/data`` (``--data DIR``).
+"""
+
+import math
+import os
+from pathlib import Path
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+
+try:
+    from benchmarks import _common
+except ImportError:  # run as ``python benchmarks/inference.py``
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from benchmarks import _common
+
+from diffsim_ros.io.datasets import load_ibm_double_pendulum  # noqa: I100
+from diffsim_ros.sysid import double_pendulum as dp
+from diffsim_ros.sysid.baselines import make_inference
+from diffsim_ros.sysid.svgd import AugmentedLagrangian
+
+PACKAGES = ('torch', 'numpy', 'emcee')
+DEFAULT_DATA = '/work/shared/data'
+DT = 1.0 / 400.0
+WINDOWS = 10
+SPEED_HORIZON = 400
+PARTICLE_COUNTS = (10, 50, 100, 400)
+QUICK_PARTICLE_COUNTS = (10, 100)
+SPEED_TARGET_IT_S = 20.0
+METHODS = ('svgd', 'sgld', 'cem', 'emcee')
+LAGRANGIAN = AugmentedLagrangian(mu=1.0, mu_growth=1.2, mu_max=100.0, update_every=5)
+
+
+#: Sizes of the Table-2 study (full run and ``--quick``).
+FULL = {'train_runs': (0, 1), 'heldout_runs': tuple(range(2, 21)), 'horizon': 200,
+        'heldout_starts': (0, 400, 800), 'particles': 32, 'steps': 200, 'stride': 5}
+QUICK = {'train_runs': (0,), 'heldout_runs': tuple(range(2, 10)), 'horizon': 80,
+         'heldout_starts': (0,), 'particles': 12, 'steps': 15, 'stride': 4}
+
+
+def data_root(given: Optional[str]) -> Path:
+    """
+    Return the shared data root, or exit with a message when it is absent.
+
+    :param given: ``--data`` value or ``None`` (then ``$DIFFSIM_DATA`` or the default).
+    :return: the folder holding the dataset folders.
+    """
+    root = Path(given or os.environ.get('DIFFSIM_DATA') or DEFAULT_DATA)
+    if not root.is_dir():
+        sys.exit(f'inference.py: real-robot data not found at {root} (set $DIFFSIM_DATA '
+                 'or pass --data DIR; see the shared data INDEX.md)')
+    return root
+
+
+def method_options(name: str, shooting: str, seed: int) -> Dict[str, Any]:
+    """
+    Return the constructor options of one inference method on this problem.
+
+    The log density of a trajectory sums thousands of squared errors, so its gradient is
+    large: SVGD uses Adam (scale-free steps), SGLD a small step size.
+
+    :param name: ``'svgd'``, ``'sgld'``, ``'cem'`` or ``'emcee'``.
+    :param shooting: ``'ss'`` or ``'ms'``.
+    :param seed: seed of the method's own generator.
+    :return: keyword options for :func:`~diffsim_ros.sysid.baselines.make_inference`.
+    """
+    if name == 'svgd':
+        return {'kernel': 'rbf', 'optimizer': 'adam', 'lr': 0.05, 'lr_final': 0.01}
+    if name == 'sgld':
+        return {'lr': 1e-6, 'lr_final': 1e-7, 'seed': seed}   # 1e-5 diverged with SS
+    if name == 'cem':
+        return {'elite_fraction': 0.2, 'seed': seed, 'min_std': 1e-3}
+    return {'seed': seed}
+
+
+def fit(name: str, shooting: str, references: torch.Tensor, particles: int, steps: int,
+        seed: int = 0) -> Dict[str, Any]:
+    """
+    Fit the pendulum to reference windows with one method and one shooting scheme.
+
+    :param name: inference method (see :data:`METHODS`).
+    :param shooting: ``'ss'`` (single shooting) or ``'ms'`` (:data:`WINDOWS` windows, the
+        defects as augmented-Lagrangian constraints: CSVGD for ``'svgd'``).
+    :param references: ``(R, T + 1, 4)`` training states.
+    :param particles: particle count (emcee uses at least ``2 D + 2`` walkers).
+    :param steps: iterations.
+    :param seed: seed of the initial particles and the method.
+    :return: physical parameter samples ``(P, 11)``, wall time, iterations and violation.
+    """
+    likelihood = dp.make_likelihood(references, DT, WINDOWS if shooting == 'ms' else 1)
+    count = particles
+    if name == 'emcee':
+        count = max(particles, 2 * likelihood.particle_dim + 2)
+    initial = dp.initial_particles(likelihood, count, seed=seed)
+    if name == 'emcee':
+        # the shooting starts all begin on the data: an ensemble needs independent walkers
+        generator = torch.Generator(device=initial.device).manual_seed(seed)
+        initial = initial + 1e-2 * torch.randn(initial.shape, generator=generator,
+                                               dtype=initial.dtype, device=initial.device)
+    method = make_inference(name, **method_options(name, shooting, seed))
+    constraint_fn = dp.constraint_function(likelihood)
+    start = time.perf_counter()
+    result = method.run(dp.log_posterior(likelihood), initial, steps,
+                        constraint_fn=constraint_fn,
+                        lagrangian=LAGRANGIAN if constraint_fn is not None else None)
+    seconds = time.perf_counter() - start
+    physical = dp.physical_parameters(likelihood, result.particles)
+    violation = result.history[-1].get('violation') if result.history else None
+    return {'physical': physical, 'seconds': seconds, 'steps': steps,
+            'particles': int(result.particles.shape[0]), 'violation': violation}
+
+
+def speed_study(root: Path, quick: bool, device: torch.device) -> Dict[str, Any]:
+    """
+    Measure CSVGD iterations per second against the particle count.
+
+    :param root: data root.
+    :param quick: fewer particle counts and iterations.
+    :param device: where the particles and simulations live.
+    :return: ``{str(P): it/s}`` plus the problem size.
+    """
+    run = load_ibm_double_pendulum(root, runs=[0], max_samples=SPEED_HORIZON + 1)
+    references = dp.state_references(run, SPEED_HORIZON).to(device)
+    likelihood = dp.make_likelihood(references, DT, WINDOWS)
+    log_prob = dp.log_posterior(likelihood)
+    steps = 3 if quick else 10
+    out: Dict[str, Any] = {'horizon': SPEED_HORIZON, 'windows': WINDOWS, 'device': str(device),
+                           'it_per_s': {}}
+    for count in (QUICK_PARTICLE_COUNTS if quick else PARTICLE_COUNTS):
+        initial = dp.initial_particles(likelihood, count, seed=0).to(device)
+        method = make_inference('svgd', **method_options('svgd', 'ms', 0))
+        method.run(log_prob, initial, 1, constraint_fn=likelihood.defects,
+                   lagrangian=LAGRANGIAN)   # warm-up
+        start = time.perf_counter()
+        method.run(log_prob, initial, steps, constraint_fn=likelihood.defects,
+                   lagrangian=LAGRANGIAN)
+        out['it_per_s'][str(count)] = steps / (time.perf_counter() - start)
+    return out
+
+
+def table_study(root: Path, quick: bool, device: torch.device,
+                methods: Sequence[str] = METHODS) -> Dict[str, Any]:
+    """
+    Fit every method with SS and MS and score it on held-out windows (CSVGD Table 2).
+
+    :param root: data root.
+    :param quick: the :data:`QUICK` sizes instead of :data:`FULL`.
+    :param device: where the particles and simulations live.
+    :param methods: methods to run.
+    :return: ``{'config', 'results': {method: {'ss'|'ms': metrics}}}``.
+    """
+    config = QUICK if quick else FULL
+    horizon = config['horizon']
+    needed = max(config['heldout_starts']) + horizon + 1
+    train = load_ibm_double_pendulum(root, runs=config['train_runs'], max_samples=horizon + 1)
+    heldout_runs = load_ibm_double_pendulum(root, runs=config['heldout_runs'],
+                                            max_samples=needed)
+    references = dp.state_references(train, horizon).to(device)
+    heldout = torch.cat([dp.state_references(heldout_runs, horizon, start)
+                         for start in config['heldout_starts']]).to(device)
+    results: Dict[str, Any] = {}
+    for name in methods:
+        results[name] = {}
+        for shooting in ('ss', 'ms'):
+            fitted = fit(name, shooting, references, config['particles'], config['steps'])
+            metrics = dp.trajectory_metrics(fitted['physical'], heldout, DT,
+                                            stride=config['stride'])
+            finite = torch.isfinite(fitted['physical']).all(-1)
+            lengths = fitted['physical'][finite, :2]
+            metrics.update({
+                'link_lengths_mean': lengths.mean(0).tolist() if len(lengths) else [math.nan] * 2,
+                'link_lengths_std': lengths.std(0).tolist() if len(lengths) > 1 else None,
+                'diverged_particles': int((~finite).sum()),
+                'seconds': fitted['seconds'], 'steps': fitted['steps'],
+                'particles': fitted['particles'], 'violation': fitted['violation']})
+            results[name][shooting] = metrics
+            print(f'  {name}/{shooting}: {fitted["seconds"]:.1f} s', flush=True)
+    return {'config': {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()},
+            'heldout_windows': int(heldout.shape[0]), 'results': results}
+
+
+def _fmt(value: Optional[float]) -> str:
+    if value is None or not math.isfinite(value):
+        return '-'
+    return f'{value:.3g}'
+
+
+def print_report(payload: Dict[str, Any], target: _common.Target) -> None:
+    """
+    Print the speed table and the Table-2 layout.
+
+    :param payload: the figures of :func:`main`.
+    :param target: the speed target line.
+    """
+    speed = payload['speed']
+    _common.print_section(
+        f'CSVGD speed, MS {speed["windows"]} windows x {speed["horizon"]} steps, '
+        f'{speed["device"]}',
+        [_common.format_table(['particles', 'it/s'],
+                              [[p, _fmt(v)] for p, v in speed['it_per_s'].items()]),
+         target.line()])
+    rows = []
+    for name, by_shooting in payload['table']['results'].items():
+        for shooting, m in by_shooting.items():
+            rows.append([f'{name.upper()} ({shooting.upper()})', _fmt(m['kl_real_sim']),
+                         _fmt(m['kl_sim_real']), _fmt(m['mmd']),
+                         ' / '.join(f'{v:.4f}' for v in m['link_lengths_mean'])])
+    table = payload['table']
+    _common.print_section(
+        f'Table 2: held-out IBM windows ({table["heldout_windows"]} x '
+        f'{table["config"]["horizon"]} steps)',
+        [_common.format_table(['method', 'KL(real||sim)', 'KL(sim||real)', 'MMD',
+                               'l1 / l2 [m] (0.091 / 0.070)'], rows)])
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """
+    Run the benchmark.
+
+    :param argv: command-line arguments (``sys.argv[1:]`` when None).
+    :return: exit status (0).
+    """
+    parser = _common.make_parser(__doc__.strip().splitlines()[0])
+    parser.add_argument('--data', default=None, help='shared data root (holding INDEX.md)')
+    parser.add_argument('--device', default=None,
+                        help='torch device (default: cuda when available, else cpu)')
+    parser.add_argument('--methods', default=','.join(METHODS),
+                        help=f'comma-separated subset of {",".join(METHODS)}')
+    # The per-step tensors are tiny (P x windows states): intra-op threads only add
+    # synchronisation (4x slower with 2 threads on the shared 2-core machine), so 1 thread.
+    parser.set_defaults(threads=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
+    root = data_root(args.data)
+    methods: List[str] = [m for m in args.methods.split(',') if m]
+    speed = speed_study(root, args.quick, device)
+    table = table_study(root, args.quick, device, methods)
+    at_100 = speed['it_per_s'].get('100')
+    target = _common.Target('CSVGD it/s at 100 particles', at_100, SPEED_TARGET_IT_S, 'it/s',
+                            at_most=False)
+    payload = {'machine': _common.machine_info(PACKAGES), 'quick': args.quick,
+               'speed': speed, 'table': table,
+               'results': {name: {s: {k: m[k] for k in ('kl_real_sim', 'kl_sim_real', 'mmd')}
+                                  for s, m in by.items()}
+                           for name, by in table['results'].items()},
+               'it_per_s': speed['it_per_s'], 'target': target.to_dict()}
+    print_report(payload, target)
+    if args.json:
+        _common.write_json(args.json, payload)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
