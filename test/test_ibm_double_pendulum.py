@@ -171,9 +171,9 @@ def test_multiple_shooting_beats_single_shooting_on_mmd(ss_ms_fits):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason='not reproduced at this size: the pooled k-NN KL estimates favour '
-                          'the broad, barely moved single-shooting particles (see the report '
-                          'of benchmarks/inference.py)')
+@pytest.mark.xfail(strict=True, reason='not reproduced at this size: the pooled k-NN KL '
+                   'estimates favour the broad, barely moved single-shooting particles (see '
+                   'the report of benchmarks/inference.py)')
 def test_multiple_shooting_beats_single_shooting_on_both_kl(ss_ms_fits):
     (_, ss), (_, ms) = ss_ms_fits['ss'], ss_ms_fits['ms']
     assert ms['kl_real_sim'] < ss['kl_real_sim'] and ms['kl_sim_real'] < ss['kl_sim_real']

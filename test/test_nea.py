@@ -210,8 +210,9 @@ def test_missing_accelerations_are_reported(pendulum_data):
 
 
 def test_estimator_registry():
-    assert names() == ('nea', 'diffnea', 'ffnn')
-    with pytest.raises(ValueError, match="unknown estimator 'sgd'.*'nea', 'diffnea', 'ffnn'"):
+    assert names() == ('nea', 'diffnea', 'svgd', 'ffnn')
+    with pytest.raises(ValueError,
+                       match="unknown estimator 'sgd'.*'nea', 'diffnea', 'svgd', 'ffnn'"):
         make_estimator('sgd')
     with pytest.raises(ValueError, match='unknown key'):
         make_estimator('diffnea', learning_rate=1e-3)

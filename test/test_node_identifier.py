@@ -213,3 +213,23 @@ def test_identifier_converges_on_sim_driver_data(executor):
     assert node.best is not None
     assert node.best_loss < 0.5 * node.last.get('nominal_heldout_loss', math.inf) or \
         node.last['candidate_heldout_loss'] < 0.5 * node.last['nominal_heldout_loss']
+
+
+def test_svgd_estimator_publishes_std_per_parameter(executor):
+    node = make_identifier(executor, estimator='svgd',
+                           **{'svgd.source': 'tau', 'svgd.actuator': 'none',
+                              'svgd.particles': 16, 'svgd.steps': 30})
+    node.frozen = True
+    probe = executor.add_node(Node('svgd_probe', context=executor.executor.context))
+    latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+    inbox = []
+    probe.create_subscription(String, '/identifier/parameters', inbox.append, latched)
+    feed(node, plant_run(3.0))
+    assert node.refit(), node.last['status']
+    assert node.best.method == 'svgd'
+    assert wait_for(lambda: inbox and json.loads(inbox[-1].data)['method'] == 'svgd'), \
+        [m.data[:200] for m in inbox]
+    parameters = json.loads(inbox[-1].data)['parameters']
+    for name in node.nominal.inertial_parameter_names():
+        assert parameters[name]['std'] >= 0.0, name
+    assert parameters['arm_link/m']['std'] > 0.0

@@ -1,5 +1,8 @@
 """
-Estimators by name: ``'nea'`` (least squares), ``'diffnea'`` (gradient), ``'ffnn'`` (black box).
+Estimators by name: ``'nea'``, ``'diffnea'``, ``'svgd'`` and ``'ffnn'``.
+
+``'nea'`` is least squares, ``'diffnea'`` gradient descent, ``'svgd'`` Bayesian particles
+(:mod:`.bayes`) and ``'ffnn'`` a black-box network.
 
 >>> result = fit('diffnea', model, train_runs, validation_runs,
 ...              {'loss': 'rollout', 'horizon': 20, 'learn': ['inertial', 'damping']})
@@ -14,6 +17,7 @@ valid ones. Every estimator returns an :class:`~diffsim_ros.sysid.result.Identif
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple, Type, Union
 
+from .bayes import fit_svgd, SVGDEstimatorConfig
 from .blackbox import FFNNConfig, fit_ffnn
 from .diffnea import DiffNEAConfig, fit_diffnea
 from .losses import Data
@@ -34,6 +38,7 @@ def _fit_nea(model: RobotModel, train: Data, validation: Optional[Data], config:
 ESTIMATORS: Dict[str, Tuple[Callable[..., IdentificationResult], Type[EstimatorConfig]]] = {
     'nea': (_fit_nea, NEAConfig),
     'diffnea': (fit_diffnea, DiffNEAConfig),
+    'svgd': (fit_svgd, SVGDEstimatorConfig),
     'ffnn': (fit_ffnn, FFNNConfig),
 }
 
@@ -42,7 +47,7 @@ def names() -> Tuple[str, ...]:
     """
     Return the registered estimator names.
 
-    :return: ``('nea', 'diffnea', 'ffnn')``.
+    :return: ``('nea', 'diffnea', 'svgd', 'ffnn')``.
     """
     return tuple(ESTIMATORS)
 
@@ -111,7 +116,7 @@ def make_estimator(name: str, **config: Any) -> Estimator:
     """
     Build an estimator by name.
 
-    :param name: ``'nea'``, ``'diffnea'`` or ``'ffnn'``.
+    :param name: ``'nea'``, ``'diffnea'``, ``'svgd'`` or ``'ffnn'``.
     :param config: configuration fields of that estimator.
     :return: the estimator.
     :raises ValueError: unknown name (listing the valid ones) or unknown keys.
@@ -125,7 +130,7 @@ def fit(name: str, model: RobotModel, train: Data, validation: Optional[Data] = 
     """
     Identify a model with the named estimator.
 
-    :param name: ``'nea'``, ``'diffnea'`` or ``'ffnn'``.
+    :param name: ``'nea'``, ``'diffnea'``, ``'svgd'`` or ``'ffnn'``.
     :param model: nominal robot model.
     :param train: training trajectory or trajectories.
     :param validation: held-out trajectories.
