@@ -14,7 +14,8 @@ diagnostics turn WARN.
 
 Publications:
 
-* ``~/robot_description`` (``std_msgs/String``, transient local): URDF of the current model;
+* ``~/robot_description`` (``std_msgs/String``, transient local): URDF of the current model
+  (for ``'svgd'`` the posterior mean);
 * ``~/parameters`` (``std_msgs/String``, transient local): JSON ``{"stamp", "method",
   "heldout_loss", "refits", "parameters": {name: {"value", "unit"[, "std"]}}}`` with the
   standard deviation wherever the estimator is Bayesian;
@@ -38,9 +39,10 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 import numpy as np
 import rclpy
-from rclpy.executors import ExternalShutdownException, MultiThreadedExecutor
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
-from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile
+from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data,
+                       QoSProfile, ReliabilityPolicy)
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool, Trigger
@@ -65,6 +67,11 @@ from ..sysid.result import IdentificationResult
 __all__ = ['Identifier', 'IdentifierConfig', 'heldout_loss', 'main']
 
 
+#: Estimators whose result is a physical model ('svgd': the posterior-mean model, with a
+#: standard deviation per parameter in ``~/parameters``).
+PHYSICAL_ESTIMATORS = ('nea', 'diffnea', 'svgd')
+
+
 def _meta(description: str) -> dict:
     return {'description': description}
 
@@ -74,7 +81,8 @@ class IdentifierConfig:
     """Parameters of the identifier node (see the module docstring)."""
 
     estimator: str = field(default='diffnea', metadata=_meta(
-        "estimator: 'nea' or 'diffnea'; its settings are the parameters '<estimator>.*'"))
+        "estimator: 'nea', 'diffnea' or 'svgd'; its settings are the parameters "
+        "'<estimator>.*'"))
     refit_period: float = field(default=1.0, metadata=_meta('seconds between refits'))
     window: float = field(default=5.0, metadata=_meta('sliding window length, s'))
     min_window: float = field(default=1.0, metadata=_meta('data needed before a refit, s'))
@@ -106,9 +114,9 @@ class IdentifierConfig:
 
     def __post_init__(self) -> None:
         """Validate choices and ranges."""
-        if self.estimator not in ('nea', 'diffnea') or self.estimator not in ESTIMATORS:
-            raise ValueError(f"estimator must be 'nea' or 'diffnea' (a physical model the "
-                             f'node can publish as URDF), got {self.estimator!r}')
+        if self.estimator not in PHYSICAL_ESTIMATORS or self.estimator not in ESTIMATORS:
+            raise ValueError(f"estimator must be 'nea', 'diffnea' or 'svgd' (a physical model "
+                             f'the node can publish as URDF), got {self.estimator!r}')
         if self.velocity_source not in ('auto', 'message', 'differentiate'):
             raise ValueError("velocity_source must be 'auto', 'message' or 'differentiate', "
                              f'got {self.velocity_source!r}')
@@ -166,7 +174,8 @@ class Identifier(Node):
         self.estimator_config = estimator
         self.nominal = load_urdf(robots.urdf_string(self.robot), dtype=torch.float64)
         self.warnings = ThrottledLogger(self.get_logger())
-        self.stats = {'refits': 0, 'accepted': 0, 'rejected': 0, 'failed': 0, 'decimated': 0}
+        self.stats = {'received': 0, 'refits': 0, 'accepted': 0, 'rejected': 0, 'failed': 0,
+                      'decimated': 0}
         self._lock = threading.Lock()
         self._min_interval = config.min_sample_interval or 0.5 / self.info.driver_rate_hz
         self._finished = deque(maxlen=20)   # monotonic end times of recent refits
@@ -176,8 +185,12 @@ class Identifier(Node):
         self.parameters_pub = self.create_publisher(String, '~/parameters', latched)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.command_topic = config.command_topic or f'/{self.info.controller_name}/commands'
+        # sensor-data QoS, but a deeper queue: a refit holding the GIL for a few hundred
+        # ms must not cost the 1 kHz stream more than that stall (benchmarks/ros_loop.py)
+        stream = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=500,
+                            reliability=ReliabilityPolicy.BEST_EFFORT)
         self.create_subscription(JointState, config.joint_states_topic, self._on_joint_state,
-                                 qos_profile_sensor_data)
+                                 stream)
         self.create_subscription(Float64MultiArray, self.command_topic, self._on_command, 10)
         for body in config.mocap_bodies:
             self.create_subscription(PoseStamped, f'{config.mocap_topic_prefix}/{body}',
@@ -215,6 +228,7 @@ class Identifier(Node):
 
     def _on_joint_state(self, msg: JointState) -> None:
         """Validate one joint state and append it to the window."""
+        self.stats['received'] += 1
         try:
             t, q, qd, effort = joint_state_arrays(msg, self.nominal.joint_names,
                                                   require_velocity=False)
@@ -489,7 +503,9 @@ def main(args=None) -> None:
     node = None
     try:
         node = Identifier()
-        executor = MultiThreadedExecutor()
+        # refits run on the node's own worker thread and the services are short; the
+        # single-threaded executor costs ~2.4x less CPU per message (benchmarks/ros_loop.py)
+        executor = SingleThreadedExecutor()
         executor.add_node(node)
         executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
