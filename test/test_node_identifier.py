@@ -5,6 +5,7 @@ import json
 import math
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from diffsim_ros import robots
 from diffsim_ros.core import load_urdf
 from diffsim_ros.nodes import identifier as identifier_module
 from diffsim_ros.nodes.convert import joint_state_msg, pose_msg, sec_to_stamp
@@ -12,6 +13,7 @@ from diffsim_ros.nodes.identifier import Identifier
 from diffsim_ros.nodes.params import parameter_overrides
 from diffsim_ros.nodes.sim_driver import SimDriver
 from diffsim_ros.sim import excitation_for, MujocoPlant, PlantConfig
+from diffsim_ros.sysid.dataset import Trajectory
 import numpy as np
 import pytest
 from rclpy.node import Node
@@ -21,6 +23,7 @@ from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool, Trigger
+import torch
 
 pytest_plugins = ['ros_helpers']
 pytestmark = pytest.mark.ros
@@ -52,9 +55,9 @@ def plant_run(seconds=3.0, rate=100.0):
     return plant.run(commands)
 
 
-def feed(node, traj, efforts=True):
-    """Hand a trajectory to the node's joint-state callback, sample by sample."""
-    for k in range(len(traj)):
+def feed(node, traj, efforts=True, samples=None):
+    """Hand a trajectory (or some of its samples) to the node's joint-state callback."""
+    for k in range(len(traj)) if samples is None else samples:
         node._on_joint_state(joint_state_msg(
             JOINTS, traj.q[k].numpy(), traj.qd[k].numpy(),
             traj.tau[k].numpy() if efforts else None, float(traj.t[k]) + 1.0))
@@ -233,3 +236,42 @@ def test_svgd_estimator_publishes_std_per_parameter(executor):
     for name in node.nominal.inertial_parameter_names():
         assert parameters[name]['std'] >= 0.0, name
     assert parameters['arm_link/m']['std'] > 0.0
+
+
+def test_limit_free_runs_leave_out_the_stops_and_their_filter_transient():
+    model = load_urdf(robots.urdf_string('qube'))
+    t = np.arange(0.0, 4.0, 0.01)
+    arm = 2.1 * np.sin(2 * math.pi * 0.25 * t)   # past the +-2.007 rad stops near 1 s and 3 s
+    traj = Trajectory(
+        t=torch.tensor(t), q=torch.tensor(np.stack([arm, np.cos(t)], axis=1)),
+        joint_names=model.joint_names, run='w')
+    margin, pad = 0.05, 0.1
+    runs = identifier_module.limit_free_runs(traj, model.lower, model.upper, margin, pad)
+    assert [r.run for r in runs] == ['w/0', 'w/1', 'w/2']
+    kept = np.concatenate([r.t.numpy() for r in runs])
+    near = t[np.abs(arm) >= float(model.upper[0]) - margin]
+    distance = np.abs(kept[:, None] - near[None, :]).min(axis=1)
+    assert (distance > pad).all()
+    assert len(kept) > len(t) - len(near) - 2 * (2 * pad / 0.01 + 1) * 2   # no more dropped
+    assert identifier_module.limit_free_runs(traj, model.lower, model.upper, -1.0, pad) == [traj]
+    inside = traj.replace(q=traj.q * 0.5)
+    assert identifier_module.limit_free_runs(inside, model.lower, model.upper, margin,
+                                             pad) == [inside]
+
+
+def test_accelerations_survive_dropped_samples(executor):
+    """Most joint states lost (a loaded executor): the window keeps accurate accelerations."""
+    node = make_identifier(executor, window=4.0)
+    node.frozen = True
+    plant = MujocoPlant(PlantConfig(robot='qube', param_error=0.3, seed=1))
+    commands = excitation_for(plant, 'multisine', duration=4.0)
+    traj = plant.run(commands, true_acceleration=True)
+    keep = torch.rand(len(traj), generator=torch.Generator().manual_seed(0)) < 0.25
+    feed(node, traj, samples=torch.nonzero(keep).flatten().tolist())
+    runs = node.usable_runs([node.window_trajectory()])   # the arm hits its stops here
+    assert len(runs) > 1
+    t = np.concatenate([r.t.numpy() for r in runs])
+    qdd = torch.cat([r.qdd for r in runs])
+    true_qdd = traj.qdd[np.searchsorted(traj.t.numpy() + 1.0, t)]
+    error = (qdd - true_qdd).pow(2).mean(0).sqrt() / true_qdd.pow(2).mean(0).sqrt()
+    assert (error < 0.05).all(), error

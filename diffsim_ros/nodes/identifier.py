@@ -5,8 +5,10 @@ Subscriptions: ``joint_states`` (sensor-data QoS; joints mapped by name), the co
 (``/<controller_name>/commands``, stamped on receipt with the node clock and held onto the
 joint-state stamps) and ``<mocap_topic_prefix>/<body>`` poses.  Every ``refit_period`` s a
 worker thread takes the window, estimates velocities/accelerations (zero-phase filter;
-measured velocities kept when ``velocity_source`` allows), splits off the last
-``holdout_fraction`` as held-out data and runs ``diffsim_ros.sysid.estimators.fit``
+measured velocities kept when ``velocity_source`` allows, and then differentiated on their own
+stamps for the accelerations), splits off the last ``holdout_fraction`` as held-out data,
+leaves out the stretches where a joint is within ``limit_margin`` of a position limit (the
+limit stop's force is not in the model) and runs ``diffsim_ros.sysid.estimators.fit``
 warm-started from the last accepted result.  A refit is accepted only if its inverse-dynamics
 torque error on the held-out data (normalised by the nominal model's torque variance) beats
 the current model's by ``min_improvement``; otherwise the last good model stays and the
@@ -64,7 +66,7 @@ from ..sysid.losses import (command_joints_for, command_matrix, inverse_dynamics
 from ..sysid.preprocess import align_streams, split_time
 from ..sysid.result import IdentificationResult
 
-__all__ = ['Identifier', 'IdentifierConfig', 'heldout_loss', 'main']
+__all__ = ['Identifier', 'IdentifierConfig', 'heldout_loss', 'limit_free_runs', 'main']
 
 
 #: Estimators whose result is a physical model ('svgd': the posterior-mean model, with a
@@ -94,6 +96,9 @@ class IdentifierConfig:
         "'auto' (message velocity when every sample has one), 'message' or 'differentiate'"))
     derivative_cutoff_hz: float = field(default=20.0, metadata=_meta(
         'low-pass cutoff of the zero-phase differentiation, Hz'))
+    limit_margin: float = field(default=0.05, metadata=_meta(
+        'samples this close to a position limit (rad or m), or beyond it, are left out of '
+        'refits, with the filter transient around them; negative keeps every sample'))
     min_sample_interval: float = field(default=0.0, metadata=_meta(
         'joint states closer than this (s) to the last kept one are skipped; 0 = half the '
         "driver's period"))
@@ -126,6 +131,8 @@ class IdentifierConfig:
                 raise ValueError(f'{name} must be > 0, got {getattr(self, name)!r}')
         if not 0.0 < self.holdout_fraction < 1.0:
             raise ValueError(f'holdout_fraction must be in (0, 1), got {self.holdout_fraction}')
+        if not math.isfinite(self.limit_margin):
+            raise ValueError(f'limit_margin must be finite, got {self.limit_margin!r}')
         for name in ('min_improvement', 'min_sample_interval'):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ValueError(f'{name} must be >= 0, got {getattr(self, name)!r}')
@@ -150,6 +157,47 @@ def heldout_loss(result: IdentificationResult, runs, source: str, scale: torch.T
         value = float(inverse_dynamics_loss(model, torque_fn,
                                             stack_samples(runs, model, source, True), scale))
     return value if math.isfinite(value) else math.inf
+
+
+def limit_free_runs(traj: Trajectory, lower: torch.Tensor, upper: torch.Tensor,
+                    margin: float, pad: float, min_samples: int = 10) -> list:
+    """
+    Cut a trajectory into the stretches where no joint is near a position limit.
+
+    A limit stop pushes with a force that rigid-body models without contact lack, and the
+    derivative filter spreads that impact over ``pad`` s on both sides: such samples bias a
+    fit of the inertial parameters, so they are left out.
+
+    :param traj: the trajectory (``q`` is ``(T, n)``).
+    :param lower: ``(n,)`` lower position limits (``-inf`` where none).
+    :param upper: ``(n,)`` upper position limits (``inf`` where none).
+    :param margin: distance to a limit (rad or m) that counts as at the limit; negative keeps
+        every sample.
+    :param pad: seconds left out on both sides of every sample at a limit.
+    :param min_samples: shorter stretches are dropped.
+    :return: the stretches, as trajectories named ``<run>/<k>`` (``[traj]`` when nothing is
+        near a limit).
+    """
+    if margin < 0:
+        return [traj]
+    q = traj.q.detach()
+    lower, upper = lower.to(q), upper.to(q)
+    near = ((q <= lower + margin) | (q >= upper - margin)).any(-1).cpu().numpy()
+    if not near.any():
+        return [traj]
+    t = traj.t.detach().cpu().double().numpy()
+    t_near = t[near]
+    index = np.searchsorted(t_near, t).clip(1, len(t_near) - 1)
+    distance = np.minimum(np.abs(t - t_near[index - 1]), np.abs(t_near[index] - t))
+    if len(t_near) == 1:
+        distance = np.abs(t - t_near[0])
+    free = np.concatenate([[False], distance > pad, [False]])
+    edges = np.flatnonzero(np.diff(free.astype(np.int8)))
+    runs = []
+    for start, stop in zip(edges[0::2], edges[1::2]):
+        if stop - start >= min_samples:
+            runs.append(traj.crop(int(start), int(stop)).replace(run=f'{traj.run}/{len(runs)}'))
+    return runs
 
 
 class Identifier(Node):
@@ -288,8 +336,9 @@ class Identifier(Node):
         Return the current window as a trajectory with derivatives, commands and poses.
 
         :return: samples in model joint order; ``qd`` from the messages (if allowed and
-            present) else differentiated, ``qdd`` differentiated, ``tau`` from the efforts
-            when every sample has one, ``u`` commands held onto the joint-state stamps.
+            present) and ``qdd`` its central differences, else both from the low-passed
+            positions (and ``tau`` low-passed alike); ``tau`` from the efforts when every
+            sample has one, ``u`` commands held onto the joint-state stamps.
         :raises ValueError: too little data (less than ``min_window`` s).
         """
         with self._lock:
@@ -307,7 +356,14 @@ class Identifier(Node):
                           run='window')
         traj = estimate_derivatives(traj, 'filtfilt', self.config.derivative_cutoff_hz)
         if measured and self.config.velocity_source != 'differentiate':
-            traj = traj.replace(qd=torch.tensor(np.stack([s[2] for s in states]), dtype=f64))
+            # accelerations: central differences of the measured velocity on the actual
+            # stamps, not a low-passed second derivative of the (quantised) positions on a
+            # resampled grid, which loses the steps of bang-bang commands and interpolates
+            # over dropped samples (both shrink the fitted inertias)
+            qd = np.stack([s[2] for s in states])
+            qdd = np.gradient(qd, t.numpy(), axis=0, edge_order=1)
+            traj = traj.replace(qd=torch.tensor(qd, dtype=f64), qdd=torch.tensor(qdd, dtype=f64),
+                                tau=tau)   # unfiltered, as the accelerations
         elif self.config.velocity_source == 'message':
             raise ValueError("velocity_source is 'message' but joint states lack velocities")
         if commands and commands[-1][0] < states[-1][0]:
@@ -342,6 +398,17 @@ class Identifier(Node):
         return IdentificationResult(method='nominal', model=self.nominal, actuator=actuator,
                                     command_joints=joints, coulomb_eps=cfg.coulomb_eps)
 
+    def usable_runs(self, runs) -> list:
+        """
+        Return the stretches of some runs that stay away from the joint limits.
+
+        :param runs: trajectories of the window.
+        :return: their :func:`limit_free_runs`.
+        """
+        pad = 2.0 / self.config.derivative_cutoff_hz   # the filter's transient
+        return [part for traj in runs for part in limit_free_runs(
+            traj, self.nominal.lower, self.nominal.upper, self.config.limit_margin, pad)]
+
     def _work(self) -> None:
         """Worker thread: refit whenever the timer asks and the node is not frozen."""
         while not self._stop.is_set():
@@ -362,12 +429,16 @@ class Identifier(Node):
         except ValueError as error:
             self.last = {'status': str(error), 'level': DiagnosticStatus.OK}
             return False
+        split = split_time(traj, validation=self.config.holdout_fraction)
+        train, validation = (self.usable_runs(part) for part in (split.train, split.validation))
+        if not train or not validation:
+            self.last = {'status': 'not enough data away from the joint limits',
+                         'level': DiagnosticStatus.OK}
+            return False
         started = time.perf_counter()
         best = self.best
         self.stats['refits'] += 1
         try:
-            split = split_time(traj, validation=self.config.holdout_fraction)
-            train, validation = split.train, split.validation
             cfg = self.estimator_config
             source = resolve_source(train, cfg.source, cfg.actuator != 'none')
             held = stack_samples(validation, self.nominal, source, True)
