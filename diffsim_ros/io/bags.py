@@ -16,8 +16,11 @@ written).  Supported messages:
 * ``geometry_msgs/msg/PoseStamped`` motion capture (``poses``).
 
 Timestamps: a stream's header stamps are used when all of them are set (non-zero), else the
-bag's receive times.  Header-less commands use receive times shifted by the median offset
-between the joint stream's header stamps and its receive times, so that both share a clock.
+bag's receive times.  Header-less commands use their receive times shifted onto the joint
+stream's clock by the smallest delivery delay (receive time minus header stamp) of the joint
+states received within :data:`DELAY_WINDOW_S` of them (the nearest one when none is): a
+recorder that fell behind delays both streams alike at that moment, and the smallest nearby
+delay is the one least inflated by jitter.
 Each stream is sorted; duplicate stamps keep the first message (the last one for commands, the
 newest command wins).  Times in the returned trajectories are seconds since the first
 joint-state stamp.  Joint states are split into separate runs at gaps longer than
@@ -67,6 +70,9 @@ _STORAGE_PLUGINS = {'mcap': StoragePlugin.MCAP, 'sqlite3': StoragePlugin.SQLITE3
                     'db3': StoragePlugin.SQLITE3}
 
 PathLike = Union[str, Path]
+
+#: Joint states received this close (s) to a header-less message share its delivery delay.
+DELAY_WINDOW_S = 0.01
 
 
 class BagError(DiffsimError, ValueError):
@@ -212,11 +218,39 @@ def _sort_unique(times: np.ndarray, keep: str) -> np.ndarray:
     return order[mask]
 
 
-def _stream_times(receive: np.ndarray, header: Optional[np.ndarray], offset: int) -> np.ndarray:
-    """Header stamps when all are set, else receive times shifted by ``offset`` ns."""
+def _receive_offsets(receive: np.ndarray, header: np.ndarray, uses_header: bool):
+    """
+    Return ``offset(receive_ns) -> ns`` that maps receive times onto the joint stamps' clock.
+
+    The offset at a receive time is ``max(header - receive)`` (the smallest delay) over the
+    joint states received within :data:`DELAY_WINDOW_S` of it, else that of the nearest one.
+    """
+    if not uses_header:
+        return lambda query: np.zeros(np.shape(query), dtype=np.int64)
+    order = np.argsort(receive, kind='stable')
+    received = receive[order]
+    offsets = (header - receive)[order]
+    window = int(DELAY_WINDOW_S * 1e9)
+
+    def offset(query: np.ndarray) -> np.ndarray:
+        query = np.asarray(query, dtype=np.int64)
+        lo = np.searchsorted(received, query - window)
+        hi = np.searchsorted(received, query + window, side='right')
+        nearest = np.clip(np.searchsorted(received, query), 1, len(received) - 1)
+        nearest = np.where(np.abs(received[nearest - 1] - query)
+                           <= np.abs(received[nearest] - query), nearest - 1, nearest)
+        out = offsets[np.clip(nearest, 0, len(received) - 1)].copy()
+        for i in np.nonzero(hi > lo)[0]:
+            out[i] = offsets[lo[i]:hi[i]].max()
+        return out
+    return offset
+
+
+def _stream_times(receive: np.ndarray, header: Optional[np.ndarray], offset) -> np.ndarray:
+    """Header stamps when all are set, else receive times shifted by ``offset(receive)``."""
     if header is not None and header.size and (header != 0).all():
         return header
-    return receive + offset
+    return receive + offset(receive)
 
 
 def _decode_joint_states(messages, joint_names: Optional[Sequence[str]], topic: str,
@@ -267,7 +301,7 @@ def _decode_joint_states(messages, joint_names: Optional[Sequence[str]], topic: 
             np.stack(q), stacked(qd, 'velocity'), stacked(tau, 'effort'))
 
 
-def _decode_commands(messages, topic: str, size: Optional[int], offset: int, t0: int,
+def _decode_commands(messages, topic: str, size: Optional[int], offset, t0: int,
                      dropped: Counter):
     """Return ``(t (K,), u (K, m))`` from Float64MultiArray messages (None when empty)."""
     lengths = Counter(len(msg.data) for _, msg in messages)
@@ -289,12 +323,13 @@ def _decode_commands(messages, topic: str, size: Optional[int], offset: int, t0:
             data.append(values)
     if not data:
         raise BagError(f'command topic {topic!r} has no finite {width}-value commands')
-    times = np.array(receive, dtype=np.int64) + offset
+    receive = np.array(receive, dtype=np.int64)
+    times = receive + offset(receive)
     keep = _sort_unique(times, 'last')
     return (times[keep] - t0) * 1e-9, np.stack(data)[keep]
 
 
-def _decode_poses(messages, topic: str, offset: int, t0: int, dropped: Counter):
+def _decode_poses(messages, topic: str, offset, t0: int, dropped: Counter):
     """Return ``(t (P,), T_world_body (P, 4, 4))`` from PoseStamped messages."""
     if not messages:
         raise BagError(f'pose topic {topic!r} has no messages')
@@ -378,7 +413,7 @@ def read_bag(path: PathLike, topic: Optional[str] = None, command_topic: Optiona
         messages[topic], joint_names, topic, dropped)
     uses_header = (header != 0).all()
     times = header if uses_header else receive
-    offset = int(np.median(header - receive)) if uses_header else 0
+    offset = _receive_offsets(receive, header, uses_header)
     finite = np.isfinite(q).all(axis=1)
     for extra in (qd, tau):
         if extra is not None:
