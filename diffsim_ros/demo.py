@@ -160,7 +160,7 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
         hidden true model and the wall time.
     """
     import rclpy
-    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.executors import SingleThreadedExecutor
     from rclpy.parameter import Parameter
     from .nodes.identifier import Identifier
     from .nodes.monitor import MonitorNode
@@ -172,61 +172,74 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
     rclpy.init(context=context, domain_id=args.domain_id)
     robot = [Parameter('robot', value=args.robot)]
     sim_time = [Parameter('use_sim_time', value=True)]
-    nodes = []
-    executor = MultiThreadedExecutor(num_threads=4, context=context)
-    spinner = None
+    # One single-threaded executor per node, each in its own thread, as separate processes
+    # would have: a shared multi-threaded executor costs ~2.4x the CPU per message
+    # (benchmarks/ros_loop.py) and lets one busy node delay every other node's callbacks.
+    spinning = []
+
+    def spin(node) -> None:
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(node)
+        thread = threading.Thread(target=executor.spin, daemon=True, name=node.get_name())
+        thread.start()
+        spinning.append((node, executor, thread))
+
     start = time.perf_counter()
     try:
+        info = robots.get(args.robot)
         controller = [] if args.controller is None else [
             Parameter('controller', value=args.controller)]
-        nodes.append(Identifier(context=context, parameter_overrides=robot + sim_time))
-        nodes.append(MpcNode(context=context, parameter_overrides=robot + sim_time + controller))
-        nodes.append(MonitorNode(context=context, parameter_overrides=robot + sim_time))
-        info = robots.get(args.robot)
         # the plant's streams are subscribed before the plant starts: nothing is lost
         early = {'/joint_states': 'sensor_msgs/msg/JointState',
                  f'/{info.controller_name}/commands': 'std_msgs/msg/Float64MultiArray'}
-        nodes.append(Recorder(bag, types=early, exclude=('/clock',), context=context,
-                              parameter_overrides=sim_time))
+        recorder = Recorder(bag, types=early, exclude=('/clock',), context=context,
+                            parameter_overrides=sim_time)
+        spin(recorder)
+        spin(Identifier(context=context, parameter_overrides=robot + sim_time))
+        spin(MpcNode(context=context, parameter_overrides=robot + sim_time + controller))
+        spin(MonitorNode(context=context, parameter_overrides=robot + sim_time))
         observer_node = rclpy.create_node('demo_observer', context=context,
                                           parameter_overrides=sim_time)
-        nodes.append(observer_node)
         observer = _Observer(observer_node, info.joint_names)
-        for node in nodes:
-            executor.add_node(node)
-        spinner = threading.Thread(target=executor.spin, daemon=True)
-        spinner.start()
+        spin(observer_node)
         time.sleep(1.0)   # discovery: the plant starts once everyone listens
         driver = SimDriver(context=context, parameter_overrides=robot + [
             Parameter('clock_mode', value='lockstep'),
             Parameter('real_time_factor', value=float(args.real_time_factor)),
             Parameter('param_error', value=float(args.param_error)),
             Parameter('seed', value=int(args.seed))])
-        nodes.append(driver)
-        executor.add_node(driver)
+        spin(driver)
         task = tasks.get_task(args.robot)
         model = nominal_model(args.robot)
         next_print = 0.0
         while driver.plant.time < duration:
-            if not spinner.is_alive():
-                raise RuntimeError('the executor stopped unexpectedly')
+            if not all(thread.is_alive() for _, _, thread in spinning):
+                raise RuntimeError('an executor stopped unexpectedly')
             if driver.plant.time >= next_print:
                 print('  ' + _progress(observer, task, model, driver.plant.time), flush=True)
                 next_print += 1.0
             time.sleep(0.05)
-        driver.destroy_node()
-        nodes.remove(driver)
+        driver.stop()
         print('  ' + _progress(observer, task, model, duration), flush=True)
+        # let the recorder write what is still queued (it may lag behind the plant)
+        previous, deadline = -1, time.monotonic() + 10.0
+        while time.monotonic() < deadline:
+            total = sum(recorder.counts.values())
+            if total == previous:
+                break
+            previous = total
+            time.sleep(0.5)
         true_model = driver.plant.true_model
         with observer.lock:
             result = {'urdf': observer.urdf, 'parameters': dict(observer.parameters),
                       'prediction_nmse': observer.nmse, 'true_model': true_model}
-        recorded = dict(nodes[3].counts)
+        recorded = dict(recorder.counts)
     finally:
-        executor.shutdown(timeout_sec=2.0)
-        if spinner is not None:
-            spinner.join(timeout=5.0)
-        for node in nodes:
+        for _, executor, _ in spinning:
+            executor.shutdown(timeout_sec=2.0)
+        for _, _, thread in spinning:
+            thread.join(timeout=5.0)
+        for node, _, _ in spinning:
             node.destroy_node()
         context.try_shutdown()
     result['recorded'] = recorded

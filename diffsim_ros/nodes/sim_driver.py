@@ -148,13 +148,14 @@ class SimDriver(Node):
         self.clock_pub = self.create_publisher(ClockMsg, '/clock', 10) if self.lockstep else None
         self._stop = threading.Event()
         self._thread = None
+        self._timer = None
         if self.lockstep:
             self._thread = threading.Thread(target=self._run_lockstep, daemon=True)
             self._thread.start()
         else:
             self._start = time.monotonic()
-            self.create_timer(self.plant.period, self._on_timer,
-                              clock=Clock(clock_type=ClockType.STEADY_TIME))
+            self._timer = self.create_timer(self.plant.period, self._on_timer,
+                                            clock=Clock(clock_type=ClockType.STEADY_TIME))
         self.get_logger().info(f'{self.plant!r}, {config.clock_mode}, commands on '
                                f'{self.command_topic}')
 
@@ -233,11 +234,17 @@ class SimDriver(Node):
             if self.context.ok():
                 self.get_logger().error(f'lockstep loop stopped: {error!r}')
 
-    def destroy_node(self) -> None:
-        """Stop the lockstep thread, then destroy the node."""
+    def stop(self) -> None:
+        """Stop stepping the plant (lockstep thread or real-time timer); the node stays up."""
         self._stop.set()
-        if self._thread is not None:
+        if self._thread is not None and self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0)
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def destroy_node(self) -> None:
+        """Stop the plant, then destroy the node."""
+        self.stop()
         super().destroy_node()
 
 
