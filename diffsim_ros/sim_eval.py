@@ -11,7 +11,10 @@ dynamics the model lacks); every controller starts from the nominal model
   which refits the model from what it observes and keeps it across episodes (that is how it
   learns);
 - ``baseline``: energy swing-up + LQR (Quanser robots) or computed torque (arms) on the
-  nominal model.
+  nominal model;
+- ``adaptive-baseline``: the same baseline wrapped in
+  :class:`~diffsim_ros.control.adaptive.AdaptiveMPC` (its constants and LQR gain are
+  rederived from every accepted model).
 
 The MPC replans at the task's control rate (simulated time) and its feedback policy is applied
 at the driver rate. Each episode is scored by :func:`diffsim_ros.control.tasks.evaluate`; the
@@ -30,6 +33,7 @@ import argparse
 import json
 import math
 from pathlib import Path
+import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -47,7 +51,7 @@ from .core import RobotModel
 from .sim import MujocoPlant, nominal_model, PlantConfig
 from .sysid import estimators
 
-CONTROLLERS = ('nominal-mpc', 'adaptive-mpc', 'baseline')
+CONTROLLERS = ('nominal-mpc', 'adaptive-mpc', 'baseline', 'adaptive-baseline')
 PARAM_ERROR_DEFINITION = (
     'relative inverse-dynamics error of the controller model vs the true plant model at 256 '
     'random states: sqrt(mean_j sum_s (tau_model - tau_true)^2 / sum_s tau_true^2) with '
@@ -88,10 +92,11 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         parser.error('--seed must be >= 0')
     if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
         parser.error('--duration must be positive')
-    if (args.controller == 'adaptive-mpc'
+    if (args.controller.startswith('adaptive')
             and robots.get(args.robot).motor.get('driver_adds_gravity', False)):
-        parser.error(f'--controller adaptive-mpc is not available for {args.robot}: its driver '
-                     'adds gravity to the commands, and the adaptive loop fits from commands')
+        parser.error(f'--controller {args.controller} is not available for {args.robot}: its '
+                     'driver adds gravity to the commands, and the adaptive loop fits from '
+                     'commands')
     return args
 
 
@@ -126,6 +131,9 @@ def make_controller(kind: str, task: Task, model: RobotModel, rate_hz: float, qu
     :return: ``(controller, replan_every_ticks)``.
     """
     robot = task.robot
+    if kind == 'adaptive-baseline':
+        controller, replan = make_controller('baseline', task, model, rate_hz, quick)
+        return _adaptive(controller, robot, estimator, rate_hz, truth), replan
     if kind == 'baseline':
         dynamics = ModelDynamics.for_robot(robot, model, 1.0 / rate_hz)
         extra = dict(task.extra)
@@ -151,11 +159,17 @@ def make_controller(kind: str, task: Task, model: RobotModel, rate_hz: float, qu
                       ILQRConfig(horizon=horizon, max_iters=iterations))
     replan = max(1, int(round(rate_hz / task.control_rate_hz)))
     if kind == 'adaptive-mpc':
-        controller = AdaptiveMPC(
-            controller, estimator, refit_every=int(round(0.5 * rate_hz)),
-            min_samples=int(round(0.2 * rate_hz)), buffer_size=int(round(1.5 * rate_hz)),
-            estimator_config=default_estimator_config(robot, estimator), truth=truth)
+        controller = _adaptive(controller, robot, estimator, rate_hz, truth)
     return controller, replan
+
+
+def _adaptive(controller: Any, robot: str, estimator: str, rate_hz: float,
+              truth: Any) -> AdaptiveMPC:
+    """Wrap a controller in the adaptive loop: refit every 0.5 s on the last 1.5 s."""
+    return AdaptiveMPC(
+        controller, estimator, refit_every=int(round(0.5 * rate_hz)),
+        min_samples=int(round(0.2 * rate_hz)), buffer_size=int(round(1.5 * rate_hz)),
+        estimator_config=default_estimator_config(robot, estimator), truth=truth)
 
 
 def run_episode(plant: MujocoPlant, task: Task, controller: Any, replan_every: int,
@@ -294,3 +308,7 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+if __name__ == '__main__':
+    sys.exit(main())

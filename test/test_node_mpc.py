@@ -29,9 +29,10 @@ STALE_TIMEOUT = 0.4
 
 
 def make_mpc(context, **overrides):
+    # Uncompiled unless a test asks: compiling takes about 10 s on a loaded machine.
     params = {'robot': ROBOT, 'controller': 'ilqr', 'horizon': 10, 'iterations': 1,
               'control_rate': 20.0, 'command_rate': 100.0, 'stale_timeout': STALE_TIMEOUT,
-              'diagnostics_period': 0.2, **overrides}
+              'diagnostics_period': 0.2, 'compile': False, **overrides}
     return MpcNode(context=context, parameter_overrides=[
         Parameter(name, value=value) for name, value in params.items()])
 
@@ -188,4 +189,32 @@ def test_invalid_models_are_rejected_and_valid_ones_used(ros_context, executor, 
     assert torch.equal(mpc.model.armature, nominal.armature)
     count = len(robot.commands)
     assert wait_for(lambda: len(robot.commands) >= count + 10, 5.0)
+    assert finite_and_bounded(robot.commands)
+
+
+def test_baseline_is_solved_at_every_command_from_the_newest_state(ros_context, executor,
+                                                                   robot):
+    mpc = executor.add_node(make_mpc(ros_context, controller='baseline'))
+    assert mpc._worker is None   # no solver thread: the baseline is a state feedback law
+    assert mpc.controller.dynamics.dt == pytest.approx(1.0 / 100.0)
+    assert mpc.controller.dynamics.substeps == 5   # the 10 ms hold at the 500 Hz driver rate
+    robot.publishing.set()
+    assert wait_for(lambda: mpc.stats['solves'] >= 20, 20.0), mpc.stats
+    # One solve per command once the state is fresh (none while it was missing).
+    assert 0 <= mpc.stats['commands'] - mpc.stats['solves'] <= mpc.stats['commands'] // 2 + 5
+    assert any(c != [0.0] for c in robot.commands) and finite_and_bounded(robot.commands)
+    # A model update is taken at the next command.
+    heavier = robots.urdf_string(ROBOT).replace('<mass value="0.024"', '<mass value="0.03"', 1)
+    robot.models.publish(String(data=heavier))
+    assert wait_for(lambda: mpc.stats['models_accepted'] == 1, 10.0)
+    assert mpc.controller.dynamics.model is mpc.model
+
+
+@pytest.mark.slow
+def test_compiled_ilqr_is_warmed_up_before_its_first_plan(ros_context, executor, robot):
+    mpc = executor.add_node(make_mpc(ros_context, compile=True, horizon=5))
+    assert mpc.controller.config.compile
+    robot.publishing.set()
+    assert wait_for(lambda: mpc.stats['solves'] >= 2, 120.0), mpc.stats
+    assert mpc.stats['warm_up_s'] > 0.0
     assert finite_and_bounded(robot.commands)

@@ -79,8 +79,25 @@ def test_the_panda_plans_without_gravity_since_its_driver_adds_it():
 
 
 @pytest.mark.slow
+def test_adaptive_baseline_refits_the_plant_between_and_within_episodes(tmp_path):
+    # What holds (issue 5/6): the adaptive loop around the energy baseline identifies the
+    # plant (seed 11: inverse-dynamics error 0.18 -> 0.08, seed 101: -> 0.009, in one
+    # episode). That a better model rescues a plant where the nominal baseline fails does not
+    # hold yet: seeds 11 and 101 fail with the refitted model as with the nominal one, and
+    # seed 12, which the nominal baseline swings up, fails with the refitted models.
+    path = tmp_path / 'adaptive-baseline.json'
+    assert main(['--robot', 'qube', '--controller', 'adaptive-baseline', '--episodes', '2',
+                 '--param-error', '0.3', '--seed', '101', '--duration', '4.0',
+                 '--json', str(path)]) == 0
+    record = json.loads(path.read_text())
+    assert record['episodes'][0]['refits'] >= 1 and record['refit_history']
+    assert record['final_param_error'] < 0.7 * record['nominal_param_error']
+
+
+@pytest.mark.slow
 @pytest.mark.xfail(run=False, strict=True, reason='known gap (issue 5): the iLQR MPC does not '
-                   'swing the MuJoCo Qube/cart-pole up yet (the energy baseline does the Qube)')
+                   'swing the MuJoCo Qube/cart-pole up yet (the energy baseline does the Qube '
+                   'on 2 of 3 plants 30 % off, and refitting does not rescue the third)')
 @pytest.mark.parametrize('robot', ['qube', 'cartpole'])
 def test_adaptive_mpc_succeeds_within_three_episodes_where_nominal_mpc_fails(
         robot, tmp_path):

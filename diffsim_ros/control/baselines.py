@@ -39,7 +39,6 @@ import torch
 from .dynamics import ModelDynamics
 from .policy import FeedbackPolicy
 from .. import robots
-from ..core.aba import aba
 from ..core.crba import crba
 from ..core.energy import potential_energy
 from ..core.integrators import joint_friction
@@ -404,11 +403,15 @@ class SwingUpLQR:
         """
         Return the saturated command that gives the actuated joint the desired acceleration.
 
-        The model's accelerations are affine in the command: probing them at ``u = 0`` and
-        ``u = 1`` gives the command for which the actuated joint accelerates as asked, with
-        the pendulum's reaction, back-EMF and friction of the model accounted for (collocated
-        partial feedback linearisation; Quanser's swing-up converts the acceleration to volts
-        through the motor model the same way).
+        The command is held for one model step ``dt`` (the period the policy is applied at),
+        over which the model's velocity change is (nearly) affine in the command: probing one
+        step at ``u = 0`` and ``u = 1`` gives the command for which the actuated joint gains
+        ``a dt`` of velocity, with the pendulum's reaction, back-EMF and friction of the model
+        accounted for (collocated partial feedback linearisation; Quanser's swing-up converts
+        the acceleration to volts through the motor model the same way). At the driver's
+        period this is the instantaneous acceleration; at a slower command rate it is the
+        command whose hold realises the acceleration on average, where the instantaneous one
+        would overshoot as the back-EMF grows (on the Qube at 50 Hz that stalls the swing).
 
         :param x: state ``(nx,)``.
         :return: ``(nu,)``.
@@ -419,10 +422,10 @@ class SwingUpLQR:
             desired = self.desired_acceleration(x, M)
             probe = torch.zeros(2, dyn.nu, dtype=x.dtype, device=x.device)
             probe[1] = 1.0
-            q, qd = x[:n].expand(2, n), x[n:].expand(2, n)
-            qdd = aba(dyn.model, q, qd, dyn.torque(q, qd, probe))[:, a]
-            per_unit = qdd[1] - qdd[0]
-            u = (desired - qdd[0]) * torch.sign(per_unit) / per_unit.abs().clamp_min(1e-12)
+            velocity = dyn.step(x.expand(2, 2 * n), probe)[:, n + a]
+            per_unit = velocity[1] - velocity[0]
+            change = x[n + a] + desired * dyn.dt - velocity[0]
+            u = change * torch.sign(per_unit) / per_unit.abs().clamp_min(1e-300)
             return torch.clamp(u.expand(dyn.nu), dyn.u_min, dyn.u_max)
 
 

@@ -4,8 +4,13 @@ Adaptive MPC node: commands the robot with a controller running on the newest mo
 * Subscribes ``joint_states`` (sensor-data QoS) and the identifier's model
   (``/identifier/robot_description``, ``std_msgs/String`` URDF, transient-local).  A model that
   fails to load or gives non-finite dynamics is rejected with one error log; the old one stays.
-* A timer at ``control_rate`` asks a worker thread to solve (iLQR, MPPI or the task's baseline
-  from :mod:`diffsim_ros.control`) from the newest state; the solve never blocks commanding.
+* A timer at ``control_rate`` asks a worker thread to solve (iLQR or MPPI from
+  :mod:`diffsim_ros.control`) from the newest state; the solve never blocks commanding. iLQR is
+  compiled and warmed up on that thread before its first plan (the time is logged).
+* The task's baseline (energy swing-up + LQR, PD + gravity) is a state feedback law that costs
+  about a millisecond: it is solved inline at every command tick from the newest state, as a
+  driver-rate controller should be (held for a 50 Hz replanning period, the bang-bang energy
+  pump loses the Qube's swing-up).
 * A timer at ``command_rate`` evaluates the newest :class:`FeedbackPolicy` on the newest state
   and publishes ``std_msgs/Float64MultiArray`` on ``/<controller_name>/commands`` in the
   catalog's ``command_joints`` order, clipped to the command limits and always finite.
@@ -73,6 +78,12 @@ class MpcConfig:
     iterations: int = field(default=0, metadata=_meta(
         "iLQR iterations / MPPI rounds per solve; 0 = the task's"))
     dtype: str = field(default='float64', metadata=_meta("solver dtype: 'float64'/'float32'"))
+    predict_latency: bool = field(default=True, metadata=_meta(
+        'baseline: roll the state forward with the model and the last command over its age '
+        '(at most 4 driver ticks) plus one tick before solving (the energy law loses the '
+        'swing at 2 ms delay)'))
+    compile: bool = field(default=True, metadata=_meta(  # noqa: A003 (the option's name)
+        'iLQR: torch.compile the rollouts, warmed up before the first plan (logged)'))
     mppi_samples: int = field(default=256, metadata=_meta('MPPI samples per round'))
     mppi_lambda: float = field(default=1.0, metadata=_meta('MPPI temperature, cost units'))
     mppi_noise: float = field(default=0.3, metadata=_meta(
@@ -139,7 +150,7 @@ def make_controller(info: robots.RobotInfo, model: RobotModel, config: MpcConfig
     :param model: the model to start from (float64; converted to ``config.dtype``).
     :param config: node parameters.
     :return: ``(controller, control_rate_hz)``; the controller has ``solve``, ``set_model``
-        and ``reset``.
+        and ``reset``; a baseline's rate is the command rate (it is solved at every command).
     :raises ValueError: a combination that does not exist (e.g. a baseline without a task).
     """
     task = get_task(info.name) if info.name in task_names() else None
@@ -148,8 +159,17 @@ def make_controller(info: robots.RobotInfo, model: RobotModel, config: MpcConfig
     horizon = int(config.horizon or (task.horizon if task else 25))
     iterations = int(config.iterations or (task.iterations if task else 2))
     rate = config.control_rate or (task.control_rate_hz if task else 50.0)
+    if config.controller == 'baseline':
+        # Solved at every command tick: its step (the LQR gain's period) is that tick.
+        rate = config.command_rate or info.driver_rate_hz
+        dt = config.dt or 1.0 / rate
     limit = torch.as_tensor(_command_limit(info, config), dtype=model.dtype)
-    dynamics = ModelDynamics.for_robot(info.name, model, dt, u_min=-limit, u_max=limit)
+    # A baseline's command is held for a command period: its model integrates that hold at
+    # the driver's rate.
+    substeps = max(1, int(round(dt * info.driver_rate_hz))) \
+        if config.controller == 'baseline' else 1
+    dynamics = ModelDynamics.for_robot(info.name, model, dt, u_min=-limit, u_max=limit,
+                                       substeps=substeps)
     if config.controller == 'baseline':
         if task is None:
             raise ValueError(f'no baseline for {info.name!r} (no task); use ilqr or mppi')
@@ -184,7 +204,7 @@ def make_controller(info: robots.RobotInfo, model: RobotModel, config: MpcConfig
             noise_std=(config.mppi_noise * limit).tolist(), iters=iterations,
             seed=config.seed, dtype=dtype)), rate
     return ILQR(dynamics, cost, ILQRConfig(horizon=horizon, max_iters=iterations,
-                                           dtype=dtype)), rate
+                                           dtype=dtype, compile=config.compile)), rate
 
 
 class MpcNode(Node):
@@ -203,6 +223,8 @@ class MpcNode(Node):
         self.config = config = declare_config(self, MpcConfig, defaults=defaults)
         self.model = nominal_model(robot)
         self.controller, control_rate = make_controller(info, self.model, config)
+        # A baseline is solved inline at every command tick (see the module docstring).
+        self._inline = config.controller == 'baseline'
         self._limit = _command_limit(info, config)
         safe = np.asarray(config.safe_command or np.zeros(len(self._limit)), dtype=np.float64)
         if safe.shape != self._limit.shape or not np.all(np.isfinite(safe)):
@@ -216,12 +238,13 @@ class MpcNode(Node):
         self._x: Optional[np.ndarray] = None
         self._stamp = self._received = self._origin = None
         self._policy, self._reset = None, False
+        self._x_solved: Optional[torch.Tensor] = None   # the inline baseline's (predicted) state
         self._pending_model: Optional[RobotModel] = None
         self.stale, self.plan_expired = True, False
         self.last_command = self.safe_command.copy()
         self.stats = {'solves': 0, 'solve_errors': 0, 'solve_time_ms': math.nan,
                       'solve_time_max_ms': 0.0, 'commands': 0, 'models_accepted': 0,
-                      'models_rejected': 0, 'unsafe_commands': 0}
+                      'models_rejected': 0, 'unsafe_commands': 0, 'warm_up_s': 0.0}
         self._rates = {'solve': [], 'command': []}
         topic = config.command_topic or f'/{info.controller_name}/commands'
         self.command_pub = self.create_publisher(Float64MultiArray, topic, 10)
@@ -232,12 +255,16 @@ class MpcNode(Node):
         timers = MutuallyExclusiveCallbackGroup()
         self.create_timer(1.0 / (config.command_rate or info.driver_rate_hz), self._on_command,
                           callback_group=timers)
-        self.create_timer(1.0 / control_rate, self._request_solve, callback_group=timers)
+        if not self._inline:
+            self.create_timer(1.0 / control_rate, self._request_solve, callback_group=timers)
         self.create_timer(config.diagnostics_period, self.publish_diagnostics,
                           callback_group=timers)
         self._solve_event, self._stop = threading.Event(), threading.Event()
-        self._worker = threading.Thread(target=self._solve_loop, name='mpc-solver', daemon=True)
-        self._worker.start()
+        self._worker: Optional[threading.Thread] = None
+        if not self._inline:
+            self._worker = threading.Thread(target=self._solve_loop, name='mpc-solver',
+                                            daemon=True)
+            self._worker.start()
 
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
@@ -274,46 +301,85 @@ class MpcNode(Node):
             return
         with self._lock:
             self._pending_model = model
-        self._solve_event.set()
+        if not self._inline:
+            self._solve_event.set()
 
     def _request_solve(self) -> None:
         if not self._is_stale(self._now()):
             self._solve_event.set()
 
+    def _warm_up(self) -> None:
+        """Compile the solver's shapes before its first plan (iLQR), logging the time."""
+        warm_up = getattr(self.controller, 'warm_up', None)
+        if warm_up is None or not self.config.compile:
+            return
+        try:
+            seconds = warm_up()
+        except Exception as error:  # noqa: BLE001 - the first solve compiles instead
+            self._log.warn('solve', f'warm-up failed: {error!r}')
+            return
+        self.stats['warm_up_s'] = seconds
+        self.get_logger().info(f'{self.config.controller} compiled and warmed up in '
+                               f'{seconds:.1f} s')
+
     def _solve_loop(self) -> None:
-        """Solve whenever asked, on this thread, until the node closes."""
+        """Warm up, then solve whenever asked, on this thread, until the node closes."""
+        self._warm_up()
         while not self._stop.is_set():
             if not self._solve_event.wait(0.1):
                 continue
             self._solve_event.clear()
-            with self._lock:
-                x, model, self._pending_model = self._x, self._pending_model, None
-                t = None if x is None else self._received - self._origin
-                reset, self._reset = self._reset, False
-            try:
-                if reset:
-                    self.controller.reset()
-                if model is not None:
-                    self.controller.set_model(model)
-                    self.model = model
-                    self.stats['models_accepted'] += 1
-                    self.get_logger().info(f'model update {self.stats["models_accepted"]} '
-                                           'in use')
-                if x is None:
-                    continue
-                start = time.perf_counter()
-                policy = self.controller.solve(torch.as_tensor(x), t)
-                elapsed = 1e3 * (time.perf_counter() - start)
-            except Exception as error:  # noqa: BLE001 - a failed solve keeps the old plan
-                self.stats['solve_errors'] += 1
-                self._log.warn('solve', f'failed: {error!r}')
-                continue
-            with self._lock:
-                self._policy = policy
-            self.stats['solves'] += 1
-            self.stats['solve_time_ms'] = elapsed
-            self.stats['solve_time_max_ms'] = max(self.stats['solve_time_max_ms'], elapsed)
-            self._tick('solve')
+            self._solve_newest()
+
+    def _solve_newest(self) -> None:
+        """Swap in a pending model, solve from the newest state and store the policy."""
+        with self._lock:
+            x, model, self._pending_model = self._x, self._pending_model, None
+            t = None if x is None else self._received - self._origin
+            reset, self._reset = self._reset, False
+            age = None if x is None else self._now() - self._stamp
+        try:
+            if reset:
+                self.controller.reset()
+            if model is not None:
+                self.controller.set_model(model)
+                self.model = model
+                self.stats['models_accepted'] += 1
+                self.get_logger().info(f'model update {self.stats["models_accepted"]} in use')
+            if x is None:
+                return
+            start = time.perf_counter()
+            x_t = torch.as_tensor(x)
+            if self._inline and self.config.predict_latency:
+                x_t, t = self._predicted(x_t, t, age)
+            policy = self.controller.solve(x_t, t)
+            self._x_solved = x_t
+            elapsed = 1e3 * (time.perf_counter() - start)
+        except Exception as error:  # noqa: BLE001 - a failed solve keeps the old plan
+            self.stats['solve_errors'] += 1
+            self._log.warn('solve', f'failed: {error!r}')
+            return
+        with self._lock:
+            self._policy = policy
+        self.stats['solves'] += 1
+        self.stats['solve_time_ms'] = elapsed
+        self.stats['solve_time_max_ms'] = max(self.stats['solve_time_max_ms'], elapsed)
+        self._tick('solve')
+
+    def _predicted(self, x: torch.Tensor, t: float, age: float) -> tuple:
+        """Return the state and time one driver tick after now, predicted from ``x``."""
+        tick = 1.0 / self.info.driver_rate_hz
+        # At most 5 ticks: the cost is one model step per tick, and a graph that lags more
+        # cannot run a driver-rate law anyway.
+        lag = min(max(age, 0.0), 4.0 * tick) + tick
+        dynamics = self.controller.dynamics
+        steps = int(round(lag / dynamics.dt))
+        u = torch.as_tensor(self.last_command, dtype=dynamics.model.dtype)
+        with torch.no_grad():
+            x = x.to(dynamics.model.dtype)
+            for _ in range(steps):
+                x = dynamics.step(x, u)
+        return x, t + steps * dynamics.dt
 
     def _tick(self, what: str) -> None:
         """Record an event time (wall clock) for the rate estimates."""
@@ -328,6 +394,8 @@ class MpcNode(Node):
         :return: ``(m,)`` finite command in ``command_joints`` order, within the limits.
         """
         now = self._now()
+        if self._inline and not self._is_stale(now):
+            self._solve_newest()
         with self._lock:
             x, policy, stale = self._x, self._policy, self._is_stale(now)
             t = None if self._origin is None else now - self._origin
@@ -346,6 +414,8 @@ class MpcNode(Node):
             return self.safe_command
         with torch.no_grad():
             x_t = torch.as_tensor(x)
+            if self._inline and self._x_solved is not None:
+                x_t = self._x_solved   # the state one tick ahead, where the command acts
             u = policy(t, x_t).to(torch.float64)
             if self._subtract_gravity:
                 q = x_t[:self.model.n].to(self.model.dtype)
@@ -404,7 +474,8 @@ class MpcNode(Node):
         """Stop the solver thread, then destroy the node (its handles die with it)."""
         self._stop.set()
         self._solve_event.set()
-        if self._worker.is_alive() and self._worker is not threading.current_thread():
+        if self._worker is not None and self._worker.is_alive() \
+                and self._worker is not threading.current_thread():
             self._worker.join(timeout=10.0)
         super().destroy_node()
 
