@@ -201,7 +201,8 @@ def test_baseline_is_solved_at_every_command_from_the_newest_state(ros_context, 
     robot.publishing.set()
     assert wait_for(lambda: mpc.stats['solves'] >= 20, 20.0), mpc.stats
     # One solve per command once the state is fresh (none while it was missing).
-    assert 0 <= mpc.stats['commands'] - mpc.stats['solves'] <= mpc.stats['commands'] // 2 + 5
+    # (the two counters are read while the node runs: a solve may be counted before its command)
+    assert -1 <= mpc.stats['commands'] - mpc.stats['solves'] <= mpc.stats['commands'] // 2 + 5
     assert any(c != [0.0] for c in robot.commands) and finite_and_bounded(robot.commands)
     # A model update is taken at the next command.
     heavier = robots.urdf_string(ROBOT).replace('<mass value="0.024"', '<mass value="0.03"', 1)

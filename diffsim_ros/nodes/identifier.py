@@ -54,6 +54,7 @@ import yaml
 from .convert import (commands_array, joint_state_arrays, MessageError, pose_matrix,
                       stamp_to_sec, ThrottledLogger)
 from .params import declare_config, declare_robot
+from .runtime import configure_interpreter
 from .. import robots
 from ..core import load_urdf, rnea
 from ..io.urdf_export import model_to_urdf
@@ -210,6 +211,7 @@ class Identifier(Node):
     def __init__(self, **kwargs) -> None:
         """Declare parameters, load the nominal model and create the interfaces."""
         super().__init__(kwargs.pop('node_name', 'identifier'), **kwargs)
+        configure_interpreter()   # torch in callbacks: see nodes/runtime.py
         self.robot, defaults = declare_robot(self)
         self.config = config = declare_config(self, IdentifierConfig, defaults=defaults)
         self.info = robots.get(self.robot)

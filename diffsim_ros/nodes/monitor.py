@@ -43,6 +43,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 from .convert import commands_array, joint_state_arrays, joint_state_msg, MessageError
 from .convert import ThrottledLogger
 from .params import declare_config, declare_robot
+from .runtime import configure_interpreter
 from .. import robots
 from ..core import aba, forward_kinematics, INTEGRATORS, load_urdf, rnea, RobotModel, rollout
 from ..sim.parameters import nominal_model
@@ -266,6 +267,7 @@ class MonitorNode(Node):
     def __init__(self, node_name: str = 'monitor', **kwargs) -> None:
         """Declare parameters, load the nominal model, start the prediction thread."""
         super().__init__(node_name, **kwargs)
+        configure_interpreter()   # torch in callbacks: see nodes/runtime.py
         robot, defaults = declare_robot(self)
         self.info = robots.get(robot)
         self.config = declare_config(self, MonitorConfig, defaults=defaults)

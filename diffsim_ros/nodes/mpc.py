@@ -44,6 +44,7 @@ import torch
 from .convert import commands_msg, joint_state_arrays, MessageError, ThrottledLogger
 from .monitor import MODEL_QOS, validated_model
 from .params import declare_config, declare_robot
+from .runtime import configure_interpreter
 from .. import robots
 from ..control.baselines import PDGravity, SwingUpLQR
 from ..control.costs import QuadraticCost, TrackingCost
@@ -218,6 +219,7 @@ class MpcNode(Node):
     def __init__(self, node_name: str = 'mpc', **kwargs) -> None:
         """Declare parameters, build the controller, start the timers and the solver thread."""
         super().__init__(node_name, **kwargs)
+        configure_interpreter()   # torch in callbacks: see nodes/runtime.py
         robot, defaults = declare_robot(self)
         self.info = info = robots.get(robot)
         self.config = config = declare_config(self, MpcConfig, defaults=defaults)

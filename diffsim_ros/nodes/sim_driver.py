@@ -40,6 +40,7 @@ import yaml
 from .convert import (commands_array, joint_state_msg, MessageError, pose_msg, sec_to_stamp,
                       ThrottledLogger)
 from .params import declare_config, declare_robot
+from .runtime import configure_interpreter
 from .. import robots
 from ..sim import MujocoPlant, PlantConfig, TrueParameters
 
@@ -125,6 +126,7 @@ class SimDriver(Node):
     def __init__(self, **kwargs) -> None:
         """Declare parameters, build the plant, create the interfaces and start the clock."""
         super().__init__(kwargs.pop('node_name', 'sim_driver'), **kwargs)
+        configure_interpreter()   # torch in callbacks: see nodes/runtime.py
         self.robot, defaults = declare_robot(self)
         self.config = config = declare_config(self, SimDriverConfig, defaults=defaults)
         self.info = robots.get(self.robot)
