@@ -1,5 +1,6 @@
 """Control core: feedback policies, model dynamics and their Jacobians, costs, iLQR, MPPI."""
 
+import dataclasses
 import math
 
 from diffsim_ros import robots
@@ -101,6 +102,22 @@ def test_policy_applies_affine_feedback_and_clips():
         assert torch.equal(policy(t, x), expected.clamp(-1.0, 1.0))
     batch = torch.stack((x, 2 * x))
     assert policy(1.0, batch).shape == (2, 2)
+
+
+def test_interpolating_policy_follows_the_planned_path_between_knots():
+    held = make_policy()
+    policy = dataclasses.replace(held, interpolate=True)
+    x = torch.tensor([0.3, -0.2, 0.1], dtype=F64)
+    # At the knots and outside the horizon it equals the held policy.
+    for t in (0.0, 1.0, 1.1, 1.3):
+        torch.testing.assert_close(policy(t, x), held(t, x))
+    torch.testing.assert_close(policy.reference(99.0), policy.x_ref[-1])
+    # Between knots the reference is interpolated; feedforward and gain stay held.
+    x_mid = torch.lerp(policy.x_ref[1], policy.x_ref[2], 0.25)
+    torch.testing.assert_close(policy.reference(1.125), x_mid)
+    expected = policy.u_ff[1] + policy.K[1] @ (x - x_mid)
+    torch.testing.assert_close(policy(1.125, x), expected.clamp(-1.0, 1.0))
+    assert policy.shifted(1).interpolate
 
 
 def test_policy_non_finite_state_gives_clipped_feedforward():

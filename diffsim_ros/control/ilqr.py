@@ -321,7 +321,8 @@ class ILQR:
         self._controls, self._u_prev, self._t = controls, u_prev, float(t)
         self._policy = FeedbackPolicy(
             t0=float(t), dt=dyn.dt, u_ff=controls, K=gains[..., :dyn.nx].contiguous(),
-            x_ref=states, u_min=dyn.u_min, u_max=dyn.u_max, angle_mask=cost.angle_mask)
+            x_ref=states, u_min=dyn.u_min, u_max=dyn.u_max, angle_mask=cost.angle_mask,
+            interpolate=True)
         self.info = {'iterations': iterations, 'cost': value, 'costs': costs, 'mu': self.mu,
                      'converged': converged, 'reason': reason,
                      'solve_time': time.perf_counter() - start}

@@ -59,6 +59,11 @@ class FeedbackPolicy:
     :param u_min: lower command limits ``(nu,)``.
     :param u_max: upper command limits ``(nu,)``.
     :param angle_mask: ``(nx,)`` bool: entries of ``x - x_ref`` wrapped to ``(-pi, pi]``.
+    :param interpolate: within step ``k``, compare ``x`` with the reference interpolated
+        linearly between ``x_ref[k]`` and ``x_ref[k + 1]`` (the planned path between knots;
+        feedforward and gains stay piecewise constant, the hold the plan assumed).  Applied
+        at a driver rate far above ``1 / dt``, the held knot would make the gains fight the
+        planned motion.
     :raises ShapeError: inconsistent shapes.
     :raises ValueError: ``dt <= 0`` or an empty horizon.
     """
@@ -71,6 +76,7 @@ class FeedbackPolicy:
     u_min: Tensor
     u_max: Tensor
     angle_mask: Optional[Tensor] = None
+    interpolate: bool = False
 
     def __post_init__(self) -> None:
         """Validate the shapes once, so that evaluation needs no checks."""
@@ -120,6 +126,24 @@ class FeedbackPolicy:
         steps = steps + 1e-9 * max(1.0, abs(steps))
         return int(min(max(math.floor(min(max(steps, -1.0), 2.0 ** 62)), 0), self.horizon - 1))
 
+    def reference(self, t: float, k: Optional[int] = None) -> Tensor:
+        """
+        Return the reference state the gains act about at time ``t``.
+
+        :param t: time in s.
+        :param k: the step at ``t`` when already known.
+        :return: ``x_ref[k]``, or with ``interpolate`` the linear interpolation towards
+            ``x_ref[k + 1]`` (held at the ends: before ``t0`` and after the horizon).
+        """
+        k = self.index(t) if k is None else k
+        if not self.interpolate:
+            return self.x_ref[k]
+        fraction = (float(t) - self.t0) / self.dt - k
+        if not math.isfinite(fraction):
+            return self.x_ref[k]
+        fraction = min(max(fraction, 0.0), 1.0)
+        return torch.lerp(self.x_ref[k], self.x_ref[k + 1], fraction)
+
     def __call__(self, t: float, x: Tensor) -> Tensor:
         """
         Evaluate the command at time ``t`` for the measured state ``x``.
@@ -131,7 +155,7 @@ class FeedbackPolicy:
         k = self.index(t)
         u_ff = torch.nan_to_num(self.u_ff[k], nan=0.0)
         x = x.to(self.x_ref)
-        error = state_error(x, self.x_ref[k], self.angle_mask)
+        error = state_error(x, self.reference(t, k), self.angle_mask)
         u = u_ff + (self.K[k] @ error.unsqueeze(-1)).squeeze(-1)
         fallback = torch.clamp(u_ff, self.u_min, self.u_max)
         u = torch.clamp(u, self.u_min, self.u_max)
@@ -156,7 +180,8 @@ class FeedbackPolicy:
         return FeedbackPolicy(
             t0=self.t0 + steps * self.dt, dt=self.dt, u_ff=shift_sequence(self.u_ff, steps),
             K=shift_sequence(self.K, steps), x_ref=shift_sequence(self.x_ref, steps),
-            u_min=self.u_min, u_max=self.u_max, angle_mask=self.angle_mask)
+            u_min=self.u_min, u_max=self.u_max, angle_mask=self.angle_mask,
+            interpolate=self.interpolate)
 
     @staticmethod
     def constant(u: Union[Tensor, float], nx: int, u_min: Tensor, u_max: Tensor,
