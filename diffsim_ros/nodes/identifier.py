@@ -40,8 +40,6 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
 import numpy as np
-import rclpy
-from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.node import Node
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data,
                        QoSProfile, ReliabilityPolicy)
@@ -54,7 +52,7 @@ import yaml
 from .convert import (commands_array, joint_state_arrays, MessageError, pose_matrix,
                       stamp_to_sec, ThrottledLogger)
 from .params import declare_config, declare_robot
-from .runtime import configure_interpreter
+from .runtime import configure_interpreter, run_node
 from .. import robots
 from ..core import load_urdf, rnea
 from ..io.urdf_export import model_to_urdf
@@ -572,21 +570,7 @@ class Identifier(Node):
 
 def main(args=None) -> None:
     """Run the node (``ros2 run diffsim_ros identifier``)."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = Identifier()
-        # refits run on the node's own worker thread and the services are short; the
-        # single-threaded executor costs ~2.4x less CPU per message (benchmarks/ros_loop.py)
-        executor = SingleThreadedExecutor()
-        executor.add_node(node)
-        executor.spin()
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    run_node(Identifier, args)
 
 
 if __name__ == '__main__':

@@ -30,8 +30,6 @@ from builtin_interfaces.msg import Duration
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import Point
 import numpy as np
-import rclpy
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile
 from sensor_msgs.msg import JointState
@@ -43,7 +41,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 from .convert import commands_array, joint_state_arrays, joint_state_msg, MessageError
 from .convert import ThrottledLogger
 from .params import declare_config, declare_robot
-from .runtime import configure_interpreter
+from .runtime import configure_interpreter, run_node
 from .. import robots
 from ..core import aba, forward_kinematics, INTEGRATORS, load_urdf, rnea, RobotModel, rollout
 from ..sim.parameters import nominal_model
@@ -428,12 +426,4 @@ class MonitorNode(Node):
 
 def main(args=None) -> None:
     """Run the monitor node (executable ``monitor``)."""
-    rclpy.init(args=args)
-    node = MonitorNode()
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.close()
-        rclpy.try_shutdown()
+    run_node(MonitorNode, args)

@@ -32,9 +32,7 @@ from typing import Any, Dict, Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
-import rclpy
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from sensor_msgs.msg import JointState
@@ -44,7 +42,7 @@ import torch
 from .convert import commands_msg, joint_state_arrays, MessageError, ThrottledLogger
 from .monitor import MODEL_QOS, validated_model
 from .params import declare_config, declare_robot
-from .runtime import configure_interpreter
+from .runtime import configure_interpreter, run_node
 from .. import robots
 from ..control.baselines import PDGravity, SwingUpLQR
 from ..control.costs import QuadraticCost, TrackingCost
@@ -488,12 +486,4 @@ class MpcNode(Node):
 
 def main(args=None) -> None:
     """Run the mpc node (executable ``mpc``)."""
-    rclpy.init(args=args)
-    node = MpcNode()
-    try:
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        node.close()
-        rclpy.try_shutdown()
+    run_node(MpcNode, args)

@@ -11,8 +11,13 @@ negligible switching cost.
 """
 
 import sys
+from typing import Callable, List, Optional
 
-__all__ = ['SWITCH_INTERVAL_S', 'configure_interpreter']
+import rclpy
+from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
+from rclpy.node import Node
+
+__all__ = ['SWITCH_INTERVAL_S', 'configure_interpreter', 'run_node']
 
 #: GIL switch interval the nodes need, s (CPython's default is 0.005).
 SWITCH_INTERVAL_S = 2e-4
@@ -22,3 +27,29 @@ def configure_interpreter() -> None:
     """Shorten the GIL switch interval to :data:`SWITCH_INTERVAL_S` (never lengthen it)."""
     if sys.getswitchinterval() > SWITCH_INTERVAL_S:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+
+def run_node(node_factory: Callable[[], Node], args: Optional[List[str]] = None) -> None:
+    """
+    Run one node until Ctrl-C or shutdown: the body of every executable's ``main``.
+
+    A single-threaded executor: the nodes keep their heavy work (refits, MPC solves,
+    rollouts) on their own worker threads, and the multi-threaded executor costs ~2.4x the
+    CPU per message (``benchmarks/ros_loop.py``).
+
+    :param node_factory: builds the node (after ``rclpy.init``), e.g. the node class.
+    :param args: command-line arguments for ``rclpy.init`` (ROS arguments included).
+    """
+    rclpy.init(args=args)
+    node = None
+    try:
+        node = node_factory()
+        executor = SingleThreadedExecutor()
+        executor.add_node(node)
+        executor.spin()
+    except (KeyboardInterrupt, ExternalShutdownException):
+        pass
+    finally:
+        if node is not None:
+            node.destroy_node()
+        rclpy.try_shutdown()

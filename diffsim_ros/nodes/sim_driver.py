@@ -27,9 +27,7 @@ import time
 
 from geometry_msgs.msg import PoseStamped
 import numpy as np
-import rclpy
 from rclpy.clock import Clock, ClockType
-from rclpy.executors import ExternalShutdownException
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data
 from rosgraph_msgs.msg import Clock as ClockMsg
@@ -40,7 +38,7 @@ import yaml
 from .convert import (commands_array, joint_state_msg, MessageError, pose_msg, sec_to_stamp,
                       ThrottledLogger)
 from .params import declare_config, declare_robot
-from .runtime import configure_interpreter
+from .runtime import configure_interpreter, run_node
 from .. import robots
 from ..sim import MujocoPlant, PlantConfig, TrueParameters
 
@@ -252,17 +250,7 @@ class SimDriver(Node):
 
 def main(args=None) -> None:
     """Run the node (``ros2 run diffsim_ros sim_driver``)."""
-    rclpy.init(args=args)
-    node = None
-    try:
-        node = SimDriver()
-        rclpy.spin(node)
-    except (KeyboardInterrupt, ExternalShutdownException):
-        pass
-    finally:
-        if node is not None:
-            node.destroy_node()
-        rclpy.try_shutdown()
+    run_node(SimDriver, args)
 
 
 if __name__ == '__main__':
