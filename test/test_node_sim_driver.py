@@ -88,7 +88,9 @@ def test_realtime_mode_keeps_the_wall_clock_rate(executor):
     time.sleep(1.0)
     rate = (driver.plant.tick - start_tick) / (time.monotonic() - start)
     assert 0.6 * 250 < rate < 1.1 * 250, rate
-    assert not driver.get_publishers_info_by_topic('/clock')
+    # this node publishes no /clock (the graph may still list another test's lockstep driver
+    # for a moment after it was destroyed: DDS discovery forgets endpoints lazily)
+    assert '/clock' not in {publisher.topic_name for publisher in driver.publishers}
 
 
 def test_commands_apply_bad_ones_are_dropped_and_timeout_zeroes(executor):
