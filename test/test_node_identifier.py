@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+from types import SimpleNamespace
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from diffsim_ros import robots
@@ -63,14 +64,31 @@ def feed(node, traj, efforts=True, samples=None):
             traj.tau[k].numpy() if efforts else None, float(traj.t[k]) + 1.0))
 
 
+def own_endpoints(node, topic, kind):
+    """
+    Return ``(type name, QoS)`` of ``node``'s own publishers or subscriptions on ``topic``.
+
+    Asked of the node, not of the DDS graph, which may list a destroyed node of an earlier
+    test (same name, same domain) for a while: discovery forgets endpoints lazily.
+    """
+    entities = node.publishers if kind == 'publishers' else node.subscriptions
+    return [SimpleNamespace(topic_type=_type_name(e.msg_type), qos_profile=e.qos_profile)
+            for e in entities if e.topic_name == topic]
+
+
+def _type_name(cls):
+    package, _, _ = cls.__module__.partition('.')
+    return f'{package}/msg/{cls.__name__}'
+
+
 def test_interfaces_latched_model_and_services(executor, tmp_path):
     node = make_identifier(executor, save_directory=str(tmp_path / 'out'))
-    info = node.get_publishers_info_by_topic('/identifier/robot_description')
+    info = own_endpoints(node, '/identifier/robot_description', 'publishers')
     assert [i.topic_type for i in info] == ['std_msgs/msg/String']
     assert info[0].qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
-    assert [i.topic_type for i in node.get_publishers_info_by_topic('/diagnostics')] == \
+    assert [i.topic_type for i in own_endpoints(node, '/diagnostics', 'publishers')] == \
         ['diagnostic_msgs/msg/DiagnosticArray']
-    subs = node.get_subscriptions_info_by_topic('/joint_states')
+    subs = own_endpoints(node, '/joint_states', 'subscriptions')
     assert [i.topic_type for i in subs] == ['sensor_msgs/msg/JointState']
     assert node.describe_parameter('diffnea.adam_iterations').read_only
     assert node.get_parameter('diffnea.adam_iterations').value == 60

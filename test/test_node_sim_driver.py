@@ -1,6 +1,7 @@
 """The simulated driver node over real DDS (loopback): interfaces, rates, commands, clock."""
 
 import time
+from types import SimpleNamespace
 
 from diffsim_ros import robots
 from diffsim_ros.nodes.convert import stamp_to_sec
@@ -37,16 +38,33 @@ def make_probe(executor, topics):
     return node, inbox
 
 
+def own_endpoints(node, topic, kind):
+    """
+    Return ``(type name, QoS)`` of ``node``'s own publishers or subscriptions on ``topic``.
+
+    Asked of the node, not of the DDS graph, which may list a destroyed node of an earlier
+    test (same name, same domain) for a while: discovery forgets endpoints lazily.
+    """
+    entities = node.publishers if kind == 'publishers' else node.subscriptions
+    return [SimpleNamespace(topic_type=_type_name(e.msg_type), qos_profile=e.qos_profile)
+            for e in entities if e.topic_name == topic]
+
+
+def _type_name(cls):
+    package, _, _ = cls.__module__.partition('.')
+    return f'{package}/msg/{cls.__name__}'
+
+
 def test_interfaces_types_qos_and_parameters(executor):
     driver = make_driver(executor)
-    info = driver.get_publishers_info_by_topic('/joint_states')
+    info = own_endpoints(driver, '/joint_states', 'publishers')
     assert [i.topic_type for i in info] == ['sensor_msgs/msg/JointState']
     assert info[0].qos_profile.reliability == ReliabilityPolicy.BEST_EFFORT
-    assert [i.topic_type for i in driver.get_publishers_info_by_topic('/clock')] == \
+    assert [i.topic_type for i in own_endpoints(driver, '/clock', 'publishers')] == \
         ['rosgraph_msgs/msg/Clock']
-    assert [i.topic_type for i in driver.get_publishers_info_by_topic(
-        '/mocap/pendulum_tip')] == ['geometry_msgs/msg/PoseStamped']
-    subs = driver.get_subscriptions_info_by_topic('/effort_controller/commands')
+    mocap = own_endpoints(driver, '/mocap/pendulum_tip', 'publishers')
+    assert [i.topic_type for i in mocap] == ['geometry_msgs/msg/PoseStamped']
+    subs = own_endpoints(driver, '/effort_controller/commands', 'subscriptions')
     assert [i.topic_type for i in subs] == ['std_msgs/msg/Float64MultiArray']
     assert subs[0].qos_profile.durability == DurabilityPolicy.VOLATILE
     descriptor = driver.describe_parameter('clock_mode')
