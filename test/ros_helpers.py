@@ -17,6 +17,7 @@ the module has no asserts, and test modules import it before pytest loads it as 
 import os
 import threading
 import time
+from types import SimpleNamespace
 
 import pytest
 import rclpy
@@ -117,3 +118,20 @@ def executor(ros_context):
     spinning = SpinningExecutor(ros_context)
     yield spinning
     spinning.shutdown()
+
+
+def own_endpoints(node, topic, kind):
+    """
+    Return ``(type name, QoS)`` of ``node``'s own publishers or subscriptions on ``topic``.
+
+    Asked of the node, not of the DDS graph, which may list a destroyed node of an earlier
+    test (same name, same domain) for a while: discovery forgets endpoints lazily.
+    """
+    entities = node.publishers if kind == 'publishers' else node.subscriptions
+    return [SimpleNamespace(topic_type=_type_name(e.msg_type), qos_profile=e.qos_profile)
+            for e in entities if e.topic_name == topic]
+
+
+def _type_name(cls):
+    package, _, _ = cls.__module__.partition('.')
+    return f'{package}/msg/{cls.__name__}'

@@ -3,7 +3,6 @@
 import dataclasses
 import json
 import math
-from types import SimpleNamespace
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from diffsim_ros import robots
@@ -15,11 +14,12 @@ from diffsim_ros.nodes.params import parameter_overrides
 from diffsim_ros.nodes.sim_driver import SimDriver
 from diffsim_ros.sim import excitation_for, MujocoPlant, PlantConfig
 from diffsim_ros.sysid.dataset import Trajectory
+from diffsim_ros.sysid.preprocess import limit_free_runs
 import numpy as np
 import pytest
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
-from ros_helpers import wait_for
+from ros_helpers import own_endpoints, wait_for
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -62,23 +62,6 @@ def feed(node, traj, efforts=True, samples=None):
         node._on_joint_state(joint_state_msg(
             JOINTS, traj.q[k].numpy(), traj.qd[k].numpy(),
             traj.tau[k].numpy() if efforts else None, float(traj.t[k]) + 1.0))
-
-
-def own_endpoints(node, topic, kind):
-    """
-    Return ``(type name, QoS)`` of ``node``'s own publishers or subscriptions on ``topic``.
-
-    Asked of the node, not of the DDS graph, which may list a destroyed node of an earlier
-    test (same name, same domain) for a while: discovery forgets endpoints lazily.
-    """
-    entities = node.publishers if kind == 'publishers' else node.subscriptions
-    return [SimpleNamespace(topic_type=_type_name(e.msg_type), qos_profile=e.qos_profile)
-            for e in entities if e.topic_name == topic]
-
-
-def _type_name(cls):
-    package, _, _ = cls.__module__.partition('.')
-    return f'{package}/msg/{cls.__name__}'
 
 
 def test_interfaces_latched_model_and_services(executor, tmp_path):
@@ -264,17 +247,16 @@ def test_limit_free_runs_leave_out_the_stops_and_their_filter_transient():
         t=torch.tensor(t), q=torch.tensor(np.stack([arm, np.cos(t)], axis=1)),
         joint_names=model.joint_names, run='w')
     margin, pad = 0.05, 0.1
-    runs = identifier_module.limit_free_runs(traj, model.lower, model.upper, margin, pad)
+    runs = limit_free_runs(traj, model.lower, model.upper, margin, pad)
     assert [r.run for r in runs] == ['w/0', 'w/1', 'w/2']
     kept = np.concatenate([r.t.numpy() for r in runs])
     near = t[np.abs(arm) >= float(model.upper[0]) - margin]
     distance = np.abs(kept[:, None] - near[None, :]).min(axis=1)
     assert (distance > pad).all()
     assert len(kept) > len(t) - len(near) - 2 * (2 * pad / 0.01 + 1) * 2   # no more dropped
-    assert identifier_module.limit_free_runs(traj, model.lower, model.upper, -1.0, pad) == [traj]
+    assert limit_free_runs(traj, model.lower, model.upper, -1.0, pad) == [traj]
     inside = traj.replace(q=traj.q * 0.5)
-    assert identifier_module.limit_free_runs(inside, model.lower, model.upper, margin,
-                                             pad) == [inside]
+    assert limit_free_runs(inside, model.lower, model.upper, margin, pad) == [inside]
 
 
 def test_accelerations_survive_dropped_samples(executor):

@@ -1,7 +1,6 @@
 """The simulated driver node over real DDS (loopback): interfaces, rates, commands, clock."""
 
 import time
-from types import SimpleNamespace
 
 from diffsim_ros import robots
 from diffsim_ros.nodes.convert import stamp_to_sec
@@ -12,7 +11,7 @@ import numpy as np
 import pytest
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, ReliabilityPolicy
-from ros_helpers import wait_for
+from ros_helpers import own_endpoints, wait_for
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
@@ -36,23 +35,6 @@ def make_probe(executor, topics):
     for topic, kind in topics.items():
         node.create_subscription(kind, topic, inbox[topic].append, qos_profile_sensor_data)
     return node, inbox
-
-
-def own_endpoints(node, topic, kind):
-    """
-    Return ``(type name, QoS)`` of ``node``'s own publishers or subscriptions on ``topic``.
-
-    Asked of the node, not of the DDS graph, which may list a destroyed node of an earlier
-    test (same name, same domain) for a while: discovery forgets endpoints lazily.
-    """
-    entities = node.publishers if kind == 'publishers' else node.subscriptions
-    return [SimpleNamespace(topic_type=_type_name(e.msg_type), qos_profile=e.qos_profile)
-            for e in entities if e.topic_name == topic]
-
-
-def _type_name(cls):
-    package, _, _ = cls.__module__.partition('.')
-    return f'{package}/msg/{cls.__name__}'
 
 
 def test_interfaces_types_qos_and_parameters(executor):

@@ -32,7 +32,7 @@ import torch
 
 from .costs import CostDerivatives, QuadraticCost
 from .dynamics import compiled, ModelDynamics
-from .policy import FeedbackPolicy, shift_sequence
+from .policy import FeedbackPolicy, warm_start
 from ..core.model import RobotModel
 
 Tensor = torch.Tensor
@@ -247,15 +247,9 @@ class ILQR:
 
     # -- warm start --------------------------------------------------------------------------
     def _initial_controls(self, t: float) -> Tuple[Tensor, Optional[Tensor]]:
-        dyn, horizon = self.dynamics, self.config.horizon
-        if self._controls is None:
-            zeros = dyn.u_min.new_zeros(horizon, dyn.nu)
-            return torch.clamp(zeros, dyn.u_min, dyn.u_max), None
-        steps = max(0, int(round((t - self._t) / dyn.dt)))
-        if steps == 0:
-            return self._controls, self._u_prev
-        u_prev = self._controls[min(steps, horizon) - 1]
-        return shift_sequence(self._controls, steps), u_prev
+        dyn = self.dynamics
+        return warm_start(self._controls, self._u_prev, self._t, t, dyn.dt, self.config.horizon,
+                          dyn.u_min, dyn.u_max)
 
     # -- solve -------------------------------------------------------------------------------
     def solve(self, x0: Tensor, t: float = 0.0) -> FeedbackPolicy:

@@ -20,7 +20,7 @@ import torch
 
 from .costs import QuadraticCost
 from .dynamics import ModelDynamics
-from .policy import FeedbackPolicy, shift_sequence
+from .policy import FeedbackPolicy, warm_start
 from ..core.model import PARAMETER_FIELDS, RobotModel
 
 Tensor = torch.Tensor
@@ -128,14 +128,9 @@ class MPPI:
         self._t: Optional[float] = None
 
     def _initial_controls(self, t: float) -> Tuple[Tensor, Optional[Tensor]]:
-        dyn, horizon = self.dynamics, self.config.horizon
-        if self._controls is None:
-            zeros = dyn.u_min.new_zeros(horizon, dyn.nu)
-            return torch.clamp(zeros, dyn.u_min, dyn.u_max), None
-        steps = max(0, int(round((t - self._t) / dyn.dt)))
-        if steps == 0:
-            return self._controls, self._u_prev
-        return shift_sequence(self._controls, steps), self._controls[min(steps, horizon) - 1]
+        dyn = self.dynamics
+        return warm_start(self._controls, self._u_prev, self._t, t, dyn.dt, self.config.horizon,
+                          dyn.u_min, dyn.u_max)
 
     def evaluate(self, x0: Tensor, controls: Tensor, u_prev: Optional[Tensor] = None,
                  cost: Optional[QuadraticCost] = None) -> Tuple[Tensor, Tensor]:

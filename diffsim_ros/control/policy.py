@@ -9,7 +9,7 @@ can keep commanding the robot from the last plan while the next solve runs.
 
 from dataclasses import dataclass
 import math
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 import torch
 
@@ -221,3 +221,29 @@ def shift_sequence(values: Tensor, steps: int) -> Tensor:
     steps = min(steps, length - 1)
     tail = values[-1:].expand((steps,) + values.shape[1:])
     return torch.cat((values[steps:], tail), dim=0)
+
+
+def warm_start(previous: Optional[Tensor], u_prev: Optional[Tensor], t_prev: Optional[float],
+               t: float, dt: float, horizon: int, u_min: Tensor,
+               u_max: Tensor) -> Tuple[Tensor, Optional[Tensor]]:
+    """
+    Return the initial control sequence of a receding-horizon solve and the command before it.
+
+    :param previous: the last solve's controls ``(horizon, nu)``, or None before the first.
+    :param u_prev: the command before ``previous[0]`` (None when unknown).
+    :param t_prev: the time of ``previous[0]``, s.
+    :param t: the time of the new solve, s.
+    :param dt: control step, s.
+    :param horizon: steps.
+    :param u_min: ``(nu,)`` lower limits (also gives dtype and device).
+    :param u_max: ``(nu,)`` upper limits.
+    :return: ``(controls, u_prev)``: clipped zeros first; later the previous controls shifted
+        by the elapsed steps, and the last command of the shifted-out part.
+    """
+    if previous is None:
+        zeros = u_min.new_zeros(horizon, u_min.shape[-1])
+        return torch.clamp(zeros, u_min, u_max), None
+    steps = max(0, int(round((t - t_prev) / dt)))
+    if steps == 0:
+        return previous, u_prev
+    return shift_sequence(previous, steps), previous[min(steps, horizon) - 1]

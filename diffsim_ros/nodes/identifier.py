@@ -62,10 +62,10 @@ from ..sysid.filters import estimate_derivatives
 from ..sysid.losses import (command_joints_for, command_matrix, inverse_dynamics_loss,
                             make_actuator, make_torque_fn, resolve_source, stack_samples,
                             variance_scale)
-from ..sysid.preprocess import align_streams, split_time
+from ..sysid.preprocess import align_streams, limit_free_runs, split_time
 from ..sysid.result import IdentificationResult
 
-__all__ = ['Identifier', 'IdentifierConfig', 'heldout_loss', 'limit_free_runs', 'main']
+__all__ = ['Identifier', 'IdentifierConfig', 'heldout_loss', 'main']
 
 
 #: Estimators whose result is a physical model ('svgd': the posterior-mean model, with a
@@ -156,47 +156,6 @@ def heldout_loss(result: IdentificationResult, runs, source: str, scale: torch.T
         value = float(inverse_dynamics_loss(model, torque_fn,
                                             stack_samples(runs, model, source, True), scale))
     return value if math.isfinite(value) else math.inf
-
-
-def limit_free_runs(traj: Trajectory, lower: torch.Tensor, upper: torch.Tensor,
-                    margin: float, pad: float, min_samples: int = 10) -> list:
-    """
-    Cut a trajectory into the stretches where no joint is near a position limit.
-
-    A limit stop pushes with a force that rigid-body models without contact lack, and the
-    derivative filter spreads that impact over ``pad`` s on both sides: such samples bias a
-    fit of the inertial parameters, so they are left out.
-
-    :param traj: the trajectory (``q`` is ``(T, n)``).
-    :param lower: ``(n,)`` lower position limits (``-inf`` where none).
-    :param upper: ``(n,)`` upper position limits (``inf`` where none).
-    :param margin: distance to a limit (rad or m) that counts as at the limit; negative keeps
-        every sample.
-    :param pad: seconds left out on both sides of every sample at a limit.
-    :param min_samples: shorter stretches are dropped.
-    :return: the stretches, as trajectories named ``<run>/<k>`` (``[traj]`` when nothing is
-        near a limit).
-    """
-    if margin < 0:
-        return [traj]
-    q = traj.q.detach()
-    lower, upper = lower.to(q), upper.to(q)
-    near = ((q <= lower + margin) | (q >= upper - margin)).any(-1).cpu().numpy()
-    if not near.any():
-        return [traj]
-    t = traj.t.detach().cpu().double().numpy()
-    t_near = t[near]
-    index = np.searchsorted(t_near, t).clip(1, len(t_near) - 1)
-    distance = np.minimum(np.abs(t - t_near[index - 1]), np.abs(t_near[index] - t))
-    if len(t_near) == 1:
-        distance = np.abs(t - t_near[0])
-    free = np.concatenate([[False], distance > pad, [False]])
-    edges = np.flatnonzero(np.diff(free.astype(np.int8)))
-    runs = []
-    for start, stop in zip(edges[0::2], edges[1::2]):
-        if stop - start >= min_samples:
-            runs.append(traj.crop(int(start), int(stop)).replace(run=f'{traj.run}/{len(runs)}'))
-    return runs
 
 
 class Identifier(Node):
@@ -403,7 +362,7 @@ class Identifier(Node):
         Return the stretches of some runs that stay away from the joint limits.
 
         :param runs: trajectories of the window.
-        :return: their :func:`limit_free_runs`.
+        :return: their :func:`~diffsim_ros.sysid.preprocess.limit_free_runs`.
         """
         pad = 2.0 / self.config.derivative_cutoff_hz   # the filter's transient
         return [part for traj in runs for part in limit_free_runs(

@@ -30,9 +30,10 @@ Tensor = torch.Tensor
 #: A timestamped stream: times ``(K,)`` in s and values ``(K, ...)``.
 Stream = Tuple[Tensor, Tensor]
 
-__all__ = ['align_streams', 'interpolate', 'matrix_to_quaternion', 'quaternion_to_matrix',
-           'resample', 'sample_and_hold', 'segment', 'segment_tensors', 'slerp_poses', 'Split',
-           'split_runs', 'split_time', 'Stream', 'uniform_rate', 'unwrap_angles']
+__all__ = ['align_streams', 'interpolate', 'limit_free_runs', 'matrix_to_quaternion',
+           'quaternion_to_matrix', 'resample', 'sample_and_hold', 'segment', 'segment_tensors',
+           'slerp_poses', 'Split', 'split_runs', 'split_time', 'Stream', 'uniform_rate',
+           'unwrap_angles']
 
 #: Relative jitter of the sample period below which timestamps count as uniform.
 UNIFORM_TOLERANCE = 1e-3
@@ -474,3 +475,44 @@ def segment_tensors(traj: Trajectory, window: int, stride: int) -> dict:
     if traj.poses:
         out['poses'] = {body: unfold(pose) for body, pose in traj.poses.items()}
     return out
+
+
+def limit_free_runs(traj: Trajectory, lower: torch.Tensor, upper: torch.Tensor,
+                    margin: float, pad: float, min_samples: int = 10) -> list:
+    """
+    Cut a trajectory into the stretches where no joint is near a position limit.
+
+    A limit stop pushes with a force that rigid-body models without contact lack, and the
+    derivative filter spreads that impact over ``pad`` s on both sides: such samples bias a
+    fit of the inertial parameters, so they are left out.
+
+    :param traj: the trajectory (``q`` is ``(T, n)``).
+    :param lower: ``(n,)`` lower position limits (``-inf`` where none).
+    :param upper: ``(n,)`` upper position limits (``inf`` where none).
+    :param margin: distance to a limit (rad or m) that counts as at the limit; negative keeps
+        every sample.
+    :param pad: seconds left out on both sides of every sample at a limit.
+    :param min_samples: shorter stretches are dropped.
+    :return: the stretches, as trajectories named ``<run>/<k>`` (``[traj]`` when nothing is
+        near a limit).
+    """
+    if margin < 0:
+        return [traj]
+    q = traj.q.detach()
+    lower, upper = lower.to(q), upper.to(q)
+    near = ((q <= lower + margin) | (q >= upper - margin)).any(-1).cpu().numpy()
+    if not near.any():
+        return [traj]
+    t = traj.t.detach().cpu().double().numpy()
+    t_near = t[near]
+    index = np.searchsorted(t_near, t).clip(1, len(t_near) - 1)
+    distance = np.minimum(np.abs(t - t_near[index - 1]), np.abs(t_near[index] - t))
+    if len(t_near) == 1:
+        distance = np.abs(t - t_near[0])
+    free = np.concatenate([[False], distance > pad, [False]])
+    edges = np.flatnonzero(np.diff(free.astype(np.int8)))
+    runs = []
+    for start, stop in zip(edges[0::2], edges[1::2]):
+        if stop - start >= min_samples:
+            runs.append(traj.crop(int(start), int(stop)).replace(run=f'{traj.run}/{len(runs)}'))
+    return runs
