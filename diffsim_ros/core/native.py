@@ -6,22 +6,30 @@ run a few hundred full-batch tensor operations, each streaming ``(B, n, ...)`` i
 through memory.  The kernels here (``native/rnea.cpp``) run one sample's whole recursion in a
 workspace that stays in cache, OpenMP-parallel over the batch with at most
 ``torch.get_num_threads()`` threads.  They are compiled on first use with
-:func:`torch.utils.cpp_extension.load` (cached in ``TORCH_EXTENSIONS_DIR``, by default
-``~/.cache/torch_extensions``).
+:func:`torch.utils.cpp_extension.load` with ``-march=native`` (cached in
+``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``, under a name tagged with
+the CPU model and flags).
 
 Gradients: both functions are differentiable w.r.t. ``model.inertial`` and
-``model.armature`` (one extra fused pass: RNEA is linear in the inertial parameters, so
-``d(g . tau)/d pi_j = phi(w_j, a_j) - phi(v_j x w_j, v_j)`` with ``w`` the upstream gradient
-propagated like a velocity), :func:`rnea_native` also w.r.t. ``qdd`` (``M g``) and
-:func:`aba_native` w.r.t. ``tau`` (``M^-1 g``).  Whenever ``q`` or ``qd`` or a kinematic
-parameter (``origin_xyz``, ``origin_rpy``, ``gravity``) requires grad, the call falls back to
-the torch implementation, as it does on CUDA, for dtypes other than float32/float64, without
-a C++ compiler, or after :func:`set_enabled` ``(False)``; each reason is logged once.
+``model.armature``.  When a gradient is needed, the forward kernels save each sample's poses,
+velocities and accelerations (ABA also its articulated-inertia terms ``U = IA S`` and ``D``),
+so the backward pass recomputes no pose and, for ABA, solves ``M^-1 g`` from ``U`` and ``D``
+in the same sweep that accumulates the parameter gradient.  RNEA is linear in the inertial
+parameters, so ``d(g . tau)/d pi_j = phi(w_j, a_j) - phi(v_j x w_j, v_j)`` with ``w`` the
+upstream gradient propagated like a velocity.  :func:`rnea_native` is also differentiable
+w.r.t. ``qdd`` (``M g``) and :func:`aba_native` w.r.t. ``tau`` (``M^-1 g``).
+
+Whenever ``q`` or ``qd`` or a kinematic parameter (``origin_xyz``, ``origin_rpy``,
+``gravity``) requires grad, the call falls back to the torch implementation, as it does on
+CUDA, for dtypes other than float32/float64, without a C++ compiler, or after
+:func:`set_enabled` ``(False)``; each reason is logged once.
 """
 
+import hashlib
 import logging
 import os
 from pathlib import Path
+import platform
 import shutil
 import threading
 from typing import Callable, Optional, Tuple
@@ -55,6 +63,27 @@ def _log_once(reason: str, level: int = logging.INFO) -> None:
         _logger.log(level, 'native dynamics: falling back to torch: %s', reason)
 
 
+def _host_tag() -> str:
+    """
+    Return a short tag of this CPU's model and instruction-set flags.
+
+    The kernel is built with ``-march=native``; the tag in the extension's name keeps a build
+    cache shared between different machines (a networked home directory) from loading a
+    binary with instructions this CPU lacks.
+    """
+    text = platform.machine()
+    try:
+        with open('/proc/cpuinfo', encoding='utf-8', errors='replace') as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith(('model name', 'flags', 'Features')):
+                    text += line
+                if line.strip() == '':
+                    break  # the first processor describes them all
+    except OSError:
+        text += platform.processor()
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
+
+
 def _compile():
     """Build or load the extension; return ``(module, None)`` or ``(None, reason)``."""
     # torch.utils.cpp_extension builds with $CXX (default c++); check the same program
@@ -66,8 +95,9 @@ def _compile():
     try:
         from torch.utils import cpp_extension
         module = cpp_extension.load(
-            name=EXTENSION_NAME, sources=[str(SOURCE)],
-            extra_cflags=['-O3', '-fopenmp'], extra_ldflags=['-fopenmp'], verbose=False)
+            name=f'{EXTENSION_NAME}_{_host_tag()}', sources=[str(SOURCE)],
+            extra_cflags=['-O3', '-march=native', '-fopenmp'], extra_ldflags=['-fopenmp'],
+            verbose=False)
     except Exception as error:  # any build failure means: use the torch code
         return None, f'building the kernel failed: {error!r}'
     return module, None
@@ -182,23 +212,27 @@ class _RneaFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, qd, qdd, inertial, armature, origins, gravity, structure, ext):
-        ctx.save_for_backward(q, qd, qdd, inertial, armature, origins, gravity)
+        # the kernel saves every sample's poses, velocities and accelerations for backward
+        tau, kinematics = ext.rnea_forward(q, qd, qdd, inertial, armature, origins, gravity,
+                                           *structure, True)
+        ctx.save_for_backward(q, qdd, inertial, armature, origins, gravity, kinematics)
         ctx.structure, ctx.ext = structure, ext
-        return ext.rnea_forward(q, qd, qdd, inertial, armature, origins, gravity, *structure)
+        return tau
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_tau):
-        q, qd, qdd, inertial, armature, origins, gravity = ctx.saved_tensors
+        q, qdd, inertial, armature, origins, gravity, kinematics = ctx.saved_tensors
         ext, structure = ctx.ext, ctx.structure
         g = grad_tau.contiguous()
         grad_qdd = grad_pi = grad_arm = None
         if ctx.needs_input_grad[2]:
             # d tau / d qdd = M(q) + diag(armature): one RNEA without velocity and gravity.
-            grad_qdd = ext.rnea_forward(q, torch.zeros_like(qd), g, inertial, armature,
-                                        origins, torch.zeros_like(gravity), *structure)
+            grad_qdd = ext.rnea_forward(q, torch.zeros_like(q), g, inertial, armature,
+                                        origins, torch.zeros_like(gravity), *structure,
+                                        False)[0]
         if ctx.needs_input_grad[3]:
-            grad_pi = ext.rnea_inertial_adjoint(q, qd, qdd, g, origins, gravity, *structure,
+            grad_pi = ext.rnea_inertial_adjoint(kinematics, g, *structure,
                                                 inertial.shape[0] != 1 or q.shape[0] == 1)
             grad_pi = grad_pi.reshape(inertial.shape)
         if ctx.needs_input_grad[4]:
@@ -211,27 +245,25 @@ class _AbaFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, qd, tau, inertial, armature, origins, gravity, structure, ext):
-        qdd = ext.aba_forward(q, qd, tau, inertial, armature, origins, gravity, *structure)
-        ctx.save_for_backward(q, qd, qdd, inertial, armature, origins, gravity)
+        # the kernel saves the kinematics and the articulated-inertia terms U, D for backward
+        qdd, rows = ext.aba_forward(q, qd, tau, inertial, armature, origins, gravity,
+                                    *structure, True)
+        ctx.save_for_backward(q, qdd, inertial, armature, rows)
         ctx.structure, ctx.ext = structure, ext
         return qdd
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_qdd):
-        q, qd, qdd, inertial, armature, origins, gravity = ctx.saved_tensors
-        ext, structure = ctx.ext, ctx.structure
+        q, qdd, inertial, armature, rows = ctx.saved_tensors
         # M qdd + h(pi) = tau: d qdd = M^-1 (d tau - Y d pi - diag(qdd) d armature), so every
-        # gradient goes through lam = M^-1 g, one ABA solve without velocity and gravity.
-        lam = ext.aba_forward(q, torch.zeros_like(qd), grad_qdd.contiguous(), inertial,
-                              armature, origins, torch.zeros_like(gravity), *structure)
-        grad_pi = grad_arm = None
-        if ctx.needs_input_grad[3]:
-            grad_pi = -ext.rnea_inertial_adjoint(q, qd, qdd, lam, origins, gravity, *structure,
-                                                 inertial.shape[0] != 1 or q.shape[0] == 1)
-            grad_pi = grad_pi.reshape(inertial.shape)
-        if ctx.needs_input_grad[4]:
-            grad_arm = _reduce_to(-lam * qdd, armature)
+        # gradient goes through lam = M^-1 g, solved from the saved rows in the same pass
+        # that accumulates -Y^T lam.
+        lam, grad_pi = ctx.ext.aba_backward(rows, grad_qdd.contiguous(), *ctx.structure,
+                                            ctx.needs_input_grad[3],
+                                            inertial.shape[0] != 1 or q.shape[0] == 1)
+        grad_pi = grad_pi.reshape(inertial.shape) if ctx.needs_input_grad[3] else None
+        grad_arm = _reduce_to(-lam * qdd, armature) if ctx.needs_input_grad[4] else None
         grad_tau = lam if ctx.needs_input_grad[2] else None
         return None, None, grad_tau, grad_pi, grad_arm, None, None, None, None
 
@@ -252,7 +284,7 @@ def _dispatch(function: type, fallback: Callable, model: RobotModel, q: Tensor, 
         out = function.apply(*states, *params, structure, ext)
     else:
         kernel = ext.rnea_forward if function is _RneaFunction else ext.aba_forward
-        out = kernel(*states, *params, *structure)
+        out = kernel(*states, *params, *structure, False)[0]
     return out.reshape(batch + (model.n,))
 
 

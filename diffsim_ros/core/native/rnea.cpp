@@ -172,25 +172,37 @@ inline T subspace_dot(const T* axis, bool prismatic, const T* f) {
   return axis[0] * f[o] + axis[1] * f[o + 1] + axis[2] * f[o + 2];
 }
 
-// Per-sample workspace: poses, velocities, accelerations and one more 6-vector per body.
+// Per-sample kinematics: poses R (9n), p (3n), velocities v (6n) and accelerations a (6n),
+// the first kKinRow * n values of a saved row.  The forward kernels write them where the
+// backward kernels can read them again, so a backward pass recomputes no pose (no sin/cos).
+constexpr int64_t kKinRow = 24;
+// ABA additionally saves U = IA_i S_i (6n) and D_i (n), all M^-1 needs: kAbaRow * n values.
+constexpr int64_t kAbaRow = 31;
+
 template <typename T>
-struct Workspace {
-  std::vector<T> R, p, v, a, f, w;
-  explicit Workspace(int64_t n)
-      : R(9 * n), p(3 * n), v(6 * n), a(6 * n), f(6 * n), w(6 * n) {}
+struct Kin {
+  T *R, *p, *v, *a;
+  Kin(T* row, int64_t n) : R(row), p(row + 9 * n), v(row + 12 * n), a(row + 18 * n) {}
+};
+
+// Rows for samples whose kinematics are not saved: one per thread, reused.
+template <typename T>
+struct Scratch {
+  std::vector<T> row, f, w;
+  Scratch(int64_t n, int64_t row_size) : row(row_size * n), f(6 * n), w(6 * n) {}
 };
 
 // First pass of RNEA: poses, v_i, a_i (with gravity as the base acceleration).
 template <typename T>
 inline void kinematics_pass(const Tree& tree, const T* axis, const T* origins, const T* q,
-                            const T* qd, const T* qdd, const T* gravity, Workspace<T>& ws) {
+                            const T* qd, const T* qdd, const T* gravity, const Kin<T>& k) {
   for (int64_t i = 0; i < tree.n; ++i) {
     const bool pr = tree.prismatic[i] != 0;
     const T* ax = axis + 3 * i;
-    T* R = &ws.R[9 * i];
-    T* p = &ws.p[3 * i];
-    T* v = &ws.v[6 * i];
-    T* a = &ws.a[6 * i];
+    T* R = k.R + 9 * i;
+    T* p = k.p + 3 * i;
+    T* v = k.v + 6 * i;
+    T* a = k.a + 6 * i;
     joint_pose(origins + 16 * i, ax, pr, q[i], R, p);
     const int64_t parent = tree.parent[i];
     if (parent < 0) {
@@ -198,8 +210,8 @@ inline void kinematics_pass(const Tree& tree, const T* axis, const T* origins, c
       for (int r = 0; r < 6; ++r) v[r] = T(0);
       motion_to_child(R, p, a0, a);
     } else {
-      motion_to_child(R, p, &ws.v[6 * parent], v);
-      motion_to_child(R, p, &ws.a[6 * parent], a);
+      motion_to_child(R, p, k.v + 6 * parent, v);
+      motion_to_child(R, p, k.a + 6 * parent, a);
     }
     T sqd[6] = {T(0), T(0), T(0), T(0), T(0), T(0)};
     add_subspace(ax, pr, qd[i], sqd);
@@ -214,46 +226,42 @@ inline void kinematics_pass(const Tree& tree, const T* axis, const T* origins, c
 template <typename T>
 void rnea_sample(const Tree& tree, const T* axis, const T* origins, const T* pi,
                  const T* armature, const T* gravity, const T* q, const T* qd, const T* qdd,
-                 T* tau, Workspace<T>& ws) {
-  kinematics_pass(tree, axis, origins, q, qd, qdd, gravity, ws);
+                 T* tau, const Kin<T>& k, T* f) {
+  kinematics_pass(tree, axis, origins, q, qd, qdd, gravity, k);
   for (int64_t i = 0; i < tree.n; ++i) {
-    T* f = &ws.f[6 * i];
     T Iv[6];
-    inertia_apply(pi + 10 * i, &ws.a[6 * i], f);
-    inertia_apply(pi + 10 * i, &ws.v[6 * i], Iv);
-    add_force_cross(&ws.v[6 * i], Iv, f);
+    inertia_apply(pi + 10 * i, k.a + 6 * i, f + 6 * i);
+    inertia_apply(pi + 10 * i, k.v + 6 * i, Iv);
+    add_force_cross(k.v + 6 * i, Iv, f + 6 * i);
   }
   for (int64_t i = tree.n - 1; i >= 0; --i) {
     const bool pr = tree.prismatic[i] != 0;
-    tau[i] = subspace_dot(axis + 3 * i, pr, &ws.f[6 * i]) + armature[i] * qdd[i];
+    tau[i] = subspace_dot(axis + 3 * i, pr, f + 6 * i) + armature[i] * qdd[i];
     const int64_t parent = tree.parent[i];
-    if (parent >= 0) add_force_to_parent(&ws.R[9 * i], &ws.p[3 * i], &ws.f[6 * i],
-                                         &ws.f[6 * parent]);
+    if (parent >= 0) add_force_to_parent(k.R + 9 * i, k.p + 3 * i, f + 6 * i, f + 6 * parent);
   }
 }
 
-// Adds d(g . tau)/d pi to grad (n, 10): phi(w_i, a_i) - phi(v_i x w_i, v_i), with w_i the
-// velocity-like propagation of the upstream gradient g as joint rates.
+// Adds scale * d(g . tau)/d pi to grad (n, 10): phi(w_i, a_i) - phi(v_i x w_i, v_i), with w_i
+// the velocity-like propagation of the upstream gradient g as joint rates.
 template <typename T>
-void rnea_inertial_adjoint_sample(const Tree& tree, const T* axis, const T* origins,
-                                  const T* gravity, const T* q, const T* qd, const T* qdd,
-                                  const T* g, T* grad, Workspace<T>& ws) {
-  kinematics_pass(tree, axis, origins, q, qd, qdd, gravity, ws);
+void rnea_inertial_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k,
+                                  const T* g, T scale, T* grad, T* w) {
   for (int64_t i = 0; i < tree.n; ++i) {
     const bool pr = tree.prismatic[i] != 0;
-    T* w = &ws.w[6 * i];
+    T* wi = w + 6 * i;
     const int64_t parent = tree.parent[i];
     if (parent < 0) {
-      for (int r = 0; r < 6; ++r) w[r] = T(0);
+      for (int r = 0; r < 6; ++r) wi[r] = T(0);
     } else {
-      motion_to_child(&ws.R[9 * i], &ws.p[3 * i], &ws.w[6 * parent], w);
+      motion_to_child(k.R + 9 * i, k.p + 3 * i, w + 6 * parent, wi);
     }
-    add_subspace(axis + 3 * i, pr, g[i], w);
-    const T* v = &ws.v[6 * i];
+    add_subspace(axis + 3 * i, pr, g[i], wi);
+    const T* v = k.v + 6 * i;
     T vxw[6];
-    motion_cross(v, w, vxw);
-    add_phi(w, &ws.a[6 * i], T(1), grad + 10 * i);
-    add_phi(vxw, v, T(-1), grad + 10 * i);
+    motion_cross(v, wi, vxw);
+    add_phi(wi, k.a + 6 * i, scale, grad + 10 * i);
+    add_phi(vxw, v, -scale, grad + 10 * i);
   }
 }
 
@@ -331,31 +339,29 @@ inline void add_inertia_to_parent(const T* R, const T* p, const T* M, T* out) {
 }
 
 template <typename T>
-struct AbaWorkspace {
-  std::vector<T> R, p, v, c, IA, pA, U, a;
-  std::vector<T> D, u;
-  explicit AbaWorkspace(int64_t n)
-      : R(9 * n), p(3 * n), v(6 * n), c(6 * n), IA(36 * n), pA(6 * n), U(6 * n), a(6 * n),
-        D(n), u(n) {}
+struct AbaScratch {
+  std::vector<T> row, c, IA, pA, u;
+  AbaScratch(int64_t n) : row(kAbaRow * n), c(6 * n), IA(36 * n), pA(6 * n), u(n) {}
 };
 
+// ABA for one sample; writes the kinematics, U and D into the row k / U / D point into.
 template <typename T>
 void aba_sample(const Tree& tree, const T* axis, const T* origins, const T* pi,
                 const T* armature, const T* gravity, const T* q, const T* qd, const T* tau,
-                T* qdd, AbaWorkspace<T>& ws) {
+                T* qdd, const Kin<T>& k, T* U_all, T* D_all, AbaScratch<T>& ws) {
   const int64_t n = tree.n;
   for (int64_t i = 0; i < n; ++i) {
     const bool pr = tree.prismatic[i] != 0;
     const T* ax = axis + 3 * i;
-    T* R = &ws.R[9 * i];
-    T* p = &ws.p[3 * i];
-    T* v = &ws.v[6 * i];
+    T* R = k.R + 9 * i;
+    T* p = k.p + 3 * i;
+    T* v = k.v + 6 * i;
     joint_pose(origins + 16 * i, ax, pr, q[i], R, p);
     const int64_t parent = tree.parent[i];
     if (parent < 0) {
       for (int r = 0; r < 6; ++r) v[r] = T(0);
     } else {
-      motion_to_child(R, p, &ws.v[6 * parent], v);
+      motion_to_child(R, p, k.v + 6 * parent, v);
     }
     T sqd[6] = {T(0), T(0), T(0), T(0), T(0), T(0)};
     add_subspace(ax, pr, qd[i], sqd);
@@ -373,46 +379,89 @@ void aba_sample(const Tree& tree, const T* axis, const T* origins, const T* pi,
     const int o = pr ? 3 : 0;
     const T* ax = axis + 3 * i;
     T* IA = &ws.IA[36 * i];
-    T* U = &ws.U[6 * i];
+    T* U = U_all + 6 * i;
     for (int r = 0; r < 6; ++r) {
       U[r] = IA[6 * r + o] * ax[0] + IA[6 * r + o + 1] * ax[1] + IA[6 * r + o + 2] * ax[2];
     }
     const T D = subspace_dot(ax, pr, U) + armature[i];
     const T u = tau[i] - subspace_dot(ax, pr, &ws.pA[6 * i]);
-    ws.D[i] = D;
+    D_all[i] = D;
     ws.u[i] = u;
     const int64_t parent = tree.parent[i];
     if (parent < 0) continue;
     const T inv_D = T(1) / D;
     T Ia[36];
     for (int r = 0; r < 6; ++r) {
-      for (int k = 0; k < 6; ++k) Ia[6 * r + k] = IA[6 * r + k] - U[r] * U[k] * inv_D;
+      for (int c = 0; c < 6; ++c) Ia[6 * r + c] = IA[6 * r + c] - U[r] * U[c] * inv_D;
     }
     T pa[6];
     const T* c = &ws.c[6 * i];
     for (int r = 0; r < 6; ++r) {
       T s = ws.pA[6 * i + r] + U[r] * u * inv_D;
-      for (int k = 0; k < 6; ++k) s += Ia[6 * r + k] * c[k];
+      for (int j = 0; j < 6; ++j) s += Ia[6 * r + j] * c[j];
       pa[r] = s;
     }
-    add_inertia_to_parent(&ws.R[9 * i], &ws.p[3 * i], Ia, &ws.IA[36 * parent]);
-    add_force_to_parent(&ws.R[9 * i], &ws.p[3 * i], pa, &ws.pA[6 * parent]);
+    add_inertia_to_parent(k.R + 9 * i, k.p + 3 * i, Ia, &ws.IA[36 * parent]);
+    add_force_to_parent(k.R + 9 * i, k.p + 3 * i, pa, &ws.pA[6 * parent]);
   }
   for (int64_t i = 0; i < n; ++i) {
     const bool pr = tree.prismatic[i] != 0;
-    T* a = &ws.a[6 * i];
+    T* a = k.a + 6 * i;
     const int64_t parent = tree.parent[i];
     if (parent < 0) {
       const T a0[6] = {T(0), T(0), T(0), -gravity[0], -gravity[1], -gravity[2]};
-      motion_to_child(&ws.R[9 * i], &ws.p[3 * i], a0, a);
+      motion_to_child(k.R + 9 * i, k.p + 3 * i, a0, a);
     } else {
-      motion_to_child(&ws.R[9 * i], &ws.p[3 * i], &ws.a[6 * parent], a);
+      motion_to_child(k.R + 9 * i, k.p + 3 * i, k.a + 6 * parent, a);
     }
     for (int r = 0; r < 6; ++r) a[r] += ws.c[6 * i + r];
     T Ua = T(0);
-    for (int r = 0; r < 6; ++r) Ua += ws.U[6 * i + r] * a[r];
-    qdd[i] = (ws.u[i] - Ua) / ws.D[i];
+    for (int r = 0; r < 6; ++r) Ua += U_all[6 * i + r] * a[r];
+    qdd[i] = (ws.u[i] - Ua) / D_all[i];
     add_subspace(axis + 3 * i, pr, qdd[i], a);
+  }
+}
+
+// Backward of ABA for one sample from its saved row: lam = M^-1 g with the saved U and D
+// (the ABA recursions without velocity and gravity; the articulated inertias enter only
+// through U and D), then grad += -d(lam . tau)/d pi at the saved kinematics, whose velocity-
+// like propagation of lam is the solve's acceleration.
+template <typename T>
+void aba_backward_sample(const Tree& tree, const T* axis, const Kin<T>& k, const T* U_all,
+                         const T* D_all, const T* g, T* lam, T* grad, T* pA, T* w) {
+  const int64_t n = tree.n;
+  for (int64_t r = 0; r < 6 * n; ++r) pA[r] = T(0);
+  for (int64_t i = n - 1; i >= 0; --i) {
+    const bool pr = tree.prismatic[i] != 0;
+    const T u = g[i] - subspace_dot(axis + 3 * i, pr, pA + 6 * i);
+    lam[i] = u;  // u_i, until the forward sweep below turns it into lam_i
+    const int64_t parent = tree.parent[i];
+    if (parent < 0) continue;
+    const T* U = U_all + 6 * i;
+    const T s = u / D_all[i];
+    T pa[6];
+    for (int r = 0; r < 6; ++r) pa[r] = pA[6 * i + r] + U[r] * s;
+    add_force_to_parent(k.R + 9 * i, k.p + 3 * i, pa, pA + 6 * parent);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const bool pr = tree.prismatic[i] != 0;
+    T* wi = w + 6 * i;
+    const int64_t parent = tree.parent[i];
+    if (parent < 0) {
+      for (int r = 0; r < 6; ++r) wi[r] = T(0);
+    } else {
+      motion_to_child(k.R + 9 * i, k.p + 3 * i, w + 6 * parent, wi);
+    }
+    T Uw = T(0);
+    for (int r = 0; r < 6; ++r) Uw += U_all[6 * i + r] * wi[r];
+    lam[i] = (lam[i] - Uw) / D_all[i];
+    add_subspace(axis + 3 * i, pr, lam[i], wi);
+    if (grad == nullptr) continue;
+    const T* v = k.v + 6 * i;
+    T vxw[6];
+    motion_cross(v, wi, vxw);
+    add_phi(wi, k.a + 6 * i, T(-1), grad + 10 * i);
+    add_phi(vxw, v, T(1), grad + 10 * i);
   }
 }
 
@@ -445,15 +494,24 @@ Tree make_tree(const torch::Tensor& parent, const torch::Tensor& prismatic) {
   return Tree{parent.numel(), parent.data_ptr<int64_t>(), prismatic.data_ptr<int64_t>()};
 }
 
+// A (B, row * n) tensor for saved rows, or an empty one when nothing is saved.
+torch::Tensor saved_rows(const torch::Tensor& q, int64_t row, bool save) {
+  return save ? torch::empty({q.size(0), row * q.size(1)}, q.options())
+              : torch::empty({0}, q.options());
+}
+
 // Inputs: q, qd, x (B, n) contiguous; inertial (1|B, n, 10); armature (1|B, n);
 // origins (1|B, n, 4, 4); gravity (1|B, 3); axis (n, 3); parent, prismatic (n,) int64.
-torch::Tensor rnea_forward(torch::Tensor q, torch::Tensor qd, torch::Tensor qdd,
-                           torch::Tensor inertial, torch::Tensor armature,
-                           torch::Tensor origins, torch::Tensor gravity, torch::Tensor axis,
-                           torch::Tensor parent, torch::Tensor prismatic) {
+// Returns (tau, saved): saved is (B, kKinRow * n) when save, else empty.
+std::vector<torch::Tensor> rnea_forward(torch::Tensor q, torch::Tensor qd, torch::Tensor qdd,
+                                        torch::Tensor inertial, torch::Tensor armature,
+                                        torch::Tensor origins, torch::Tensor gravity,
+                                        torch::Tensor axis, torch::Tensor parent,
+                                        torch::Tensor prismatic, bool save) {
   const int64_t batch = q.size(0);
   const Tree tree = make_tree(parent, prismatic);
   auto tau = torch::empty_like(q);
+  auto saved = saved_rows(q, kKinRow, save);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "rnea_forward", [&] {
     using T = scalar_t;
     const auto pi = param<T>(inertial, batch), arm = param<T>(armature, batch);
@@ -461,55 +519,60 @@ torch::Tensor rnea_forward(torch::Tensor q, torch::Tensor qd, torch::Tensor qdd,
     const T *qp = q.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *qddp = qdd.data_ptr<T>();
     const T* ax = axis.data_ptr<T>();
     T* out = tau.data_ptr<T>();
+    T* rows = save ? saved.data_ptr<T>() : nullptr;
     const int64_t n = tree.n;
     for_chunks(batch, chunk_count(batch), [&](int64_t, int64_t b0, int64_t b1) {
-      Workspace<T> ws(n);
+      Scratch<T> ws(n, kKinRow);
       for (int64_t b = b0; b < b1; ++b) {
+        const Kin<T> k(save ? rows + b * kKinRow * n : ws.row.data(), n);
         rnea_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n,
-                    qdp + b * n, qddp + b * n, out + b * n, ws);
+                    qdp + b * n, qddp + b * n, out + b * n, k, ws.f.data());
       }
     });
   });
-  return tau;
+  return {tau, saved};
 }
 
-// d(sum g * tau)/d inertial: (B, n, 10) when per_sample, else (n, 10) summed over the batch.
-torch::Tensor rnea_inertial_adjoint(torch::Tensor q, torch::Tensor qd, torch::Tensor qdd,
-                                    torch::Tensor g, torch::Tensor origins,
-                                    torch::Tensor gravity, torch::Tensor axis,
+// d(sum g * tau)/d inertial from the rows rnea_forward saved (row stride kKinRow * n):
+// (B, n, 10) when per_sample, else (n, 10) summed over the batch.
+torch::Tensor rnea_inertial_adjoint(torch::Tensor saved, torch::Tensor g, torch::Tensor axis,
                                     torch::Tensor parent, torch::Tensor prismatic,
                                     bool per_sample) {
-  const int64_t batch = q.size(0);
+  const int64_t batch = g.size(0);
   const Tree tree = make_tree(parent, prismatic);
   const int64_t n = tree.n;
+  TORCH_CHECK(saved.dim() == 2 && saved.size(0) == batch && saved.size(1) == kKinRow * n,
+              "saved kinematics do not match the batch");
   const int64_t chunks = chunk_count(batch);
-  auto grad = per_sample ? torch::zeros({batch, n, 10}, q.options())
-                         : torch::zeros({chunks, n, 10}, q.options());
-  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "rnea_inertial_adjoint", [&] {
+  auto grad = per_sample ? torch::zeros({batch, n, 10}, g.options())
+                         : torch::zeros({chunks, n, 10}, g.options());
+  AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "rnea_inertial_adjoint", [&] {
     using T = scalar_t;
-    const auto org = param<T>(origins, batch), grav = param<T>(gravity, batch);
-    const T *qp = q.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *qddp = qdd.data_ptr<T>();
+    T* rows = saved.data_ptr<T>();
     const T *gp = g.data_ptr<T>(), *ax = axis.data_ptr<T>();
     T* out = grad.data_ptr<T>();
     for_chunks(batch, chunks, [&](int64_t c, int64_t b0, int64_t b1) {
-      Workspace<T> ws(n);
+      std::vector<T> w(6 * n);
       for (int64_t b = b0; b < b1; ++b) {
-        T* dst = out + (per_sample ? b : c) * n * 10;
-        rnea_inertial_adjoint_sample(tree, ax, org.at(b), grav.at(b), qp + b * n,
-                                     qdp + b * n, qddp + b * n, gp + b * n, dst, ws);
+        const Kin<T> k(rows + b * kKinRow * n, n);
+        rnea_inertial_adjoint_sample(tree, ax, k, gp + b * n, T(1),
+                                     out + (per_sample ? b : c) * n * 10, w.data());
       }
     });
   });
   return per_sample ? grad : grad.sum(0);
 }
 
-torch::Tensor aba_forward(torch::Tensor q, torch::Tensor qd, torch::Tensor tau,
-                          torch::Tensor inertial, torch::Tensor armature,
-                          torch::Tensor origins, torch::Tensor gravity, torch::Tensor axis,
-                          torch::Tensor parent, torch::Tensor prismatic) {
+// Returns (qdd, saved): saved is (B, kAbaRow * n) when save (kinematics, U, D), else empty.
+std::vector<torch::Tensor> aba_forward(torch::Tensor q, torch::Tensor qd, torch::Tensor tau,
+                                       torch::Tensor inertial, torch::Tensor armature,
+                                       torch::Tensor origins, torch::Tensor gravity,
+                                       torch::Tensor axis, torch::Tensor parent,
+                                       torch::Tensor prismatic, bool save) {
   const int64_t batch = q.size(0);
   const Tree tree = make_tree(parent, prismatic);
   auto qdd = torch::empty_like(q);
+  auto saved = saved_rows(q, kAbaRow, save);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "aba_forward", [&] {
     using T = scalar_t;
     const auto pi = param<T>(inertial, batch), arm = param<T>(armature, batch);
@@ -517,23 +580,69 @@ torch::Tensor aba_forward(torch::Tensor q, torch::Tensor qd, torch::Tensor tau,
     const T *qp = q.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *taup = tau.data_ptr<T>();
     const T* ax = axis.data_ptr<T>();
     T* out = qdd.data_ptr<T>();
+    T* rows = save ? saved.data_ptr<T>() : nullptr;
     const int64_t n = tree.n;
     for_chunks(batch, chunk_count(batch), [&](int64_t, int64_t b0, int64_t b1) {
-      AbaWorkspace<T> ws(n);
+      AbaScratch<T> ws(n);
       for (int64_t b = b0; b < b1; ++b) {
+        T* row = save ? rows + b * kAbaRow * n : ws.row.data();
+        const Kin<T> k(row, n);
         aba_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n,
-                   qdp + b * n, taup + b * n, out + b * n, ws);
+                   qdp + b * n, taup + b * n, out + b * n, k, row + kKinRow * n,
+                   row + (kKinRow + 6) * n, ws);
       }
     });
   });
-  return qdd;
+  return {qdd, saved};
+}
+
+// From the rows aba_forward saved: (lam, grad) with lam = M^-1 g (B, n) and grad
+// = -d(lam . tau)/d inertial at the saved state, (B, n, 10) when per_sample, else (n, 10)
+// summed over the batch, or an empty tensor when not with_inertial.
+std::vector<torch::Tensor> aba_backward(torch::Tensor saved, torch::Tensor g, torch::Tensor axis,
+                                        torch::Tensor parent, torch::Tensor prismatic,
+                                        bool with_inertial, bool per_sample) {
+  const int64_t batch = g.size(0);
+  const Tree tree = make_tree(parent, prismatic);
+  const int64_t n = tree.n;
+  TORCH_CHECK(saved.dim() == 2 && saved.size(0) == batch && saved.size(1) == kAbaRow * n,
+              "saved ABA rows do not match the batch");
+  const int64_t chunks = chunk_count(batch);
+  auto lam = torch::empty_like(g);
+  auto grad = !with_inertial ? torch::empty({0}, g.options())
+              : per_sample   ? torch::zeros({batch, n, 10}, g.options())
+                             : torch::zeros({chunks, n, 10}, g.options());
+  AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "aba_backward", [&] {
+    using T = scalar_t;
+    T* rows = saved.data_ptr<T>();
+    const T *gp = g.data_ptr<T>(), *ax = axis.data_ptr<T>();
+    T* lp = lam.data_ptr<T>();
+    T* out = with_inertial ? grad.data_ptr<T>() : nullptr;
+    for_chunks(batch, chunks, [&](int64_t c, int64_t b0, int64_t b1) {
+      std::vector<T> pA(6 * n), w(6 * n);
+      for (int64_t b = b0; b < b1; ++b) {
+        T* row = rows + b * kAbaRow * n;
+        const Kin<T> k(row, n);
+        aba_backward_sample(tree, ax, k, row + kKinRow * n, row + (kKinRow + 6) * n,
+                            gp + b * n, lp + b * n,
+                            out ? out + (per_sample ? b : c) * n * 10 : nullptr,
+                            pA.data(), w.data());
+      }
+    });
+  });
+  if (with_inertial && !per_sample) grad = grad.sum(0);
+  return {lam, grad};
 }
 
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("rnea_forward", &rnea_forward, "Batched RNEA, one fused recursion per sample");
+  m.def("rnea_forward", &rnea_forward,
+        "Batched RNEA, one fused recursion per sample; optionally saves the kinematics");
   m.def("rnea_inertial_adjoint", &rnea_inertial_adjoint,
-        "Vector-Jacobian product of RNEA with respect to the inertial parameters");
-  m.def("aba_forward", &aba_forward, "Batched ABA, one fused recursion per sample");
+        "Vector-Jacobian product of RNEA w.r.t. the inertial parameters, from saved kinematics");
+  m.def("aba_forward", &aba_forward,
+        "Batched ABA, one fused recursion per sample; optionally saves kinematics, U and D");
+  m.def("aba_backward", &aba_backward,
+        "M^-1 g and the inertial-parameter vector-Jacobian product of ABA, from saved rows");
 }
