@@ -87,6 +87,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     return args
 
 
+#: Wall seconds the simulated driver waits after each tick for the mpc's command.
+COMMAND_WAIT_S = 0.2
+
+
 class _Observer:
     """Demo-side subscriptions: the latest model, parameters, prediction error and state."""
 
@@ -206,6 +210,9 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
         driver = SimDriver(context=context, parameter_overrides=robot + [
             Parameter('clock_mode', value='lockstep'),
             Parameter('real_time_factor', value=float(args.real_time_factor)),
+            # every tick waits for the mpc's answer: on a loaded 2-core laptop the Python
+            # nodes share one interpreter, and late commands would decide the swing-up
+            Parameter('command_wait', value=COMMAND_WAIT_S),
             Parameter('param_error', value=float(args.param_error)),
             Parameter('seed', value=int(args.seed))])
         spin(driver)

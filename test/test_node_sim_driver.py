@@ -140,3 +140,33 @@ def test_use_sim_time_nodes_follow_the_lockstep_clock(executor):
     assert wait_for(lambda: follower.get_clock().now().nanoseconds > 0.5e9, timeout=10.0)
     lag = driver.plant.time - follower.get_clock().now().nanoseconds * 1e-9
     assert -0.01 <= lag < 1.5   # plant seconds; the follower sees /clock with some delay
+
+
+def test_command_wait_keeps_the_plant_in_lockstep_with_the_controller(executor):
+    # as fast as possible, but every tick waits for the controller's answer
+    driver = make_driver(executor, real_time_factor=0.0, command_wait=1.0)
+    probe = executor.add_node(Node('answering_controller', context=executor.executor.context))
+    publisher = probe.create_publisher(Float64MultiArray, '/effort_controller/commands', 10)
+    answering, answered = [True], []
+
+    def answer(msg: JointState) -> None:
+        if answering[0]:
+            time.sleep(0.002)   # a controller slower than the plant
+            publisher.publish(Float64MultiArray(data=[0.5]))
+            answered.append(stamp_to_sec(msg.header.stamp))
+
+    probe.create_subscription(JointState, '/joint_states', answer, qos_profile_sensor_data)
+    assert wait_for(lambda: len(answered) > 20, timeout=20.0)
+    ticks, count = driver.stats['ticks'], len(answered)
+    assert wait_for(lambda: len(answered) > count + 100, timeout=20.0)
+    # one tick per answer (a best-effort state can be lost: then that tick's wait times out)
+    steps = driver.stats['ticks'] - ticks
+    assert len(answered) - count - 2 <= steps <= len(answered) - count + 2
+    assert driver.stats['command_waits_timed_out'] <= 1
+    # a controller that goes quiet does not stall the plant: three waits, then free running
+    timed_out = driver.stats['command_waits_timed_out']
+    answering[0] = False
+    quiet = driver.stats['ticks']
+    assert wait_for(lambda: driver.stats['ticks'] > quiet + 200, timeout=20.0)
+    assert driver.stats['command_waits_timed_out'] - timed_out == 3
+    assert driver.warnings.drops.get('command_wait', 0) >= 1

@@ -15,6 +15,12 @@ Clock modes (``clock_mode``):
   times real time), publishes ``/clock`` with the plant time before each tick's messages and
   stamps them with it.  Run every other node with ``use_sim_time:=true`` so that their
   clocks, timers and command timeouts follow the plant; tests and the laptop demo use it.
+  With ``command_wait`` > 0 the driver also waits, after each tick, up to that many wall
+  seconds for the controller's next command (the lockstep of PX4's and Gazebo's simulators):
+  the controller then sees every state and the plant gets every command one tick later,
+  whatever the load of the machine, so a closed loop in simulated time does not depend on how
+  fast the computer is.  Until the first command, and after three ticks in a row without one,
+  it steps without waiting (a controller that is not running does not stall the plant).
 
 A bad command (wrong length, NaN/Inf) is dropped with a throttled warning and the last valid
 command stays; after ``command_timeout`` s without a valid command the driver applies zero,
@@ -60,6 +66,9 @@ class SimDriverConfig:
         'possible; other nodes need use_sim_time)'))
     real_time_factor: float = field(default=0.0, metadata=_meta(
         'lockstep only: pace the plant at this multiple of real time; 0 = as fast as possible'))
+    command_wait: float = field(default=0.0, metadata=_meta(
+        'lockstep only: wall seconds to wait after each tick for the next command (the '
+        'controller in lockstep with the plant); 0 = do not wait'))
     rate_hz: float = field(default=0.0, metadata=_meta(
         "joint_states and command-loop rate, Hz; 0 = the robot's driver rate"))
     joint_states_topic: str = field(default='joint_states', metadata=_meta(
@@ -91,7 +100,8 @@ class SimDriverConfig:
         """Validate choices and ranges."""
         if self.clock_mode not in _CLOCK_MODES:
             raise ValueError(f'clock_mode must be one of {_CLOCK_MODES}, got {self.clock_mode!r}')
-        for name in ('real_time_factor', 'rate_hz', 'command_timeout', 'mocap_rate_hz'):
+        for name in ('real_time_factor', 'command_wait', 'rate_hz', 'command_timeout',
+                     'mocap_rate_hz'):
             value = getattr(self, name)
             if not (np.isfinite(value) and value >= 0.0):
                 raise ValueError(f'{name} must be finite and >= 0, got {value!r}')
@@ -135,6 +145,9 @@ class SimDriver(Node):
         self._command = np.zeros(len(self.plant.command_joints))
         self._command_time = None
         self._timed_out = False
+        self._new_command = threading.Event()
+        self._missed_commands = 0
+        self.stats = {'ticks': 0, 'command_waits_timed_out': 0}
         self.command_topic = config.command_topic or f'/{self.info.controller_name}/commands'
         self.joint_states_pub = self.create_publisher(
             JointState, config.joint_states_topic, qos_profile_sensor_data)
@@ -178,6 +191,8 @@ class SimDriver(Node):
             return
         with self._lock:
             self._command, self._command_time, self._timed_out = u, self.now(), False
+            self._missed_commands = 0   # a controller that went quiet is back: wait again
+        self._new_command.set()
 
     def _current_command(self) -> np.ndarray:
         """Return the command to apply now (zero after the timeout)."""
@@ -223,7 +238,10 @@ class SimDriver(Node):
         factor, start = self.config.real_time_factor, time.monotonic()
         try:
             while not self._stop.is_set() and self.context.ok():
+                self._new_command.clear()
                 self.tick()
+                self.stats['ticks'] += 1
+                self._wait_for_command()
                 if factor > 0:
                     ahead = self.plant.time / factor - (time.monotonic() - start)
                     if ahead > 0:
@@ -233,6 +251,20 @@ class SimDriver(Node):
         except Exception as error:  # noqa: B902 - shutdown races end the loop, quietly
             if self.context.ok():
                 self.get_logger().error(f'lockstep loop stopped: {error!r}')
+
+    def _wait_for_command(self) -> None:
+        """Lockstep with ``command_wait``: wait for the command answering this tick."""
+        wait = self.config.command_wait
+        if wait <= 0 or self._command_time is None or self._missed_commands >= 3:
+            return   # no controller yet, or it went quiet (its next command re-arms)
+        if self._new_command.wait(wait):
+            self._missed_commands = 0
+            return
+        self._missed_commands += 1
+        self.stats['command_waits_timed_out'] += 1
+        self.warnings.warn('command_wait', f'no command within {wait} s of a tick; '
+                           'stepping on' + (' without waiting until commands return'
+                                            if self._missed_commands >= 3 else ''))
 
     def stop(self) -> None:
         """Stop stepping the plant (lockstep thread or real-time timer); the node stays up."""
