@@ -136,6 +136,36 @@ def test_constrained_svgd_matches_conditional_gaussian():
     assert ((ratio - 1.0).abs() < 0.15).all(), ratio
 
 
+def test_joint_log_prob_and_constraints_give_the_same_run():
+    generator = torch.Generator().manual_seed(8)
+    mean = _randn(generator, 3)
+    a = torch.tensor([[1.0, -1.0, 2.0]], dtype=DTYPE)
+
+    def log_prob(x):
+        return -0.5 * (x - mean).square().sum(-1)
+
+    def constraint(x):
+        return torch.sin(x @ a.T) - 0.2
+
+    def joint(x):
+        return log_prob(x), constraint(x)
+
+    initial = sobol_particles(12, [-2.0] * 3, [2.0] * 3, seed=3)
+    schedule = AugmentedLagrangian(mu=1.0, mu_growth=1.5, mu_max=10.0, update_every=3)
+    svgd = SVGD('imq', 'sgd', lr=0.05)
+    separate = svgd.run(log_prob, initial, 20, constraint, schedule)
+    together = svgd.run(joint, initial, 20, lagrangian=schedule, with_constraints=True)
+    torch.testing.assert_close(together.particles, separate.particles, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(together.multipliers, separate.multipliers)
+    assert together.mu == separate.mu and together.history == separate.history
+    with pytest.raises(ValueError, match='with_constraints=True'):
+        svgd.run(joint, initial, 1)
+    with pytest.raises(ValueError, match='do not pass constraint_fn'):
+        svgd.run(joint, initial, 1, constraint, with_constraints=True)
+    with pytest.raises(ValueError, match=r'must return \(log_p, c\)'):
+        svgd.run(log_prob, initial, 1, with_constraints=True)
+
+
 def test_particles_simulate_in_one_batched_model_call():
     """Per-body inertial scales of the double pendulum, all particles in one rnea call."""
     model = load_urdf(urdf_path('double_pendulum'), dtype=DTYPE)

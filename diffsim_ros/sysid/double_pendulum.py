@@ -214,6 +214,54 @@ class _ModelMap:
         return double_pendulum_model(self.parameters.physical(z), z.dtype)
 
 
+def _rk4_step(coefficients: Sequence[Tensor], q1: Tensor, q2: Tensor, w1: Tensor, w2: Tensor,
+              h: float, vs: float) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    k1 = _accelerations(coefficients, q1, q2, w1, w2, vs)
+    k2 = _accelerations(coefficients, q1 + 0.5 * h * w1, q2 + 0.5 * h * w2,
+                        w1 + 0.5 * h * k1[0], w2 + 0.5 * h * k1[1], vs)
+    k3 = _accelerations(coefficients, q1 + 0.5 * h * (w1 + 0.5 * h * k1[0]),
+                        q2 + 0.5 * h * (w2 + 0.5 * h * k1[1]),
+                        w1 + 0.5 * h * k2[0], w2 + 0.5 * h * k2[1], vs)
+    k4 = _accelerations(coefficients, q1 + h * (w1 + 0.5 * h * k2[0]),
+                        q2 + h * (w2 + 0.5 * h * k2[1]), w1 + h * k3[0], w2 + h * k3[1], vs)
+    # q' = qd, so the velocity stages of RK4 are the w of each stage
+    dq1 = w1 + 2.0 * (w1 + 0.5 * h * k1[0]) + 2.0 * (w1 + 0.5 * h * k2[0]) + (w1 + h * k3[0])
+    dq2 = w2 + 2.0 * (w2 + 0.5 * h * k1[1]) + 2.0 * (w2 + 0.5 * h * k2[1]) + (w2 + h * k3[1])
+    return (q1 + h / 6.0 * dq1, q2 + h / 6.0 * dq2,
+            w1 + h / 6.0 * (k1[0] + 2.0 * k2[0] + 2.0 * k3[0] + k4[0]),
+            w2 + h / 6.0 * (k1[1] + 2.0 * k2[1] + 2.0 * k3[1] + k4[1]))
+
+
+def _sample_period(method: str, substeps: int, h: float, vs: float) -> Callable:
+    """Return ``step(coefficients, q1, q2, w1, w2) -> (q1, q2, w1, w2, state)``."""
+
+    def step(coefficients: Sequence[Tensor], q1: Tensor, q2: Tensor, w1: Tensor,
+             w2: Tensor) -> Tuple[Tensor, ...]:
+        for _ in range(substeps):
+            if method == 'semi_implicit_euler':
+                a1, a2 = _accelerations(coefficients, q1, q2, w1, w2, vs)
+                w1, w2 = w1 + h * a1, w2 + h * a2
+                q1, q2 = q1 + h * w1, q2 + h * w2
+            else:
+                q1, q2, w1, w2 = _rk4_step(coefficients, q1, q2, w1, w2, h, vs)
+        return q1, q2, w1, w2, torch.stack((q1, q2, w1, w2), -1)
+    return step
+
+
+#: ``torch.compile``-d sample periods by ``(method, substeps, h, velocity_scale)``.
+_COMPILED: Dict[tuple, Callable] = {}
+
+
+def _compiled_sample_period(method: str, substeps: int, h: float, vs: float) -> Callable:
+    key = (method, substeps, h, vs)
+    if key not in _COMPILED:
+        # One fused C++ kernel per sample period, forward and backward: the step is a few
+        # dozen elementwise operations whose per-call overhead dominates in eager mode.
+        _COMPILED[key] = torch.compile(_sample_period(method, substeps, h, vs),
+                                       dynamic=False, options={'cpp_wrapper': True})
+    return _COMPILED[key]
+
+
 class DoublePendulumSimulator:
     """
     Batched closed-form simulator of the unactuated pendulum (``TrajectorySimulator`` API).
@@ -224,7 +272,7 @@ class DoublePendulumSimulator:
 
     def __init__(self, dt: float, method: str = 'semi_implicit_euler', substeps: int = 1,
                  parameters: Optional[ParameterMap] = None, gravity: float = GRAVITY,
-                 velocity_scale: float = VELOCITY_SCALE) -> None:
+                 velocity_scale: float = VELOCITY_SCALE, compiled: bool = False) -> None:
         """
         Build the simulator.
 
@@ -235,6 +283,9 @@ class DoublePendulumSimulator:
         :param parameters: the parameter map (default :func:`parameter_map`).
         :param gravity: gravitational acceleration, m/s^2.
         :param velocity_scale: Coulomb ramp, rad/s.
+        :param compiled: run each sample period through a ``torch.compile``-d step (one
+            fused kernel forward and backward; several times faster for repeated calls
+            with the same shapes, but each new shape compiles first, tens of seconds).
         """
         if method not in METHODS:
             raise ValueError(f'unknown integrator {method!r}; valid: {", ".join(METHODS)}')
@@ -248,6 +299,7 @@ class DoublePendulumSimulator:
         self.substeps = int(substeps)
         self.gravity = float(gravity)
         self.velocity_scale = float(velocity_scale)
+        self.compiled = bool(compiled)
 
     def simulate(self, params: Tensor, x0: Tensor, controls: Tensor) -> Tensor:
         """
@@ -277,38 +329,16 @@ class DoublePendulumSimulator:
             raise ShapeError(f'x0: expected shape (..., P, 4), got {tuple(x0.shape)}')
         coefficients = _coefficients(physical.to(x0.dtype), self.gravity)
         x0 = x0.expand(x0.shape[:-2] + (physical.shape[0], 4))
-        q1, q2, w1, w2 = x0.unbind(-1)
+        # contiguous operands: the compiled step would otherwise compile again for strides
+        q1, q2, w1, w2 = (v.contiguous() for v in x0.unbind(-1))
         h = self.dt / self.substeps
-        vs = self.velocity_scale
+        factory = _compiled_sample_period if self.compiled else _sample_period
+        step = factory(self.method, self.substeps, h, self.velocity_scale)
         out = [x0]
         for _ in range(steps):
-            for _ in range(self.substeps):
-                if self.method == 'semi_implicit_euler':
-                    a1, a2 = _accelerations(coefficients, q1, q2, w1, w2, vs)
-                    w1, w2 = w1 + h * a1, w2 + h * a2
-                    q1, q2 = q1 + h * w1, q2 + h * w2
-                else:
-                    q1, q2, w1, w2 = _rk4_step(coefficients, q1, q2, w1, w2, h, vs)
-            out.append(torch.stack((q1, q2, w1, w2), -1))
+            q1, q2, w1, w2, state = step(coefficients, q1, q2, w1, w2)
+            out.append(state)
         return torch.stack(out, -2)
-
-
-def _rk4_step(coefficients: Sequence[Tensor], q1: Tensor, q2: Tensor, w1: Tensor, w2: Tensor,
-              h: float, vs: float) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    k1 = _accelerations(coefficients, q1, q2, w1, w2, vs)
-    k2 = _accelerations(coefficients, q1 + 0.5 * h * w1, q2 + 0.5 * h * w2,
-                        w1 + 0.5 * h * k1[0], w2 + 0.5 * h * k1[1], vs)
-    k3 = _accelerations(coefficients, q1 + 0.5 * h * (w1 + 0.5 * h * k1[0]),
-                        q2 + 0.5 * h * (w2 + 0.5 * h * k1[1]),
-                        w1 + 0.5 * h * k2[0], w2 + 0.5 * h * k2[1], vs)
-    k4 = _accelerations(coefficients, q1 + h * (w1 + 0.5 * h * k2[0]),
-                        q2 + h * (w2 + 0.5 * h * k2[1]), w1 + h * k3[0], w2 + h * k3[1], vs)
-    # q' = qd, so the velocity stages of RK4 are the w of each stage
-    dq1 = w1 + 2.0 * (w1 + 0.5 * h * k1[0]) + 2.0 * (w1 + 0.5 * h * k2[0]) + (w1 + h * k3[0])
-    dq2 = w2 + 2.0 * (w2 + 0.5 * h * k1[1]) + 2.0 * (w2 + 0.5 * h * k2[1]) + (w2 + h * k3[1])
-    return (q1 + h / 6.0 * dq1, q2 + h / 6.0 * dq2,
-            w1 + h / 6.0 * (k1[0] + 2.0 * k2[0] + 2.0 * k3[0] + k4[0]),
-            w2 + h / 6.0 * (k1[1] + 2.0 * k2[1] + 2.0 * k3[1] + k4[1]))
 
 
 def true_length_error(physical: Tensor) -> Tensor:
@@ -349,8 +379,8 @@ def state_references(trajectories: Sequence[Trajectory], horizon: int, start: in
 
 def make_likelihood(references: Tensor, dt: float, windows: int = 1,
                     sigma: Union[float, Sequence[float]] = SIGMA, combine: str = 'product',
-                    method: str = 'semi_implicit_euler', substeps: int = 1
-                    ) -> SingleShooting:
+                    method: str = 'semi_implicit_euler', substeps: int = 1,
+                    compiled: bool = False) -> SingleShooting:
     """
     Return the single- (``windows = 1``) or multiple-shooting likelihood of references.
 
@@ -361,10 +391,12 @@ def make_likelihood(references: Tensor, dt: float, windows: int = 1,
     :param combine: ``'product'`` (one pendulum explains every reference) or ``'sum'``.
     :param method: integrator of :class:`DoublePendulumSimulator`.
     :param substeps: integration steps per sample.
+    :param compiled: simulate with the ``torch.compile``-d step (see
+        :class:`DoublePendulumSimulator`).
     :return: the likelihood; its particles hold the parameter coordinates ``z`` of
         :func:`parameter_map` (then the shooting start states).
     """
-    simulator = DoublePendulumSimulator(dt, method, substeps)
+    simulator = DoublePendulumSimulator(dt, method, substeps, compiled=compiled)
     controls = references.new_zeros(references.shape[0], references.shape[1] - 1, 1)
     sigma = torch.as_tensor(sigma, dtype=references.dtype)
     if windows == 1:
@@ -388,6 +420,30 @@ def log_posterior(likelihood: SingleShooting) -> Callable[[Tensor], Tensor]:
         prior = parameters.log_abs_det_jacobian(particles[:, :parameters.dim])
         return likelihood.log_prob(particles) + prior
     return log_prob
+
+
+def log_posterior_and_defects(likelihood: MultipleShooting
+                              ) -> Callable[[Tensor], Tuple[Tensor, Tensor]]:
+    """
+    Return ``particles (P, D) -> (log p (P,), defects (P, k))`` from one rollout.
+
+    The same density as :func:`log_posterior` and the constraints of
+    :func:`constraint_function`, for :meth:`SVGD.run <diffsim_ros.sysid.svgd.SVGD.run>`
+    with ``with_constraints=True`` (one rollout per step instead of two).
+
+    :param likelihood: a multiple-shooting likelihood from :func:`make_likelihood`.
+    :return: the differentiable pair.
+    """
+    if not isinstance(likelihood, MultipleShooting):
+        raise ValueError('log_posterior_and_defects needs a multiple-shooting likelihood '
+                         '(windows > 1)')
+    parameters = likelihood.simulator.parameters
+
+    def evaluate(particles: Tensor) -> Tuple[Tensor, Tensor]:
+        prior = parameters.log_abs_det_jacobian(particles[:, :parameters.dim])
+        log_prob, defects = likelihood.log_prob_and_defects(particles)
+        return log_prob + prior, defects
+    return evaluate
 
 
 def constraint_function(likelihood: SingleShooting) -> Optional[Callable[[Tensor], Tensor]]:
@@ -429,15 +485,27 @@ def physical_parameters(likelihood: SingleShooting, particles: Tensor) -> Tensor
     return likelihood.simulator.parameters.physical(likelihood.unpack(particles))
 
 
+#: Ways :func:`trajectory_metrics` forms the simulated sample sets.
+POOLING = ('particle', 'pooled')
+
+
 def trajectory_metrics(physical: Tensor, references: Tensor, dt: float, stride: int = 10,
-                       k: int = 3, method: str = 'semi_implicit_euler', substeps: int = 1
-                       ) -> Dict[str, float]:
+                       k: int = 3, method: str = 'semi_implicit_euler', substeps: int = 1,
+                       pooling: str = 'particle') -> Dict[str, float]:
     """
     Compare real trajectories with the parameter samples' simulations (CSVGD Table 2).
 
-    Every sample is simulated from each real trajectory's first state; the real set is the
-    ``R`` trajectories, the simulated set the ``R P`` simulations, both sampled every
-    ``stride`` steps and scaled per state coordinate by the real standard deviation.
+    Every sample is simulated from each real trajectory's first state over its horizon;
+    trajectories are sampled every ``stride`` steps, scaled per state coordinate by the real
+    standard deviation and flattened to one vector each.
+
+    With ``pooling='particle'`` each parameter sample ``p`` gives a simulated set of ``R``
+    trajectories, one from each real start, like the real set; ``KL(real || sim_p)``,
+    ``KL(sim_p || real)`` and ``MMD(real, sim_p)`` are averaged over the samples (the
+    posterior expectation).  With ``'pooled'`` the real set is compared with all ``R P``
+    simulations at once; then the ``P`` simulations from one start are each other's nearest
+    neighbours, so the k-NN estimate of ``KL(sim || real)`` grows without bound as the
+    posterior narrows, even for a perfect model (kept for comparison).
 
     :param physical: parameter samples ``(P, 11)``.
     :param references: held-out real states ``(R, T + 1, 4)``, ``R > k``.
@@ -446,17 +514,23 @@ def trajectory_metrics(physical: Tensor, references: Tensor, dt: float, stride: 
     :param k: neighbour order of the KL estimator.
     :param method: integrator.
     :param substeps: integration steps per sample.
+    :param pooling: ``'particle'`` or ``'pooled'``.
     :return: ``kl_real_sim``, ``kl_sim_real`` (nats) and ``mmd`` (squared MMD).
     """
+    if pooling not in POOLING:
+        raise ValueError(f'unknown pooling {pooling!r}; valid: {", ".join(POOLING)}')
     simulator = DoublePendulumSimulator(dt, method, substeps)
     with torch.no_grad():
         states = simulator.simulate_physical(physical.to(references.dtype),
                                              references[:, None, 0], references.shape[1] - 1)
         real = references[:, ::stride]
-        sim = states[:, :, ::stride].reshape(-1, *real.shape[1:])
-        finite = torch.isfinite(sim).flatten(1).all(-1)
-        sim = torch.where(finite[:, None, None], sim, real.new_tensor(1e6))
+        sims = states[:, :, ::stride].transpose(0, 1)           # (P, R, T', 4)
+        finite = torch.isfinite(sims).flatten(2).all(-1)
+        sims = torch.where(finite[..., None, None], sims, real.new_tensor(1e6))
         scale = real.reshape(-1, real.shape[-1]).std(0)
-        return {'kl_real_sim': float(knn_kl_divergence(real, sim, k, scale)),
-                'kl_sim_real': float(knn_kl_divergence(sim, real, k, scale)),
-                'mmd': float(mmd(real, sim, scale=scale))}
+        sets = [sims.reshape(-1, *real.shape[1:])] if pooling == 'pooled' else list(sims)
+        values = torch.tensor([[float(knn_kl_divergence(real, sim, k, scale)),
+                                float(knn_kl_divergence(sim, real, k, scale)),
+                                float(mmd(real, sim, scale=scale))] for sim in sets])
+        kl_real_sim, kl_sim_real, squared_mmd = values.mean(0).tolist()
+        return {'kl_real_sim': kl_real_sim, 'kl_sim_real': kl_sim_real, 'mmd': squared_mmd}

@@ -51,10 +51,13 @@ def gaussian_log_likelihood(simulated: Tensor, reference: Tensor, sigma: Tensor)
     :param sigma: standard deviation ``(s,)`` or scalar, in state units.
     :return: log-likelihood summed over time and state coordinates ``(...)``.
     """
-    z = (reference - simulated) / sigma
-    log_norm = torch.log(sigma) + 0.5 * math.log(2.0 * math.pi)
-    elementwise = -0.5 * z.square() - log_norm
-    return elementwise.sum(dim=(-2, -1))
+    sigma = torch.as_tensor(sigma, dtype=simulated.dtype, device=simulated.device)
+    z = (reference - simulated) * sigma.reciprocal()
+    # The normalising constant is summed on the small (s,) vector, not per element.
+    T = max(simulated.shape[-2], reference.shape[-2])
+    log_norm = T * (torch.log(sigma) + 0.5 * math.log(2.0 * math.pi)).expand(
+        simulated.shape[-1]).sum()
+    return -0.5 * z.square().sum(dim=(-2, -1)) - log_norm
 
 
 class ParameterMap:

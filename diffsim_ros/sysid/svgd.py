@@ -29,7 +29,7 @@ import torch
 from ..core.errors import ShapeError
 
 Tensor = torch.Tensor
-LogProbFn = Callable[[Tensor], Tensor]
+LogProbFn = Callable[[Tensor], Union[Tensor, Tuple[Tensor, Tensor]]]
 ConstraintFn = Callable[[Tensor], Tensor]
 Callback = Callable[[int, Tensor, Dict[str, float]], None]
 
@@ -246,7 +246,8 @@ class SVGD:
     def run(self, log_prob_fn: LogProbFn, initial: Tensor, steps: int,
             constraint_fn: Optional[ConstraintFn] = None,
             lagrangian: Optional[AugmentedLagrangian] = None,
-            callback: Optional[Callback] = None) -> SVGDResult:
+            callback: Optional[Callback] = None,
+            with_constraints: bool = False) -> SVGDResult:
         """
         Move particles ``steps`` times along the (constrained) Stein direction.
 
@@ -254,7 +255,7 @@ class SVGD:
         gradients of ``log_prob_fn(x).sum()`` (particle ``i``'s log density depends only on
         row ``i``, so one backward pass gives every ``grad log p(x_i)``).
 
-        With ``constraint_fn`` (CSVGD) every particle ``i`` has its own multipliers
+        With constraints (CSVGD) every particle ``i`` has its own multipliers
         ``lambda_i (m,)``; the SVGD direction of ``log p`` is augmented by the gradient of
         particle ``i``'s own penalty, ``grad_{x_i} [-lambda_i^T c(x_i) - mu/2 |c(x_i)|^2]``.
         The penalty acts locally, outside the kernel average, so a neighbour's defects never
@@ -264,45 +265,61 @@ class SVGD:
         For a linear constraint the tangential motion is exactly SVGD on the conditional
         density, and the normal motion drives every ``c(x_i)`` to zero.
 
-        :param log_prob_fn: ``x (P, d) -> log p(x) (P,)``, differentiable, up to a constant.
+        The constraints come from ``constraint_fn`` or, with ``with_constraints``, from
+        ``log_prob_fn``, which then returns ``(log p (P,), c (P, m))``: a simulator evaluates
+        both from one rollout (e.g. :meth:`MultipleShooting.log_prob_and_defects
+        <diffsim_ros.sysid.likelihoods.MultipleShooting.log_prob_and_defects>`).  Either way
+        one forward and one backward pass per step give both gradients: the particles are
+        stacked twice, the first copy carries ``log p`` and the second the penalty.
+
+        :param log_prob_fn: ``x (P, d) -> log p(x) (P,)`` (or ``(log p(x), c(x))``, see
+            ``with_constraints``), differentiable, up to a constant; row ``i`` depends on
+            ``x_i`` only.
         :param initial: initial particles ``(P, d)`` (not modified).
         :param steps: number of updates.
-        :param constraint_fn: optional ``x (P, d) -> c(x) (P, m)``, differentiable.
+        :param constraint_fn: optional ``x (P, d) -> c(x) (P, m)``, differentiable; not
+            allowed when ``log_prob_fn`` returns the constraints.
         :param lagrangian: schedule of ``mu`` and the multiplier updates (``None``: the
             defaults of :class:`AugmentedLagrangian`).
         :param callback: called as ``callback(step, particles, record)`` after each step.
+        :param with_constraints: ``log_prob_fn`` returns the pair ``(log p, c)``.
         :return: the final particles, multipliers and per-step history.
         """
         _check_particles('initial', initial)
+        if with_constraints and constraint_fn is not None:
+            raise ValueError('with_constraints: log_prob_fn returns the constraints; do not '
+                             'pass constraint_fn as well')
         lagrangian = lagrangian or AugmentedLagrangian()
         x = initial.detach().clone().requires_grad_(True)
+        P = x.shape[0]
         optimizer = _OPTIMIZERS[self.optimizer]([x], lr=self.lr)
         gamma = 1.0 if self.lr_final is None or steps < 2 \
             else (self.lr_final / self.lr) ** (1.0 / (steps - 1))
         schedule = torch.optim.lr_scheduler.ExponentialLR(optimizer, gamma)
         multipliers: Optional[Tensor] = None
         mu = lagrangian.mu
+        constrained = with_constraints or constraint_fn is not None
         history: List[Dict[str, float]] = []
         for step in range(steps):
-            log_p = log_prob_fn(x)
-            if log_p.shape != x.shape[:1]:
-                raise ShapeError(f'log_prob_fn: expected shape ({x.shape[0]},), '
-                                 f'got {tuple(log_p.shape)}')
-            grad_log_p, = torch.autograd.grad(log_p.sum(), x)
-            phi = svgd_direction(x.detach(), grad_log_p, self.kernel)
-            record = {'log_prob': float(log_p.detach().mean()),
-                      'phi_norm': float(phi.norm(dim=-1).mean())}
-            if constraint_fn is not None:
-                c = constraint_fn(x)
-                if c.dim() != 2 or c.shape[0] != x.shape[0]:
-                    raise ShapeError(f'constraint_fn: expected shape ({x.shape[0]}, m), '
-                                     f'got {tuple(c.shape)}')
+            # Constrained: rows :P carry log p and rows P: the penalty, so that one backward
+            # pass through one simulation returns both per-particle gradients.
+            copies = x.detach().repeat(2, 1) if constrained else x.detach()
+            copies.requires_grad_(True)
+            log_p, c = _evaluate(log_prob_fn, constraint_fn, copies, with_constraints)
+            log_p = log_p[:P]
+            objective = log_p.sum()
+            if c is not None:
+                c = c[P:]
                 if multipliers is None:
                     multipliers = c.new_zeros(c.shape).detach()
-                penalty = (multipliers * c).sum() + 0.5 * mu * c.square().sum()
-                grad_penalty, = torch.autograd.grad(penalty, x)
-                phi = phi - grad_penalty
-                record['violation'] = float(c.detach().abs().max())
+                objective = objective - (multipliers * c).sum() - 0.5 * mu * c.square().sum()
+            gradient, = torch.autograd.grad(objective, copies)
+            phi = svgd_direction(x.detach(), gradient[:P], self.kernel)
+            record = {'log_prob': float(log_p.detach().mean()),
+                      'phi_norm': float(phi.norm(dim=-1).mean())}
+            if c is not None:
+                phi = phi + gradient[P:]
+                record['violation'] = float(c.detach().abs().max()) if c.numel() else 0.0
                 if (step + 1) % lagrangian.update_every == 0:
                     multipliers = multipliers + mu * c.detach()
                     mu = min(mu * lagrangian.mu_growth, lagrangian.mu_max)
@@ -313,8 +330,32 @@ class SVGD:
             history.append(record)
             if callback is not None:
                 callback(step, x.detach(), record)
-        return SVGDResult(x.detach(), multipliers, mu if constraint_fn is not None else None,
-                          history)
+        return SVGDResult(x.detach(), multipliers, mu if constrained else None, history)
+
+
+def _evaluate(log_prob_fn: LogProbFn, constraint_fn: Optional[ConstraintFn], x: Tensor,
+              with_constraints: bool) -> Tuple[Tensor, Optional[Tensor]]:
+    """Return ``log p (N,)`` and the constraints ``(N, m)`` (or ``None``) of particles."""
+    c = None
+    if with_constraints:
+        out = log_prob_fn(x)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise ValueError('with_constraints: log_prob_fn must return (log_p, c)')
+        log_p, c = out
+    else:
+        log_p = log_prob_fn(x)
+        if isinstance(log_p, tuple):
+            raise ValueError('log_prob_fn returned a tuple; pass with_constraints=True if it '
+                             'returns (log_p, c)')
+        if constraint_fn is not None:
+            c = constraint_fn(x)
+    if log_p.shape != x.shape[:1]:
+        raise ShapeError(f'log_prob_fn: expected shape ({x.shape[0]},), '
+                         f'got {tuple(log_p.shape)}')
+    if c is not None and (c.dim() != 2 or c.shape[0] != x.shape[0]):
+        raise ShapeError(f'constraint_fn: expected shape ({x.shape[0]}, m), '
+                         f'got {tuple(c.shape)}')
+    return log_p, c
 
 
 def sobol_particles(count: int, lower: Sequence[float], upper: Sequence[float],
