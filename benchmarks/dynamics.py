@@ -15,7 +15,8 @@ For each algorithm and batch size B the script times, per call and per sample:
 * differentiable-robot-model (float32 only: it hard-codes float32), forward and
   forward+backward with every link's mass, CoM and inertia learnable;
 * the core's fused C++ kernels (``diffsim_ros.core.native``: ``rnea_native``,
-  ``aba_native``), float64, forward and forward+backward, when they compile here.
+  ``aba_native``, ``crba_native``), float64, forward and forward+backward, when they
+  compile here.
 
 Run ``python benchmarks/dynamics.py [--quick] [--json PATH] [--markdown PATH]``;
 ``benchmarks/README.md`` explains the columns.
@@ -79,7 +80,7 @@ RATIOS = (
     ('native_fb64_over_pin_rnea_batched', 'nat f+b64/pinRNEAbatch'),
 )
 #: Algorithms with a fused native kernel (``diffsim_ros.core.native``).
-NATIVE_ALGORITHMS = ('rnea', 'aba')
+NATIVE_ALGORITHMS = ('rnea', 'aba', 'crba')
 
 Inputs = Dict[str, np.ndarray]
 Results = Dict[str, Dict[str, Dict[int, _common.Timing]]]
@@ -216,7 +217,8 @@ class OursEngine:
         available, reason = native.native_available()
         if not available:
             return None, f'native kernels unavailable ({reason}); columns skipped'
-        return ({'rnea': native.rnea_native, 'aba': native.aba_native},
+        return ({'rnea': native.rnea_native, 'aba': native.aba_native,
+                 'crba': native.crba_native},
                 'native kernels: diffsim_ros.core.native (fused C++/OpenMP, '
                 f'{torch.get_num_threads()} threads), built or loaded in '
                 f'{time.perf_counter() - start:.1f} s')
@@ -239,7 +241,7 @@ class OursEngine:
         :param inputs: arrays from :func:`make_inputs`.
         :param backward: also back-propagate ``out.square().sum()`` to ``model.inertial``.
         :param compiled: use the core's compiled variant.
-        :param native: use the fused native kernel (``rnea``/``aba`` only).
+        :param native: use the fused native kernel.
         :return: the callable.
         """
         fn = self._function(alg, compiled, native)
@@ -281,7 +283,8 @@ class OursEngine:
         Evaluate the native kernels in float64 for the agreement check.
 
         :param inputs: arrays from :func:`make_inputs`.
-        :return: ``rnea`` and ``aba`` ``(B, n)`` as arrays (empty without the kernels).
+        :return: ``rnea``, ``aba`` ``(B, n)`` and ``crba`` ``(B, n, n)`` as arrays (empty
+            without the kernels).
         """
         if self.native is None:
             return {}

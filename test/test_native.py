@@ -1,11 +1,11 @@
-"""The fused C++ RNEA/ABA kernels equal the torch algorithms, with exact parameter gradients."""
+"""The fused C++ RNEA/ABA/CRBA kernels equal the torch algorithms, with exact gradients."""
 
 import logging
 
 from diffsim_ros import robots
-from diffsim_ros.core import aba, load_urdf, rnea, ShapeError
+from diffsim_ros.core import aba, crba, load_urdf, rnea, ShapeError
 from diffsim_ros.core import native
-from diffsim_ros.core.native import aba_native, rnea_native
+from diffsim_ros.core.native import aba_native, crba_native, rnea_native
 import pytest
 import torch
 from torch.autograd import gradcheck
@@ -13,7 +13,20 @@ from urdf_factory import case_urdf, reference_cases, robot_to_urdf, seeded_robot
 
 #: Agreement with the torch algorithms, relative to max(1, |reference|).
 TOL = {torch.float64: 1e-12, torch.float32: 2e-4}
-PAIRS = {'rnea': (rnea_native, rnea), 'aba': (aba_native, aba)}
+
+
+def _crba_native(model, q, qd, x):
+    return crba_native(model, q)
+
+
+def _crba(model, q, qd, x):
+    return crba(model, q)
+
+
+#: (native, torch) with the signature (model, q, qd, x); CRBA ignores qd and x.
+PAIRS = {'rnea': (rnea_native, rnea), 'aba': (aba_native, aba), 'crba': (_crba_native, _crba)}
+#: Leaves whose gradient each kernel computes besides inertial and armature.
+STATE_GRADIENT = {'rnea': True, 'aba': True, 'crba': False}
 
 
 @pytest.fixture(scope='session')
@@ -82,7 +95,7 @@ def test_matches_torch_particle_batched(kernels, algorithm):
     q, qd, x = (_randn(g, 5, n) for _ in range(3))
     with torch.no_grad():
         out = fast(model, q, qd, x)
-        assert out.shape == (particles, 5, n)
+        assert out.shape == (particles, 5, n) + ((n,) if algorithm == 'crba' else ())
         _close(out, reference(model, q, qd, x))
 
 
@@ -107,7 +120,7 @@ def test_gradcheck_inertial_armature_and_last_input(kernels, model_name, algorit
     fast, _ = PAIRS[algorithm]
     q, qd, x = (_randn(g, 3, model.n) for _ in range(3))
     leaves = (model.inertial.clone().requires_grad_(), model.armature.clone().requires_grad_(),
-              x.requires_grad_())
+              x.requires_grad_(STATE_GRADIENT[algorithm]))
 
     def fn(inertial, armature, x):
         return fast(model.replace(inertial=inertial, armature=armature), q, qd, x)
@@ -133,15 +146,112 @@ def test_gradients_equal_torch_autograd_across_threads(kernels, algorithm):
     model = _with_armature(load_urdf(robots.urdf_string('panda')), g)
     fast, reference = PAIRS[algorithm]
     q, qd, x = (_randn(g, 200, model.n) for _ in range(3))
-    weight = _randn(g, 200, model.n)
+    weight = None
     grads = []
     for fn in (fast, reference):
         inertial = model.inertial.clone().requires_grad_()
         armature = model.armature.clone().requires_grad_()
         out = fn(model.replace(inertial=inertial, armature=armature), q, qd, x)
+        weight = _randn(g, *out.shape) if weight is None else weight
         grads.append(torch.autograd.grad((out * weight).sum(), (inertial, armature)))
     for mine, theirs in zip(*grads):
         _close(mine, theirs)
+
+
+def _grads_like_torch(algorithm, model, q, qd, x, leaves):
+    """Compare outputs and gradients w.r.t. the named model fields (and 'x') with torch."""
+    fast, reference = PAIRS[algorithm]
+    results = []
+    for fn in (fast, reference):
+        values = {name: value.clone().requires_grad_() for name, value in leaves.items()}
+        fields = {name: value for name, value in values.items() if name != 'x'}
+        out = fn(model.replace(**fields), q, qd, values.get('x', x))
+        weight = torch.linspace(-1.0, 2.0, out.numel(), dtype=out.dtype).reshape(out.shape)
+        results.append((out, torch.autograd.grad((out * weight).sum(), tuple(values.values()))))
+    (out, grads), (expected, expected_grads) = results
+    assert out.shape == expected.shape
+    _close(out, expected)
+    for mine, theirs in zip(grads, expected_grads):
+        assert mine.shape == theirs.shape
+        _close(mine, theirs)
+
+
+@pytest.mark.parametrize('algorithm', PAIRS)
+def test_size_one_parameter_batch_dims_are_shared(kernels, algorithm):
+    # (1, n, 10) inertial and (1, 1, n) armature: the kernels read one shared row and sum
+    # the gradient over the batch themselves; shapes must come back as given.
+    g = torch.Generator().manual_seed(9)
+    model = _with_armature(MODELS['tree'], g)
+    q, qd, x = (_randn(g, 6, model.n) for _ in range(3))
+    leaves = {'inertial': model.inertial.unsqueeze(0), 'armature': model.armature[None, None]}
+    if STATE_GRADIENT[algorithm]:
+        leaves['x'] = x
+    _grads_like_torch(algorithm, model, q, qd, x, leaves)
+
+
+@pytest.mark.parametrize('algorithm', PAIRS)
+def test_per_sample_parameters_and_broadcast_states(kernels, algorithm):
+    # One parameter row per sample, q broadcast from (n,), a non-contiguous qd and x.
+    g = torch.Generator().manual_seed(10)
+    model = _with_armature(MODELS['wam4'], g)
+    n, batch = model.n, 5
+    inertial = model.inertial * (1.0 + 0.1 * torch.rand(batch, n, 10, generator=g,
+                                                        dtype=torch.float64))
+    armature = torch.rand(batch, n, generator=g, dtype=torch.float64)
+    q = _randn(g, n)
+    qd, x = (_randn(g, n, batch).T for _ in range(2))
+    leaves = {'inertial': inertial, 'armature': armature}
+    if STATE_GRADIENT[algorithm]:
+        leaves['x'] = x
+    _grads_like_torch(algorithm, model, q, qd, x, leaves)
+    if algorithm == 'crba':
+        _grads_like_torch(algorithm, model, _randn(g, batch, n), qd, x, leaves)
+
+
+def test_crba_position_and_kinematic_gradients_fall_back(kernels, caplog):
+    g = torch.Generator().manual_seed(11)
+    model = MODELS['tree']
+    q = _randn(g, 2, model.n).requires_grad_()
+    with caplog.at_level(logging.INFO, logger=native.__name__):
+        native._logged.clear()
+        assert gradcheck(lambda q: crba_native(model, q), (q,), eps=1e-6, atol=1e-6)
+        xyz = model.origin_xyz.clone().requires_grad_()
+        moved = model.replace(origin_xyz=xyz)
+        expected = torch.autograd.grad(crba(moved, q.detach()).sum(), xyz)[0]
+        mine = torch.autograd.grad(crba_native(moved, q.detach()).sum(), xyz)[0]
+    assert 'q or qd requires grad' in caplog.text
+    assert 'kinematic parameter' in caplog.text
+    _close(mine, expected)
+
+
+def test_kinematic_gradients_fall_back(kernels, caplog):
+    g = torch.Generator().manual_seed(12)
+    model = MODELS['tree']
+    q, qd, qdd = (_randn(g, 3, model.n) for _ in range(3))
+    gravity = model.gravity.clone().requires_grad_()
+    with caplog.at_level(logging.INFO, logger=native.__name__):
+        native._logged.clear()
+        for fast, reference in (PAIRS['rnea'], PAIRS['aba']):
+            grads = [torch.autograd.grad(fn(model.replace(gravity=gravity), q, qd, qdd).sum(),
+                                         gravity)[0] for fn in (fast, reference)]
+            _close(*grads)
+    assert 'kinematic parameter' in caplog.text
+
+
+def test_other_devices_are_not_supported(kernels):
+    model = MODELS['wam4']
+    q = torch.zeros(model.n, dtype=torch.float64, device='meta')
+    assert native._unsupported(model, (q,), (), ()) == 'tensors are not on the CPU'
+    assert 'float32/float64' in native._unsupported(model, (torch.zeros(model.n),), (), ())
+
+
+def test_kernel_rejects_mismatched_parameter_rows(kernels):
+    model = MODELS['wam4']
+    ext = native._extension()
+    q = torch.zeros(3, model.n, dtype=torch.float64)
+    with pytest.raises(RuntimeError, match='inertial'):
+        ext.crba_forward(q, model.inertial[:-1], model.armature, model.joint_origins(),
+                         *native._structure(model), False)
 
 
 def test_state_gradients_fall_back_to_torch(kernels, caplog):

@@ -1,28 +1,32 @@
 """
-Fused per-sample C++ kernels for large-batch RNEA and ABA, with inertial-parameter gradients.
+Fused per-sample C++ kernels for large-batch RNEA, ABA and CRBA, with inertial gradients.
 
-The batched torch algorithms (:func:`diffsim_ros.core.rnea`, :func:`diffsim_ros.core.aba`)
-run a few hundred full-batch tensor operations, each streaming ``(B, n, ...)`` intermediates
-through memory.  The kernels here (``native/rnea.cpp``) run one sample's whole recursion in a
-workspace that stays in cache, OpenMP-parallel over the batch with at most
-``torch.get_num_threads()`` threads.  They are compiled on first use with
+The batched torch algorithms (:func:`diffsim_ros.core.rnea`, :func:`diffsim_ros.core.aba`,
+:func:`diffsim_ros.core.crba`) run a few hundred full-batch tensor operations, each streaming
+``(B, n, ...)`` intermediates through memory.  The kernels here (``native/rnea.cpp``) run one
+sample's whole recursion in a workspace that stays in cache, OpenMP-parallel over the batch
+with at most ``torch.get_num_threads()`` threads.  They are compiled on first use with
 :func:`torch.utils.cpp_extension.load` with ``-march=native`` (cached in
 ``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``, under a name tagged with
 the CPU model and flags).
 
-Gradients: both functions are differentiable w.r.t. ``model.inertial`` and
-``model.armature``.  When a gradient is needed, the forward kernels save each sample's poses,
-velocities and accelerations (ABA also its articulated-inertia terms ``U = IA S`` and ``D``),
-so the backward pass recomputes no pose and, for ABA, solves ``M^-1 g`` from ``U`` and ``D``
-in the same sweep that accumulates the parameter gradient.  RNEA is linear in the inertial
-parameters, so ``d(g . tau)/d pi_j = phi(w_j, a_j) - phi(v_j x w_j, v_j)`` with ``w`` the
-upstream gradient propagated like a velocity.  :func:`rnea_native` is also differentiable
-w.r.t. ``qdd`` (``M g``) and :func:`aba_native` w.r.t. ``tau`` (``M^-1 g``).
+Gradients: all three functions are differentiable w.r.t. ``model.inertial`` and
+``model.armature``.  When a gradient is needed, the forward kernels save each sample's poses
+(RNEA and ABA also velocities and accelerations, ABA its articulated-inertia terms
+``U = IA S`` and ``D``), so the backward pass recomputes no pose and, for ABA, solves
+``M^-1 g`` from ``U`` and ``D`` in the same sweep that accumulates the parameter gradient.
+RNEA is linear in the inertial parameters, so ``d(g . tau)/d pi_j = phi(w_j, a_j) -
+phi(v_j x w_j, v_j)`` with ``w`` the upstream gradient propagated like a velocity; CRBA too,
+``M = sum_k J_k^T I(pi_k) J_k``, so ``d<G, M>/d pi_k = sum_ij G_ij phi(c_i, c_j)`` over the
+columns ``c`` of ``J_k``.  :func:`rnea_native` is also differentiable w.r.t. ``qdd``
+(``M g``) and :func:`aba_native` w.r.t. ``tau`` (``M^-1 g``).  Parameters without batch
+dims go to the kernels as they are and the kernels return their gradients summed over the
+batch, so a call adds no view or reduction to the autograd graph.
 
 Whenever ``q`` or ``qd`` or a kinematic parameter (``origin_xyz``, ``origin_rpy``,
-``gravity``) requires grad, the call falls back to the torch implementation, as it does on
-CUDA, for dtypes other than float32/float64, without a C++ compiler, or after
-:func:`set_enabled` ``(False)``; each reason is logged once.
+``gravity``; CRBA does not read ``gravity``) requires grad, the call falls back to the torch
+implementation, as it does on CUDA, for dtypes other than float32/float64, without a C++
+compiler, or after :func:`set_enabled` ``(False)``; each reason is logged once.
 """
 
 import hashlib
@@ -38,6 +42,7 @@ import weakref
 import torch
 
 from .aba import aba
+from .crba import crba
 from .errors import check_trailing_shape
 from .model import PRISMATIC, RobotModel
 from .rnea import rnea
@@ -48,7 +53,9 @@ Tensor = torch.Tensor
 DISABLED = 'disabled by set_enabled(False)'
 SOURCE = Path(__file__).resolve().parent / 'native' / 'rnea.cpp'
 EXTENSION_NAME = 'diffsim_ros_native_dynamics'
-_KINEMATIC_FIELDS = ('origin_xyz', 'origin_rpy', 'gravity')
+_DTYPES = (torch.float32, torch.float64)
+#: Trailing (non-batch) dims of inertial, armature, joint origins and gravity.
+_TRAILING = (2, 1, 3, 1)
 
 _logger = logging.getLogger(__name__)
 _lock = threading.Lock()
@@ -108,10 +115,11 @@ def _extension():
     if not _state['enabled']:
         _log_once(DISABLED, logging.WARNING)
         return None
-    with _lock:
-        if not _state['tried']:
-            _state['module'], _state['reason'] = _compile()
-            _state['tried'] = True
+    if not _state['tried']:
+        with _lock:
+            if not _state['tried']:
+                _state['module'], _state['reason'] = _compile()
+                _state['tried'] = True
     if _state['module'] is None:
         _log_once(_state['reason'], logging.WARNING)
     return _state['module']
@@ -151,19 +159,29 @@ def _structure(model: RobotModel) -> Tuple[Tensor, Tensor, Tensor]:
     return per_tree[key]
 
 
-def _unsupported(model: RobotModel, q: Tensor, qd: Tensor, x: Tensor) -> Optional[str]:
-    """Return why a call cannot use the kernels, or ``None`` when it can."""
-    tensors = (q, qd, x, model.inertial, model.armature, model.origin_xyz, model.origin_rpy,
-               model.gravity)
-    if any(t.device.type != 'cpu' for t in tensors):
-        return 'tensors are not on the CPU'
-    if model.dtype not in (torch.float32, torch.float64) or any(
-            t.dtype != model.dtype for t in tensors):
+def _unsupported(model: RobotModel, positions: Tuple[Tensor, ...], states: Tuple[Tensor, ...],
+                 kinematic: Tuple[Tensor, ...]) -> Optional[str]:
+    """
+    Return why a call cannot use the kernels, or ``None`` when it can.
+
+    ``positions`` (q, qd) may not require grad, ``states`` (qdd, tau) may; ``kinematic`` are
+    the kinematic parameters the algorithm reads.
+    """
+    dtype = model.dtype
+    if dtype not in _DTYPES:
         return 'dtype is not float32/float64 throughout'
+    if not model.n:
+        return 'the model has no movable joint'
+    tensors = positions + states + (model.inertial, model.armature) + kinematic
+    for t in tensors:
+        if not t.is_cpu or t.dtype != dtype:
+            if any(not t.is_cpu for t in tensors):
+                return 'tensors are not on the CPU'
+            return 'dtype is not float32/float64 throughout'
     if torch.is_grad_enabled():
-        if q.requires_grad or qd.requires_grad:
+        if any(t.requires_grad for t in positions):
             return 'q or qd requires grad (no native state adjoint)'
-        if any(getattr(model, name).requires_grad for name in _KINEMATIC_FIELDS):
+        if any(t.requires_grad for t in kinematic):
             return 'a kinematic parameter (origin_xyz/origin_rpy/gravity) requires grad'
     return None
 
@@ -181,30 +199,52 @@ def _broadcast(*shapes: tuple) -> tuple:
     return tuple(out)
 
 
-def _flat(value: Tensor, batch: tuple, trailing: int) -> Tensor:
-    """Return ``value`` as ``(1, ...)`` when it has no batch dims, else ``(B, ...)``."""
+def _param(value: Tensor, batch: tuple, trailing: int) -> Tensor:
+    """
+    Return a parameter as the kernels read it: one shared row, or ``(B, ...)``, contiguous.
+
+    Without batch dims (or with only size-1 ones) the tensor is passed as it is (a view
+    without the size-1 dims), so the kernels sum its gradient over the batch themselves.
+    """
     if value.dim() == trailing:
-        return value.unsqueeze(0).contiguous()
-    item = tuple(value.shape[value.dim() - trailing:])
-    if tuple(value.shape) != batch + item:
+        return value.contiguous()
+    item = value.shape[value.dim() - trailing:]
+    if value.numel() == item.numel():
+        return value.reshape(item).contiguous()
+    if value.shape != batch + item:
         value = value.expand(batch + item)
     return value.reshape((-1,) + item).contiguous()
 
 
-def _prepare(model: RobotModel, q: Tensor, qd: Tensor, x: Tensor):
-    """Broadcast states and parameters to one flat batch; return kernel args and the shape."""
-    origins = model.joint_origins()
-    batch = _broadcast(q.shape[:-1], qd.shape[:-1], x.shape[:-1], model.inertial.shape[:-2],
-                       model.armature.shape[:-1], origins.shape[:-3], model.gravity.shape[:-1])
-    states = tuple(_flat(t, batch, 1) for t in (q, qd, x))
-    params = (_flat(model.inertial, batch, 2), _flat(model.armature, batch, 1),
-              _flat(origins.detach(), batch, 3), _flat(model.gravity.detach(), batch, 1))
-    return states, params, batch
+def _is_plain(states: Tuple[Tensor, ...], shape: torch.Size, params: Tuple[Tensor, ...],
+              trailing: Tuple[int, ...]) -> bool:
+    """Say whether the kernels take the arguments as they are (the common call)."""
+    for t in states:
+        if t.shape != shape or not t.is_contiguous():
+            return False
+    for t, k in zip(params, trailing):
+        if t.dim() != k or not t.is_contiguous():
+            return False
+    return True
 
 
-def _reduce_to(grad: Tensor, like: Tensor) -> Tensor:
-    """Sum a per-sample gradient ``(B, ...)`` to a parameter given as ``(1, ...)``."""
-    return grad.sum(0, keepdim=True) if like.shape[0] == 1 and grad.shape[0] != 1 else grad
+def _prepare(model: RobotModel, states: Tuple[Tensor, ...], params: Tuple[Tensor, ...],
+             trailing: Tuple[int, ...]) -> Tuple[Tuple[Tensor, ...], Tuple[Tensor, ...], tuple]:
+    """
+    Broadcast states and parameters to one flat batch.
+
+    :return: ``(states, params, batch)``: states of one shape ``batch + (n,)`` (or
+        flattened), contiguous; parameters as :func:`_param` returns them; the batch shape.
+    """
+    shape = states[0].shape
+    if _is_plain(states, shape, params, trailing):
+        return states, params, shape[:-1]
+    batch = _broadcast(*(t.shape[:-1] for t in states),
+                       *(t.shape[:t.dim() - k] for t, k in zip(params, trailing)))
+    full = batch + shape[-1:]
+    states = tuple((t if t.shape == full else t.expand(full)).reshape(-1, full[-1])
+                   .contiguous() for t in states)
+    return states, tuple(_param(t, batch, k) for t, k in zip(params, trailing)), batch
 
 
 class _RneaFunction(torch.autograd.Function):
@@ -215,28 +255,20 @@ class _RneaFunction(torch.autograd.Function):
         # the kernel saves every sample's poses, velocities and accelerations for backward
         tau, kinematics = ext.rnea_forward(q, qd, qdd, inertial, armature, origins, gravity,
                                            *structure, True)
-        ctx.save_for_backward(q, qdd, inertial, armature, origins, gravity, kinematics)
+        ctx.save_for_backward(qdd, inertial, armature, kinematics)
         ctx.structure, ctx.ext = structure, ext
         return tau
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_tau):
-        q, qdd, inertial, armature, origins, gravity, kinematics = ctx.saved_tensors
-        ext, structure = ctx.ext, ctx.structure
-        g = grad_tau.contiguous()
-        grad_qdd = grad_pi = grad_arm = None
-        if ctx.needs_input_grad[2]:
-            # d tau / d qdd = M(q) + diag(armature): one RNEA without velocity and gravity.
-            grad_qdd = ext.rnea_forward(q, torch.zeros_like(q), g, inertial, armature,
-                                        origins, torch.zeros_like(gravity), *structure,
-                                        False)[0]
-        if ctx.needs_input_grad[3]:
-            grad_pi = ext.rnea_inertial_adjoint(kinematics, g, *structure,
-                                                inertial.shape[0] != 1 or q.shape[0] == 1)
-            grad_pi = grad_pi.reshape(inertial.shape)
-        if ctx.needs_input_grad[4]:
-            grad_arm = _reduce_to(g * qdd, armature)
+        # d tau / d qdd = M(q) + diag(armature) (M g from the saved poses); RNEA is linear in
+        # pi and armature, with the parameter gradients summed in the kernel where shared.
+        qdd, inertial, armature, kinematics = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        grad_qdd, grad_pi, grad_arm = ctx.ext.rnea_backward(
+            kinematics, grad_tau.contiguous(), qdd, inertial, armature, *ctx.structure,
+            needs[2], needs[3], needs[4])
         return None, None, grad_qdd, grad_pi, grad_arm, None, None, None, None
 
 
@@ -248,44 +280,78 @@ class _AbaFunction(torch.autograd.Function):
         # the kernel saves the kinematics and the articulated-inertia terms U, D for backward
         qdd, rows = ext.aba_forward(q, qd, tau, inertial, armature, origins, gravity,
                                     *structure, True)
-        ctx.save_for_backward(q, qdd, inertial, armature, rows)
+        ctx.save_for_backward(qdd, inertial, armature, rows)
         ctx.structure, ctx.ext = structure, ext
         return qdd
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_qdd):
-        q, qdd, inertial, armature, rows = ctx.saved_tensors
         # M qdd + h(pi) = tau: d qdd = M^-1 (d tau - Y d pi - diag(qdd) d armature), so every
         # gradient goes through lam = M^-1 g, solved from the saved rows in the same pass
         # that accumulates -Y^T lam.
-        lam, grad_pi = ctx.ext.aba_backward(rows, grad_qdd.contiguous(), *ctx.structure,
-                                            ctx.needs_input_grad[3],
-                                            inertial.shape[0] != 1 or q.shape[0] == 1)
-        grad_pi = grad_pi.reshape(inertial.shape) if ctx.needs_input_grad[3] else None
-        grad_arm = _reduce_to(-lam * qdd, armature) if ctx.needs_input_grad[4] else None
-        grad_tau = lam if ctx.needs_input_grad[2] else None
+        qdd, inertial, armature, rows = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        grad_tau, grad_pi, grad_arm = ctx.ext.aba_backward(
+            rows, grad_qdd.contiguous(), qdd, inertial, armature, *ctx.structure, needs[2],
+            needs[3], needs[4])
         return None, None, grad_tau, grad_pi, grad_arm, None, None, None, None
+
+
+class _CrbaFunction(torch.autograd.Function):
+    """CRBA kernel with gradients w.r.t. ``inertial`` and ``armature``."""
+
+    @staticmethod
+    def forward(ctx, q, inertial, armature, origins, structure, ext):
+        # the kernel saves every sample's poses for backward
+        M, poses = ext.crba_forward(q, inertial, armature, origins, *structure, True)
+        ctx.save_for_backward(inertial, armature, poses)
+        ctx.structure, ctx.ext = structure, ext
+        return M
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_M):
+        # M is linear in pi: sum_k J_k^T I(pi_k) J_k, and diag(armature)
+        inertial, armature, poses = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        grad_pi, grad_arm = ctx.ext.crba_backward(poses, grad_M.contiguous(), inertial,
+                                                  armature, *ctx.structure, needs[1],
+                                                  needs[2])
+        return None, grad_pi, grad_arm, None, None, None
+
+
+def _check_states(model: RobotModel, states: Tuple[Tensor, ...], names: Tuple[str, ...]):
+    n = model.n
+    for name, value in zip(names, states):
+        shape = value.shape
+        if not shape or shape[-1] != n:
+            check_trailing_shape(name, value, (n,))
 
 
 def _dispatch(function: type, fallback: Callable, model: RobotModel, q: Tensor, qd: Tensor,
               x: Tensor, x_name: str) -> Tensor:
-    for name, value in (('q', q), ('qd', qd), (x_name, x)):
-        check_trailing_shape(name, value, (model.n,))
-    reason = _unsupported(model, q, qd, x)
+    states = (q, qd, x)
+    _check_states(model, states, ('q', 'qd', x_name))
+    reason = _unsupported(model, (q, qd), (x,),
+                          (model.origin_xyz, model.origin_rpy, model.gravity))
     ext = None if reason else _extension()
     if reason:
         _log_once(reason)
     if ext is None:
         return fallback(model, q, qd, x)
-    states, params, batch = _prepare(model, q, qd, x)
+    states, params, batch = _prepare(
+        model, states, (model.inertial, model.armature, model.joint_origins(), model.gravity),
+        _TRAILING)
     structure = _structure(model)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in states[2:] + params[:2]):
+    if torch.is_grad_enabled() and (states[2].requires_grad or params[0].requires_grad
+                                    or params[1].requires_grad):
         out = function.apply(*states, *params, structure, ext)
     else:
         kernel = ext.rnea_forward if function is _RneaFunction else ext.aba_forward
         out = kernel(*states, *params, *structure, False)[0]
-    return out.reshape(batch + (model.n,))
+    full = batch + (model.n,)
+    return out if out.shape == full else out.reshape(full)
 
 
 def rnea_native(model: RobotModel, q: Tensor, qd: Tensor, qdd: Tensor) -> Tensor:
@@ -321,3 +387,35 @@ def aba_native(model: RobotModel, q: Tensor, qd: Tensor, tau: Tensor) -> Tensor:
     :return: joint accelerations ``(..., n)``.
     """
     return _dispatch(_AbaFunction, aba, model, q, qd, tau, 'tau')
+
+
+def crba_native(model: RobotModel, q: Tensor) -> Tensor:
+    """
+    Compute the joint-space inertia matrix like :func:`diffsim_ros.core.crba` with C++.
+
+    Same semantics, shapes and broadcasting (model parameters may carry batch dims),
+    armature on the diagonal.  Differentiable w.r.t. ``model.inertial`` and
+    ``model.armature``; falls back to :func:`diffsim_ros.core.crba` in the cases listed in
+    the module docstring (``gravity`` plays no part here).
+
+    :param model: the robot; its parameters may carry leading batch dims.
+    :param q: joint positions ``(..., n)``.
+    :return: symmetric positive-definite ``(..., n, n)`` [kg m^2, kg, kg m].
+    """
+    states = (q,)
+    _check_states(model, states, ('q',))
+    reason = _unsupported(model, states, (), (model.origin_xyz, model.origin_rpy))
+    ext = None if reason else _extension()
+    if reason:
+        _log_once(reason)
+    if ext is None:
+        return crba(model, q)
+    states, params, batch = _prepare(
+        model, states, (model.inertial, model.armature, model.joint_origins()), _TRAILING[:3])
+    structure = _structure(model)
+    if torch.is_grad_enabled() and (params[0].requires_grad or params[1].requires_grad):
+        out = _CrbaFunction.apply(*states, *params, structure, ext)
+    else:
+        out = ext.crba_forward(*states, *params, *structure, False)[0]
+    full = batch + (model.n, model.n)
+    return out if out.shape == full else out.reshape(full)

@@ -3,10 +3,13 @@
 // One sample's whole recursion runs in a small per-thread workspace that stays in L1, instead
 // of streaming (B, n, ...) intermediates through memory once per tensor operation.  The
 // kernels work in body coordinates (Featherstone): joint i's child frame is body i, the base
-// frame is the world frame, spatial vectors are [angular; linear].
+// frame is the world frame, spatial vectors are [angular; linear] (the CRBA parameter
+// gradient alone accumulates in world coordinates, where every body shares its columns).
 //
-// Per-sample parameters (inertial, joint origins, armature, gravity) are given with a leading
-// dimension that is either 1 (shared by the whole batch) or B (one per sample).
+// Per-sample parameters (inertial, joint origins, armature, gravity) are given either with
+// exactly one row of values (shared by the whole batch, any shape, e.g. model.inertial as it
+// is) or with one row per sample.  Gradients come back in the parameter's own shape: summed
+// over the batch for a shared parameter, per sample otherwise.
 
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
@@ -29,7 +32,7 @@ struct Tree {
   const int64_t* prismatic;  // (n,), 1 for prismatic joints, 0 for revolute/continuous
 };
 
-// Strided view of a parameter tensor whose first dim is 1 (shared) or B (per sample).
+// Strided view of a parameter given with one row (shared, stride 0) or one row per sample.
 template <typename T>
 struct Param {
   const T* data;
@@ -38,9 +41,11 @@ struct Param {
 };
 
 template <typename T>
-Param<T> param(const torch::Tensor& x, int64_t batch) {
-  const int64_t row = x.numel() / std::max<int64_t>(x.size(0), 1);
-  return Param<T>{x.data_ptr<T>(), x.size(0) == 1 && batch != 1 ? 0 : row};
+Param<T> param(const torch::Tensor& x, int64_t batch, int64_t row, const char* name) {
+  TORCH_CHECK(x.is_contiguous(), name, " must be contiguous");
+  TORCH_CHECK(x.numel() == row || x.numel() == batch * row, name, " has ", x.numel(),
+              " values; expected ", row, " (shared) or ", batch * row, " (one row per sample)");
+  return Param<T>{x.data_ptr<T>(), x.numel() == row ? 0 : row};
 }
 
 template <typename T>
@@ -188,8 +193,8 @@ struct Kin {
 // Rows for samples whose kinematics are not saved: one per thread, reused.
 template <typename T>
 struct Scratch {
-  std::vector<T> row, f, w;
-  Scratch(int64_t n, int64_t row_size) : row(row_size * n), f(6 * n), w(6 * n) {}
+  std::vector<T> row, f;
+  Scratch(int64_t n, int64_t row_size) : row(row_size * n), f(6 * n) {}
 };
 
 // First pass of RNEA: poses, v_i, a_i (with gravity as the base acceleration).
@@ -465,6 +470,205 @@ void aba_backward_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
   }
 }
 
+// M g from saved poses: the RNEA recursions without velocity and gravity (no sin/cos).
+template <typename T>
+void mass_product_sample(const Tree& tree, const T* axis, const Kin<T>& k, const T* pi,
+                         const T* armature, const T* g, T* out, T* a, T* f) {
+  const int64_t n = tree.n;
+  for (int64_t i = 0; i < n; ++i) {
+    T* ai = a + 6 * i;
+    const int64_t parent = tree.parent[i];
+    if (parent < 0) {
+      for (int r = 0; r < 6; ++r) ai[r] = T(0);
+    } else {
+      motion_to_child(k.R + 9 * i, k.p + 3 * i, a + 6 * parent, ai);
+    }
+    add_subspace(axis + 3 * i, tree.prismatic[i] != 0, g[i], ai);
+    inertia_apply(pi + 10 * i, ai, f + 6 * i);
+  }
+  for (int64_t i = n - 1; i >= 0; --i) {
+    out[i] = subspace_dot(axis + 3 * i, tree.prismatic[i] != 0, f + 6 * i) + armature[i] * g[i];
+    const int64_t parent = tree.parent[i];
+    if (parent >= 0) add_force_to_parent(k.R + 9 * i, k.p + 3 * i, f + 6 * i, f + 6 * parent);
+  }
+}
+
+// ---------------------------------------------------------------------------------------
+// Composite-rigid-body algorithm
+// ---------------------------------------------------------------------------------------
+
+// CRBA saves only the poses R (9n) and p (3n) per sample.
+constexpr int64_t kPoseRow = 12;
+
+// Inertial parameters of a child body (pi, about its origin, in its frame) expressed in its
+// parent, added to out: m' = m, h' = u + m p with u = R h, and
+// I' = R I R^T + (2 u.p + m |p|^2) E - (p u^T + u p^T) - m p p^T (parallel axis about p).
+template <typename T>
+inline void add_inertial_to_parent(const T* R, const T* p, const T* pi, T* out) {
+  const T m = pi[0];
+  T u[3];
+  for (int r = 0; r < 3; ++r) {
+    u[r] = R[3 * r] * pi[1] + R[3 * r + 1] * pi[2] + R[3 * r + 2] * pi[3];
+  }
+  const T I[9] = {pi[4], pi[5], pi[6], pi[5], pi[7], pi[8], pi[6], pi[8], pi[9]};
+  T RI[9];
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 3; ++c) {
+      RI[3 * r + c] = R[3 * r] * I[c] + R[3 * r + 1] * I[3 + c] + R[3 * r + 2] * I[6 + c];
+    }
+  }
+  const T diag = T(2) * (u[0] * p[0] + u[1] * p[1] + u[2] * p[2]) +
+                 m * (p[0] * p[0] + p[1] * p[1] + p[2] * p[2]);
+  out[0] += m;
+  for (int r = 0; r < 3; ++r) out[1 + r] += u[r] + m * p[r];
+  // upper triangle (r, c) in pi's order xx, xy, xz, yy, yz, zz
+  constexpr int kRow[6] = {0, 0, 0, 1, 1, 2}, kCol[6] = {0, 1, 2, 1, 2, 2};
+  for (int e = 0; e < 6; ++e) {
+    const int r = kRow[e], c = kCol[e];
+    T value = RI[3 * r] * R[3 * c] + RI[3 * r + 1] * R[3 * c + 1] + RI[3 * r + 2] * R[3 * c + 2] -
+              p[r] * u[c] - u[r] * p[c] - m * p[r] * p[c];
+    if (r == c) value += diag;
+    out[4 + e] += value;
+  }
+}
+
+// M (n x n, row-major) for one sample; writes the poses into R (9n) and p (3n).  Ic (10n)
+// holds the composite bodies' inertial parameters, each in its own frame.
+template <typename T>
+void crba_sample(const Tree& tree, const T* axis, const T* origins, const T* pi,
+                 const T* armature, const T* q, T* M, T* R, T* p, T* Ic) {
+  const int64_t n = tree.n;
+  for (int64_t i = 0; i < n; ++i) {
+    joint_pose(origins + 16 * i, axis + 3 * i, tree.prismatic[i] != 0, q[i], R + 9 * i,
+               p + 3 * i);
+  }
+  for (int64_t r = 0; r < 10 * n; ++r) Ic[r] = pi[r];
+  for (int64_t r = 0; r < n * n; ++r) M[r] = T(0);
+  for (int64_t i = n - 1; i >= 0; --i) {
+    const bool pr = tree.prismatic[i] != 0;
+    const T* ax = axis + 3 * i;
+    T S[6] = {T(0), T(0), T(0), T(0), T(0), T(0)};
+    add_subspace(ax, pr, T(1), S);
+    T F[6];
+    inertia_apply(Ic + 10 * i, S, F);
+    M[i * n + i] = subspace_dot(ax, pr, F) + armature[i];
+    // Row/column i: F = Ic_i S_i carried to each ancestor j, M_ij = S_j . F.
+    for (int64_t j = i; tree.parent[j] >= 0;) {
+      T Fp[6] = {T(0), T(0), T(0), T(0), T(0), T(0)};
+      add_force_to_parent(R + 9 * j, p + 3 * j, F, Fp);
+      j = tree.parent[j];
+      for (int r = 0; r < 6; ++r) F[r] = Fp[r];
+      const T value = subspace_dot(axis + 3 * j, tree.prismatic[j] != 0, F);
+      M[i * n + j] = value;
+      M[j * n + i] = value;
+    }
+    const int64_t parent = tree.parent[i];
+    if (parent >= 0) add_inertial_to_parent(R + 9 * i, p + 3 * i, Ic + 10 * i, Ic + 10 * parent);
+  }
+}
+
+// Adds to grad (10) the body-frame dual of a world-frame dual gw of the inertial parameters:
+// A^T gw, where pi_world = A pi is the change of frame of add_inertial_to_parent with the body's
+// world pose (R, p).  With Gamma the symmetric matrix of gw's inertia part (off-diagonal
+// entries halved) and u = R h: d/dI = R^T Gamma R, d/du = gw_h + 2 tr(Gamma) p - 2 Gamma p,
+// d/dm = gw_m + gw_h . p + |p|^2 tr(Gamma) - p^T Gamma p.
+template <typename T>
+inline void add_inertial_dual_to_body(const T* R, const T* p, const T* gw, T* grad) {
+  const T half = T(0.5);
+  const T Gm[9] = {gw[4], half * gw[5], half * gw[6],
+                   half * gw[5], gw[7], half * gw[8],
+                   half * gw[6], half * gw[8], gw[9]};
+  const T trace = Gm[0] + Gm[4] + Gm[8];
+  T Gp[3];
+  for (int r = 0; r < 3; ++r) {
+    Gp[r] = Gm[3 * r] * p[0] + Gm[3 * r + 1] * p[1] + Gm[3 * r + 2] * p[2];
+  }
+  const T pp = p[0] * p[0] + p[1] * p[1] + p[2] * p[2];
+  grad[0] += gw[0] + gw[1] * p[0] + gw[2] * p[1] + gw[3] * p[2] + pp * trace -
+             (p[0] * Gp[0] + p[1] * Gp[1] + p[2] * Gp[2]);
+  T du[3];
+  for (int r = 0; r < 3; ++r) du[r] = gw[1 + r] + T(2) * (trace * p[r] - Gp[r]);
+  for (int c = 0; c < 3; ++c) grad[1 + c] += R[c] * du[0] + R[3 + c] * du[1] + R[6 + c] * du[2];
+  // R^T Gamma R, upper triangle; off-diagonal entries count twice in pi's order.
+  T GR[9];
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 3; ++c) {
+      GR[3 * r + c] = Gm[3 * r] * R[c] + Gm[3 * r + 1] * R[3 + c] + Gm[3 * r + 2] * R[6 + c];
+    }
+  }
+  constexpr int kRow[6] = {0, 0, 0, 1, 1, 2}, kCol[6] = {0, 1, 2, 1, 2, 2};
+  for (int e = 0; e < 6; ++e) {
+    const int r = kRow[e], c = kCol[e];
+    const T value = R[r] * GR[c] + R[3 + r] * GR[3 + c] + R[6 + r] * GR[6 + c];
+    grad[4 + e] += r == c ? value : T(2) * value;
+  }
+}
+
+// Adds d<G, M>/d pi to grad (n, 10).  M = sum_k J_k^T I(pi_k) J_k with J_k's columns the
+// motion subspaces of k and its ancestors; in world coordinates (S_i) they are the same for
+// every body, so the world-frame dual of body k is
+// gw_k = sum_ij G_ij phi(S_i, S_j) over its ancestors i, j (incl. k), which adds one term to
+// its parent's: gw_k = gw_parent + phi(S_k, G_kk S_k + sum_j (G_kj + G_jk) S_j) over the
+// proper ancestors j (phi is symmetric).  Each dual is then carried to the body frame.
+// ws (28 n): world poses Rw (9n), pw (3n), subspaces S (6n), duals gw (10n).
+template <typename T>
+void crba_inertial_adjoint_sample(const Tree& tree, const T* axis, const T* R, const T* p,
+                                  const T* G, T* grad, T* ws) {
+  const int64_t n = tree.n;
+  T* Rw = ws;
+  T* pw = ws + 9 * n;
+  T* S = ws + 12 * n;
+  T* gw = ws + 18 * n;
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t parent = tree.parent[k];
+    T* Rk = Rw + 9 * k;
+    T* pk = pw + 3 * k;
+    if (parent < 0) {
+      for (int r = 0; r < 9; ++r) Rk[r] = R[9 * k + r];
+      for (int r = 0; r < 3; ++r) pk[r] = p[3 * k + r];
+    } else {
+      const T* Rp = Rw + 9 * parent;
+      const T* pp = pw + 3 * parent;
+      const T* Rl = R + 9 * k;
+      const T* pl = p + 3 * k;
+      for (int r = 0; r < 3; ++r) {
+        for (int c = 0; c < 3; ++c) {
+          Rk[3 * r + c] =
+              Rp[3 * r] * Rl[c] + Rp[3 * r + 1] * Rl[3 + c] + Rp[3 * r + 2] * Rl[6 + c];
+        }
+        pk[r] = Rp[3 * r] * pl[0] + Rp[3 * r + 1] * pl[1] + Rp[3 * r + 2] * pl[2] + pp[r];
+      }
+    }
+    // S_k in world coordinates about the world origin: [e; pw x e] or [0; e], e = Rw axis.
+    const T* ax = axis + 3 * k;
+    T e[3];
+    for (int r = 0; r < 3; ++r) {
+      e[r] = Rk[3 * r] * ax[0] + Rk[3 * r + 1] * ax[1] + Rk[3 * r + 2] * ax[2];
+    }
+    T* Sk = S + 6 * k;
+    if (tree.prismatic[k] != 0) {
+      for (int r = 0; r < 3; ++r) {
+        Sk[r] = T(0);
+        Sk[3 + r] = e[r];
+      }
+    } else {
+      for (int r = 0; r < 3; ++r) Sk[r] = e[r];
+      cross(pk, e, Sk + 3);
+    }
+    const T gkk = G[k * n + k];
+    T w[6];
+    for (int r = 0; r < 6; ++r) w[r] = gkk * Sk[r];
+    for (int64_t j = parent; j >= 0; j = tree.parent[j]) {
+      const T gkj = G[k * n + j] + G[j * n + k];
+      for (int r = 0; r < 6; ++r) w[r] += gkj * S[6 * j + r];
+    }
+    T* gk = gw + 10 * k;
+    for (int r = 0; r < 10; ++r) gk[r] = parent < 0 ? T(0) : gw[10 * parent + r];
+    add_phi(Sk, w, T(1), gk);
+    add_inertial_dual_to_body(Rk, pk, gk, grad + 10 * k);
+  }
+}
+
 // ---------------------------------------------------------------------------------------
 // Batch drivers
 // ---------------------------------------------------------------------------------------
@@ -494,33 +698,94 @@ Tree make_tree(const torch::Tensor& parent, const torch::Tensor& prismatic) {
   return Tree{parent.numel(), parent.data_ptr<int64_t>(), prismatic.data_ptr<int64_t>()};
 }
 
+// Number of samples of a contiguous (..., n) state.
+int64_t batch_of(const torch::Tensor& x, int64_t n, const char* name) {
+  TORCH_CHECK(x.is_contiguous(), name, " must be contiguous");
+  TORCH_CHECK(n > 0 && x.dim() >= 1 && x.size(-1) == n, name, " must have shape (..., ", n, ")");
+  return x.numel() / n;
+}
+
+void check_state(const torch::Tensor& x, int64_t batch, int64_t n, const char* name) {
+  TORCH_CHECK(batch_of(x, n, name) == batch, name, " does not match the batch of q");
+}
+
 // A (B, row * n) tensor for saved rows, or an empty one when nothing is saved.
-torch::Tensor saved_rows(const torch::Tensor& q, int64_t row, bool save) {
-  return save ? torch::empty({q.size(0), row * q.size(1)}, q.options())
+torch::Tensor saved_rows(const torch::Tensor& q, int64_t batch, int64_t row, bool save) {
+  return save ? torch::empty({batch, row * q.size(-1)}, q.options())
               : torch::empty({0}, q.options());
 }
 
-// Inputs: q, qd, x (B, n) contiguous; inertial (1|B, n, 10); armature (1|B, n);
-// origins (1|B, n, 4, 4); gravity (1|B, 3); axis (n, 3); parent, prismatic (n,) int64.
-// Returns (tau, saved): saved is (B, kKinRow * n) when save, else empty.
+void check_saved(const torch::Tensor& saved, int64_t batch, int64_t row) {
+  TORCH_CHECK(saved.dim() == 2 && saved.size(0) == batch && saved.size(1) == row,
+              "saved rows do not match the batch");
+}
+
+// Gradient of a parameter given like `like` (one shared row or one row per sample), in its
+// shape: per-sample rows are written in place, a shared one is summed over the batch from
+// per-chunk partial rows (written directly when there is one chunk).
+template <typename T>
+struct GradOut {
+  torch::Tensor out, partial;
+  T* base = nullptr;
+  int64_t row = 0;
+  bool per_sample = false, active = false;
+
+  GradOut(bool wanted, const torch::Tensor& like, int64_t batch, int64_t chunks,
+          int64_t row_size) {
+    if (!wanted) return;
+    active = true;
+    row = row_size;
+    out = torch::zeros(like.sizes(), like.options());
+    per_sample = like.numel() != row;
+    if (per_sample || chunks == 1) {
+      base = out.data_ptr<T>();
+    } else {
+      partial = torch::zeros({chunks, row}, like.options());
+      base = partial.data_ptr<T>();
+    }
+  }
+  // Row to accumulate sample b (in chunk c) into.
+  T* at(int64_t c, int64_t b) const {
+    return per_sample ? base + b * row : partial.defined() ? base + c * row : base;
+  }
+  torch::Tensor finish() {
+    if (!active) return torch::Tensor();
+    if (partial.defined()) {
+      T* dst = out.data_ptr<T>();
+      for (int64_t c = 0; c < partial.size(0); ++c) {
+        for (int64_t r = 0; r < row; ++r) dst[r] += base[c * row + r];
+      }
+    }
+    return out;
+  }
+};
+
+// Inputs: q, qd, x (..., n) contiguous, all of the same batch B; inertial (n, 10) values or
+// (B, n, 10); armature n or (B, n); origins (n, 4, 4) or (B, n, 4, 4); gravity 3 or (B, 3);
+// axis (n, 3); parent, prismatic (n,) int64.  Returns (tau like q, saved): saved is
+// (B, kKinRow * n) when save, else empty.
 std::vector<torch::Tensor> rnea_forward(torch::Tensor q, torch::Tensor qd, torch::Tensor qdd,
                                         torch::Tensor inertial, torch::Tensor armature,
                                         torch::Tensor origins, torch::Tensor gravity,
                                         torch::Tensor axis, torch::Tensor parent,
                                         torch::Tensor prismatic, bool save) {
-  const int64_t batch = q.size(0);
   const Tree tree = make_tree(parent, prismatic);
+  const int64_t n = tree.n;
+  const int64_t batch = batch_of(q, n, "q");
+  check_state(qd, batch, n, "qd");
+  check_state(qdd, batch, n, "qdd");
   auto tau = torch::empty_like(q);
-  auto saved = saved_rows(q, kKinRow, save);
+  auto saved = saved_rows(q, batch, kKinRow, save);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "rnea_forward", [&] {
     using T = scalar_t;
-    const auto pi = param<T>(inertial, batch), arm = param<T>(armature, batch);
-    const auto org = param<T>(origins, batch), grav = param<T>(gravity, batch);
+    const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
+    const auto arm = param<T>(armature, batch, n, "armature");
+    const auto org = param<T>(origins, batch, 16 * n, "origins");
+    const auto grav = param<T>(gravity, batch, 3, "gravity");
     const T *qp = q.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *qddp = qdd.data_ptr<T>();
     const T* ax = axis.data_ptr<T>();
     T* out = tau.data_ptr<T>();
     T* rows = save ? saved.data_ptr<T>() : nullptr;
-    const int64_t n = tree.n;
     for_chunks(batch, chunk_count(batch), [&](int64_t, int64_t b0, int64_t b1) {
       Scratch<T> ws(n, kKinRow);
       for (int64_t b = b0; b < b1; ++b) {
@@ -533,55 +798,77 @@ std::vector<torch::Tensor> rnea_forward(torch::Tensor q, torch::Tensor qd, torch
   return {tau, saved};
 }
 
-// d(sum g * tau)/d inertial from the rows rnea_forward saved (row stride kKinRow * n):
-// (B, n, 10) when per_sample, else (n, 10) summed over the batch.
-torch::Tensor rnea_inertial_adjoint(torch::Tensor saved, torch::Tensor g, torch::Tensor axis,
-                                    torch::Tensor parent, torch::Tensor prismatic,
-                                    bool per_sample) {
-  const int64_t batch = g.size(0);
+// Backward of RNEA from the rows rnea_forward saved, for the upstream gradient g (like q):
+// (M g or undefined, d(g . tau)/d inertial or undefined, d/d armature or undefined), each
+// parameter gradient in the parameter's shape (summed over the batch when shared).
+std::vector<torch::Tensor> rnea_backward(torch::Tensor saved, torch::Tensor g, torch::Tensor qdd,
+                                         torch::Tensor inertial, torch::Tensor armature,
+                                         torch::Tensor axis, torch::Tensor parent,
+                                         torch::Tensor prismatic, bool need_qdd, bool need_pi,
+                                         bool need_armature) {
   const Tree tree = make_tree(parent, prismatic);
   const int64_t n = tree.n;
-  TORCH_CHECK(saved.dim() == 2 && saved.size(0) == batch && saved.size(1) == kKinRow * n,
-              "saved kinematics do not match the batch");
+  const int64_t batch = batch_of(g, n, "grad");
+  check_state(qdd, batch, n, "qdd");
+  check_saved(saved, batch, kKinRow * n);
   const int64_t chunks = chunk_count(batch);
-  auto grad = per_sample ? torch::zeros({batch, n, 10}, g.options())
-                         : torch::zeros({chunks, n, 10}, g.options());
-  AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "rnea_inertial_adjoint", [&] {
+  auto grad_qdd = need_qdd ? torch::empty_like(g) : torch::Tensor();
+  std::vector<torch::Tensor> result;
+  AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "rnea_backward", [&] {
     using T = scalar_t;
+    const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
+    const auto arm = param<T>(armature, batch, n, "armature");
+    GradOut<T> gpi(need_pi, inertial, batch, chunks, 10 * n);
+    GradOut<T> garm(need_armature, armature, batch, chunks, n);
     T* rows = saved.data_ptr<T>();
-    const T *gp = g.data_ptr<T>(), *ax = axis.data_ptr<T>();
-    T* out = grad.data_ptr<T>();
+    const T *gp = g.data_ptr<T>(), *qddp = qdd.data_ptr<T>(), *ax = axis.data_ptr<T>();
+    T* mg = need_qdd ? grad_qdd.data_ptr<T>() : nullptr;
     for_chunks(batch, chunks, [&](int64_t c, int64_t b0, int64_t b1) {
-      std::vector<T> w(6 * n);
+      std::vector<T> w(6 * n), f(6 * n);
       for (int64_t b = b0; b < b1; ++b) {
         const Kin<T> k(rows + b * kKinRow * n, n);
-        rnea_inertial_adjoint_sample(tree, ax, k, gp + b * n, T(1),
-                                     out + (per_sample ? b : c) * n * 10, w.data());
+        const T* gb = gp + b * n;
+        if (mg != nullptr) {
+          mass_product_sample(tree, ax, k, pi.at(b), arm.at(b), gb, mg + b * n, w.data(),
+                              f.data());
+        }
+        if (gpi.active) {
+          rnea_inertial_adjoint_sample(tree, ax, k, gb, T(1), gpi.at(c, b), w.data());
+        }
+        if (garm.active) {
+          T* ga = garm.at(c, b);
+          for (int64_t i = 0; i < n; ++i) ga[i] += gb[i] * qddp[b * n + i];
+        }
       }
     });
+    result = {grad_qdd, gpi.finish(), garm.finish()};
   });
-  return per_sample ? grad : grad.sum(0);
+  return result;
 }
 
-// Returns (qdd, saved): saved is (B, kAbaRow * n) when save (kinematics, U, D), else empty.
+// Returns (qdd like q, saved): saved is (B, kAbaRow * n) when save (kinematics, U, D).
 std::vector<torch::Tensor> aba_forward(torch::Tensor q, torch::Tensor qd, torch::Tensor tau,
                                        torch::Tensor inertial, torch::Tensor armature,
                                        torch::Tensor origins, torch::Tensor gravity,
                                        torch::Tensor axis, torch::Tensor parent,
                                        torch::Tensor prismatic, bool save) {
-  const int64_t batch = q.size(0);
   const Tree tree = make_tree(parent, prismatic);
+  const int64_t n = tree.n;
+  const int64_t batch = batch_of(q, n, "q");
+  check_state(qd, batch, n, "qd");
+  check_state(tau, batch, n, "tau");
   auto qdd = torch::empty_like(q);
-  auto saved = saved_rows(q, kAbaRow, save);
+  auto saved = saved_rows(q, batch, kAbaRow, save);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "aba_forward", [&] {
     using T = scalar_t;
-    const auto pi = param<T>(inertial, batch), arm = param<T>(armature, batch);
-    const auto org = param<T>(origins, batch), grav = param<T>(gravity, batch);
+    const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
+    const auto arm = param<T>(armature, batch, n, "armature");
+    const auto org = param<T>(origins, batch, 16 * n, "origins");
+    const auto grav = param<T>(gravity, batch, 3, "gravity");
     const T *qp = q.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *taup = tau.data_ptr<T>();
     const T* ax = axis.data_ptr<T>();
     T* out = qdd.data_ptr<T>();
     T* rows = save ? saved.data_ptr<T>() : nullptr;
-    const int64_t n = tree.n;
     for_chunks(batch, chunk_count(batch), [&](int64_t, int64_t b0, int64_t b1) {
       AbaScratch<T> ws(n);
       for (int64_t b = b0; b < b1; ++b) {
@@ -596,42 +883,121 @@ std::vector<torch::Tensor> aba_forward(torch::Tensor q, torch::Tensor qd, torch:
   return {qdd, saved};
 }
 
-// From the rows aba_forward saved: (lam, grad) with lam = M^-1 g (B, n) and grad
-// = -d(lam . tau)/d inertial at the saved state, (B, n, 10) when per_sample, else (n, 10)
-// summed over the batch, or an empty tensor when not with_inertial.
-std::vector<torch::Tensor> aba_backward(torch::Tensor saved, torch::Tensor g, torch::Tensor axis,
-                                        torch::Tensor parent, torch::Tensor prismatic,
-                                        bool with_inertial, bool per_sample) {
-  const int64_t batch = g.size(0);
+// Backward of ABA from the rows aba_forward saved: (lam = M^-1 g or undefined,
+// -d(lam . tau)/d inertial or undefined, -lam * qdd for the armature or undefined), the
+// parameter gradients in the parameters' shapes (summed over the batch when shared).
+std::vector<torch::Tensor> aba_backward(torch::Tensor saved, torch::Tensor g, torch::Tensor qdd,
+                                        torch::Tensor inertial, torch::Tensor armature,
+                                        torch::Tensor axis, torch::Tensor parent,
+                                        torch::Tensor prismatic, bool need_tau, bool need_pi,
+                                        bool need_armature) {
   const Tree tree = make_tree(parent, prismatic);
   const int64_t n = tree.n;
-  TORCH_CHECK(saved.dim() == 2 && saved.size(0) == batch && saved.size(1) == kAbaRow * n,
-              "saved ABA rows do not match the batch");
+  const int64_t batch = batch_of(g, n, "grad");
+  check_state(qdd, batch, n, "qdd");
+  check_saved(saved, batch, kAbaRow * n);
   const int64_t chunks = chunk_count(batch);
   auto lam = torch::empty_like(g);
-  auto grad = !with_inertial ? torch::empty({0}, g.options())
-              : per_sample   ? torch::zeros({batch, n, 10}, g.options())
-                             : torch::zeros({chunks, n, 10}, g.options());
+  std::vector<torch::Tensor> result;
   AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "aba_backward", [&] {
     using T = scalar_t;
+    GradOut<T> gpi(need_pi, inertial, batch, chunks, 10 * n);
+    GradOut<T> garm(need_armature, armature, batch, chunks, n);
     T* rows = saved.data_ptr<T>();
-    const T *gp = g.data_ptr<T>(), *ax = axis.data_ptr<T>();
+    const T *gp = g.data_ptr<T>(), *qddp = qdd.data_ptr<T>(), *ax = axis.data_ptr<T>();
     T* lp = lam.data_ptr<T>();
-    T* out = with_inertial ? grad.data_ptr<T>() : nullptr;
     for_chunks(batch, chunks, [&](int64_t c, int64_t b0, int64_t b1) {
       std::vector<T> pA(6 * n), w(6 * n);
       for (int64_t b = b0; b < b1; ++b) {
         T* row = rows + b * kAbaRow * n;
         const Kin<T> k(row, n);
         aba_backward_sample(tree, ax, k, row + kKinRow * n, row + (kKinRow + 6) * n,
-                            gp + b * n, lp + b * n,
-                            out ? out + (per_sample ? b : c) * n * 10 : nullptr,
+                            gp + b * n, lp + b * n, gpi.active ? gpi.at(c, b) : nullptr,
                             pA.data(), w.data());
+        if (garm.active) {
+          T* ga = garm.at(c, b);
+          for (int64_t i = 0; i < n; ++i) ga[i] -= lp[b * n + i] * qddp[b * n + i];
+        }
+      }
+    });
+    result = {need_tau ? lam : torch::Tensor(), gpi.finish(), garm.finish()};
+  });
+  return result;
+}
+
+// Returns (M (..., n, n) for q (..., n), saved): saved is (B, kPoseRow * n) when save.
+std::vector<torch::Tensor> crba_forward(torch::Tensor q, torch::Tensor inertial,
+                                        torch::Tensor armature, torch::Tensor origins,
+                                        torch::Tensor axis, torch::Tensor parent,
+                                        torch::Tensor prismatic, bool save) {
+  const Tree tree = make_tree(parent, prismatic);
+  const int64_t n = tree.n;
+  const int64_t batch = batch_of(q, n, "q");
+  std::vector<int64_t> sizes(q.sizes().begin(), q.sizes().end());
+  sizes.push_back(n);
+  auto M = torch::empty(sizes, q.options());
+  auto saved = saved_rows(q, batch, kPoseRow, save);
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "crba_forward", [&] {
+    using T = scalar_t;
+    const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
+    const auto arm = param<T>(armature, batch, n, "armature");
+    const auto org = param<T>(origins, batch, 16 * n, "origins");
+    const T* qp = q.data_ptr<T>();
+    const T* ax = axis.data_ptr<T>();
+    T* out = M.data_ptr<T>();
+    T* rows = save ? saved.data_ptr<T>() : nullptr;
+    for_chunks(batch, chunk_count(batch), [&](int64_t, int64_t b0, int64_t b1) {
+      std::vector<T> row(kPoseRow * n), Ic(10 * n);
+      for (int64_t b = b0; b < b1; ++b) {
+        T* pose = save ? rows + b * kPoseRow * n : row.data();
+        crba_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), qp + b * n, out + b * n * n,
+                    pose, pose + 9 * n, Ic.data());
       }
     });
   });
-  if (with_inertial && !per_sample) grad = grad.sum(0);
-  return {lam, grad};
+  return {M, saved};
+}
+
+// Backward of CRBA from the poses crba_forward saved, for the upstream gradient G (like M):
+// (d<G, M>/d inertial or undefined, diag(G) for the armature or undefined), in the
+// parameters' shapes (summed over the batch when shared).
+std::vector<torch::Tensor> crba_backward(torch::Tensor saved, torch::Tensor G,
+                                         torch::Tensor inertial, torch::Tensor armature,
+                                         torch::Tensor axis, torch::Tensor parent,
+                                         torch::Tensor prismatic, bool need_pi,
+                                         bool need_armature) {
+  const Tree tree = make_tree(parent, prismatic);
+  const int64_t n = tree.n;
+  TORCH_CHECK(G.is_contiguous() && G.dim() >= 2 && G.size(-1) == n && G.size(-2) == n,
+              "grad must be a contiguous (..., n, n) tensor");
+  const int64_t batch = G.numel() / (n * n);
+  check_saved(saved, batch, kPoseRow * n);
+  const int64_t chunks = chunk_count(batch);
+  std::vector<torch::Tensor> result;
+  AT_DISPATCH_FLOATING_TYPES(G.scalar_type(), "crba_backward", [&] {
+    using T = scalar_t;
+    GradOut<T> gpi(need_pi, inertial, batch, chunks, 10 * n);
+    GradOut<T> garm(need_armature, armature, batch, chunks, n);
+    T* rows = saved.data_ptr<T>();
+    const T *Gp = G.data_ptr<T>(), *ax = axis.data_ptr<T>();
+    for_chunks(batch, chunks, [&](int64_t c, int64_t b0, int64_t b1) {
+      std::vector<T> ws(gpi.active ? 28 * n : 0);
+      for (int64_t b = b0; b < b1; ++b) {
+        const T* Gb = Gp + b * n * n;
+        if (gpi.active) {
+          const T* pose = rows + b * kPoseRow * n;
+          crba_inertial_adjoint_sample(tree, ax, pose, pose + 9 * n, Gb, gpi.at(c, b),
+                                       ws.data());
+        }
+        if (garm.active) {
+          T* ga = garm.at(c, b);
+          for (int64_t i = 0; i < n; ++i) ga[i] += Gb[i * n + i];
+        }
+      }
+    });
+    result = {gpi.finish(), garm.finish()};
+  });
+  return result;
 }
 
 }  // namespace
@@ -639,10 +1005,14 @@ std::vector<torch::Tensor> aba_backward(torch::Tensor saved, torch::Tensor g, to
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rnea_forward", &rnea_forward,
         "Batched RNEA, one fused recursion per sample; optionally saves the kinematics");
-  m.def("rnea_inertial_adjoint", &rnea_inertial_adjoint,
-        "Vector-Jacobian product of RNEA w.r.t. the inertial parameters, from saved kinematics");
+  m.def("rnea_backward", &rnea_backward,
+        "M g and the inertial/armature vector-Jacobian products of RNEA, from saved rows");
   m.def("aba_forward", &aba_forward,
         "Batched ABA, one fused recursion per sample; optionally saves kinematics, U and D");
   m.def("aba_backward", &aba_backward,
-        "M^-1 g and the inertial-parameter vector-Jacobian product of ABA, from saved rows");
+        "M^-1 g and the inertial/armature vector-Jacobian products of ABA, from saved rows");
+  m.def("crba_forward", &crba_forward,
+        "Batched CRBA, one composite-inertia recursion per sample; optionally saves the poses");
+  m.def("crba_backward", &crba_backward,
+        "Inertial/armature vector-Jacobian products of CRBA, from saved poses");
 }
