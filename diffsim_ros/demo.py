@@ -139,13 +139,21 @@ class _Observer:
                 self.q = np.array([msg.position[index[name]] for name in self.joint_names])
 
 
-def _progress(observer: _Observer, task: tasks.Task, model: RobotModel, t: float) -> str:
+def _true_upright(task: tasks.Task, true_model: RobotModel) -> Optional[float]:
+    """Return the hidden plant's balance point (swing-ups), where success is measured."""
+    if task.kind != tasks.SWING_UP:
+        return None
+    return tasks.upright_angle(true_model, task.pendulum_joint)
+
+
+def _progress(observer: _Observer, task: tasks.Task, model: RobotModel, t: float,
+              upright: Optional[float]) -> str:
     with observer.lock:
         q, nmse, parameters = observer.q, observer.nmse, dict(observer.parameters)
     parts = [f't = {t:5.1f} s']
-    if q is not None and task.kind == tasks.SWING_UP:
+    if q is not None and upright is not None:
         angle = q[model.joint_index(task.pendulum_joint)]
-        error = abs(math.remainder(angle - math.pi, 2 * math.pi))
+        error = abs(math.remainder(angle - upright, 2 * math.pi))
         parts.append(f'pendulum {error:4.2f} rad from upright')
     parts.append(f'models accepted {parameters.get("refits", 0)}')
     if nmse is not None:
@@ -218,16 +226,18 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
         spin(driver)
         task = tasks.get_task(args.robot)
         model = nominal_model(args.robot)
+        upright = _true_upright(task, driver.plant.true_model)
         next_print = 0.0
         while driver.plant.time < duration:
             if not all(thread.is_alive() for _, _, thread in spinning):
                 raise RuntimeError('an executor stopped unexpectedly')
             if driver.plant.time >= next_print:
-                print('  ' + _progress(observer, task, model, driver.plant.time), flush=True)
+                print('  ' + _progress(observer, task, model, driver.plant.time, upright),
+                      flush=True)
                 next_print += 1.0
             time.sleep(0.05)
         driver.stop()
-        print('  ' + _progress(observer, task, model, duration), flush=True)
+        print('  ' + _progress(observer, task, model, duration, upright), flush=True)
         # let the recorder write what is still queued (it may lag behind the plant)
         previous, deadline = -1, time.monotonic() + 10.0
         while time.monotonic() < deadline:
@@ -381,7 +391,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       command_joints=info.command_joints)[:1]
     nominal = nominal_model(args.robot)
     true = graph['true_model']
-    outcome = tasks.evaluate(task, nominal, run.t, run.q, run.qd, run.u)
+    outcome = tasks.evaluate(task, nominal, run.t, run.q, run.qd, run.u,
+                             upright=_true_upright(task, true))
     estimates = {}
     online = _model_from(graph['urdf'], nominal)
     if online is not None:

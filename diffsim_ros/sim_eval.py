@@ -46,7 +46,7 @@ from .control.baselines import ComputedTorque, SwingUpLQR
 from .control.dynamics import ModelDynamics
 from .control.ilqr import ILQR, ILQRConfig
 from .control.tasks import evaluate, get_task, make_cost, reference, start_state, SWING_UP, \
-    Task, task_names
+    Task, task_names, upright_angle
 from .core import RobotModel
 from .sim import MujocoPlant, nominal_model, PlantConfig
 from .sysid import estimators
@@ -209,8 +209,11 @@ def run_episode(plant: MujocoPlant, task: Task, controller: Any, replan_every: i
         record[k, 1 + 2 * n:] = u.detach().cpu().numpy()
         measurement = plant.step(u.detach().cpu().numpy())
     data = torch.from_numpy(record)
+    # a swing-up succeeds at the plant's balance point (its true centre of mass on top)
+    upright = upright_angle(plant.true_model, task.pendulum_joint) \
+        if task.kind == SWING_UP else None
     scores = evaluate(task, model, data[:, 0], data[:, 1:1 + n], data[:, 1 + n:1 + 2 * n],
-                      data[:, 1 + 2 * n:])
+                      data[:, 1 + 2 * n:], upright=upright)
     scores['solve_ms'] = 1e3 * float(np.mean(solve_times)) if solve_times else 0.0
     return scores
 

@@ -14,8 +14,9 @@ from diffsim_ros.control.dynamics import ModelDynamics
 from diffsim_ros.control.policy import FeedbackPolicy
 from diffsim_ros.control.tasks import (angle_mask, evaluate, get_task, goal_state, make_cost,
                                        reference, start_state, swing_up_time, task_names,
-                                       wrap_angle)
+                                       upright_angle, wrap_angle)
 from diffsim_ros.core import crba, rnea
+from diffsim_ros.core.energy import potential_energy
 from diffsim_ros.sim import nominal_model
 import numpy as np
 import pytest
@@ -242,3 +243,49 @@ def test_swing_up_scoring():
     late = torch.where(t < 2.5, torch.full_like(t, 2.0), torch.full_like(t, 0.05))
     q_late = torch.stack((torch.zeros_like(t), math.pi + late), -1)
     assert not evaluate(task, model, t, q_late, torch.zeros_like(q))['success']   # < 1 s held
+
+
+def _tilted(robot, offset):
+    """Return the nominal model with the pendulum's centre of mass moved by ``offset`` (m)."""
+    task = get_task(robot)
+    model = nominal_model(robot)
+    index = model.joint_index(task.pendulum_joint)
+    inertial = model.inertial.detach().clone()
+    inertial[index, 1:4] += inertial[index, 0] * torch.tensor(offset, dtype=F64)
+    return task, model.replace(inertial=inertial), index
+
+
+@pytest.mark.parametrize('robot', ['qube', 'cartpole'])
+@pytest.mark.parametrize('offset', [(0.0, 0.0, 0.0), (0.01, -0.02, 0.015), (-0.03, 0.01, 0.0)])
+def test_upright_angle_is_the_maximum_of_the_potential(robot, offset):
+    task, model, index = _tilted(robot, offset)
+    angles = torch.linspace(-math.pi, math.pi, 20001, dtype=F64)
+    q = torch.zeros(angles.numel(), model.n, dtype=F64)
+    q[:, index] = angles
+    expected = float(angles[potential_energy(model, q).argmax()])
+    assert abs(float(wrap_angle(torch.tensor(upright_angle(model, task.pendulum_joint)
+                                             - expected, dtype=F64)))) < 1e-3
+    if offset == (0.0, 0.0, 0.0):   # the URDFs: centre of mass on the pendulum's axis line
+        assert abs(abs(upright_angle(model, task.pendulum_joint)) - math.pi) < 1e-9
+
+
+def test_swing_up_balances_at_the_models_balance_point():
+    task, model, index = _tilted('qube', (0.0, 0.02, 0.0))   # across the rod, in its plane
+    up = upright_angle(model, task.pendulum_joint)
+    assert abs(float(wrap_angle(torch.tensor(up - math.pi, dtype=F64)))) > 0.1   # 0.3 rad
+    controller = SwingUpLQR(ModelDynamics.for_robot('qube', model, 0.002), 'pendulum_joint',
+                            'arm_joint', position_limit=1.8)
+    assert controller.upright == pytest.approx(up)
+    assert float(goal_state(task, model)[index]) == pytest.approx(up)
+    # released next to that balance point, the LQR holds it there with the arm near 0
+    dynamics = controller.dynamics
+    x = controller.goal() + torch.tensor([0.05, 0.1, 0.0, 0.0], dtype=F64)
+    for _ in range(1000):
+        x = dynamics.step(x, controller.solve(x)(0.0, x))
+    assert controller.mode == 'balance'
+    assert abs(float(wrap_angle(x[index] - up))) < 0.01 and abs(float(x[0])) < 0.1
+    # and the task scores errors from the balance point it is given
+    t = torch.linspace(0.0, 2.0, 101, dtype=F64)
+    q = torch.stack((torch.zeros_like(t), torch.full_like(t, up)), -1)
+    assert evaluate(task, model, t, q, torch.zeros_like(q))['success']
+    assert not evaluate(task, model, t, q, torch.zeros_like(q), upright=math.pi)['success']

@@ -38,6 +38,7 @@ import torch
 
 from .dynamics import ModelDynamics
 from .policy import FeedbackPolicy
+from .tasks import upright_angle
 from .. import robots
 from ..core.crba import crba
 from ..core.energy import potential_energy
@@ -222,7 +223,7 @@ class SwingUpLQR:
     the model changes).
 
     :param dynamics: model of the robot (``dt`` = the period the policy is applied at).
-    :param pendulum_joint: passive joint to swing up (0 hanging, ``+-pi`` upright).
+    :param pendulum_joint: passive joint to swing up (0 hanging, about ``+-pi`` upright).
     :param actuated_joint: the driven joint (Furuta arm or cart) kept near 0.
     :param position_limit: allowed ``|q|`` of the actuated joint (sets the pumping
         acceleration and the LQR weights), rad or m.
@@ -234,8 +235,13 @@ class SwingUpLQR:
     :param switch_angle: pendulum error below which the LQR balances, rad.
     :param lqr_q: diagonal state weight of the LQR (``nx`` values).
     :param lqr_r: command weight of the LQR (``nu`` values or one).
-    :param upright: pendulum angle of the upright state, rad.
-    :param energy_target: normalised energy the swing-up aims at (0: exactly upright at rest).
+    :param upright: pendulum angle of the upright state, rad; None: the model's balance point
+        (:func:`~diffsim_ros.control.tasks.upright_angle`, ``pi`` for a centre of mass on
+        the pendulum's axis line), recomputed when the model changes.
+    :param energy_target: normalised energy the swing-up aims at (0: exactly upright at
+        rest). 0 is a homoclinic orbit the pendulum only approaches asymptotically: on the
+        Qube's model it hovered 0.31-0.34 rad short of the catch region for seconds; the
+        default 5 % above it carries the pendulum over the top slowly enough for the LQR.
     """
 
     def __init__(self, dynamics: ModelDynamics, pendulum_joint: str, actuated_joint: str,
@@ -243,8 +249,8 @@ class SwingUpLQR:
                  max_acceleration: Optional[float] = None,
                  centering: Optional[Tuple[float, float]] = None, switch_angle: float = 0.3,
                  lqr_q: Optional[Sequence[float]] = None,
-                 lqr_r: Optional[Sequence[float]] = None, upright: float = math.pi,
-                 energy_target: float = 0.0) -> None:
+                 lqr_r: Optional[Sequence[float]] = None, upright: Optional[float] = None,
+                 energy_target: float = 0.05) -> None:
         model = dynamics.model
         self.pendulum = model.joint_index(pendulum_joint)
         self.actuated = model.joint_index(actuated_joint)
@@ -259,7 +265,7 @@ class SwingUpLQR:
                 raise ValueError(f'{name} must be finite and > 0, got {value!r}')
         self.position_limit = float(position_limit)
         self.switch_angle = float(switch_angle)
-        self.upright = float(upright)
+        self._upright = upright
         self.energy_target = float(energy_target)
         self._overrides = {'energy_gain': energy_gain, 'max_acceleration': max_acceleration,
                            'centering': centering, 'lqr_q': lqr_q, 'lqr_r': lqr_r}
@@ -273,6 +279,9 @@ class SwingUpLQR:
 
     def _use(self, dynamics: ModelDynamics) -> None:
         self.dynamics = dynamics
+        #: Pendulum angle of the balance point, rad.
+        self.upright = float(self._upright) if self._upright is not None else \
+            upright_angle(dynamics.model, self.pendulum_joint)
         design = swing_up_design(dynamics, self.pendulum_joint, self.actuated_joint,
                                  self.position_limit, self.switch_angle, self.upright)
         chosen = {key: (value if value is not None else getattr(design, key))
@@ -307,14 +316,19 @@ class SwingUpLQR:
         :param x0: state ``(nx,)`` ``[q; qd]`` in model joint order.
         :param t: time, s.
         :return: a one-step policy: the LQR law near upright, else the energy command
-            (zero gains) for this state.
+            (zero gains) for this state. A catch that throws the actuated joint outward
+            faster than the pumping acceleration could stop within 90 % of its travel is
+            abandoned for the swing law, whose travel guard brakes it: on the Qube a catch
+            on a model whose balance point was 0.2 rad off took the arm to 2.15 rad.
         """
         dyn = self.dynamics
         x0 = x0.detach().to(dtype=dyn.model.dtype, device=dyn.model.device)
         goal = self.goal()
         error = _wrap(x0[self.pendulum] - self.upright)
         nu, nx = dyn.nu, dyn.nx
-        if bool(torch.isfinite(x0).all()) and abs(float(error)) < self.switch_angle:
+        n, a = dyn.model.n, self.actuated
+        if bool(torch.isfinite(x0).all()) and abs(float(error)) < self.switch_angle \
+                and self._stopping_deceleration(x0[a], x0[n + a]) < self.max_acceleration:
             self.mode = 'balance'
             u_ff = torch.zeros(1, nu, dtype=x0.dtype, device=x0.device)
             K = -self.gain()[None]
@@ -348,8 +362,15 @@ class SwingUpLQR:
         """
         if self._gain is None:
             dyn = self.dynamics
-            u_eq = torch.zeros(dyn.nu, dtype=dyn.model.dtype, device=dyn.model.device)
-            self._gain = lqr_gain(dyn, self.goal(), u_eq, self._Q, self._R)
+            model = dyn.model
+            # Linearise the smooth, passive part of the model: Coulomb friction's tanh has a
+            # slope F / eps at rest that is no damping the plant provides (it is the same
+            # force in any direction of motion), and an unconstrained fit (NEA) can return
+            # negative damping or friction, which turned a refit's gain unstable on the Qube.
+            smooth = dyn.with_model(model.replace(friction=torch.zeros_like(model.friction),
+                                                  damping=model.damping.clamp_min(0.0)))
+            u_eq = torch.zeros(dyn.nu, dtype=model.dtype, device=model.device)
+            self._gain = lqr_gain(smooth, self.goal(), u_eq, self._Q, self._R)
         return self._gain
 
     def energy(self, x: Tensor, M: Optional[Tensor] = None) -> Tensor:
@@ -397,7 +418,46 @@ class SwingUpLQR:
         # -M_ap qd_p / M_aa that the swinging pendulum's reaction induces is in phase with
         # qd_p M_pa, so damping it would drain the energy being pumped.
         momentum_velocity = x[n + a] + M[a, p] * x[n + p] / M[a, a]
-        return pump - kp * x[a] - kd * momentum_velocity
+        desired = pump - kp * x[a] - kd * momentum_velocity
+        return self._travel_guard(x[a], x[n + a], desired)
+
+    def _stopping_deceleration(self, position: Tensor, velocity: Tensor) -> float:
+        """
+        Return the deceleration that stops the actuated joint at 90 % of its travel.
+
+        :param position: actuated joint position.
+        :param velocity: actuated joint velocity.
+        :return: ``v^2 / (2 room)`` when moving outward, else 0.
+        """
+        if not bool(position * velocity > 0):
+            return 0.0  # at the centre, at rest or moving inward
+        room = max(0.9 * self.position_limit - abs(float(position)), 1e-3)
+        return float(velocity) ** 2 / (2.0 * room)
+
+    def _travel_guard(self, position: Tensor, velocity: Tensor, desired: Tensor) -> Tensor:
+        """
+        Brake an actuated joint that moves outward too fast to stop within its travel.
+
+        A half period of saturated pumping started from rest carries the joint about
+        ``(pi / w_p)^2 a_max / 2``, four times the steady square-wave amplitude the design
+        assumes, and on a plant stronger than the model further: on the Qube 30 % off nominal
+        the first kick took the arm to 2.0 rad of its 1.8. When the deceleration that would
+        stop the joint at 90 % of ``position_limit`` exceeds half the pumping acceleration,
+        the joint is asked to decelerate at twice that (stopping it half-way to the wall, a
+        margin for a plant that responds more weakly than the model), unless the law already
+        asks for more.
+
+        :param position: actuated joint position.
+        :param velocity: actuated joint velocity.
+        :param desired: acceleration the swing-up law asks for.
+        :return: the acceleration to realise.
+        """
+        need = self._stopping_deceleration(position, velocity)
+        if need < 0.5 * self.max_acceleration:
+            return desired
+        brake = -torch.sign(velocity) * 2.0 * need
+        return torch.where(desired * torch.sign(velocity) > brake * torch.sign(velocity),
+                           brake, desired)
 
     def energy_command(self, x: Tensor) -> Tensor:
         """

@@ -29,6 +29,7 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import torch
 
 from .costs import QuadraticCost, TrackingCost
+from ..core.energy import potential_energy
 from ..core.model import RobotModel
 
 Tensor = torch.Tensor
@@ -210,19 +211,47 @@ def angle_mask(task: Task, model: RobotModel) -> Tensor:
     return mask
 
 
+def upright_angle(model: RobotModel, pendulum_joint: str) -> float:
+    """
+    Return the pendulum angle of the model's unstable equilibrium (centre of mass on top).
+
+    A rigid body on a revolute joint has the potential ``V(a) = c0 + c1 cos a + c2 sin a``
+    whatever its mass distribution, so three evaluations give the maximum exactly,
+    ``atan2(c2, c1)``. With the centre of mass on the pendulum's axis line (the URDFs) this
+    is ``pi``; a centre of mass off that line (a sampled plant, an identified model) tilts
+    the equilibrium, and a controller that balances at ``pi`` then pushes the arm or cart
+    away to hold the pendulum off its balance point.  The other joints at 0 (a Furuta arm or
+    a cart does not change the pendulum's potential).
+
+    :param model: the robot.
+    :param pendulum_joint: the passive revolute joint.
+    :return: angle in ``(-pi, pi]``, rad.
+    :raises ValueError: the pendulum has no potential gap (no gravity or no mass).
+    """
+    index = model.joint_index(pendulum_joint)
+    q = torch.zeros(3, model.n, dtype=model.dtype, device=model.device)
+    q[:, index] = torch.tensor([0.0, 0.5 * math.pi, math.pi], dtype=model.dtype)
+    with torch.no_grad():
+        v0, v1, v2 = (float(v) for v in potential_energy(model, q))
+    c1, c2 = 0.5 * (v0 - v2), v1 - 0.5 * (v0 + v2)
+    if not math.hypot(c1, c2) > 1e-12:
+        raise ValueError(f'the pendulum {pendulum_joint!r} has no potential gap')
+    return math.atan2(c2, c1)
+
+
 def goal_state(task: Task, model: RobotModel) -> Tensor:
     """
     Return the swing-up goal: pendulum upright, everything else at 0, at rest.
 
     :param task: a swing-up task.
-    :param model: the robot.
+    :param model: the robot; its :func:`upright_angle` is the goal's pendulum angle.
     :return: ``(2 n,)`` in the model's dtype.
     :raises ValueError: for a tracking task.
     """
     if task.kind != SWING_UP:
         raise ValueError(f'the {task.robot} task tracks a reference; see reference_states')
     x = torch.zeros(2 * model.n, dtype=model.dtype, device=model.device)
-    x[model.joint_index(task.pendulum_joint)] = math.pi
+    x[model.joint_index(task.pendulum_joint)] = upright_angle(model, task.pendulum_joint)
     return x
 
 
@@ -324,7 +353,7 @@ def swing_up_time(t: Tensor, error: Tensor, threshold: float) -> Optional[float]
 
 
 def evaluate(task: Task, model: RobotModel, t: Tensor, q: Tensor, qd: Tensor,
-             u: Optional[Tensor] = None) -> Dict[str, Any]:
+             u: Optional[Tensor] = None, upright: Optional[float] = None) -> Dict[str, Any]:
     """
     Score one episode.
 
@@ -334,6 +363,8 @@ def evaluate(task: Task, model: RobotModel, t: Tensor, q: Tensor, qd: Tensor,
     :param q: positions ``(T, n)`` in model joint order.
     :param qd: velocities ``(T, n)``.
     :param u: commands ``(T, m)`` (only summarised).
+    :param upright: pendulum angle of the plant's balance point (see :func:`upright_angle`
+        of the true model; default: that of ``model``); errors are measured from it.
     :return: ``success`` (bool) and, for swing-ups, ``swing_up_time_s`` (None on failure),
         ``max_position`` (largest ``|q|`` of the actuated joint), ``within_limit``,
         ``final_angle_error``; for tracking, ``tracking_rms`` (rad over all joints) and
@@ -346,7 +377,9 @@ def evaluate(task: Task, model: RobotModel, t: Tensor, q: Tensor, qd: Tensor,
     if task.kind == SWING_UP:
         p = model.joint_index(task.pendulum_joint)
         a = model.joint_index(task.actuated_joint)
-        error = wrap_angle(q[:, p] - math.pi)
+        if upright is None:
+            upright = upright_angle(model, task.pendulum_joint)
+        error = wrap_angle(q[:, p] - upright)
         t_up = swing_up_time(t, error, task.success_angle) if finite else None
         max_position = float(q[:, a].abs().max()) if finite else math.inf
         within = max_position <= task.position_limit
