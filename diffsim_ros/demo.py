@@ -45,6 +45,18 @@ from .sysid.nea import base_parameters
 
 #: Robots the demo runs: those with a control task.
 DEMO_ROBOTS = ('qube', 'cartpole', 'wam4', 'panda')
+#: Hidden plant of the default run: its pendulum balances 0.21 rad from the URDF's upright,
+#: so the nominal model's catch throws the arm out and the swing-up needs the identified
+#: model (the README lists the other seeds measured).
+DEFAULT_SEED = 7
+
+#: Simulated seconds the demo adds to the task's episode: the first refits land after 2-3 s,
+#: and on a plant the nominal model cannot balance the swing-up waits for them (seed 7 swung
+#: up after 3.2-4.8 s in three runs, and the task asks for 1 s of balance after it).
+IDENTIFY_S = 2.0
+
+#: Wall seconds the simulated driver waits after each tick for the mpc's command.
+COMMAND_WAIT_S = 0.2
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -62,10 +74,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument('--robot', default='qube', choices=DEMO_ROBOTS)
     parser.add_argument('--out', default='demo_out', type=Path, help='output directory')
     parser.add_argument('--duration', default=None, type=float,
-                        help="simulated seconds (default: the robot task's episode length)")
+                        help="simulated seconds (default: the robot task's episode length "
+                             f'plus {IDENTIFY_S:g} s)')
     parser.add_argument('--param-error', default=0.3, type=float,
                         help='relative error of the hidden true parameters (default 0.3)')
-    parser.add_argument('--seed', default=0, type=int, help='seed of the hidden parameters')
+    parser.add_argument('--seed', default=DEFAULT_SEED, type=int,
+                        help=f'seed of the hidden parameters (default {DEFAULT_SEED})')
     parser.add_argument('--controller', default=None, choices=('ilqr', 'mppi', 'baseline'),
                         help='mpc node controller (default: config/<robot>.yaml)')
     parser.add_argument('--real-time-factor', default=0.5, type=float,
@@ -85,10 +99,6 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     if args.domain_id is not None and not 0 <= args.domain_id <= 232:
         parser.error('--domain-id must be in [0, 232]')
     return args
-
-
-#: Wall seconds the simulated driver waits after each tick for the mpc's command.
-COMMAND_WAIT_S = 0.2
 
 
 class _Observer:
@@ -377,7 +387,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     start = time.perf_counter()
     info = robots.get(args.robot)
     task = tasks.get_task(args.robot)
-    duration = args.duration or task.duration_s
+    duration = args.duration or task.duration_s + IDENTIFY_S
     bag = args.out / 'recording.mcap'
     steps = 3 if args.no_fit else 4
     print(f'[1/{steps}] sim_driver + identifier + mpc + monitor over DDS: {args.robot}, '
