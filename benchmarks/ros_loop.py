@@ -305,12 +305,13 @@ def run_ingest(domain: int, duration: float, rss_period: float, warmup: float,
     :param duration: seconds of publishing.
     :param rss_period: seconds between RSS samples.
     :param warmup: seconds excluded from the RSS slope.
-    :param executor_cls: rclpy executor class (default: multi-threaded, as the node's main).
+    :param executor_cls: rclpy executor class (default: single-threaded, as the node's
+        main, ``diffsim_ros.nodes.runtime.run_node``).
     :return: counts, callback cost, RSS samples and statistics, identifier stats.
     """
     import rclpy
     from rclpy.context import Context
-    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.executors import SingleThreadedExecutor
     from diffsim_ros.nodes.params import parameter_overrides
     samples = panda_excitation()
     names = samples.pop('joint_names')
@@ -318,7 +319,7 @@ def run_ingest(domain: int, duration: float, rss_period: float, warmup: float,
     rclpy.init(context=context, domain_id=domain)
     node = _probed_identifier_class()(context=context,
                                       parameter_overrides=parameter_overrides({'robot': 'panda'}))
-    executor = (executor_cls or MultiThreadedExecutor)(context=context)
+    executor = (executor_cls or SingleThreadedExecutor)(context=context)
     executor.add_node(node)
     spinner = _spin(executor)
     process, conn = _spawn(publish_joint_states, domain, names, samples, INGEST_RATE_HZ,
@@ -412,7 +413,7 @@ def run_latency(domain: int, controller: str, samples: int, warmup: float) -> Di
     """
     import rclpy
     from rclpy.context import Context
-    from rclpy.executors import MultiThreadedExecutor
+    from rclpy.executors import SingleThreadedExecutor
     from diffsim_ros import robots
     from diffsim_ros.nodes.params import parameter_overrides
     context = Context()
@@ -420,7 +421,7 @@ def run_latency(domain: int, controller: str, samples: int, warmup: float) -> Di
     node = _probed_mpc_class()(context=context, parameter_overrides=parameter_overrides(
         {'robot': 'qube', 'controller': controller}))
     command_rate = node.config.command_rate or robots.get('qube').driver_rate_hz
-    executor = MultiThreadedExecutor(context=context)
+    executor = SingleThreadedExecutor(context=context)   # as the node's main
     executor.add_node(node)
     spinner = _spin(executor)
     duration = warmup + samples / QUBE_RATE_HZ

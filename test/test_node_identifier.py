@@ -7,7 +7,7 @@ import math
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from diffsim_ros import robots
 from diffsim_ros.core import load_urdf
-from diffsim_ros.nodes import identifier as identifier_module
+from diffsim_ros.nodes import refit as refit_module
 from diffsim_ros.nodes.convert import joint_state_msg, pose_msg, sec_to_stamp
 from diffsim_ros.nodes.identifier import Identifier
 from diffsim_ros.nodes.params import parameter_overrides
@@ -36,9 +36,9 @@ QUICK = {'diffnea.adam_iterations': 60, 'diffnea.lbfgs_iterations': 0,
          'diffnea.learn': ['inertial', 'damping']}
 
 
-def make_identifier(executor, **params):
+def make_identifier(executor, node_name='identifier', **params):
     params = {'robot': 'qube', 'window': 3.0, 'min_window': 1.0, **QUICK, **params}
-    return executor.add_node(Identifier(context=executor.executor.context,
+    return executor.add_node(Identifier(context=executor.executor.context, node_name=node_name,
                                         parameter_overrides=parameter_overrides(params)))
 
 
@@ -174,8 +174,25 @@ def test_commands_are_held_onto_joint_state_stamps(executor):
     np.testing.assert_allclose(traj.qdd[:, 0].numpy(), -np.sin(t), atol=2e-2)
 
 
+def test_refits_in_a_child_process_match_refits_on_a_thread(executor):
+    nodes = [make_identifier(executor, node_name=f'identifier_{mode}', refit_process=process)
+             for mode, process in (('process', True), ('thread', False))]
+    run = plant_run(3.0)
+    for node in nodes:
+        node.frozen = True
+        feed(node, run)
+        assert node.refit(), node.last['status']
+    child, local = nodes
+    assert child._pool is not None and local._pool is None
+    torch.testing.assert_close(child.best.model.inertial, local.best.model.inertial,
+                               rtol=1e-6, atol=1e-9)
+    assert child.last['candidate_heldout_loss'] == pytest.approx(
+        local.last['candidate_heldout_loss'], rel=1e-6)
+
+
 def test_diverging_or_failing_refits_are_rejected(executor, monkeypatch):
-    node = make_identifier(executor)
+    # on a thread, so that the patched estimator is the one the refit calls
+    node = make_identifier(executor, refit_process=False)
     node.frozen = True
     feed(node, plant_run(3.0))
     assert node.refit(), node.last['status']          # a real fit improves on the nominal
@@ -185,14 +202,14 @@ def test_diverging_or_failing_refits_are_rejected(executor, monkeypatch):
     def diverging(name, model, train, validation, config, warm_start):
         bad = warm_start.model.replace(inertial=warm_start.model.inertial * 50.0)
         return dataclasses.replace(warm_start, model=bad)
-    monkeypatch.setattr(identifier_module, 'fit', diverging)
+    monkeypatch.setattr(refit_module, 'fit', diverging)
     assert not node.refit()
     assert node.best is good and node.stats['rejected'] == 1
     assert node.last['level'] == DiagnosticStatus.WARN
 
     def failing(*args, **kwargs):
         raise RuntimeError('loss is NaN')
-    monkeypatch.setattr(identifier_module, 'fit', failing)
+    monkeypatch.setattr(refit_module, 'fit', failing)
     assert not node.refit()
     assert node.best is good and node.stats['failed'] == 1
     assert 'loss is NaN' in node.last['status']

@@ -52,16 +52,15 @@ import yaml
 from .convert import (commands_array, joint_state_arrays, MessageError, pose_matrix,
                       stamp_to_sec, ThrottledLogger)
 from .params import declare_config, declare_robot
+from .refit import heldout_loss, nominal_result, RefitPool, score_refit
 from .runtime import configure_interpreter, run_node
 from .. import robots
-from ..core import load_urdf, rnea
+from ..core import load_urdf
 from ..io.urdf_export import model_to_urdf
 from ..sysid.dataset import Trajectory
-from ..sysid.estimators import ESTIMATORS, fit
+from ..sysid.estimators import ESTIMATORS
 from ..sysid.filters import estimate_derivatives
-from ..sysid.losses import (command_joints_for, command_matrix, inverse_dynamics_loss,
-                            make_actuator, make_torque_fn, resolve_source, stack_samples,
-                            variance_scale)
+from ..sysid.losses import resolve_source
 from ..sysid.preprocess import align_streams, limit_free_runs, split_time
 from ..sysid.result import IdentificationResult
 
@@ -115,6 +114,9 @@ class IdentifierConfig:
         "where ~/save writes the URDF and parameter YAML; '' = ./diffsim_identified"))
     diagnostics_period: float = field(default=1.0, metadata=_meta(
         'seconds between /diagnostics messages'))
+    refit_process: bool = field(default=True, metadata=_meta(
+        'run each fit in a child process, so that it never holds the lock of the '
+        'interpreter taking joint_states (False: on a thread of this process)'))
 
     def __post_init__(self) -> None:
         """Validate choices and ranges."""
@@ -137,25 +139,6 @@ class IdentifierConfig:
                 raise ValueError(f'{name} must be >= 0, got {getattr(self, name)!r}')
         if self.min_window > self.window:
             raise ValueError(f'min_window ({self.min_window}) exceeds window ({self.window})')
-
-
-def heldout_loss(result: IdentificationResult, runs, source: str, scale: torch.Tensor) -> float:
-    """
-    Return a result's normalised inverse-dynamics torque error on held-out runs.
-
-    :param result: a result with a physical model.
-    :param runs: trajectories with ``qd``, ``qdd`` and the ``source`` signal.
-    :param source: ``'tau'`` or ``'u'``.
-    :param scale: ``(n,)`` torque variances shared by every model compared.
-    :return: the loss (``inf`` when it is not finite).
-    """
-    model = result.model
-    B = command_matrix(model, result.command_joints or model.joint_names)
-    torque_fn = make_torque_fn(model, B, result.actuator, result.friction, result.coulomb_eps)
-    with torch.no_grad():
-        value = float(inverse_dynamics_loss(model, torque_fn,
-                                            stack_samples(runs, model, source, True), scale))
-    return value if math.isfinite(value) else math.inf
 
 
 class Identifier(Node):
@@ -207,6 +190,7 @@ class Identifier(Node):
         self.create_service(Trigger, '~/save', self._on_save)
         self.create_service(SetBool, '~/freeze', self._on_freeze)
         self.frozen = False
+        self._pool = RefitPool() if config.refit_process else None
         self._wake, self._stop = threading.Event(), threading.Event()
         self._worker = threading.Thread(target=self._work, daemon=True)
         self._worker.start()
@@ -349,13 +333,7 @@ class Identifier(Node):
         :param source: ``'tau'`` (efforts are joint torques) or ``'u'`` (commands).
         :return: a result with method ``'nominal'``.
         """
-        cfg = self.estimator_config
-        m = self.nominal.n if source == 'tau' else len(cfg.command_joints)
-        joints = command_joints_for(self.nominal, source, m, cfg.command_joints)
-        actuator = make_actuator(cfg.actuator, m, cfg.actuator_kwargs, torch.float64) \
-            if source == 'u' else None
-        return IdentificationResult(method='nominal', model=self.nominal, actuator=actuator,
-                                    command_joints=joints, coulomb_eps=cfg.coulomb_eps)
+        return nominal_result(self.nominal, self.estimator_config, source)
 
     def usable_runs(self, runs) -> list:
         """
@@ -400,14 +378,10 @@ class Identifier(Node):
         try:
             cfg = self.estimator_config
             source = resolve_source(train, cfg.source, cfg.actuator != 'none')
-            held = stack_samples(validation, self.nominal, source, True)
-            scale = variance_scale(rnea(self.nominal, held.q, held.qd, held.qdd))
-            candidate = fit(self.config.estimator, self.nominal, train, validation, cfg,
-                            warm_start=best)
-            new_loss = heldout_loss(candidate, validation, source, scale)
-            nominal_loss = heldout_loss(self.nominal_result(source), validation, source, scale)
-            old_loss = heldout_loss(best, validation, source, scale) if best is not None \
-                else nominal_loss
+            job = (self.config.estimator, self.nominal, cfg, source, train, validation, best)
+            scores = self._pool.score(*job) if self._pool is not None else score_refit(*job)
+            candidate = scores['candidate']
+            new_loss, old_loss, nominal_loss = scores['new'], scores['old'], scores['nominal']
         except Exception as error:  # noqa: B902 - a failed refit must not kill the node
             self.stats['failed'] += 1
             self._finish({'status': f'refit failed: {error}', 'level': DiagnosticStatus.WARN},
@@ -523,6 +497,8 @@ class Identifier(Node):
         """Stop the worker thread, then destroy the node."""
         self._stop.set()
         self._wake.set()
+        if self._pool is not None:
+            self._pool.close()
         self._worker.join(timeout=30.0)
         super().destroy_node()
 
