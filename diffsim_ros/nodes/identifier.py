@@ -52,7 +52,7 @@ import yaml
 from .convert import (commands_array, joint_state_arrays, MessageError, pose_matrix,
                       stamp_to_sec, ThrottledLogger)
 from .params import declare_config, declare_robot
-from .refit import heldout_loss, nominal_result, RefitPool, score_refit
+from .refit import RefitPool, score_refit
 from .runtime import configure_interpreter, run_node
 from .. import robots
 from ..core import load_urdf
@@ -62,9 +62,8 @@ from ..sysid.estimators import ESTIMATORS
 from ..sysid.filters import estimate_derivatives
 from ..sysid.losses import resolve_source
 from ..sysid.preprocess import align_streams, limit_free_runs, split_time
-from ..sysid.result import IdentificationResult
 
-__all__ = ['Identifier', 'IdentifierConfig', 'heldout_loss', 'main']
+__all__ = ['Identifier', 'IdentifierConfig', 'main']
 
 
 #: Estimators whose result is a physical model ('svgd': the posterior-mean model, with a
@@ -175,8 +174,8 @@ class Identifier(Node):
         self.parameters_pub = self.create_publisher(String, '~/parameters', latched)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.command_topic = config.command_topic or f'/{self.info.controller_name}/commands'
-        # sensor-data QoS, but a deeper queue: a refit holding the GIL for a few hundred
-        # ms must not cost the 1 kHz stream more than that stall (benchmarks/ros_loop.py)
+        # sensor-data QoS, but a deeper queue: a burst from the driver or a pause of this
+        # process (the worker thread preparing a window) must not cost the 1 kHz stream
         stream = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=500,
                             reliability=ReliabilityPolicy.BEST_EFFORT)
         self.create_subscription(JointState, config.joint_states_topic, self._on_joint_state,
@@ -326,15 +325,6 @@ class Identifier(Node):
         return traj.crop(int(index[0]), int(index[-1]) + 1)
 
     # -- refits ----------------------------------------------------------------------------
-    def nominal_result(self, source: str) -> IdentificationResult:
-        """
-        Return the nominal model as a result, with the estimator's actuator for commands.
-
-        :param source: ``'tau'`` (efforts are joint torques) or ``'u'`` (commands).
-        :return: a result with method ``'nominal'``.
-        """
-        return nominal_result(self.nominal, self.estimator_config, source)
-
     def usable_runs(self, runs) -> list:
         """
         Return the stretches of some runs that stay away from the joint limits.
