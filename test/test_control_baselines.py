@@ -56,13 +56,34 @@ def test_lqr_stabilises_the_upright_linearisation(robot):
     dynamics = ModelDynamics.for_robot(robot, model, 0.004)
     x_up = goal_state(task, model)
     u0 = torch.zeros(1, dtype=F64)
-    A, B = linearize(dynamics, x_up, u0)
+    # the linearisation lqr_gain designs on: Coulomb friction (the cart-pole's) left out,
+    # whose tanh slope at rest is no damping the plant has
+    smooth = dynamics.with_model(model.replace(friction=torch.zeros_like(model.friction)))
+    A, B = linearize(smooth, x_up, u0)
     assert float(torch.linalg.eigvals(A).abs().max()) > 1.0     # upright is unstable
     K = lqr_gain(dynamics, x_up, u0, torch.eye(4, dtype=F64), torch.eye(1, dtype=F64))
     closed = torch.linalg.eigvals(A - B @ K).abs().max()
     assert float(closed) < 1.0
     # The upright state is an equilibrium of the model with zero command.
     torch.testing.assert_close(dynamics.step(x_up, u0), x_up, atol=1e-12, rtol=0)
+
+
+def test_lqr_gain_linearises_only_smooth_passive_friction():
+    # a refit with Coulomb friction and negative damping (NEA is unconstrained) gets the gain
+    # of the model without Coulomb friction and with the damping clamped to zero
+    task, model = get_task('qube'), nominal_model('qube')
+    refit = model.replace(friction=torch.tensor([3e-4, 6e-5], dtype=F64),
+                          damping=torch.tensor([-2e-5, 1e-5], dtype=F64))
+    passive = model.replace(friction=torch.zeros(2, dtype=F64),
+                            damping=torch.tensor([0.0, 1e-5], dtype=F64))
+    x_up, u0 = goal_state(task, model), torch.zeros(1, dtype=F64)
+    Q, R = torch.eye(4, dtype=F64), torch.eye(1, dtype=F64)
+    gains = [lqr_gain(ModelDynamics.for_robot('qube', m, 0.002), x_up, u0, Q, R)
+             for m in (refit, passive)]
+    torch.testing.assert_close(gains[0], gains[1], rtol=1e-12, atol=1e-12)
+    raw_A, raw_B = linearize(ModelDynamics.for_robot('qube', refit, 0.002), x_up, u0)
+    smooth_A, _ = linearize(ModelDynamics.for_robot('qube', passive, 0.002), x_up, u0)
+    assert not torch.allclose(raw_A, smooth_A)   # the raw linearisation really differs
 
 
 def test_swing_up_balances_near_upright_on_the_model():

@@ -107,6 +107,11 @@ def lqr_gain(dynamics: ModelDynamics, x_eq: Tensor, u_eq: Tensor, Q: Tensor,
     """
     Return the infinite-horizon discrete LQR gain of the model linearised at an equilibrium.
 
+    Only the smooth, passive part of the model is linearised: Coulomb friction is left out
+    (its tanh has a slope ``F / eps`` at rest, no damping the plant provides: the force is
+    the same in any direction of motion) and negative damping, which an unconstrained fit
+    (NEA) can return, is taken as zero; on the Qube both turned refitted gains unstable.
+
     :param dynamics: the model; its ``dt`` is the period the gain is applied at.
     :param x_eq: equilibrium state ``(nx,)``.
     :param u_eq: equilibrium command ``(nu,)``.
@@ -114,6 +119,9 @@ def lqr_gain(dynamics: ModelDynamics, x_eq: Tensor, u_eq: Tensor, Q: Tensor,
     :param R: command weight ``(nu, nu)``.
     :return: ``K (nu, nx)``, the optimal law being ``u = u_eq - K (x - x_eq)``.
     """
+    model = dynamics.model
+    dynamics = dynamics.with_model(model.replace(friction=torch.zeros_like(model.friction),
+                                                 damping=model.damping.clamp_min(0.0)))
     A, B = linearize(dynamics, x_eq, u_eq)
     P = solve_dare(A, B, Q, R)
     return torch.linalg.solve(R + B.mT @ P @ B, B.mT @ P @ A)
@@ -362,15 +370,8 @@ class SwingUpLQR:
         """
         if self._gain is None:
             dyn = self.dynamics
-            model = dyn.model
-            # Linearise the smooth, passive part of the model: Coulomb friction's tanh has a
-            # slope F / eps at rest that is no damping the plant provides (it is the same
-            # force in any direction of motion), and an unconstrained fit (NEA) can return
-            # negative damping or friction, which turned a refit's gain unstable on the Qube.
-            smooth = dyn.with_model(model.replace(friction=torch.zeros_like(model.friction),
-                                                  damping=model.damping.clamp_min(0.0)))
-            u_eq = torch.zeros(dyn.nu, dtype=model.dtype, device=model.device)
-            self._gain = lqr_gain(smooth, self.goal(), u_eq, self._Q, self._R)
+            u_eq = torch.zeros(dyn.nu, dtype=dyn.model.dtype, device=dyn.model.device)
+            self._gain = lqr_gain(dyn, self.goal(), u_eq, self._Q, self._R)
         return self._gain
 
     def energy(self, x: Tensor, M: Optional[Tensor] = None) -> Tensor:
