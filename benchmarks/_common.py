@@ -10,8 +10,10 @@ from dataclasses import asdict, dataclass
 import importlib.metadata
 import json
 import os
+from pathlib import Path
 import platform
 import statistics
+import sys
 import time
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence
 
@@ -138,6 +140,26 @@ def machine_info(packages: Iterable[str] = ()) -> Dict[str, Any]:
         'platform': platform.platform(),
         'versions': {name: package_version(name) for name in packages},
     }
+
+
+#: The recorded data, when neither ``--data`` nor ``$DIFFSIM_DATA`` says otherwise: the
+#: ``shared/data`` folder next to the repository, as for the tests (``test/conftest.py``).
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / 'shared' / 'data'
+
+
+def data_root(given: Optional[str], script: str) -> Path:
+    """
+    Return the recorded-data root, or exit with a message when it is absent.
+
+    :param given: ``--data`` value or ``None`` (then ``$DIFFSIM_DATA`` or :data:`DEFAULT_DATA`).
+    :param script: the benchmark's file name, for the message.
+    :return: the folder holding the dataset folders.
+    """
+    root = Path(given or os.environ.get('DIFFSIM_DATA') or DEFAULT_DATA)
+    if not root.is_dir():
+        sys.exit(f'{script}: real-robot data not found at {root} (set $DIFFSIM_DATA or pass '
+                 '--data DIR; see the shared data INDEX.md)')
+    return root
 
 
 def make_parser(description: str) -> argparse.ArgumentParser:

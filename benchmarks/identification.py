@@ -17,7 +17,7 @@ Sections (``benchmarks/README.md`` explains each in full):
   the published ones.
 
 Run ``python benchmarks/identification.py [--quick] [--json PATH]``; the data root is
-``$DIFFSIM_DATA`` or ``/work/shared/data`` (``--data DIR``).
+``$DIFFSIM_DATA`` or ``shared/data`` next to the repository (``--data DIR``).
 """
 
 import contextlib
@@ -53,7 +53,6 @@ from diffsim_ros.sysid.preprocess import resample, split_time
 from diffsim_ros.sysid.result import IdentificationResult
 
 PACKAGES = ('torch', 'numpy', 'differentiable-robot-model')
-DEFAULT_DATA = '/work/shared/data'
 QUBE_TIME_LIMIT_S = 5.0
 #: Voltage delay (samples) applied to the Quanser commands before fitting and validating:
 #: on the real Qube two samples (8 ms at 250 Hz) of delay fit best.
@@ -89,20 +88,6 @@ QUICK_VARIANTS = ('viscous',)
 # --------------------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------------------
-def data_root(given: Optional[str]) -> Path:
-    """
-    Return the shared data root, or exit with a message when it is absent.
-
-    :param given: ``--data`` value or ``None`` (then ``$DIFFSIM_DATA`` or the default).
-    :return: the folder holding the dataset folders.
-    """
-    root = Path(given or os.environ.get('DIFFSIM_DATA') or DEFAULT_DATA)
-    if not root.is_dir():
-        sys.exit(f'identification.py: real-robot data not found at {root} (set $DIFFSIM_DATA '
-                 'or pass --data DIR; see the shared data INDEX.md)')
-    return root
-
-
 def delayed(traj: Trajectory, samples: int) -> Trajectory:
     """
     Delay the commands by whole samples (the first command is held at the start).
@@ -818,13 +803,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """
     parser = _common.make_parser(__doc__.strip().splitlines()[0])
     parser.add_argument('--data', default=None,
-                        help=f'shared data root (default $DIFFSIM_DATA or {DEFAULT_DATA})')
+                        help='recorded-data root (default $DIFFSIM_DATA or '
+                             f'{_common.DEFAULT_DATA})')
     parser.add_argument('--markdown', metavar='PATH', default=None,
                         help='write the result tables as markdown to PATH')
     parser.add_argument('--skip', default='',
                         help='comma-separated sections to skip: timing,qube,cartpole,panda,dfki')
     args = parser.parse_args(argv)
-    root = data_root(args.data)
+    root = _common.data_root(args.data, 'identification.py')
     torch.set_num_threads(args.threads)
     skip = {s.strip() for s in args.skip.split(',') if s.strip()}
     machine = _common.machine_info(PACKAGES)

@@ -16,7 +16,7 @@ Sections (the model and its 11 parameters: :mod:`diffsim_ros.sysid.double_pendul
   0.091 m / 0.070 m.
 
 Run ``python benchmarks/inference.py [--quick] [--json PATH]``; the data root is
-``$DIFFSIM_DATA`` or ``/work/shared/data`` (``--data DIR``).
+``$DIFFSIM_DATA`` or ``shared/data`` next to the repository (``--data DIR``).
 """
 
 import math
@@ -40,7 +40,6 @@ from diffsim_ros.sysid.baselines import make_inference
 from diffsim_ros.sysid.svgd import AugmentedLagrangian
 
 PACKAGES = ('torch', 'numpy', 'emcee')
-DEFAULT_DATA = '/work/shared/data'
 DT = 1.0 / 400.0
 WINDOWS = 10
 SPEED_HORIZON = 400
@@ -58,20 +57,6 @@ FULL = {'train_runs': (0,), 'heldout_runs': tuple(range(2, 21)), 'horizon': 400,
         'heldout_starts': (0, 400, 800), 'particles': 32, 'steps': 200, 'stride': 5}
 QUICK = {'train_runs': (0,), 'heldout_runs': tuple(range(2, 10)), 'horizon': 80,
          'heldout_starts': (0,), 'particles': 12, 'steps': 15, 'stride': 4}
-
-
-def data_root(given: Optional[str]) -> Path:
-    """
-    Return the shared data root, or exit with a message when it is absent.
-
-    :param given: ``--data`` value or ``None`` (then ``$DIFFSIM_DATA`` or the default).
-    :return: the folder holding the dataset folders.
-    """
-    root = Path(given or os.environ.get('DIFFSIM_DATA') or DEFAULT_DATA)
-    if not root.is_dir():
-        sys.exit(f'inference.py: real-robot data not found at {root} (set $DIFFSIM_DATA '
-                 'or pass --data DIR; see the shared data INDEX.md)')
-    return root
 
 
 def method_options(name: str, shooting: str, seed: int) -> Dict[str, Any]:
@@ -275,7 +260,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
-    root = data_root(args.data)
+    root = _common.data_root(args.data, 'inference.py')
     methods: List[str] = [m for m in args.methods.split(',') if m]
     speed = speed_study(root, args.quick, device)
     table = table_study(root, args.quick, device, methods)
