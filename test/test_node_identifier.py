@@ -215,6 +215,43 @@ def test_diverging_or_failing_refits_are_rejected(executor, monkeypatch):
     assert 'loss is NaN' in node.last['status']
 
 
+def test_refits_keep_the_informative_past_once_the_robot_holds_still(executor, monkeypatch):
+    # on a thread, so that the recording estimator below is the one the refit calls
+    node = make_identifier(executor, refit_process=False, memory_segments=2,
+                           memory_segment=1.0)
+    node.frozen = True
+    moving = plant_run(3.0)
+    feed(node, moving)                            # stamps 1.0 .. 3.99 s
+    assert node.refit(), node.last['status']
+    seen = []
+    real_fit = refit_module.fit
+
+    def recording(name, model, train, validation, config, warm_start):
+        seen.append([run.run for run in train])
+        return real_fit(name, model, train, validation, config, warm_start)
+    monkeypatch.setattr(refit_module, 'fit', recording)
+    # then the arm holds still, hanging, for more than a window (3 s)
+    for k in range(400):
+        t = 4.0 + 0.01 * k
+        node._on_joint_state(joint_state_msg(JOINTS, np.zeros(2), np.zeros(2), np.zeros(2), t))
+    node.refit()
+    # the window (5-8 s) now holds only still data; the memory keeps cells of the moving run
+    # (and may keep a still one: hanging, the pendulum still tells its gravity terms), and
+    # the training data take those that ended before the window, never one it still holds
+    assert len(node.memory) == 2
+    spans = node.memory.spans()
+    past = [run.run for run in node.memory.runs(before=4.9)]
+    assert past and all(float(run.t[0]) < 4.0 for run in node.memory.runs(before=4.9)), spans
+    assert [name for name in seen[-1] if name.startswith('memory/')] == past
+    assert node.publish_diagnostics() is None
+    # a time jump back (bag loop) or ~/reset forgets them before the next refit
+    node._on_joint_state(joint_state_msg(JOINTS, np.zeros(2), np.zeros(2), np.zeros(2), 0.5))
+    feed(node, plant_run(2.5))
+    node.refit()
+    assert all(start < 4.0 for start, _ in node.memory.spans())
+    assert not [name for name in seen[-1] if name.startswith('memory/')]
+
+
 def test_identifier_converges_on_sim_driver_data(executor):
     driver = executor.add_node(SimDriver(
         context=executor.executor.context, parameter_overrides=parameter_overrides(

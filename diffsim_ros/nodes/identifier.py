@@ -9,10 +9,13 @@ measured velocities kept when ``velocity_source`` allows, and then differentiate
 stamps for the accelerations), splits off the last ``holdout_fraction`` as held-out data,
 leaves out the stretches where a joint is within ``limit_margin`` of a position limit (the
 limit stop's force is not in the model) and runs ``diffsim_ros.sysid.estimators.fit``
-warm-started from the last accepted result.  A refit is accepted only if its inverse-dynamics
-torque error on the held-out data (normalised by the nominal model's torque variance) beats
-the current model's by ``min_improvement``; otherwise the last good model stays and the
-diagnostics turn WARN.
+warm-started from the last accepted result, on the training part together with up to
+``memory_segments`` older cells of data that the window has lost, kept for their information
+about the base parameters (:class:`~diffsim_ros.sysid.memory.SegmentMemory`): without them a
+robot holding still for a window's length (a balanced pendulum) lets refits drift.  A refit
+is accepted only if its inverse-dynamics torque error on the held-out data (normalised by the
+nominal model's torque variance) beats the current model's by ``min_improvement``; otherwise
+the last good model stays and the diagnostics turn WARN.
 
 Publications:
 
@@ -61,6 +64,7 @@ from ..sysid.dataset import Trajectory
 from ..sysid.estimators import ESTIMATORS
 from ..sysid.filters import estimate_derivatives
 from ..sysid.losses import resolve_source
+from ..sysid.memory import SegmentMemory
 from ..sysid.preprocess import align_streams, limit_free_runs, split_time
 
 __all__ = ['Identifier', 'IdentifierConfig', 'main']
@@ -113,6 +117,13 @@ class IdentifierConfig:
         "where ~/save writes the URDF and parameter YAML; '' = ./diffsim_identified"))
     diagnostics_period: float = field(default=1.0, metadata=_meta(
         'seconds between /diagnostics messages'))
+    memory_segments: int = field(default=4, metadata=_meta(
+        'past cells of data kept beyond the window for their information about the base '
+        'parameters (a robot holding still must not make refits forget); 0 = window only'))
+    memory_segment: float = field(default=1.0, metadata=_meta('memory cell length, s'))
+    memory_max_age: float = field(default=120.0, metadata=_meta(
+        'memory cells older than this (s) are forgotten (a changed robot, e.g. a new payload, '
+        'is then fit on its own data); 0 = never'))
     refit_process: bool = field(default=True, metadata=_meta(
         'run each fit in a child process, so that it never holds the lock of the '
         'interpreter taking joint_states (False: on a thread of this process)'))
@@ -133,7 +144,12 @@ class IdentifierConfig:
             raise ValueError(f'holdout_fraction must be in (0, 1), got {self.holdout_fraction}')
         if not math.isfinite(self.limit_margin):
             raise ValueError(f'limit_margin must be finite, got {self.limit_margin!r}')
-        for name in ('min_improvement', 'min_sample_interval'):
+        if self.memory_segments < 0:
+            raise ValueError(f'memory_segments must be >= 0, got {self.memory_segments}')
+        for name in ('memory_segment',):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise ValueError(f'{name} must be > 0, got {getattr(self, name)!r}')
+        for name in ('min_improvement', 'min_sample_interval', 'memory_max_age'):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) >= 0):
                 raise ValueError(f'{name} must be >= 0, got {getattr(self, name)!r}')
         if self.min_window > self.window:
@@ -168,6 +184,8 @@ class Identifier(Node):
         self._lock = threading.Lock()
         self._min_interval = config.min_sample_interval or 0.5 / self.info.driver_rate_hz
         self._finished = deque(maxlen=20)   # monotonic end times of recent refits
+        self.memory = SegmentMemory(self.nominal, config.memory_segments, config.memory_segment,
+                                    config.memory_max_age or math.inf)
         self._reset_state()
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self.description_pub = self.create_publisher(String, '~/robot_description', latched)
@@ -205,6 +223,7 @@ class Identifier(Node):
             self._commands = deque()
             self._poses = {body: deque() for body in self.config.mocap_bodies}
             self._last_t = None
+            self._forget = True   # the worker empties the memory before its next refit
             self.best = None   # None = the nominal model
             self.best_loss = math.inf
             self.last = {'status': 'collecting data', 'level': DiagnosticStatus.OK}
@@ -232,6 +251,7 @@ class Identifier(Node):
                                               'clearing the window')
                     self._states.clear()
                     self._commands.clear()
+                    self._forget = True
                     for queue in self._poses.values():
                         queue.clear()
                 else:
@@ -358,6 +378,14 @@ class Identifier(Node):
             return False
         split = split_time(traj, validation=self.config.holdout_fraction)
         train, validation = (self.usable_runs(part) for part in (split.train, split.validation))
+        # the memory's cells from before the window join the training data; the held-out
+        # part stays the newest data, which the model must predict
+        if self._forget:
+            self._forget = False
+            self.memory.clear()
+        remembered = self.memory.runs(before=float(traj.t[0]))
+        self.memory.offer(train + validation)
+        train = remembered + train
         if not train or not validation:
             self.last = {'status': 'not enough data away from the joint limits',
                          'level': DiagnosticStatus.OK}
@@ -437,6 +465,7 @@ class Identifier(Node):
         values = {**self.stats, 'frozen': self.frozen, 'estimator': self.config.estimator,
                   'window_fill': min(span / self.config.window, 1.0), 'window_samples': samples,
                   'refit_rate_hz': rate, 'heldout_loss': self.best_loss,
+                  'memory_cells': len(self.memory),
                   'drops': self.warnings.total,
                   **{f'drops/{key}': count for key, count in self.warnings.drops.items()},
                   **{key: value for key, value in self.last.items()
