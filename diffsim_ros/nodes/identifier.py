@@ -384,7 +384,7 @@ class Identifier(Node):
             self._forget = False
             self.memory.clear()
         remembered = self.memory.runs(before=float(traj.t[0]))
-        self.memory.offer(train + validation)
+        self.memory.offer(self.usable_runs([traj]))   # unsplit: cells across the cut count
         train = remembered + train
         if not train or not validation:
             self.last = {'status': 'not enough data away from the joint limits',
