@@ -9,6 +9,10 @@ with ``e_k = x_k - x_goal_k`` (angle entries wrapped to ``(-pi, pi]``), ``v_k = 
 and ``w`` the control-rate weight (``u_{-1}`` is the command applied before the horizon, when
 known).  No factor 1/2.  :class:`QuadraticCost` regulates to one goal state;
 :class:`TrackingCost` follows a reference trajectory.
+
+Optional soft state bounds add ``W sum_i (max(0, x_i - hi_i)^2 + max(0, lo_i - x_i)^2)`` to
+every stage and to the terminal cost, e.g. to keep a cart on its track or an arm within its
+travel: the penalty is zero inside the bounds and its Gauss-Newton derivatives are exact.
 """
 
 import copy
@@ -69,13 +73,18 @@ class QuadraticCost:
     :param rate_weight: weight ``w >= 0`` of the rate penalty ``|u_k - u_{k-1}|^2``.
     :param nu: command dimension; needed only when ``R`` is a scalar and ``u_goal`` None
         (default 1).
+    :param x_lower: ``(nx,)`` soft lower state bounds (``-inf`` where none); None for none.
+    :param x_upper: ``(nx,)`` soft upper state bounds (``inf`` where none); None for none.
+    :param bound_weight: ``W >= 0``, weight of the squared bound violations.
     :raises ShapeError: inconsistent shapes.
-    :raises ValueError: negative ``rate_weight``.
+    :raises ValueError: negative ``rate_weight`` or ``bound_weight``, crossed bounds.
     """
 
     def __init__(self, Q: Tensor, R: Tensor, Qf: Tensor, x_goal: Tensor,
                  u_goal: Optional[Tensor] = None, angle_mask: Optional[Tensor] = None,
-                 rate_weight: float = 0.0, nu: Optional[int] = None) -> None:
+                 rate_weight: float = 0.0, nu: Optional[int] = None,
+                 x_lower: Optional[Tensor] = None, x_upper: Optional[Tensor] = None,
+                 bound_weight: float = 0.0) -> None:
         x_goal = torch.as_tensor(x_goal)
         if not x_goal.is_floating_point():
             x_goal = x_goal.to(torch.get_default_dtype())
@@ -102,6 +111,35 @@ class QuadraticCost:
         if not float(rate_weight) >= 0:
             raise ValueError(f'rate_weight must be >= 0, got {rate_weight}')
         self.rate_weight = float(rate_weight)
+        if not float(bound_weight) >= 0:
+            raise ValueError(f'bound_weight must be >= 0, got {bound_weight}')
+        self.bound_weight = float(bound_weight)
+        self.x_lower, self.x_upper = (
+            None if value is None else torch.as_tensor(value, dtype=x_goal.dtype,
+                                                       device=x_goal.device).reshape(-1)
+            for value in (x_lower, x_upper))
+        for name, value in (('x_lower', self.x_lower), ('x_upper', self.x_upper)):
+            if value is not None and tuple(value.shape) != (nx,):
+                raise ShapeError(f'{name}: expected shape ({nx},), got {tuple(value.shape)}')
+        if self.x_lower is not None and self.x_upper is not None and \
+                bool((self.x_lower > self.x_upper).any()):
+            raise ValueError('x_lower exceeds x_upper')
+
+    def _violation(self, x: Tensor) -> Optional[Tensor]:
+        """Return the signed bound violations ``(..., nx)`` (0 inside), or None."""
+        if self.bound_weight == 0 or (self.x_lower is None and self.x_upper is None):
+            return None
+        over = torch.zeros_like(x)
+        if self.x_upper is not None:
+            over = over + torch.clamp(x - self.x_upper, min=0.0)
+        if self.x_lower is not None:
+            over = over - torch.clamp(self.x_lower - x, min=0.0)
+        return over
+
+    def _bound_cost(self, x: Tensor) -> Tensor:
+        over = self._violation(x)
+        return x.new_zeros(x.shape[:-1]) if over is None else \
+            self.bound_weight * over.square().sum(-1)
 
     def _set_goal(self, x_goal: Tensor) -> None:
         if x_goal.dim() != 1:
@@ -148,7 +186,7 @@ class QuadraticCost:
         :return: the converted cost (``self`` is unchanged).
         """
         cost = copy.copy(self)
-        for name in ('Q', 'R', 'Qf', 'x_goal', 'u_goal', 'x_ref'):
+        for name in ('Q', 'R', 'Qf', 'x_goal', 'u_goal', 'x_ref', 'x_lower', 'x_upper'):
             value = getattr(cost, name, None)
             if value is not None:
                 setattr(cost, name, value.to(dtype=dtype, device=device))
@@ -169,7 +207,8 @@ class QuadraticCost:
         :return: ``(...)``.
         """
         error = state_error(x, self.goal(k), self.angle_mask)
-        return self._quadratic(error, self.Q) + self._quadratic(u - self.u_goal, self.R)
+        return self._quadratic(error, self.Q) + self._quadratic(u - self.u_goal, self.R) + \
+            self._bound_cost(x)
 
     def terminal(self, x: Tensor) -> Tensor:
         """
@@ -179,7 +218,7 @@ class QuadraticCost:
         :return: ``(...)``.
         """
         error = state_error(x, self.x_goal, self.angle_mask)
-        return self._quadratic(error, self.Qf)
+        return self._quadratic(error, self.Qf) + self._bound_cost(x)
 
     def total(self, X: Tensor, U: Tensor, u_prev: Optional[Tensor] = None) -> Tensor:
         """
@@ -197,6 +236,7 @@ class QuadraticCost:
         cost = self._quadratic(error[..., :-1, :], self.Q).sum(-1)
         cost = cost + self._quadratic(error[..., -1, :], self.Qf)
         cost = cost + self._quadratic(U - self.u_goal, self.R).sum(-1)
+        cost = cost + self._bound_cost(X).sum(-1)
         if self.rate_weight > 0:
             if u_prev is not None:
                 U = torch.cat((u_prev.unsqueeze(-2).expand(U.shape[:-2] + (1, U.shape[-1])),
@@ -220,8 +260,14 @@ class QuadraticCost:
         lxx = (2.0 * self.Q).expand(horizon, self.nx, self.nx)
         luu = (2.0 * self.R).expand(horizon, self.nu, self.nu)
         lux = X.new_zeros(horizon, self.nu, self.nx)
-        return CostDerivatives(lx, lu, lxx, luu, lux, 2.0 * error[-1] @ self.Qf,
-                               2.0 * self.Qf)
+        lfx, lfxx = 2.0 * error[-1] @ self.Qf, 2.0 * self.Qf
+        over = self._violation(X)
+        if over is not None:   # piecewise quadratic: exact first and second derivatives
+            gradient = 2.0 * self.bound_weight * over
+            curvature = torch.diag_embed(2.0 * self.bound_weight * (over != 0).to(X.dtype))
+            lx, lxx = lx + gradient[:-1], lxx + curvature[:-1]
+            lfx, lfxx = lfx + gradient[-1], lfxx + curvature[-1]
+        return CostDerivatives(lx, lu, lxx, luu, lux, lfx, lfxx)
 
 
 class TrackingCost(QuadraticCost):
