@@ -44,8 +44,8 @@ from . import robots
 from .control.adaptive import AdaptiveMPC, default_estimator_config, parameter_error
 from .control.baselines import ComputedTorque, SwingUpLQR
 from .control.dynamics import ModelDynamics
-from .control.ilqr import ILQR, ILQRConfig
-from .control.tasks import evaluate, get_task, make_cost, reference, start_state, SWING_UP, \
+from .control.ilqr import ILQRConfig
+from .control.tasks import evaluate, get_task, make_ilqr, reference, start_state, SWING_UP, \
     Task, task_names, upright_angle
 from .core import RobotModel
 from .sim import MujocoPlant, nominal_model, PlantConfig
@@ -155,8 +155,8 @@ def make_controller(kind: str, task: Task, model: RobotModel, rate_hz: float, qu
     horizon = max(5, int(round(0.6 * task.horizon))) if quick else task.horizon
     iterations = 1 if quick else task.iterations
     dynamics = ModelDynamics.for_robot(robot, model, task.mpc_dt)
-    controller = ILQR(dynamics, make_cost(task, model),
-                      ILQRConfig(horizon=horizon, max_iters=iterations))
+    controller = make_ilqr(task, dynamics, ILQRConfig(horizon=horizon, max_iters=iterations,
+                                                      compile=True))
     replan = max(1, int(round(rate_hz / task.control_rate_hz)))
     if kind == 'adaptive-mpc':
         controller = _adaptive(controller, robot, estimator, rate_hz, truth)

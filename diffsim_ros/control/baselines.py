@@ -37,6 +37,7 @@ from typing import Callable, Optional, Sequence, Tuple
 import torch
 
 from .dynamics import ModelDynamics
+from .lqr import linearize, lqr_gain, lqr_law, solve_dare
 from .policy import FeedbackPolicy
 from .tasks import upright_angle
 from .. import robots
@@ -50,81 +51,7 @@ Tensor = torch.Tensor
 ReferenceFn = Callable[[Tensor], Tuple[Tensor, Tensor, Tensor]]
 
 __all__ = ['ComputedTorque', 'PDGravity', 'SwingUpDesign', 'SwingUpLQR', 'linearize', 'lqr_gain',
-           'solve_dare', 'swing_up_design']
-
-
-def linearize(dynamics: ModelDynamics, x: Tensor, u: Tensor) -> Tuple[Tensor, Tensor]:
-    """
-    Return the Jacobians of one model step by autograd.
-
-    :param dynamics: the discrete model ``x' = f(x, u)``.
-    :param x: state ``(nx,)``.
-    :param u: command ``(nu,)``.
-    :return: ``(A (nx, nx), B (nx, nu))`` with ``A = df/dx``, ``B = df/du``.
-    """
-    A, B = torch.autograd.functional.jacobian(dynamics.step, (x.detach(), u.detach()))
-    return A.detach(), B.detach()
-
-
-def solve_dare(A: Tensor, B: Tensor, Q: Tensor, R: Tensor, tolerance: float = 1e-12,
-               max_iterations: int = 100) -> Tensor:
-    """
-    Solve the discrete algebraic Riccati equation by the structured doubling algorithm.
-
-    ``P = A^T P A - A^T P B (R + B^T P B)^-1 B^T P A + Q``; the iteration converges
-    quadratically for stabilisable ``(A, B)`` and detectable ``(A, Q)``.
-
-    :param A: ``(nx, nx)``.
-    :param B: ``(nx, nu)``.
-    :param Q: ``(nx, nx)`` symmetric positive semi-definite.
-    :param R: ``(nu, nu)`` symmetric positive definite.
-    :param tolerance: relative change of ``P`` that ends the iteration.
-    :param max_iterations: doubling steps at most.
-    :return: ``P (nx, nx)``.
-    :raises ValueError: no convergence (e.g. an unstabilisable pair).
-    """
-    eye = torch.eye(A.shape[-1], dtype=A.dtype, device=A.device)
-    G = B @ torch.linalg.solve(R, B.mT)
-    H, Ak = Q.clone(), A.clone()
-    for _ in range(max_iterations):
-        W = eye + G @ H
-        W_A = torch.linalg.solve(W, Ak)
-        W_G = torch.linalg.solve(W, G)
-        H_next = H + Ak.mT @ H @ W_A
-        G = G + Ak @ W_G @ Ak.mT
-        Ak = Ak @ W_A
-        if not bool(torch.isfinite(H_next).all()):
-            break
-        change = float((H_next - H).abs().max()) / max(float(H_next.abs().max()), 1e-300)
-        H = H_next
-        if change < tolerance:
-            return 0.5 * (H + H.mT)
-    raise ValueError('the Riccati iteration did not converge: is (A, B) stabilisable?')
-
-
-def lqr_gain(dynamics: ModelDynamics, x_eq: Tensor, u_eq: Tensor, Q: Tensor,
-             R: Tensor) -> Tensor:
-    """
-    Return the infinite-horizon discrete LQR gain of the model linearised at an equilibrium.
-
-    Only the smooth, passive part of the model is linearised: Coulomb friction is left out
-    (its tanh has a slope ``F / eps`` at rest, no damping the plant provides: the force is
-    the same in any direction of motion) and negative damping, which an unconstrained fit
-    (NEA) can return, is taken as zero; on the Qube both turned refitted gains unstable.
-
-    :param dynamics: the model; its ``dt`` is the period the gain is applied at.
-    :param x_eq: equilibrium state ``(nx,)``.
-    :param u_eq: equilibrium command ``(nu,)``.
-    :param Q: state weight ``(nx, nx)``.
-    :param R: command weight ``(nu, nu)``.
-    :return: ``K (nu, nx)``, the optimal law being ``u = u_eq - K (x - x_eq)``.
-    """
-    model = dynamics.model
-    dynamics = dynamics.with_model(model.replace(friction=torch.zeros_like(model.friction),
-                                                 damping=model.damping.clamp_min(0.0)))
-    A, B = linearize(dynamics, x_eq, u_eq)
-    P = solve_dare(A, B, Q, R)
-    return torch.linalg.solve(R + B.mT @ P @ B, B.mT @ P @ A)
+           'lqr_law', 'solve_dare', 'swing_up_design']
 
 
 def _diag(values: Sequence[float], size: int, like: Tensor, what: str) -> Tensor:

@@ -9,6 +9,15 @@ all rolled out at once as a batch.  Levenberg-Marquardt regularisation ``Quu + m
 failure and shrinks on success.  Consecutive solves are warm-started from the previous command
 sequence shifted by the elapsed steps.
 
+A warm start is only a local guess: on a pendulum it can hold a plan that lets the pendulum
+fall over and come round again, and iLQR stays in that basin (on the MuJoCo Qube it never
+balanced, even on the true model).  An optional *guess* feedback law (for a swing-up the LQR
+of the goal, :func:`~diffsim_ros.control.baselines.lqr_law`) is therefore rolled out in
+closed loop through the model at every solve, and whichever of the two initial trajectories
+costs less is the one iLQR improves.  ``guess_for`` and ``cost_for`` rebuild the law and the
+cost for every model :meth:`ILQR.set_model` receives (a refitted pendulum balances at another
+angle).
+
 The control-rate penalty ``w |u_k - u_{k-1}|^2`` couples neighbouring steps; it is handled
 exactly by augmenting the state with the previous command inside the solver (the policy's
 gains keep only the ``x`` columns).
@@ -25,7 +34,7 @@ shared compiled function (see :mod:`diffsim_ros.control.dynamics`).
 from dataclasses import dataclass
 import math
 import time
-from typing import NamedTuple, Optional, Tuple
+from typing import Callable, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
@@ -34,6 +43,9 @@ from .costs import CostDerivatives, QuadraticCost
 from .dynamics import compiled, ModelDynamics
 from .policy import FeedbackPolicy, warm_start
 from ..core.model import RobotModel
+
+#: A feedback law ``u = law(x)``, ``(..., nx) -> (..., nu)``.
+FeedbackLaw = Callable[[torch.Tensor], torch.Tensor]
 
 Tensor = torch.Tensor
 
@@ -193,13 +205,23 @@ class ILQR:
     :param dynamics: the discrete-time model (its command limits bound the solution).
     :param cost: task cost (:class:`~diffsim_ros.control.costs.QuadraticCost` or a subclass).
     :param config: solver options.
+    :param cost_for: ``cost_for(model)`` builds the cost for a new model (:meth:`set_model`);
+        None keeps ``cost``.
+    :param guess_for: ``guess_for(dynamics)`` builds a feedback law whose closed-loop rollout
+        competes with the warm start as the initial trajectory of every solve (module
+        docstring); built for ``dynamics`` now and for every model :meth:`set_model` gets.
     """
 
     def __init__(self, dynamics: ModelDynamics, cost: QuadraticCost,
-                 config: Optional[ILQRConfig] = None) -> None:
+                 config: Optional[ILQRConfig] = None,
+                 cost_for: Optional[Callable[[RobotModel], QuadraticCost]] = None,
+                 guess_for: Optional[Callable[[ModelDynamics], FeedbackLaw]] = None) -> None:
         self.config = ILQRConfig() if config is None else config
         self.dynamics = self._converted(dynamics)
         self.cost = cost.to(dtype=self.config.dtype, device=self.dynamics.model.device)
+        self._cost_for, self._guess_for = cost_for, guess_for
+        self.guess_error: Optional[str] = None
+        self.guess = self._build_guess(self.dynamics)
         self.info: dict = {}
         self.reset()
 
@@ -243,7 +265,23 @@ class ILQR:
 
         :param model: the new model (same joints; converted to the solver's dtype).
         """
-        self.dynamics = self._converted(self.dynamics.with_model(model))
+        dynamics = self._converted(self.dynamics.with_model(model))
+        cost = self.cost
+        if self._cost_for is not None:
+            cost = self._cost_for(dynamics.model).to(dtype=self.config.dtype,
+                                                     device=dynamics.model.device)
+        self.dynamics, self.cost, self.guess = dynamics, cost, self._build_guess(dynamics)
+
+    def _build_guess(self, dynamics: ModelDynamics) -> Optional[FeedbackLaw]:
+        """Return the guess law for a model, or None (with ``guess_error``) if none exists."""
+        self.guess_error = None
+        if self._guess_for is None:
+            return None
+        try:
+            return self._guess_for(dynamics)
+        except (ValueError, RuntimeError) as error:   # e.g. no stabilising LQR for the model
+            self.guess_error = str(error)
+            return None
 
     # -- warm start --------------------------------------------------------------------------
     def _initial_controls(self, t: float) -> Tuple[Tensor, Optional[Tensor]]:
@@ -275,9 +313,16 @@ class ILQR:
                                            horizon=cfg.horizon)
         cost = self.cost.bind(t, dyn.dt, cfg.horizon)
         controls, u_prev = self._initial_controls(t)
+        initial = 'warm start' if self._controls is not None else 'zeros'
         with torch.no_grad():
             states = dyn.rollout(x0, controls)
             value = float(cost.total(states, controls, u_prev))
+            if self.guess is not None:
+                guess_states, guess_controls = law_rollout(dyn, x0, self.guess, cfg.horizon)
+                guess_value = float(cost.total(guess_states, guess_controls, u_prev))
+                if guess_value < value or not math.isfinite(value):
+                    states, controls, value = guess_states, guess_controls, guess_value
+                    initial = 'guess'
         costs = [value]
         gains = None
         converged = False
@@ -318,7 +363,7 @@ class ILQR:
             x_ref=states, u_min=dyn.u_min, u_max=dyn.u_max, angle_mask=cost.angle_mask,
             interpolate=True)
         self.info = {'iterations': iterations, 'cost': value, 'costs': costs, 'mu': self.mu,
-                     'converged': converged, 'reason': reason,
+                     'converged': converged, 'reason': reason, 'initial': initial,
                      'solve_time': time.perf_counter() - start}
         return self._policy
 
@@ -357,6 +402,28 @@ class ILQR:
             return None
         index = int(ok.nonzero()[0])
         return float(values[index]), new_states[index], new_controls[index]
+
+
+def law_rollout(dynamics: ModelDynamics, x0: Tensor, law: FeedbackLaw,
+                horizon: int) -> Tuple[Tensor, Tensor]:
+    """
+    Roll a feedback law out in closed loop through the model.
+
+    :param dynamics: the model (its command limits clip the law).
+    :param x0: initial state ``(nx,)``.
+    :param law: ``u = law(x)``.
+    :param horizon: steps.
+    :return: states ``(H + 1, nx)`` and commands ``(H, nu)``; a non-finite command is
+        replaced by 0 (clipped), so that the rollout stays comparable.
+    """
+    x, xs, us = x0, [x0], []
+    for _ in range(horizon):
+        u = torch.nan_to_num(torch.as_tensor(law(x)).to(x), nan=0.0, posinf=0.0, neginf=0.0)
+        u = torch.minimum(torch.maximum(u, dynamics.u_min), dynamics.u_max)
+        x = dynamics.step(x, u)
+        xs.append(x)
+        us.append(u)
+    return torch.stack(xs), torch.stack(us)
 
 
 def closed_loop_rollout(dynamics: ModelDynamics, x0: Tensor, states: Tensor, controls: Tensor,

@@ -29,14 +29,17 @@ from typing import Any, Dict, Mapping, Optional, Tuple
 import torch
 
 from .costs import QuadraticCost, TrackingCost
+from .dynamics import ModelDynamics
+from .ilqr import ILQR, ILQRConfig
+from .lqr import lqr_law
 from ..core.energy import potential_energy
 from ..core.model import RobotModel
 
 Tensor = torch.Tensor
 
 __all__ = ['Task', 'TASKS', 'angle_mask', 'evaluate', 'get_task', 'goal_state', 'make_cost',
-           'reference', 'reference_states', 'start_state', 'swing_up_time', 'task_names',
-           'wrap_angle']
+           'make_ilqr', 'reference', 'reference_states', 'start_state', 'swing_up_time',
+           'task_names', 'wrap_angle']
 
 SWING_UP = 'swing_up'
 TRACKING = 'tracking'
@@ -62,6 +65,9 @@ class Task:
     :param pendulum_joint: passive joint to swing up (swing-up tasks).
     :param actuated_joint: the arm / cart joint kept within ``position_limit``.
     :param position_limit: bound on ``|q|`` of ``actuated_joint`` (rad or m).
+    :param bound_fraction: the MPC's soft bound on ``|q|`` of ``actuated_joint`` is this
+        fraction of ``position_limit`` (margin for its prediction errors).
+    :param bound_weight: weight of the squared violation of that soft bound.
     :param success_angle: largest pendulum error that counts as upright, rad.
     :param hold_s: time the pendulum must stay upright before the end, s.
     :param centre: tracking reference centre per joint, rad.
@@ -87,6 +93,8 @@ class Task:
     pendulum_joint: str = ''
     actuated_joint: str = ''
     position_limit: float = math.inf
+    bound_fraction: float = 0.8
+    bound_weight: float = 1e3
     success_angle: float = 0.2
     hold_s: float = 1.0
     centre: Tuple[float, ...] = ()
@@ -318,7 +326,7 @@ def make_cost(task: Task, model: RobotModel,
     :param model: the robot (joint order, dtype).
     :param dtype: cost dtype (default: the model's).
     :return: a :class:`~diffsim_ros.control.costs.QuadraticCost` to the upright goal with the
-        pendulum angle wrapped (swing-up), or a
+        pendulum angle wrapped and the actuated joint softly bounded (swing-up), or a
         :class:`~diffsim_ros.control.costs.TrackingCost` whose reference is the function
         ``times (H + 1,) -> (H + 1, 2 n)`` of :func:`reference` (tracking).
     """
@@ -326,13 +334,48 @@ def make_cost(task: Task, model: RobotModel,
     Q, R, Qf = (torch.diag(torch.tensor(w, dtype=dtype, device=model.device))
                 for w in (task.state_weight, task.control_weight, task.terminal_weight))
     if task.kind == SWING_UP:
+        bound = torch.full((2 * model.n,), math.inf, dtype=dtype, device=model.device)
+        if math.isfinite(task.position_limit):
+            bound[model.joint_index(task.actuated_joint)] = \
+                task.bound_fraction * task.position_limit
         return QuadraticCost(Q, R, Qf, goal_state(task, model).to(dtype),
-                             angle_mask=angle_mask(task, model), rate_weight=task.rate_weight)
+                             angle_mask=angle_mask(task, model), rate_weight=task.rate_weight,
+                             x_lower=-bound, x_upper=bound, bound_weight=task.bound_weight)
 
     def x_ref(times: Tensor) -> Tensor:
         q, qd, _ = reference(task, times.to(dtype))
         return torch.cat((q, qd), -1).to(model.device)
     return TrackingCost(x_ref, Q, R, Qf, nx=2 * model.n)
+
+
+def make_ilqr(task: Task, dynamics: ModelDynamics, config: ILQRConfig) -> ILQR:
+    """
+    Return the iLQR MPC of a task on a model, ready for refitted models.
+
+    The cost is :func:`make_cost`, rebuilt for every model the controller is given (a swing-up's
+    goal is the model's own balance point).  A swing-up also gets the LQR of that goal, with the
+    task's stage weights, as the guess every solve compares with its warm start (see
+    :class:`~diffsim_ros.control.ilqr.ILQR`): without it the warm-started plans let the
+    pendulum fall over and come round again instead of catching it.
+
+    :param task: the task.
+    :param dynamics: the model's dynamics at the MPC step.
+    :param config: solver options.
+    :return: the controller.
+    """
+    if task.kind != SWING_UP:
+        return ILQR(dynamics, make_cost(task, dynamics.model), config)
+
+    def cost_for(model: RobotModel) -> QuadraticCost:
+        return make_cost(task, model)
+
+    def guess_for(model_dynamics: ModelDynamics):
+        model = model_dynamics.model
+        Q, R = (torch.diag(torch.tensor(w, dtype=model.dtype, device=model.device))
+                for w in (task.state_weight, task.control_weight))
+        return lqr_law(model_dynamics, goal_state(task, model), Q, R, angle_mask(task, model))
+    return ILQR(dynamics, cost_for(dynamics.model), config, cost_for=cost_for,
+                guess_for=guess_for)
 
 
 def swing_up_time(t: Tensor, error: Tensor, threshold: float) -> Optional[float]:

@@ -50,7 +50,7 @@ from ..control.costs import QuadraticCost, TrackingCost
 from ..control.dynamics import ModelDynamics
 from ..control.ilqr import ILQR, ILQRConfig
 from ..control.mppi import MPPI, MPPIConfig
-from ..control.tasks import get_task, make_cost, reference, task_names
+from ..control.tasks import get_task, make_cost, make_ilqr, reference, task_names
 from ..core import rnea, RobotModel
 from ..sim.parameters import nominal_model
 
@@ -203,8 +203,12 @@ def make_controller(info: robots.RobotInfo, model: RobotModel, config: MpcConfig
             horizon=horizon, samples=config.mppi_samples, lambda_=config.mppi_lambda,
             noise_std=(config.mppi_noise * limit).tolist(), iters=iterations,
             seed=config.seed, dtype=dtype)), rate
-    return ILQR(dynamics, cost, ILQRConfig(horizon=horizon, max_iters=iterations,
-                                           dtype=dtype, compile=config.compile)), rate
+    solver = ILQRConfig(horizon=horizon, max_iters=iterations, dtype=dtype,
+                        compile=config.compile)
+    if task is not None and task.kind == 'swing_up':
+        # the goal follows every refitted model, and the LQR of the goal seeds each solve
+        return make_ilqr(task, dynamics, solver), rate
+    return ILQR(dynamics, cost, solver), rate
 
 
 class MpcNode(Node):
