@@ -114,6 +114,33 @@ def test_buffer_segments_and_split():
     assert adaptive.samples == 40
 
 
+def test_informative_cells_outlive_the_buffer_and_join_the_fits(monkeypatch):
+    from diffsim_ros.control import adaptive as adaptive_module
+    plant, model, adaptive = _qube_loop(seed=21, config=AdaptiveConfig(
+        estimator='nea', memory_segments=2, memory_segment=0.5))
+    seen = []
+    real_fit = adaptive_module.estimators.fit
+
+    def recording(name, model, train, validation, config, warm_start=None):
+        seen.append([run.run for run in train])
+        return real_fit(name, model, train, validation, config, warm_start=warm_start)
+    monkeypatch.setattr(adaptive_module.estimators, 'fit', recording)
+    _drive(plant, adaptive, 1.5)                  # the swing-up: informative
+    swing_end = adaptive._buffer[-1][0]
+    assert len(adaptive.memory) == 2
+    # a second episode (its clock restarts at 0) holding still for twice the buffer
+    adaptive.reset()
+    for k in range(1000):
+        adaptive.observe(0.002 * k, torch.zeros(2, dtype=F64), torch.zeros(2, dtype=F64),
+                         torch.zeros(1, dtype=F64))
+    times = [sample[0] for sample in adaptive._buffer]
+    assert times == sorted(times) and times[0] > swing_end
+    # the swing's cells are kept (still data tell only the gravity terms), and the last fit,
+    # on a buffer of still data only, saw them
+    assert all(end <= swing_end for _, end in adaptive.memory.spans()), adaptive.memory.spans()
+    assert sum(name.startswith('memory/') for name in seen[-1]) == 2
+
+
 def test_background_refit_swaps_the_model_later():
     plant, model, adaptive = _qube_loop(seed=21, config=AdaptiveConfig(
         estimator='nea', estimator_config=default_estimator_config('qube', 'nea'),
@@ -142,3 +169,7 @@ def test_invalid_options_raise():
         AdaptiveConfig(min_samples=100, buffer_size=50)
     with pytest.raises(ValueError):
         AdaptiveConfig(estimator='nea', estimator_config={'no_such_key': 1})
+    with pytest.raises(ValueError, match='memory_segments'):
+        AdaptiveConfig(memory_segments=-1)
+    with pytest.raises(ValueError, match='memory_segment'):
+        AdaptiveConfig(memory_segment=0.0)

@@ -12,6 +12,12 @@ until then the last policy keeps being applied. With ``background=True`` the fit
 worker thread and is swapped in at the first ``observe``/``solve`` after it finished (what a
 ROS node does); the default runs it in place, which keeps simulations deterministic.
 
+Older cells of data that carry information the buffer has lost (a balanced pendulum's
+buffer has none about its inertia) are kept in a :class:`~diffsim_ros.sysid.memory.
+SegmentMemory` and fit together with the buffer: without them the refits during a balance
+accepted models thousands of percent off (on the Qube, NEA), which then failed the next
+swing-up.  Times are made increasing across episodes (each restarts the clock).
+
 Accelerations for the estimators are forward differences of the measured velocities,
 ``qdd_k = (qd_{k+1} - qd_k) / (t_{k+1} - t_k)``, the mean acceleration under the command held
 over that interval; segments (episodes, or gaps in time) are never differenced across.
@@ -37,6 +43,7 @@ from ..core.model import RobotModel
 from ..core.rnea import rnea
 from ..sysid import estimators
 from ..sysid.dataset import Trajectory
+from ..sysid.memory import SegmentMemory
 from ..sysid.result import IdentificationResult
 
 Tensor = torch.Tensor
@@ -63,6 +70,10 @@ class AdaptiveConfig:
         (the model has no joint-stop forces), rad or m.
     :param warm_start: pass the previously accepted result to the estimator.
     :param background: fit in a worker thread (swap in when done) instead of in place.
+    :param memory_segments: cells of older data kept beyond the buffer for their information
+        about the base parameters (:class:`~diffsim_ros.sysid.memory.SegmentMemory`) and fit
+        with it; 0 fits on the buffer alone.
+    :param memory_segment: length of a memory cell, s.
     :raises ValueError: invalid values.
     """
 
@@ -78,6 +89,8 @@ class AdaptiveConfig:
     limit_margin: float = 0.05
     warm_start: bool = True
     background: bool = False
+    memory_segments: int = 4
+    memory_segment: float = 0.5
 
     def __post_init__(self) -> None:
         """Validate the options."""
@@ -95,6 +108,11 @@ class AdaptiveConfig:
         if not 0.0 < self.validation_fraction < 1.0:
             raise ValueError(f'validation_fraction must be in (0, 1), got '
                              f'{self.validation_fraction!r}')
+        if isinstance(self.memory_segments, bool) or not isinstance(self.memory_segments, int) \
+                or self.memory_segments < 0:
+            raise ValueError(f'memory_segments must be an int >= 0, got {self.memory_segments!r}')
+        if not (math.isfinite(self.memory_segment) and self.memory_segment > 0):
+            raise ValueError(f'memory_segment must be > 0, got {self.memory_segment!r}')
         for name in ('accept_margin', 'max_gap', 'limit_margin'):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0.0):
@@ -215,6 +233,11 @@ class AdaptiveMPC:
         self.truth = truth
         self.last_result: Optional[IdentificationResult] = None
         self._buffer: deque = deque(maxlen=self.config.buffer_size)
+        #: The informative older data, fit together with the buffer (see AdaptiveConfig).
+        self.memory = SegmentMemory(self.nominal_model, self.config.memory_segments,
+                                    self.config.memory_segment)
+        # Episodes restart the clock; the buffer and the memory see one increasing time.
+        self._offset, self._last_time = 0.0, None
         self._segment = 0
         self._since_refit = 0
         self._executor: Optional[ThreadPoolExecutor] = None
@@ -269,7 +292,13 @@ class AdaptiveMPC:
         if not all(bool(torch.isfinite(v).all()) for v in sample) or self._near_limit(sample[0]):
             self._segment += 1
             return False
-        self._buffer.append((float(t), self._segment) + sample)
+        t = float(t) + self._offset
+        if self._last_time is not None and t <= self._last_time:
+            # a new episode (its clock restarted): continue from the last time, 1 s later
+            self._offset += self._last_time + 1.0 - t
+            t = self._last_time + 1.0
+        self._last_time = t
+        self._buffer.append((t, self._segment) + sample)
         self._since_refit += 1
         accepted = self._collect()
         if (self._since_refit >= self.config.refit_every
@@ -393,6 +422,11 @@ class AdaptiveMPC:
         train, validation = self.split()
         if not train or not validation:
             return False
+        # the memory's cells from before the buffer join the training data (the whole
+        # buffer is offered, unsplit, so that every cell is seen whole by some refit)
+        remembered = self.memory.runs(before=float(self._buffer[0][0]))
+        self.memory.offer(self.trajectories())
+        train = remembered + train
         warm = self.last_result if self.config.warm_start else None
         job = (self.nominal_model, train, validation, warm, self.current_model,
                float(train[-1].t[-1]))
