@@ -59,7 +59,7 @@ def test_records_sensor_data_and_latched_topics(context, tmp_path):
                              position=[0.01 * k, -0.02 * k], velocity=[1.0, -2.0])
             msg.header.stamp = talker.get_clock().now().to_msg()
             joints.publish(msg)
-            time.sleep(0.004)
+            time.sleep(0.02)   # ticks far apart against the recorder's processing jitter
         deadline = time.monotonic() + 5.0
         while time.monotonic() < deadline and recorder.counts['/joint_states'] < 50:
             time.sleep(0.05)
