@@ -12,7 +12,7 @@ sequence shifted by the elapsed steps.
 A warm start is only a local guess: on a pendulum it can hold a plan that lets the pendulum
 fall over and come round again, and iLQR stays in that basin (on the MuJoCo Qube it never
 balanced, even on the true model).  An optional *guess* feedback law (for a swing-up the LQR
-of the goal, :func:`~diffsim_ros.control.baselines.lqr_law`) is therefore rolled out in
+of the goal, :func:`~diffsim_ros.control.lqr.lqr_law`) is therefore rolled out in
 closed loop through the model at every solve, and whichever of the two initial trajectories
 costs less is the one iLQR improves.  ``guess_for`` and ``cost_for`` rebuild the law and the
 cost for every model :meth:`ILQR.set_model` receives (a refitted pendulum balances at another
