@@ -96,6 +96,17 @@ inline void motion_to_child(const T* R, const T* p, const T* m, T* out) {
   }
 }
 
+// A body's motion carried over from its parent's, zero at a root: the start of the outward
+// recursions without a root term (velocities, gradient propagations, M g).
+template <typename T>
+inline void from_parent(const T* R, const T* p, int64_t parent, const T* motions, T* out) {
+  if (parent < 0) {
+    for (int r = 0; r < 6; ++r) out[r] = T(0);
+  } else {
+    motion_to_child(R, p, motions + 6 * parent, out);
+  }
+}
+
 // Force vector from child to parent coordinates: [R n + p x (R f); R f]; added to out.
 template <typename T>
 inline void add_force_to_parent(const T* R, const T* p, const T* f, T* out) {
@@ -255,12 +266,7 @@ void rnea_inertial_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>&
   for (int64_t i = 0; i < tree.n; ++i) {
     const bool pr = tree.prismatic[i] != 0;
     T* wi = w + 6 * i;
-    const int64_t parent = tree.parent[i];
-    if (parent < 0) {
-      for (int r = 0; r < 6; ++r) wi[r] = T(0);
-    } else {
-      motion_to_child(k.R + 9 * i, k.p + 3 * i, w + 6 * parent, wi);
-    }
+    from_parent(k.R + 9 * i, k.p + 3 * i, tree.parent[i], w, wi);
     add_subspace(axis + 3 * i, pr, g[i], wi);
     const T* v = k.v + 6 * i;
     T vxw[6];
@@ -362,12 +368,7 @@ void aba_sample(const Tree& tree, const T* axis, const T* origins, const T* pi,
     T* p = k.p + 3 * i;
     T* v = k.v + 6 * i;
     joint_pose(origins + 16 * i, ax, pr, q[i], R, p);
-    const int64_t parent = tree.parent[i];
-    if (parent < 0) {
-      for (int r = 0; r < 6; ++r) v[r] = T(0);
-    } else {
-      motion_to_child(R, p, k.v + 6 * parent, v);
-    }
+    from_parent(R, p, tree.parent[i], k.v, v);
     T sqd[6] = {T(0), T(0), T(0), T(0), T(0), T(0)};
     add_subspace(ax, pr, qd[i], sqd);
     add_subspace(ax, pr, qd[i], v);
@@ -451,12 +452,7 @@ void aba_backward_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
   for (int64_t i = 0; i < n; ++i) {
     const bool pr = tree.prismatic[i] != 0;
     T* wi = w + 6 * i;
-    const int64_t parent = tree.parent[i];
-    if (parent < 0) {
-      for (int r = 0; r < 6; ++r) wi[r] = T(0);
-    } else {
-      motion_to_child(k.R + 9 * i, k.p + 3 * i, w + 6 * parent, wi);
-    }
+    from_parent(k.R + 9 * i, k.p + 3 * i, tree.parent[i], w, wi);
     T Uw = T(0);
     for (int r = 0; r < 6; ++r) Uw += U_all[6 * i + r] * wi[r];
     lam[i] = (lam[i] - Uw) / D_all[i];
@@ -477,12 +473,7 @@ void mass_product_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
   const int64_t n = tree.n;
   for (int64_t i = 0; i < n; ++i) {
     T* ai = a + 6 * i;
-    const int64_t parent = tree.parent[i];
-    if (parent < 0) {
-      for (int r = 0; r < 6; ++r) ai[r] = T(0);
-    } else {
-      motion_to_child(k.R + 9 * i, k.p + 3 * i, a + 6 * parent, ai);
-    }
+    from_parent(k.R + 9 * i, k.p + 3 * i, tree.parent[i], a, ai);
     add_subspace(axis + 3 * i, tree.prismatic[i] != 0, g[i], ai);
     inertia_apply(pi + 10 * i, ai, f + 6 * i);
   }
