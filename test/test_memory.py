@@ -102,3 +102,20 @@ def test_data_without_derivatives_are_refused(qube, swinging):
     memory = SegmentMemory(qube)
     with pytest.raises(ValueError, match='velocities and accelerations'):
         memory.offer([swinging.replace(qdd=None)])
+
+
+def test_a_sliding_window_has_each_cell_weighed_once(qube, swinging, monkeypatch):
+    memory = SegmentMemory(qube, capacity=2, segment=1.0)
+    weighed = []
+    real = memory.information
+
+    def counting(traj):
+        weighed.append(float(traj.t[0]))
+        return real(traj)
+    monkeypatch.setattr(memory, 'information', counting)
+    for start in range(0, 201, 50):   # a 2 s window sliding by 0.5 s over the run
+        memory.offer([swinging.crop(start, start + 200)])
+    assert sorted(weighed) == [10.0, 11.0, 12.0, 13.0]
+    memory.clear()                    # forgets what it weighed, too
+    memory.offer([swinging])
+    assert len(weighed) == 8 and len(memory) == 2

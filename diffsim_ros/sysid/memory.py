@@ -73,6 +73,8 @@ class SegmentMemory:
         W = self.base.regressor(self.model, q, qd, qdd).reshape(-1, self.base.structural_rank)
         self.reference = W.T @ W / q.shape[0]
         self._cells: Dict[int, _Cell] = {}
+        # cells already weighed (kept or not): a sliding window offers each one many times
+        self._seen: set = set()
 
     def __len__(self) -> int:
         """Return the number of cells kept."""
@@ -81,6 +83,7 @@ class SegmentMemory:
     def clear(self) -> None:
         """Forget every cell."""
         self._cells.clear()
+        self._seen.clear()
 
     def information(self, traj: Trajectory) -> Tensor:
         """
@@ -113,8 +116,9 @@ class SegmentMemory:
         """
         Offer new data: every grid cell they cover may join the memory.
 
-        A cell already kept is replaced by the newer copy of its data (it then lies further
-        from the filtered window's edges).
+        Each cell is weighed once, the first time the data cover it: a sliding window offers
+        the same cells at every refit, and computing their regressors again would cost a
+        window's worth of regressors per refit.
 
         :param runs: trajectories with ``qd`` and ``qdd`` (e.g. a window's usable stretches).
         :return: number of cells now kept.
@@ -125,8 +129,13 @@ class SegmentMemory:
         if newest is not None and math.isfinite(self.max_age):
             self._cells = {k: c for k, c in self._cells.items()
                            if c.end >= newest - self.max_age}
-        for key, cell in self._cut(runs).items():
-            if key in self._cells or len(self._cells) < self.capacity:
+        cells = self._cut(runs, skip=self._seen)
+        first = min((float(r.t[0]) for r in runs if r.t.numel()), default=None)
+        if first is not None:   # older cells cannot come back (a jump back in time clears)
+            self._seen = {key for key in self._seen if key >= math.floor(first / self.segment)}
+        self._seen.update(cells)
+        for key, cell in cells.items():
+            if len(self._cells) < self.capacity:
                 self._cells[key] = cell
                 continue
             kept = list(self._cells)
@@ -156,7 +165,7 @@ class SegmentMemory:
         """Return the ``(start, end)`` times of the kept cells, oldest first."""
         return sorted((c.start, c.end) for c in self._cells.values())
 
-    def _cut(self, runs: List[Trajectory]) -> Dict[int, _Cell]:
+    def _cut(self, runs: List[Trajectory], skip: set) -> Dict[int, _Cell]:
         cells = {}
         for traj in runs:
             if traj.t.numel() < 2:
@@ -166,6 +175,8 @@ class SegmentMemory:
             first = math.floor(float(t[0]) / self.segment)
             last = math.floor(float(t[-1]) / self.segment)
             for key in range(first, last + 1):
+                if key in skip or key in cells:
+                    continue
                 start, end = key * self.segment, (key + 1) * self.segment
                 index = torch.nonzero((t >= start) & (t < end)).flatten()
                 if index.numel() < 2 or index.numel() * dt < self.coverage * self.segment:
