@@ -11,12 +11,12 @@ sequence shifted by the elapsed steps.
 
 A warm start is only a local guess: on a pendulum it can hold a plan that lets the pendulum
 fall over and come round again, and iLQR stays in that basin (on the MuJoCo Qube it never
-balanced, even on the true model).  An optional *guess* feedback law (for a swing-up the LQR
-of the goal, :func:`~diffsim_ros.control.lqr.lqr_law`) is therefore rolled out in
-closed loop through the model at every solve, and whichever of the two initial trajectories
-costs less is the one iLQR improves.  ``guess_for`` and ``cost_for`` rebuild the law and the
-cost for every model :meth:`ILQR.set_model` receives (a refitted pendulum balances at another
-angle).
+balanced, even on the true model).  An optional *guess*, an affine feedback law (for a
+swing-up the LQR of the goal, :func:`~diffsim_ros.control.lqr.lqr_law`), is therefore rolled
+out in closed loop through the model at every solve (one compiled step per step), and
+whichever of the two initial trajectories costs less is the one iLQR improves.  ``guess_for``
+and ``cost_for`` rebuild the law and the cost for every model :meth:`ILQR.set_model` receives
+(a refitted pendulum balances at another angle).
 
 The control-rate penalty ``w |u_k - u_{k-1}|^2`` couples neighbouring steps; it is handled
 exactly by augmenting the state with the previous command inside the solver (the policy's
@@ -41,11 +41,9 @@ import torch
 
 from .costs import CostDerivatives, QuadraticCost
 from .dynamics import compiled, ModelDynamics
+from .lqr import LinearLaw
 from .policy import FeedbackPolicy, warm_start
 from ..core.model import RobotModel
-
-#: A feedback law ``u = law(x)``, ``(..., nx) -> (..., nu)``.
-FeedbackLaw = Callable[[torch.Tensor], torch.Tensor]
 
 Tensor = torch.Tensor
 
@@ -207,7 +205,7 @@ class ILQR:
     :param config: solver options.
     :param cost_for: ``cost_for(model)`` builds the cost for a new model (:meth:`set_model`);
         None keeps ``cost``.
-    :param guess_for: ``guess_for(dynamics)`` builds a feedback law whose closed-loop rollout
+    :param guess_for: ``guess_for(dynamics)`` builds an affine law whose closed-loop rollout
         competes with the warm start as the initial trajectory of every solve (module
         docstring); built for ``dynamics`` now and for every model :meth:`set_model` gets.
     """
@@ -215,7 +213,7 @@ class ILQR:
     def __init__(self, dynamics: ModelDynamics, cost: QuadraticCost,
                  config: Optional[ILQRConfig] = None,
                  cost_for: Optional[Callable[[RobotModel], QuadraticCost]] = None,
-                 guess_for: Optional[Callable[[ModelDynamics], FeedbackLaw]] = None) -> None:
+                 guess_for: Optional[Callable[[ModelDynamics], LinearLaw]] = None) -> None:
         self.config = ILQRConfig() if config is None else config
         self.dynamics = self._converted(dynamics)
         self.cost = cost.to(dtype=self.config.dtype, device=self.dynamics.model.device)
@@ -272,7 +270,7 @@ class ILQR:
                                                      device=dynamics.model.device)
         self.dynamics, self.cost, self.guess = dynamics, cost, self._build_guess(dynamics)
 
-    def _build_guess(self, dynamics: ModelDynamics) -> Optional[FeedbackLaw]:
+    def _build_guess(self, dynamics: ModelDynamics) -> Optional[LinearLaw]:
         """Return the guess law for a model, or None (with ``guess_error``) if none exists."""
         self.guess_error = None
         if self._guess_for is None:
@@ -404,26 +402,28 @@ class ILQR:
         return float(values[index]), new_states[index], new_controls[index]
 
 
-def law_rollout(dynamics: ModelDynamics, x0: Tensor, law: FeedbackLaw,
+def law_rollout(dynamics: ModelDynamics, x0: Tensor, law: LinearLaw,
                 horizon: int) -> Tuple[Tensor, Tensor]:
     """
-    Roll a feedback law out in closed loop through the model.
+    Roll an affine law out in closed loop through the model, one compiled step per step.
+
+    The law is applied around the copy of its goal nearest ``x0`` (angles shifted by whole
+    turns, :meth:`LinearLaw.nearest_goal`), i.e. exactly while the wrapped joints stay within
+    half a turn of it; a rollout that strays further has failed as a guess anyway.
 
     :param dynamics: the model (its command limits clip the law).
     :param x0: initial state ``(nx,)``.
-    :param law: ``u = law(x)``.
+    :param law: the law.
     :param horizon: steps.
-    :return: states ``(H + 1, nx)`` and commands ``(H, nu)``; a non-finite command is
-        replaced by 0 (clipped), so that the rollout stays comparable.
+    :return: states ``(H + 1, nx)`` and commands ``(H, nu)``.
     """
-    x, xs, us = x0, [x0], []
-    for _ in range(horizon):
-        u = torch.nan_to_num(torch.as_tensor(law(x)).to(x), nan=0.0, posinf=0.0, neginf=0.0)
-        u = torch.minimum(torch.maximum(u, dynamics.u_min), dynamics.u_max)
-        x = dynamics.step(x, u)
-        xs.append(x)
-        us.append(u)
-    return torch.stack(xs), torch.stack(us)
+    goal = law.nearest_goal(x0)
+    controls = law.u_goal.expand(horizon, dynamics.nu)
+    states, commands = closed_loop_rollout(
+        dynamics, x0, goal.expand(horizon + 1, dynamics.nx), controls,
+        torch.zeros_like(controls), (-law.K).expand(horizon, dynamics.nu, dynamics.nx),
+        x0.new_ones(1))
+    return states[0], commands[0]
 
 
 def closed_loop_rollout(dynamics: ModelDynamics, x0: Tensor, states: Tensor, controls: Tensor,

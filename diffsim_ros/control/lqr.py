@@ -6,7 +6,8 @@ and by iLQR, whose swing-up solves start from the LQR's closed-loop rollout when
 less than the warm start (:class:`~diffsim_ros.control.ilqr.ILQR`).
 """
 
-from typing import Callable, Optional, Tuple
+from dataclasses import dataclass
+from typing import Optional, Tuple
 
 import torch
 
@@ -15,7 +16,7 @@ from .policy import state_error
 
 Tensor = torch.Tensor
 
-__all__ = ['linearize', 'lqr_gain', 'lqr_law', 'solve_dare']
+__all__ = ['LinearLaw', 'linearize', 'lqr_gain', 'lqr_law', 'solve_dare']
 
 
 def linearize(dynamics: ModelDynamics, x: Tensor, u: Tensor) -> Tuple[Tensor, Tensor]:
@@ -92,9 +93,60 @@ def lqr_gain(dynamics: ModelDynamics, x_eq: Tensor, u_eq: Tensor, Q: Tensor,
     return torch.linalg.solve(R + B.mT @ P @ B, B.mT @ P @ A)
 
 
+@dataclass(frozen=True, eq=False)
+class LinearLaw:
+    """
+    The affine feedback law ``u = clip(u_goal - K (x - x_goal))``, angle errors wrapped.
+
+    :param K: gain ``(nu, nx)``, finite.
+    :param x_goal: equilibrium state ``(nx,)``.
+    :param u_goal: equilibrium command ``(nu,)``.
+    :param angle_mask: ``(nx,)`` entries of ``x - x_goal`` wrapped to ``(-pi, pi]``, or None.
+    :param u_min: ``(nu,)`` lower command limits.
+    :param u_max: ``(nu,)`` upper command limits.
+    :raises ValueError: a non-finite gain.
+    """
+
+    K: Tensor
+    x_goal: Tensor
+    u_goal: Tensor
+    angle_mask: Optional[Tensor]
+    u_min: Tensor
+    u_max: Tensor
+
+    def __post_init__(self) -> None:
+        """Refuse a gain that would command NaN."""
+        if not bool(torch.isfinite(self.K).all()):
+            raise ValueError('the feedback gain is not finite')
+
+    def __call__(self, x: Tensor) -> Tensor:
+        """
+        Evaluate the law.
+
+        :param x: states ``(..., nx)``.
+        :return: commands ``(..., nu)``.
+        """
+        error = state_error(x.to(self.K), self.x_goal, self.angle_mask)
+        u = self.u_goal - (self.K @ error.unsqueeze(-1)).squeeze(-1)
+        return torch.minimum(torch.maximum(u, self.u_min), self.u_max)
+
+    def nearest_goal(self, x: Tensor) -> Tensor:
+        """
+        Return the copy of the goal nearest ``x`` (angles shifted by whole turns).
+
+        ``x - nearest_goal(x)`` is the wrapped error, so that around ``x`` the law is the
+        plain affine one of that goal (what the compiled closed-loop rollout applies).
+
+        :param x: a state ``(nx,)``.
+        :return: ``(nx,)``.
+        """
+        x = x.to(self.K)
+        return x - state_error(x, self.x_goal, self.angle_mask)
+
+
 def lqr_law(dynamics: ModelDynamics, x_goal: Tensor, Q: Tensor, R: Tensor,
             angle_mask: Optional[Tensor] = None,
-            u_goal: Optional[Tensor] = None) -> Callable[[Tensor], Tensor]:
+            u_goal: Optional[Tensor] = None) -> LinearLaw:
     """
     Return the LQR feedback law of the model at a goal (e.g. an iLQR guess, see ``ILQR``).
 
@@ -104,7 +156,7 @@ def lqr_law(dynamics: ModelDynamics, x_goal: Tensor, Q: Tensor, R: Tensor,
     :param R: command weight ``(nu, nu)``.
     :param angle_mask: ``(nx,)`` entries of ``x - x_goal`` wrapped to ``(-pi, pi]``.
     :param u_goal: equilibrium command ``(nu,)``; zeros when None.
-    :return: ``law(x) = clip(u_goal - K (x - x_goal))`` for states ``(..., nx)``.
+    :return: the law ``u = clip(u_goal - K (x - x_goal))``.
     """
     like = dynamics.u_min
     f64 = {'dtype': torch.float64, 'device': like.device}
@@ -115,13 +167,8 @@ def lqr_law(dynamics: ModelDynamics, x_goal: Tensor, Q: Tensor, R: Tensor,
     u_goal = torch.zeros(dynamics.nu, **f64) if u_goal is None else \
         torch.as_tensor(u_goal).to(**f64)
     K = lqr_gain(work, x_goal, u_goal, torch.as_tensor(Q).to(**f64),
-                 torch.as_tensor(R).to(**f64)).to(like)
-    x_goal, u_goal = x_goal.to(like), u_goal.to(like)
-    mask = angle_mask.to(device=like.device) if angle_mask is not None else None
-    u_min, u_max = dynamics.u_min, dynamics.u_max
-
-    def law(x: Tensor) -> Tensor:
-        error = state_error(x.to(like), x_goal, mask)
-        u = u_goal - (K @ error.unsqueeze(-1)).squeeze(-1)
-        return torch.minimum(torch.maximum(u, u_min), u_max)
-    return law
+                 torch.as_tensor(R).to(**f64))
+    return LinearLaw(K=K.to(like), x_goal=x_goal.to(like), u_goal=u_goal.to(like),
+                     angle_mask=angle_mask.to(device=like.device)
+                     if angle_mask is not None else None,
+                     u_min=dynamics.u_min, u_max=dynamics.u_max)
