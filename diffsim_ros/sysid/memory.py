@@ -31,6 +31,9 @@ __all__ = ['SegmentMemory']
 
 Tensor = torch.Tensor
 
+#: Samples per regressor evaluation in :meth:`SegmentMemory.information`.
+_CHUNK = 64
+
 
 @dataclass(frozen=True)
 class _Cell:
@@ -95,10 +98,17 @@ class SegmentMemory:
         if traj.qd is None or traj.qdd is None:
             raise ValueError('the memory needs velocities and accelerations')
         like = {'dtype': torch.float64, 'device': 'cpu'}
-        W = self.base.regressor(self.model, traj.q.detach().to(**like),
-                                traj.qd.detach().to(**like), traj.qdd.detach().to(**like))
-        W = W.reshape(-1, self.base.structural_rank)
-        return W.T @ W / max(traj.t.shape[0], 1)
+        q, qd, qdd = (x.detach().to(**like) for x in (traj.q, traj.qd, traj.qdd))
+        r = self.base.structural_rank
+        total = torch.zeros(r, r, **like)
+        # in chunks: the regressor's temporaries of a whole cell (a 7-DOF arm at 1 kHz) are
+        # tens of MB, and allocations that size fragmented the node's heap (RSS kept growing)
+        for start in range(0, q.shape[0], _CHUNK):
+            W = self.base.regressor(self.model, q[start:start + _CHUNK],
+                                    qd[start:start + _CHUNK], qdd[start:start + _CHUNK])
+            W = W.reshape(-1, r)
+            total += W.T @ W
+        return total / max(traj.t.shape[0], 1)
 
     def value(self, informations: List[Tensor]) -> float:
         """
@@ -181,8 +191,17 @@ class SegmentMemory:
                 index = torch.nonzero((t >= start) & (t < end)).flatten()
                 if index.numel() < 2 or index.numel() * dt < self.coverage * self.segment:
                     continue
-                piece = traj.crop(int(index[0]), int(index[-1]) + 1).replace(
-                    run=f'memory/{start:.3f}')
+                piece = _owned(traj.crop(int(index[0]), int(index[-1]) + 1).replace(
+                    run=f'memory/{start:.3f}'))
                 cells[key] = _Cell(piece, self.information(piece), float(t[index[0]]),
                                    float(t[index[-1]]))
         return cells
+
+
+def _owned(traj: Trajectory) -> Trajectory:
+    """Return a copy whose tensors own their memory (a crop would keep a whole window alive)."""
+    def own(x):
+        return None if x is None else x.detach().clone()
+    return traj.replace(t=own(traj.t), q=own(traj.q), qd=own(traj.qd), qdd=own(traj.qdd),
+                        tau=own(traj.tau), u=own(traj.u),
+                        poses={k: own(v) for k, v in traj.poses.items()})
