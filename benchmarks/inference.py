@@ -13,7 +13,10 @@ Sections (the model and its 11 parameters: :mod:`diffsim_ros.sysid.double_pendul
   simulations from the same start states, averaged over the samples (see
   :func:`~diffsim_ros.sysid.double_pendulum.trajectory_metrics`), as in Heiden et al.
   (ICRA 2022) Table 2; with the identified link lengths beside the published
-  0.091 m / 0.070 m.
+  0.091 m / 0.070 m;
+* link lengths: which first-arm length the recordings support, by maximum likelihood over
+  the 0.1 s windows of the first 10 s of run 0 with ``l1`` free against ``l1`` pinned at the
+  published 0.091 m (:func:`length_study`).
 
 Run ``python benchmarks/inference.py [--quick] [--json PATH]``; the data root is
 ``$DIFFSIM_DATA`` or ``shared/data`` next to the repository (``--data DIR``).
@@ -47,6 +50,7 @@ PARTICLE_COUNTS = (10, 50, 100, 400)
 QUICK_PARTICLE_COUNTS = (10, 100)
 SPEED_TARGET_IT_S = 20.0
 METHODS = ('svgd', 'sgld', 'cem', 'emcee')
+SECTIONS = ('speed', 'table', 'lengths')
 LAGRANGIAN = AugmentedLagrangian(mu=1.0, mu_growth=1.2, mu_max=100.0, update_every=5)
 
 
@@ -204,6 +208,63 @@ def table_study(root: Path, quick: bool, device: torch.device,
             'heldout_windows': int(heldout.shape[0]), 'results': results}
 
 
+#: Sizes of the link-length study (full run and ``--quick``): maximum likelihood over every
+#: 40-frame (0.1 s) window of the first seconds of run 0, each window started on the data.
+LENGTHS_FULL = {'run': 0, 'seconds': 10.0, 'window': 40, 'starts': 8, 'steps': 800}
+LENGTHS_QUICK = {'run': 0, 'seconds': 2.0, 'window': 40, 'starts': 4, 'steps': 150}
+#: Half-width of the box that pins l1 at the published length, m.
+PIN_HALF_WIDTH = 5e-4
+
+
+def length_study(root: Path, quick: bool, device: torch.device) -> Dict[str, Any]:
+    """
+    Ask the data which first-arm length they support: l1 free against l1 pinned at 0.091 m.
+
+    An unactuated pendulum seen through its angles determines ``l1 = g B / G2`` (the coupling
+    inertia ``m2 l1 l2`` over the link-2 gravity term ``g m2 l2``) through ``g`` and the frame
+    period.  This fits the 11 parameters by maximum likelihood (Adam from Sobol starts) to
+    many short windows, each simulated from its measured start state, once with the prior
+    box and once with ``l1`` pinned to ``0.091 +- 0.0005`` m, and reports the best
+    log-likelihood (no prior term) and the lengths of each.
+
+    :param root: data root.
+    :param quick: :data:`LENGTHS_QUICK` instead of :data:`LENGTHS_FULL`.
+    :param device: where the particles and simulations live.
+    :return: ``{'config', 'fits': {'free'|'pinned': {'log_likelihood', 'parameters'}},
+        'log_likelihood_gap'}``.
+    """
+    config = LENGTHS_QUICK if quick else LENGTHS_FULL
+    samples = int(config['seconds'] / DT)
+    run = load_ibm_double_pendulum(root, runs=[config['run']], max_samples=samples + 1)
+    window = config['window']
+    references = torch.cat([dp.state_references(run, window, start)
+                            for start in range(0, samples - window + 1, window)]).to(device)
+    pinned = {dp.PARAMETER_NAMES[0]: (dp.TRUE_LENGTHS[0] - PIN_HALF_WIDTH,
+                                      dp.TRUE_LENGTHS[0] + PIN_HALF_WIDTH)}
+    fits: Dict[str, Any] = {}
+    for label, bounds in (('free', None), ('pinned', pinned)):
+        likelihood = dp.make_likelihood(references, DT, parameters=dp.parameter_map(bounds))
+        z = dp.initial_particles(likelihood, config['starts'], seed=0).requires_grad_()
+        optimizer = torch.optim.Adam([z], lr=0.05)
+        start = time.perf_counter()
+        for _ in range(config['steps']):
+            optimizer.zero_grad()
+            loss = -dp.log_posterior(likelihood)(z).sum()
+            loss.backward()
+            optimizer.step()
+        with torch.no_grad():
+            log_likelihood = likelihood.log_prob(z)
+            best = int(log_likelihood.argmax())
+            physical = dp.physical_parameters(likelihood, z)[best]
+        fits[label] = {'log_likelihood': float(log_likelihood[best]),
+                       'parameters': dict(zip(dp.PARAMETER_NAMES, physical.tolist())),
+                       'seconds': time.perf_counter() - start}
+        print(f'  lengths/{label}: {fits[label]["seconds"]:.1f} s', flush=True)
+    return {'config': dict(config, windows=int(references.shape[0])), 'fits': fits,
+            'log_likelihood_gap': fits['free']['log_likelihood']
+            - fits['pinned']['log_likelihood']}
+
+
 def _fmt(value: Optional[float]) -> str:
     if value is None or not math.isfinite(value):
         return '-'
@@ -212,33 +273,48 @@ def _fmt(value: Optional[float]) -> str:
 
 def print_report(payload: Dict[str, Any], target: _common.Target) -> None:
     """
-    Print the speed table and the Table-2 layout.
+    Print the speed table, the Table-2 layout and the link-length study (those that ran).
 
     :param payload: the figures of :func:`main`.
     :param target: the speed target line.
     """
     speed = payload['speed']
-    _common.print_section(
-        f'CSVGD speed, MS {speed["windows"]} windows x {speed["horizon"]} steps, '
-        f'{speed["device"]}',
-        [_common.format_table(
-            ['particles', 'it/s (best)', 'it/s (runs)', 'load avg (1 min)', 'warm-up s'],
-            [[p, _fmt(v), ' '.join(_fmt(r) for r in speed['it_per_s_runs'][p]),
-              ' '.join(f'{a:.2f}' for a in speed['load_average'][p]),
-              _fmt(speed['warmup_s'][p])] for p, v in speed['it_per_s'].items()]),
-         target.line()])
-    rows = []
-    for name, by_shooting in payload['table']['results'].items():
-        for shooting, m in by_shooting.items():
-            rows.append([f'{name.upper()} ({shooting.upper()})', _fmt(m['kl_real_sim']),
-                         _fmt(m['kl_sim_real']), _fmt(m['mmd']),
-                         ' / '.join(f'{v:.4f}' for v in m['link_lengths_mean'])])
+    if speed:
+        _common.print_section(
+            f'CSVGD speed, MS {speed["windows"]} windows x {speed["horizon"]} steps, '
+            f'{speed["device"]}',
+            [_common.format_table(
+                ['particles', 'it/s (best)', 'it/s (runs)', 'load avg (1 min)', 'warm-up s'],
+                [[p, _fmt(v), ' '.join(_fmt(r) for r in speed['it_per_s_runs'][p]),
+                  ' '.join(f'{a:.2f}' for a in speed['load_average'][p]),
+                  _fmt(speed['warmup_s'][p])] for p, v in speed['it_per_s'].items()]),
+             target.line()])
     table = payload['table']
-    _common.print_section(
-        f'Table 2: held-out IBM windows ({table["heldout_windows"]} x '
-        f'{table["config"]["horizon"]} steps)',
-        [_common.format_table(['method', 'KL(real||sim)', 'KL(sim||real)', 'MMD',
-                               'l1 / l2 [m] (0.091 / 0.070)'], rows)])
+    if table:
+        rows = []
+        for name, by_shooting in table['results'].items():
+            for shooting, m in by_shooting.items():
+                rows.append([f'{name.upper()} ({shooting.upper()})', _fmt(m['kl_real_sim']),
+                             _fmt(m['kl_sim_real']), _fmt(m['mmd']),
+                             ' / '.join(f'{v:.4f}' for v in m['link_lengths_mean'])])
+        _common.print_section(
+            f'Table 2: held-out IBM windows ({table["heldout_windows"]} x '
+            f'{table["config"]["horizon"]} steps)',
+            [_common.format_table(['method', 'KL(real||sim)', 'KL(sim||real)', 'MMD',
+                                   'l1 / l2 [m] (0.091 / 0.070)'], rows)])
+    lengths = payload['lengths']
+    if lengths:
+        config = lengths['config']
+        rows = [[label, _fmt(fit['log_likelihood'])]
+                + [f'{fit["parameters"][name]:.4f}'
+                   for name in ('link_1/length', 'link_2/length', 'link_1/com')]
+                for label, fit in lengths['fits'].items()]
+        _common.print_section(
+            f'Link lengths by maximum likelihood: {config["windows"]} windows of '
+            f'{config["window"]} frames, first {config["seconds"]:g} s of run {config["run"]}',
+            [_common.format_table(['l1', 'log-likelihood', 'l1 [m]', 'l2 [m]', 'c1 [m]'],
+                                  rows),
+             f'log-likelihood gap, free - pinned: {lengths["log_likelihood_gap"]:.4g}'])
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -254,6 +330,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='torch device (default: cuda when available, else cpu)')
     parser.add_argument('--methods', default=','.join(METHODS),
                         help=f'comma-separated subset of {",".join(METHODS)}')
+    parser.add_argument('--sections', default=','.join(SECTIONS),
+                        help=f'comma-separated subset of {",".join(SECTIONS)}')
     # The per-step tensors are tiny (P x windows states): intra-op threads only add
     # synchronisation (4x slower with 2 threads on the shared 2-core machine), so 1 thread.
     parser.set_defaults(threads=1)
@@ -262,17 +340,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     device = torch.device(args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
     root = _common.data_root(args.data, 'inference.py')
     methods: List[str] = [m for m in args.methods.split(',') if m]
-    speed = speed_study(root, args.quick, device)
-    table = table_study(root, args.quick, device, methods)
-    at_100 = speed['it_per_s'].get('100')
+    sections = [name for name in args.sections.split(',') if name]
+    unknown = sorted(set(sections) - set(SECTIONS))
+    if unknown:
+        parser.error(f'unknown section(s) {unknown}; valid: {",".join(SECTIONS)}')
+    speed = speed_study(root, args.quick, device) if 'speed' in sections else None
+    table = table_study(root, args.quick, device, methods) if 'table' in sections else None
+    lengths = length_study(root, args.quick, device) if 'lengths' in sections else None
+    at_100 = speed['it_per_s'].get('100') if speed else None
     target = _common.Target('CSVGD it/s at 100 particles', at_100, SPEED_TARGET_IT_S, 'it/s',
                             at_most=False)
     payload = {'machine': _common.machine_info(PACKAGES), 'quick': args.quick,
-               'speed': speed, 'table': table,
+               'speed': speed, 'table': table, 'lengths': lengths,
                'results': {name: {s: {k: m[k] for k in ('kl_real_sim', 'kl_sim_real', 'mmd')}
                                   for s, m in by.items()}
-                           for name, by in table['results'].items()},
-               'it_per_s': speed['it_per_s'], 'target': target.to_dict()}
+                           for name, by in (table['results'] if table else {}).items()},
+               'it_per_s': speed['it_per_s'] if speed else {}, 'target': target.to_dict()}
     print_report(payload, target)
     if args.json:
         _common.write_json(args.json, payload)

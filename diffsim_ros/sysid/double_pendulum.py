@@ -76,13 +76,26 @@ GRAVITY = 9.81
 METHODS = ('semi_implicit_euler', 'rk4')
 
 
-def parameter_map() -> ParameterMap:
+def parameter_map(bounds: Optional[Mapping[str, Tuple[float, float]]] = None) -> ParameterMap:
     """
     Return the named map between the 11 physical parameters and unconstrained coordinates.
 
+    :param bounds: ``{name: (lower, upper)}`` replacing the prior box of some parameters,
+        e.g. ``{'link_1/length': (0.0905, 0.0915)}`` to pin a measured arm length.
     :return: :class:`~diffsim_ros.sysid.svgd.ParameterMap` over the box ``[LOWER, UPPER]``.
+    :raises ValueError: unknown names or an empty or reversed box.
     """
-    return ParameterMap(PARAMETER_NAMES, LOWER, UPPER)
+    lower, upper = list(LOWER), list(UPPER)
+    for name, box in (bounds or {}).items():
+        if name not in PARAMETER_NAMES:
+            raise ValueError(f'unknown double-pendulum parameter {name!r}; valid: '
+                             f'{", ".join(PARAMETER_NAMES)}')
+        lo, hi = (float(v) for v in box)
+        if not lo < hi:
+            raise ValueError(f'{name}: need lower < upper, got ({lo}, {hi})')
+        index = PARAMETER_NAMES.index(name)
+        lower[index], upper[index] = lo, hi
+    return ParameterMap(PARAMETER_NAMES, lower, upper)
 
 
 def _check_params(params: Tensor) -> None:
@@ -380,7 +393,8 @@ def state_references(trajectories: Sequence[Trajectory], horizon: int, start: in
 def make_likelihood(references: Tensor, dt: float, windows: int = 1,
                     sigma: Union[float, Sequence[float]] = SIGMA, combine: str = 'product',
                     method: str = 'semi_implicit_euler', substeps: int = 1,
-                    compiled: bool = False) -> SingleShooting:
+                    compiled: bool = False, parameters: Optional[ParameterMap] = None
+                    ) -> SingleShooting:
     """
     Return the single- (``windows = 1``) or multiple-shooting likelihood of references.
 
@@ -393,10 +407,11 @@ def make_likelihood(references: Tensor, dt: float, windows: int = 1,
     :param substeps: integration steps per sample.
     :param compiled: simulate with the ``torch.compile``-d step (see
         :class:`DoublePendulumSimulator`).
+    :param parameters: the parameter map (default :func:`parameter_map`).
     :return: the likelihood; its particles hold the parameter coordinates ``z`` of
-        :func:`parameter_map` (then the shooting start states).
+        ``parameters`` (then the shooting start states).
     """
-    simulator = DoublePendulumSimulator(dt, method, substeps, compiled=compiled)
+    simulator = DoublePendulumSimulator(dt, method, substeps, parameters, compiled=compiled)
     controls = references.new_zeros(references.shape[0], references.shape[1] - 1, 1)
     sigma = torch.as_tensor(sigma, dtype=references.dtype)
     if windows == 1:
