@@ -28,6 +28,8 @@ def test_demo_swings_up_with_the_identified_model_and_writes_bag_report_and_plot
     assert report['models_accepted'] >= 1
     assert report['prediction_nmse'] < report['prediction_nmse_nominal']
     assert report['median_parameter_error'] < 0.1   # base parameters; the URDF is 30 % off
+    # diffsim-fit on the recorded bag finds the same parameters offline
+    assert report['offline_fit_median_parameter_error'] < 0.1
     assert code == 0
     for entry in report['parameters'].values():
         assert math.isfinite(entry['estimate']) and math.isfinite(entry['true'])

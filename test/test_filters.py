@@ -10,12 +10,13 @@ whose interpolation is exact (linear ramps, constant-rate rotations).
 import math
 
 from diffsim_ros.sysid.dataset import Trajectory
-from diffsim_ros.sysid.filters import (CausalDifferentiator, estimate_derivatives,
-                                       lowpass_filtfilt, savgol_derivative, savgol_window)
+from diffsim_ros.sysid.filters import (accelerations_from_velocity, CausalDifferentiator,
+                                       estimate_derivatives, lowpass_filtfilt, savgol_derivative,
+                                       savgol_window)
 from diffsim_ros.sysid.preprocess import (align_streams, matrix_to_quaternion,
                                           quaternion_to_matrix, resample, segment,
-                                          segment_tensors, slerp_poses, split_runs,
-                                          split_time, unwrap_angles)
+                                          segment_tensors, slerp_poses, split_blocks,
+                                          split_runs, split_time, unwrap_angles)
 import numpy as np
 import pytest
 from scipy import signal
@@ -124,6 +125,48 @@ def test_torque_gets_the_same_low_pass_as_positions(noisy_chirp):
     assert torch.allclose(out.tau, expected)
     kept = estimate_derivatives(traj, 'filtfilt', cutoff_hz=15.0, filter_torque=False)
     assert torch.equal(kept.tau, traj.tau)
+
+
+@pytest.mark.parametrize('method', ['filtfilt', 'savgol', 'causal'])
+def test_commands_get_the_same_filter_as_torques_when_asked(noisy_chirp, method):
+    t, q, _, _ = noisy_chirp
+    square = np.sign(np.sin(2 * math.pi * 3.0 * t))      # a bang-bang voltage
+    traj = _trajectory(t, np.stack([q, 2 * q], 1), tau=np.stack([square, -square], 1),
+                       u=square)
+    out = estimate_derivatives(traj, method, cutoff_hz=15.0, filter_inputs=True)
+    torch.testing.assert_close(out.u[:, 0], out.tau[:, 0])    # one filter for both
+    assert not torch.equal(out.u, traj.u)
+    kept = estimate_derivatives(traj, method, cutoff_hz=15.0)
+    assert torch.equal(kept.u, traj.u)
+    # the commands alone, without torques
+    alone = estimate_derivatives(traj.replace(tau=None), method, cutoff_hz=15.0,
+                                 filter_inputs=True)
+    torch.testing.assert_close(alone.u, out.u)
+    assert alone.tau is None
+
+
+def test_accelerations_from_measured_velocity(noisy_chirp):
+    t, q, qd, qdd = noisy_chirp
+    rng = np.random.default_rng(2)
+    measured = qd + 1e-3 * rng.standard_normal(t.shape)
+    square = np.sign(np.sin(2 * math.pi * 3.0 * t))
+    traj = _trajectory(t, q, qd=measured, tau=square, u=square)
+    out = accelerations_from_velocity(traj, cutoff_hz=15.0, filter_inputs=True)
+    assert torch.equal(out.q, traj.q)                          # positions as measured
+    assert _rel_rms(out.qd.numpy(), qd) < 0.005
+    # one differentiation of qd: more accurate than two of q at the same cutoff
+    from_q = estimate_derivatives(traj, 'filtfilt', cutoff_hz=15.0)
+    assert _rel_rms(out.qdd.numpy(), qdd) < 0.02
+    assert _rel_rms(out.qdd.numpy(), qdd) < _rel_rms(from_q.qdd.numpy(), qdd)
+    expected = lowpass_filtfilt(traj.u, traj.t, 15.0)
+    torch.testing.assert_close(out.u, expected)
+    torch.testing.assert_close(out.tau, expected)
+    kept = accelerations_from_velocity(traj, cutoff_hz=15.0, filter_torque=False)
+    assert torch.equal(kept.u, traj.u) and torch.equal(kept.tau, traj.tau)
+    with pytest.raises(ValueError, match='qd'):
+        accelerations_from_velocity(traj.replace(qd=None))
+    with pytest.raises(ValueError):
+        accelerations_from_velocity(traj, cutoff_hz=RATE)
 
 
 def test_savgol_derivative_is_exact_on_cubics():
@@ -363,6 +406,26 @@ def test_split_time_makes_contiguous_blocks():
     assert len(train) + len(validation) + len(test) == len(traj)
     assert train.t[-1] < validation.t[0] and validation.t[-1] < test.t[0]
     assert split_time(traj, 0.2).test == []
+
+
+def test_split_blocks_spreads_the_validation_blocks():
+    t = np.arange(0.0, 10.0, 0.01)                     # 10 s at 100 Hz
+    traj = _trajectory(t, np.sin(t), u=np.cos(t)).replace(run='run')
+    split = split_blocks(traj, validation=0.2, block=1.0)
+    assert [run.run for run in split.validation] == ['run#validation2', 'run#validation7']
+    kept = (0, 1, 3, 4, 5, 6, 8, 9)
+    assert [run.run for run in split.train] == [f'run#train{i}' for i in kept]
+    assert split.test == []
+    for run in split.train[:-1] + split.validation:    # whole blocks span exactly 1 s
+        assert float(run.t[-1] - run.t[0]) == pytest.approx(1.0)
+    # every sample is in exactly one block but for the shared boundary samples
+    assert sum(len(run) for run in split.train + split.validation) == len(t) + 9
+    quarter = split_blocks(traj, validation=0.4, block=2.0)
+    assert [run.run for run in quarter.validation] == ['run#validation1', 'run#validation3']
+    assert split_blocks(traj, validation=0.0).validation == []
+    for bad in ({'validation': 1.0}, {'validation': -0.1}, {'block': 0.0}):
+        with pytest.raises(ValueError, match='split_blocks'):
+            split_blocks(traj, **bad)
 
 
 def test_segment_and_segment_tensors_agree():

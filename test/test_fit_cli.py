@@ -131,9 +131,12 @@ def test_nea_on_a_bag_of_the_voltage_driven_qube(qube, tmp_path, capsys):
                         params['parameters'][n] for n in base)
     entry = params['parameters']['pendulum_link/m']
     assert entry['unit'] == 'kg' and entry['nominal'] == pytest.approx(0.024)
-    # a single run is split by time; 40 % of 6 s leaves room for both rollout horizons
-    assert metrics['runs']['validation'] == ['qube#validation']
-    assert metrics['preprocessing']['derivatives'] == 'filtfilt'
+    # a single run is cut into 2 s blocks; 40 % of three holds out the middle one, which
+    # leaves room for both rollout horizons
+    assert metrics['runs'] == {'train': ['qube#train0', 'qube#train2'],
+                               'validation': ['qube#validation1']}
+    # the bag has velocities: accelerations come from them, the commands filtered alike
+    assert metrics['preprocessing']['derivatives'] == 'filtfilt of measured qd'
     for horizon in ('1s', '2s'):
         fitted = metrics['rollout'][horizon]['nmse']
         assert fitted is not None
@@ -143,6 +146,25 @@ def test_nea_on_a_bag_of_the_voltage_driven_qube(qube, tmp_path, capsys):
     _moved_toward_truth(result['model'], qube['true'], qube['held_out'], 'qube')
     # progress went to stderr as whole lines, without terminal control characters
     assert 'fit done' in err and 'wrote params.yaml' in err and '\r' not in err
+
+
+def test_cutoff_zero_differences_the_measured_velocities(qube, tmp_path, capsys):
+    out = tmp_path / 'raw'
+    code, err = _run(capsys, qube['bag'], '--robot', 'qube', '--method', 'nea', '--out', out,
+                     '--cutoff', '0', '--quiet')
+    assert code == 0, err
+    result = _check_outputs(out, 'nea', robots.get('qube').joint_names)
+    preprocessing = result['metrics']['preprocessing']
+    assert preprocessing['derivatives'] == 'central differences of measured qd'
+    assert preprocessing['cutoff_hz'] is None
+    assert preprocessing['edge_crop_s'] == pytest.approx(1.0 / RATE_HZ)
+    _moved_toward_truth(result['model'], qube['true'], qube['held_out'], 'qube')
+
+
+def test_cutoff_zero_needs_measured_velocities(qube, tmp_path, capsys):
+    message = _error(capsys, qube['bag'], '--robot', 'qube', '--derivatives', 'filter',
+                     '--cutoff', '0', '--out', tmp_path)
+    assert '--cutoff 0' in message and 'velocities' in message
 
 
 def test_diffnea_on_a_two_run_csv_with_a_config_file(qube, tmp_path, capsys):

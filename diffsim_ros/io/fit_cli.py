@@ -18,12 +18,17 @@ Pipeline:
 1. the robot: a catalog name (:func:`diffsim_ros.robots.names`; nominal model = URDF plus the
    catalog's rotor armature) or a URDF file (every joint torque-commanded);
 2. the data, joints in model order; when ``qd`` or ``qdd`` is missing (bags carry no
-   accelerations) they are estimated with the zero-phase Butterworth filter of
-   :func:`diffsim_ros.sysid.filters.estimate_derivatives` (``--cutoff``), which also low-passes
-   the torques, and ``1 / cutoff`` s of filter edge are cropped from each end; runs whose
-   sampling is not uniform are resampled at their median rate;
+   accelerations) they are estimated with a zero-phase Butterworth filter (``--cutoff``):
+   ``qdd`` from the measured ``qd`` when the data have velocities
+   (:func:`diffsim_ros.sysid.filters.accelerations_from_velocity`), else ``qd`` and ``qdd``
+   from ``q`` (:func:`~diffsim_ros.sysid.filters.estimate_derivatives`, and always with
+   ``--derivatives filter``); torques and commands go through the same filter (they are
+   paired with the filtered accelerations), and ``1 / cutoff`` s of filter edge are cropped
+   from each end; runs whose sampling is not uniform are resampled at their median rate;
 3. the split: ``--validation`` names runs (comma-separated) or gives a fraction of the runs;
-   a single run is split by time (the last 20 % by default);
+   a single run is cut into 2 s blocks and that fraction of them, spread over the run, is
+   held out (:func:`diffsim_ros.sysid.preprocess.split_blocks`; 20 % by default), so that a
+   recording of a swing-up and then a balance validates on both;
 4. the fit (:func:`diffsim_ros.sysid.estimators.fit`) with the configuration of
    ``--config FILE.yaml`` (estimator keys; unknown keys are an error) and the options below.
    Voltage-commanded robots (catalog ``command_unit`` ``'V'``: Qube, cart-pole) are fitted
@@ -90,9 +95,9 @@ from ..core.model import PRISMATIC, RobotModel
 from ..core.urdf import load_urdf
 from ..sysid import estimators
 from ..sysid.dataset import Trajectory
-from ..sysid.filters import estimate_derivatives
+from ..sysid.filters import accelerations_from_velocity, estimate_derivatives
 from ..sysid.losses import command_joints_for, DT_TOLERANCE, resolve_source
-from ..sysid.preprocess import resample, split_runs, split_time
+from ..sysid.preprocess import resample, split_blocks, split_runs
 from ..sysid.result import IdentificationResult
 
 PROG = 'diffsim-fit'
@@ -100,6 +105,8 @@ PROG = 'diffsim-fit'
 ACTUATOR_CHOICES = ('viscous', 'stribeck', 'nn-friction', 'nn-residual')
 #: Fewest training samples worth fitting.
 MIN_SAMPLES = 20
+#: Block length of the validation split of a single run, s.
+SPLIT_BLOCK_S = 2.0
 
 
 EPILOG = """\
@@ -154,18 +161,20 @@ def build_parser() -> argparse.ArgumentParser:
                         '(default for voltage-commanded robots: /<controller>/commands)')
     parser.add_argument('--validation', default=None,
                         help='validation runs: comma-separated run names or a fraction in '
-                        '[0, 1) (default 0.2; a single run is split by time)')
+                        '[0, 1) (default 0.2; a single run gives 2 s blocks in turn)')
     parser.add_argument('--config', type=Path, help='YAML mapping of estimator settings')
     parser.add_argument('--max-iter', type=int, help='bound on the optimiser iterations')
     parser.add_argument('--seed', type=int, help="seed of the estimator's local generator")
     parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda'),
                         help='torch device (default: %(default)s)')
     parser.add_argument('--cutoff', type=float, default=20.0,
-                        help='low-pass cutoff of the derivative filter, Hz (default: '
-                        '%(default)s)')
+                        help='low-pass cutoff of the derivative filter, Hz; 0: no filter, '
+                        'accelerations by central differences of measured velocities '
+                        '(default: %(default)s)')
     parser.add_argument('--derivatives', choices=('auto', 'filter'), default='auto',
-                        help='auto: estimate qd/qdd only when missing; filter: always '
-                        're-estimate them from q (default: %(default)s)')
+                        help='auto: estimate what is missing (qdd from measured qd when '
+                        'there is one); filter: always re-estimate qd and qdd from q '
+                        '(default: %(default)s)')
     parser.add_argument('--quiet', action='store_true', help='print errors only')
     return parser
 
@@ -452,15 +461,31 @@ def preprocess(runs: Sequence[Trajectory], args: argparse.Namespace,
             progress.warn(f'run {run.run!r} has only {len(run)} samples; skipped')
             continue
         if args.derivatives == 'filter' or run.qd is None or run.qdd is None:
+            from_velocity = args.derivatives == 'auto' and run.qd is not None
+            if args.cutoff == 0.0 and not from_velocity:
+                raise UsageError('--cutoff 0 needs measured velocities (and --derivatives '
+                                 'auto): positions are always low-passed')
             try:
-                run = estimate_derivatives(run, method='filtfilt', cutoff_hz=args.cutoff)
+                # commands through the same filter as the accelerations they explain
+                if from_velocity:
+                    run = accelerations_from_velocity(run, args.cutoff or None,
+                                                      filter_inputs=True)
+                else:
+                    run = estimate_derivatives(run, method='filtfilt', cutoff_hz=args.cutoff,
+                                               filter_inputs=True)
             except ValueError as exc:
                 raise UsageError(f'--cutoff: {_one_line(exc)}') from None
-            info.update(derivatives='filtfilt', cutoff_hz=args.cutoff)
-            edge = int(math.ceil(_sample_rate(run) / args.cutoff))
+            if args.cutoff:
+                info.update(derivatives='filtfilt of measured qd' if from_velocity
+                            else 'filtfilt', cutoff_hz=args.cutoff)
+                edge = int(math.ceil(_sample_rate(run) / args.cutoff))
+            else:
+                # one sample at each end, where the difference is one-sided
+                info['derivatives'] = 'central differences of measured qd'
+                edge = 1
             if len(run) > 10 * edge:
                 run = run.crop(edge, len(run) - edge)
-                info['edge_crop_s'] = 1.0 / args.cutoff
+                info['edge_crop_s'] = edge / _sample_rate(run)
         if not _is_uniform(run):
             rate = _sample_rate(run)
             run = resample(run, rate)
@@ -501,10 +526,12 @@ def split(runs: Sequence[Trajectory], spec: Optional[str]
     if len(names) == 1 and not isinstance(validation, list):
         if validation == 0.0:
             return list(runs), []
-        parts = [split_time(run, validation) for run in runs]
+        # 2 s blocks taken in turn: a swing-up-then-balance recording split at its end
+        # would validate on the balance alone and stop the fit early
+        parts = [split_blocks(run, validation, SPLIT_BLOCK_S) for run in runs]
         train = [t for part in parts for t in part.train]
         held = [v for part in parts for v in part.validation]
-        if not train or len(train[0]) < MIN_SAMPLES:
+        if sum(len(run) for run in train) < MIN_SAMPLES:
             raise UsageError(f'--validation {validation}: too few samples left for training')
         return train, held
     try:

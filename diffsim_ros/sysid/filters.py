@@ -37,8 +37,8 @@ from .preprocess import _np, interpolate, uniform_rate
 Tensor = torch.Tensor
 TimeOrRate = Union[float, Tensor, np.ndarray, Sequence[float]]
 
-__all__ = ['CausalDifferentiator', 'DERIVATIVE_METHODS', 'estimate_derivatives',
-           'lowpass_filtfilt', 'savgol_derivative', 'savgol_window']
+__all__ = ['accelerations_from_velocity', 'CausalDifferentiator', 'DERIVATIVE_METHODS',
+           'estimate_derivatives', 'lowpass_filtfilt', 'savgol_derivative', 'savgol_window']
 
 #: Methods accepted by :func:`estimate_derivatives`.
 DERIVATIVE_METHODS = ('filtfilt', 'savgol', 'causal')
@@ -174,11 +174,17 @@ def savgol_derivative(x, t_or_rate: TimeOrRate, deriv: int = 1, window: Optional
 
 def estimate_derivatives(traj: Trajectory, method: str = 'filtfilt', cutoff_hz: float = 20.0,
                          order: int = 4, polyorder: int = 4, window: Optional[int] = None,
-                         filter_torque: bool = True) -> Trajectory:
+                         filter_torque: bool = True, filter_inputs: bool = False
+                         ) -> Trajectory:
     """
     Fill in ``qd`` and ``qdd`` from the positions, and low-pass ``tau`` the same way.
 
-    ``q`` and ``u`` are returned as measured.  Methods:
+    ``q`` is returned as measured, and ``u`` too unless ``filter_inputs``: a fit that maps
+    the commands to torques (a voltage-driven motor) should pass ``filter_inputs=True`` so
+    that commands and accelerations go through the same filter (parallel filtering); a
+    bang-bang command against accelerations low-passed at 20 Hz otherwise leaves a residual
+    of 18 % of the torque variance with the exact model (a simulated Qube swing-up).  The
+    methods:
 
     * ``'filtfilt'``: zero-phase Butterworth low-pass of ``q`` (``order``, ``cutoff_hz``),
       then central differences for ``qd`` and again for ``qdd``; ``tau`` gets the same
@@ -201,6 +207,7 @@ def estimate_derivatives(traj: Trajectory, method: str = 'filtfilt', cutoff_hz: 
     :param polyorder: polynomial order (``'savgol'``).
     :param window: Savitzky-Golay window in samples (``'savgol'``; default from the cutoff).
     :param filter_torque: low-pass ``tau`` as well (when present).
+    :param filter_inputs: low-pass ``u`` as well (when present).
     :return: new trajectory with ``qd``, ``qdd`` (and filtered ``tau``).
     :raises ValueError: unknown method (the message lists the valid ones), bad cutoff.
     """
@@ -208,7 +215,11 @@ def estimate_derivatives(traj: Trajectory, method: str = 'filtfilt', cutoff_hz: 
         raise ValueError(f'unknown derivative method {method!r}; valid: '
                          f'{", ".join(DERIVATIVE_METHODS)}')
     q = _np(traj.q)
-    tau = None if traj.tau is None else _np(traj.tau)
+    # torques and (with filter_inputs) commands side by side through one filter
+    sides = [(name, _np(value)) for name, value, wanted in (
+        ('tau', traj.tau, True), ('u', traj.u, filter_inputs))
+        if wanted and value is not None]
+    tau = np.concatenate([value for _, value in sides], -1) if sides else None
     if method == 'causal':
         qd, qdd, tau_f = _causal_pass(_np(traj.t), q, tau, cutoff_hz)
     else:
@@ -231,10 +242,56 @@ def estimate_derivatives(traj: Trajectory, method: str = 'filtfilt', cutoff_hz: 
         qd, qdd = back(qd), back(qdd)
         tau_f = None if tau_f is None else back(tau_f)
     ref = traj.q
-    new_tau = traj.tau
-    if filter_torque and tau_f is not None:
-        new_tau = _as_output(tau_f, traj.tau)
-    return traj.replace(qd=_as_output(qd, ref), qdd=_as_output(qdd, ref), tau=new_tau)
+    changes = {}
+    column = 0
+    for name, value in sides:
+        width = value.shape[-1]
+        if tau_f is not None and (name == 'u' or filter_torque):
+            changes[name] = _as_output(tau_f[:, column:column + width], getattr(traj, name))
+        column += width
+    return traj.replace(qd=_as_output(qd, ref), qdd=_as_output(qdd, ref), **changes)
+
+
+def accelerations_from_velocity(traj: Trajectory, cutoff_hz: Optional[float] = 20.0,
+                                order: int = 4, filter_torque: bool = True,
+                                filter_inputs: bool = False) -> Trajectory:
+    """
+    Fill in ``qdd`` from measured velocities: low-pass ``qd`` (zero-phase), then differentiate.
+
+    For data whose velocities are measured (encoder drivers, simulated drivers): one
+    differentiation of ``qd`` instead of two of ``q``.  On the bag of a simulated Qube
+    swing-up (``diffsim-demo``) the offline fit's base parameters came out 2.6 % off the
+    truth this way against 9.5 % from positions (both at 20 Hz, commands filtered alike).
+    ``qd`` is replaced by its low-passed version, ``tau`` (``filter_torque``) and ``u``
+    (``filter_inputs``) go through the same filter; ``q`` is kept as measured.  With
+    ``cutoff_hz=None`` nothing is filtered: ``qdd`` is the central difference of the
+    measured ``qd`` on the actual stamps (what the identifier node does with measured
+    velocities; right for noise-free or finely quantised velocities).
+
+    :param traj: the trajectory, with ``qd``.
+    :param cutoff_hz: low-pass cutoff in Hz (below the Nyquist frequency), or None.
+    :param order: Butterworth order of one pass.
+    :param filter_torque: low-pass ``tau`` as well (when present).
+    :param filter_inputs: low-pass ``u`` as well (when present).
+    :return: new trajectory with filtered ``qd``, ``qdd`` (and ``tau``, ``u``).
+    :raises ValueError: no ``qd``, bad cutoff or timestamps.
+    """
+    if traj.qd is None:
+        raise ValueError('accelerations_from_velocity needs measured velocities (qd)')
+    if cutoff_hz is None:
+        t, qd = _np(traj.t), _np(traj.qd)
+        if t.shape[0] < 2 or not (np.diff(t) > 0).all():
+            raise ValueError('timestamps must be strictly increasing with at least two samples')
+        return traj.replace(qdd=_as_output(np.gradient(qd, t, axis=0, edge_order=1), traj.q))
+    grid_qd, rate, back = _uniform_view(_np(traj.qd), traj.t)
+    smooth = _filtfilt(grid_qd, rate, cutoff_hz, order)
+    qdd = np.gradient(smooth, 1.0 / rate, axis=0, edge_order=2 if smooth.shape[0] >= 3 else 1)
+    changes = {'qd': _as_output(back(smooth), traj.q), 'qdd': _as_output(back(qdd), traj.q)}
+    for name, wanted in (('tau', filter_torque), ('u', filter_inputs)):
+        value = getattr(traj, name)
+        if wanted and value is not None:
+            changes[name] = lowpass_filtfilt(value, traj.t, cutoff_hz, order)
+    return traj.replace(**changes)
 
 
 def _causal_pass(t: np.ndarray, q: np.ndarray, tau: Optional[np.ndarray], cutoff_hz: float):

@@ -32,8 +32,8 @@ Stream = Tuple[Tensor, Tensor]
 
 __all__ = ['align_streams', 'interpolate', 'limit_free_runs', 'matrix_to_quaternion',
            'quaternion_to_matrix', 'resample', 'sample_and_hold', 'segment', 'segment_tensors',
-           'slerp_poses', 'Split', 'split_runs', 'split_time', 'Stream', 'uniform_rate',
-           'unwrap_angles']
+           'slerp_poses', 'Split', 'split_blocks', 'split_runs', 'split_time', 'Stream',
+           'uniform_rate', 'unwrap_angles']
 
 #: Relative jitter of the sample period below which timestamps count as uniform.
 UNIFORM_TOLERANCE = 1e-3
@@ -425,6 +425,43 @@ def split_time(traj: Trajectory, validation: float = 0.2, test: float = 0.0) -> 
                            ('test', (cut_test, len(t)))):
         parts.append([traj.crop(lo, hi).replace(run=f'{traj.run}#{name}')] if hi > lo else [])
     return Split(*parts)
+
+
+def split_blocks(traj: Trajectory, validation: float = 0.2, block: float = 1.0) -> Split:
+    """
+    Split one run into blocks of ``block`` seconds, a fraction of them spread out for validation.
+
+    A recording whose regimes follow each other (a swing-up, then a balance; an excitation,
+    then a rest) gives a time split (:func:`split_time`) a validation block that shares
+    nothing with the training data, and early stopping on it then stops a fit after a few
+    iterations.  Blocks taken in turn put every regime on both sides: block ``i`` is held
+    out when ``floor((i + 1) v + 1/2) > floor(i v + 1/2)``, which holds out the fraction
+    ``v`` evenly (0.2: blocks 2, 7, 12, ...; 0.4: blocks 1, 3, 6, 8, ...).  Each block also
+    takes the first sample of the next, so that a whole block spans ``block`` seconds (a
+    1 s rollout fits into a 1 s block).  Pieces shorter than 2 samples are dropped; the
+    others are named ``<run>#train<i>`` and ``<run>#validation<i>``.
+
+    :param traj: the run.
+    :param validation: fraction of the blocks held out, in ``[0, 1)``; 0 holds out none.
+    :param block: block length in seconds (> 0).
+    :return: :class:`Split` with lists of block trajectories (``test`` empty).
+    :raises ValueError: ``validation`` outside ``[0, 1)`` or ``block <= 0``.
+    """
+    if not 0.0 <= validation < 1.0 or not block > 0.0:
+        raise ValueError(f'split_blocks: need 0 <= validation < 1 and block > 0, got '
+                         f'{validation}, {block}')
+    t = _np(traj.t)
+    index = np.floor((t - t[0]) / block).astype(np.int64)
+    train, held = [], []
+    for i in range(int(index[-1]) + 1):
+        lo, hi = (int(v) for v in np.searchsorted(index, [i, i + 1]))
+        hi = min(hi + 1, len(t))
+        if hi - lo < 2:
+            continue
+        is_held = math.floor((i + 1) * validation + 0.5) > math.floor(i * validation + 0.5)
+        name = f'{traj.run}#{"validation" if is_held else "train"}{i}'
+        (held if is_held else train).append(traj.crop(lo, hi).replace(run=name))
+    return Split(train, held, [])
 
 
 def _check_window(length: int, window: int, stride: int) -> None:
