@@ -62,6 +62,21 @@ def test_prediction_of_the_true_model_is_exact(robot):
                           DT, 'semi_implicit_euler') is None
 
 
+def test_nmse_scale_floor_bounds_the_normalisation_of_still_windows():
+    info, model = robots.get('qube'), nominal_model('qube')
+    t, x, u = simulate('qube', 60)
+    n = model.n
+    wrong = model.replace(damping=model.damping * 3.0 + 0.02)
+    args = (wrong, info, t, x[:, :n], x[:, n:], t[:-1], u, 0.5, DT, 'semi_implicit_euler')
+    own = predict_window(*args)
+    torch.testing.assert_close(own['scale'], predict_window(*args, own['scale'] * 0.5)['scale'])
+    # a floor below the window's variances changes nothing; above them it divides instead
+    assert predict_window(*args, own['scale'] * 0.5)['nmse'] == pytest.approx(own['nmse'])
+    floored = predict_window(*args, own['scale'] * 4.0)
+    assert floored['nmse'] == pytest.approx(own['nmse'] / 4.0)
+    assert floored['nmse_q'] == pytest.approx([v / 4.0 for v in own['nmse_q']])
+
+
 def test_end_effector_path_is_in_the_base_frame():
     info, model = robots.get('wam4'), nominal_model('wam4')
     path = end_effector_path(model, info, np.zeros((3, model.n)))

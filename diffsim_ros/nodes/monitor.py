@@ -14,8 +14,9 @@ receive time, or the node clock under ``use_sim_time``).  It publishes
 * ``~/markers``: measured and predicted end-effector paths over the window, LINE_STRIPs in
   namespaces ``measured_path`` and ``predicted_path``, in the base link's frame;
 * ``~/prediction_nmse``: ``Float64MultiArray`` ``[state NMSE, position NMSE per joint...]``
-  (errors over variances of the measured window, as the identification metrics), ``inf``
-  when the rollout diverged; also on ``/diagnostics``.
+  (errors over variances of the measured window, as the identification metrics, but never
+  over less than the largest window variances seen so far: a balanced pendulum's window is
+  nearly still), ``inf`` when the rollout diverged; also on ``/diagnostics``.
 
 Rollouts run on a worker thread, so a slow prediction never delays the subscriptions.
 """
@@ -180,7 +181,8 @@ def mean_commands(t_cmd: np.ndarray, u: np.ndarray, grid: np.ndarray, m: int) ->
 
 
 def predict_window(model: RobotModel, info: robots.RobotInfo, t, q, qd, t_cmd, u,
-                   horizon: float, dt: float, integrator: str) -> Optional[Dict[str, Any]]:
+                   horizon: float, dt: float, integrator: str,
+                   scale_floor: Optional[torch.Tensor] = None) -> Optional[Dict[str, Any]]:
     """
     Roll the model over the last ``horizon`` seconds of measurements and score it.
 
@@ -195,9 +197,13 @@ def predict_window(model: RobotModel, info: robots.RobotInfo, t, q, qd, t_cmd, u
     :param horizon: window length, s.
     :param dt: rollout step, s.
     :param integrator: ``'semi_implicit_euler'`` or ``'rk4'``.
+    :param scale_floor: ``(2 n,)`` variances below which the window's own state variances
+        are not taken (the monitor passes the largest it has seen: a window of a still
+        pendulum has variances near zero, and its NMSE would measure the noise).
     :return: ``None`` when the measurements span less than the horizon, else ``t`` (grid
         ``(K + 1,)``), ``q_measured``/``q_predicted`` ``(K + 1, n)``, ``qd_predicted``,
-        ``nmse`` (state) and ``nmse_q`` ``(n,)``, both ``inf`` if the rollout diverged.
+        ``nmse`` (state) and ``nmse_q`` ``(n,)``, both ``inf`` if the rollout diverged, and
+        ``scale``, the window's own variances ``(2 n,)``.
     """
     if len(t) < 2 or t[-1] - t[0] < horizon - 0.5 * dt:
         return None
@@ -216,13 +222,14 @@ def predict_window(model: RobotModel, info: robots.RobotInfo, t, q, qd, t_cmd, u
     mask = model.tree.revolute_mask
     error = wrap_angle_error(x_pred - x_meas, mask)
     finite = bool(torch.isfinite(x_pred).all())
-    scale = state_scale(x_meas[:, :model.n], x_meas[:, model.n:], mask)
+    own = state_scale(x_meas[:, :model.n], x_meas[:, model.n:], mask)
+    scale = own if scale_floor is None else torch.maximum(own, scale_floor.to(own))
     nmse = float(normalized_mse(error, scale)) if finite else math.inf
     nmse_q = ((error[:, :model.n].square() / scale[:model.n]).mean(0).tolist() if finite
               else [math.inf] * model.n)
     return {'t': grid, 'q_measured': q[index], 'q_predicted': x_pred[:, :model.n].cpu().numpy(),
             'qd_predicted': x_pred[:, model.n:].cpu().numpy(), 'finite': finite, 'nmse': nmse,
-            'nmse_q': nmse_q}
+            'nmse_q': nmse_q, 'scale': own}
 
 
 def end_effector_path(model: RobotModel, info: robots.RobotInfo, q: np.ndarray) -> np.ndarray:
@@ -277,6 +284,8 @@ class MonitorNode(Node):
         self._commands = deque(maxlen=keep)
         self._log = ThrottledLogger(self.get_logger())
         self.last_prediction: Optional[Dict[str, Any]] = None
+        #: Largest state variances of a window so far, ``(2 n,)`` (the NMSE's floor).
+        self._scale_floor: Optional[torch.Tensor] = None
         self.models_accepted = self.models_rejected = self.predictions = 0
         topic = self.config.command_topic or f'/{self.info.controller_name}/commands'
         self.create_subscription(JointState, self.config.joint_states_topic,
@@ -315,6 +324,7 @@ class MonitorNode(Node):
             if self._states and stamp < self._states[-1][0] - self.config.max_stamp_offset:
                 self._states.clear()   # the clock jumped back (bag restarted): start over
                 self._commands.clear()
+                self._scale_floor = None
             elif self._states and stamp <= self._states[-1][0]:
                 self._log.warn(self.config.joint_states_topic, 'dropped out-of-order message')
                 return
@@ -360,6 +370,7 @@ class MonitorNode(Node):
         """
         with self._lock:
             states, commands, model = list(self._states), list(self._commands), self.model
+            floor = self._scale_floor
         if not states:
             return None
         t = np.array([s[0] for s in states])
@@ -370,9 +381,15 @@ class MonitorNode(Node):
             model, self.info, t, np.stack([s[1] for s in states]),
             np.stack([s[2] for s in states]), np.array([c[0] for c in commands]),
             np.stack([c[1] for c in commands]) if commands else np.zeros((0, m)),
-            self.config.horizon, self.config.dt, self.config.integrator)
+            self.config.horizon, self.config.dt, self.config.integrator, floor)
         if result is None:
             return None
+        # the largest variances seen so far normalise later windows (a balance after a
+        # swing-up is scored against the motion of the run, not against its own stillness)
+        with self._lock:
+            if self._scale_floor is floor:   # not reset by a clock jump meanwhile
+                self._scale_floor = result['scale'] if floor is None \
+                    else torch.maximum(floor, result['scale'])
         self._publish(model, result)
         self.predictions += 1
         self.last_prediction = result
