@@ -58,6 +58,8 @@ IDENTIFY_S = 2.0
 
 #: Wall seconds the simulated driver waits after each tick for the mpc's command.
 COMMAND_WAIT_S = 0.2
+#: Wall seconds to wait for the mpc node's warm-up (compiling the iLQR) before the plant starts.
+MPC_READY_TIMEOUT_S = 180.0
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -219,13 +221,20 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
                             parameter_overrides=sim_time)
         spin(recorder)
         spin(Identifier(context=context, parameter_overrides=robot + sim_time))
-        spin(MpcNode(context=context, parameter_overrides=robot + sim_time + controller))
+        mpc = MpcNode(context=context, parameter_overrides=robot + sim_time + controller)
+        spin(mpc)
         spin(MonitorNode(context=context, parameter_overrides=robot + sim_time))
         observer_node = rclpy.create_node('demo_observer', context=context,
                                           parameter_overrides=sim_time)
         observer = _Observer(observer_node, info.joint_names)
         spin(observer_node)
         time.sleep(1.0)   # discovery: the plant starts once everyone listens
+        if not mpc.ready.is_set():
+            # the compiled iLQR/MPPI warms up first, or the plant would wait on it for
+            # seconds of simulated time while the pendulum hangs
+            print('  waiting for the mpc node to compile and warm up ...', flush=True)
+            if not mpc.ready.wait(MPC_READY_TIMEOUT_S):
+                raise RuntimeError(f'the mpc node was not ready after {MPC_READY_TIMEOUT_S} s')
         driver = SimDriver(context=context, parameter_overrides=robot + [
             Parameter('clock_mode', value='lockstep'),
             Parameter('real_time_factor', value=float(args.real_time_factor)),

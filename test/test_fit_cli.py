@@ -68,7 +68,9 @@ def pendulum(tmp_path_factory):
 
 
 def _run(capsys, *argv) -> tuple:
-    code = main([str(a) for a in argv])
+    # the plants run without joint limits (the Qube's arm turns past its URDF limit of
+    # 2 rad): no stretch is at a stop, so none is left out
+    code = main([str(a) for a in argv] + ['--limit-margin', '-1'])
     captured = capsys.readouterr()
     return code, captured.err
 
@@ -159,6 +161,26 @@ def test_cutoff_zero_differences_the_measured_velocities(qube, tmp_path, capsys)
     assert preprocessing['cutoff_hz'] is None
     assert preprocessing['edge_crop_s'] == pytest.approx(1.0 / RATE_HZ)
     _moved_toward_truth(result['model'], qube['true'], qube['held_out'], 'qube')
+
+
+def test_stretches_at_a_position_limit_are_left_out():
+    import argparse
+    from diffsim_ros.io.fit_cli import away_from_limits
+    nominal = nominal_model('qube')
+    upper = float(nominal.upper[0])
+    t = torch.arange(0.0, 4.0, 0.01, dtype=torch.float64)
+    q = torch.stack((upper * torch.sin(0.5 * math.pi * t), torch.zeros_like(t)), -1)
+    from diffsim_ros.sysid.dataset import Trajectory
+    run = Trajectory(t=t, q=q, qd=torch.zeros_like(q), joint_names=nominal.joint_names,
+                     run='r')
+    args = argparse.Namespace(limit_margin=0.05, cutoff=20.0)
+    train, validation, dropped = away_from_limits([run], [], nominal, args)
+    kept = torch.cat([part.q[:, 0] for part in train])
+    assert dropped > 0 and len(kept) == len(t) - dropped and validation == []
+    assert float(kept.abs().max()) < upper - 0.05
+    assert len(train) == 3   # around the visits to the upper (t = 1 s) and lower stop
+    args.limit_margin = -1.0
+    assert away_from_limits([run], [], nominal, args) == ([run], [], 0)
 
 
 def test_cutoff_zero_needs_measured_velocities(qube, tmp_path, capsys):

@@ -196,6 +196,7 @@ def test_baseline_is_solved_at_every_command_from_the_newest_state(ros_context, 
                                                                    robot):
     mpc = executor.add_node(make_mpc(ros_context, controller='baseline'))
     assert mpc._worker is None   # no solver thread: the baseline is a state feedback law
+    assert mpc.ready.is_set()    # nothing to compile first
     assert mpc.controller.dynamics.dt == pytest.approx(1.0 / 100.0)
     assert mpc.controller.dynamics.substeps == 5   # the 10 ms hold at the 500 Hz driver rate
     robot.publishing.set()
@@ -216,6 +217,7 @@ def test_compiled_ilqr_is_warmed_up_before_its_first_plan(ros_context, executor,
     mpc = executor.add_node(make_mpc(ros_context, compile=True, horizon=5))
     assert mpc.controller.config.compile
     robot.publishing.set()
+    assert mpc.ready.wait(120.0)
+    assert mpc.stats['warm_up_s'] > 0.0   # ready only once compiled
     assert wait_for(lambda: mpc.stats['solves'] >= 2, 120.0), mpc.stats
-    assert mpc.stats['warm_up_s'] > 0.0
     assert finite_and_bounded(robot.commands)

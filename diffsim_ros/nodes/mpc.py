@@ -265,8 +265,13 @@ class MpcNode(Node):
         self.create_timer(config.diagnostics_period, self.publish_diagnostics,
                           callback_group=timers)
         self._solve_event, self._stop = threading.Event(), threading.Event()
+        #: Set once the controller is warmed up (compiled) and plans can be made; a graph
+        #: that starts the robot only then (the demo) loses no time to compilation.
+        self.ready = threading.Event()
         self._worker: Optional[threading.Thread] = None
-        if not self._inline:
+        if self._inline:
+            self.ready.set()
+        else:
             self._worker = threading.Thread(target=self._solve_loop, name='mpc-solver',
                                             daemon=True)
             self._worker.start()
@@ -330,6 +335,7 @@ class MpcNode(Node):
     def _solve_loop(self) -> None:
         """Warm up, then solve whenever asked, on this thread, until the node closes."""
         self._warm_up()
+        self.ready.set()
         while not self._stop.is_set():
             if not self._solve_event.wait(0.1):
                 continue
