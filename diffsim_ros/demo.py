@@ -190,6 +190,7 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
     from .nodes.identifier import Identifier
     from .nodes.monitor import MonitorNode
     from .nodes.mpc import MpcNode
+    from .nodes.params import config_path, load_yaml_params
     from .nodes.recorder import Recorder
     from .nodes.sim_driver import SimDriver
 
@@ -221,7 +222,12 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
                             parameter_overrides=sim_time)
         spin(recorder)
         spin(Identifier(context=context, parameter_overrides=robot + sim_time))
-        mpc = MpcNode(context=context, parameter_overrides=robot + sim_time + controller)
+        chosen = args.controller or load_yaml_params(config_path(args.robot), 'mpc').get(
+            'controller')
+        # in lockstep the baseline's latency does not matter: skip its compile (1-2 min cold)
+        eager = [Parameter('compile', value=False)] if chosen == 'baseline' else []
+        mpc = MpcNode(context=context,
+                      parameter_overrides=robot + sim_time + controller + eager)
         spin(mpc)
         spin(MonitorNode(context=context, parameter_overrides=robot + sim_time))
         observer_node = rclpy.create_node('demo_observer', context=context,

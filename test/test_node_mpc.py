@@ -213,6 +213,16 @@ def test_baseline_is_solved_at_every_command_from_the_newest_state(ros_context, 
 
 
 @pytest.mark.slow
+def test_compiled_baseline_is_warmed_up_when_the_node_starts(ros_context, executor, robot):
+    mpc = executor.add_node(make_mpc(ros_context, controller='baseline', compile=True))
+    assert mpc.controller.dynamics.compiled
+    assert mpc.ready.is_set() and mpc.stats['warm_up_s'] > 0.0
+    robot.publishing.set()
+    assert wait_for(lambda: mpc.stats['solves'] >= 20, 20.0), mpc.stats
+    assert any(c != [0.0] for c in robot.commands) and finite_and_bounded(robot.commands)
+
+
+@pytest.mark.slow
 def test_compiled_ilqr_is_warmed_up_before_its_first_plan(ros_context, executor, robot):
     mpc = executor.add_node(make_mpc(ros_context, compile=True, horizon=5))
     assert mpc.controller.config.compile

@@ -32,6 +32,7 @@ Automatica 36(2):287-295, 2000.
 
 from dataclasses import dataclass
 import math
+import time
 from typing import Callable, Optional, Sequence, Tuple
 
 import torch
@@ -244,6 +245,15 @@ class SwingUpLQR:
         """Forget the mode (the gain depends on the model only and is kept)."""
         self.mode = 'swing'
 
+    def warm_up(self, x0: Optional[Tensor] = None) -> float:
+        """
+        Build the compiled steps of the swing law (``dynamics.compiled``) before it runs.
+
+        :param x0: a typical state ``(nx,)``; zeros (hanging at rest, the swing law) when None.
+        :return: seconds spent.
+        """
+        return _warm_up_law(self, x0)
+
     def solve(self, x0: Tensor, t: float = 0.0) -> FeedbackPolicy:
         """
         Return the policy for the current state.
@@ -410,11 +420,30 @@ class SwingUpLQR:
             desired = self.desired_acceleration(x, M)
             probe = torch.zeros(2, dyn.nu, dtype=x.dtype, device=x.device)
             probe[1] = 1.0
-            velocity = dyn.step(x.expand(2, 2 * n), probe)[:, n + a]
+            # contiguous: the compiled step is many times slower on strided operands
+            velocity = dyn.step(x.expand(2, 2 * n).contiguous(), probe)[:, n + a]
             per_unit = velocity[1] - velocity[0]
             change = x[n + a] + desired * dyn.dt - velocity[0]
             u = change * torch.sign(per_unit) / per_unit.abs().clamp_min(1e-300)
             return torch.clamp(u.expand(dyn.nu), dyn.u_min, dyn.u_max)
+
+
+def _warm_up_law(controller, x0: Optional[Tensor]) -> float:
+    """
+    Build the compiled steps a state feedback law and its caller use; return the seconds.
+
+    One solve from ``x0`` (zeros when None: the hanging pendulum, the arm at home) and one
+    model step of a single state, which a driver-rate loop uses to predict the state its
+    command acts on.  Nothing is kept: :meth:`reset` follows.
+    """
+    start = time.perf_counter()
+    dyn = controller.dynamics
+    x0 = dyn.u_min.new_zeros(dyn.nx) if x0 is None else x0.to(dyn.u_min)
+    with torch.no_grad():
+        controller.solve(x0, 0.0)
+        dyn.step(x0, dyn.u_min.new_zeros(dyn.nu))
+    controller.reset()
+    return time.perf_counter() - start
 
 
 def _wrap(angle: Tensor) -> Tensor:
@@ -451,6 +480,15 @@ class _ArmController:
 
     def reset(self) -> None:
         """Nothing to forget: the arm baselines are memoryless."""
+
+    def warm_up(self, x0: Optional[Tensor] = None) -> float:
+        """
+        Build the compiled model step (``dynamics.compiled``) a driver-rate caller uses.
+
+        :param x0: a typical state ``(nx,)``; zeros when None.
+        :return: seconds spent.
+        """
+        return _warm_up_law(self, x0)
 
     def _reference(self, t: float) -> Tuple[Tensor, Tensor, Tensor]:
         dyn = self.dynamics

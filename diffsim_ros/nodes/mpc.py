@@ -7,11 +7,13 @@ Adaptive MPC node: commands the robot with a controller running on the newest mo
 * A timer at ``control_rate`` asks a worker thread to solve (iLQR or MPPI from
   :mod:`diffsim_ros.control`) from the newest state; the solve never blocks commanding. iLQR is
   compiled and warmed up on that thread before its first plan (the time is logged).
-* The task's baseline (energy swing-up + LQR, PD + gravity) is a state feedback law (the
-  Qube's swing-up law: 1.6 ms per solve on its own, 5-6 ms inside this node on 2 cores): it
-  is solved inline at every command tick from the newest state, as a driver-rate controller
+* The task's baseline (energy swing-up + LQR, PD + gravity) is a state feedback law: it is
+  solved inline at every command tick from the newest state, as a driver-rate controller
   should be (held for a 50 Hz replanning period, the bang-bang energy pump loses the Qube's
-  swing-up).
+  swing-up).  With ``compile`` its model steps (the law's probe and the one-tick state
+  prediction) run ``torch.compile``-d, compiled in the constructor before any timer exists
+  (20 s with a warm Inductor cache, 1-2 min cold): a Qube tick then costs 1.2 ms instead of
+  3.8 ms (p50, loaded machine).
 * A timer at ``command_rate`` evaluates the newest :class:`FeedbackPolicy` on the newest state
   and publishes ``std_msgs/Float64MultiArray`` on ``/<controller_name>/commands`` in the
   catalog's ``command_joints`` order, clipped to the command limits and always finite.
@@ -83,7 +85,8 @@ class MpcConfig:
         '(at most 4 driver ticks) plus one tick before solving (the energy law loses the '
         'swing at 2 ms delay)'))
     compile: bool = field(default=True, metadata=_meta(  # noqa: A003 (the option's name)
-        'iLQR: torch.compile the rollouts, warmed up before the first plan (logged)'))
+        'torch.compile the iLQR rollouts / the baseline model steps, warmed up before the '
+        'first plan or command (logged)'))
     mppi_samples: int = field(default=256, metadata=_meta('MPPI samples per round'))
     mppi_lambda: float = field(default=1.0, metadata=_meta('MPPI temperature, cost units'))
     mppi_noise: float = field(default=0.3, metadata=_meta(
@@ -168,8 +171,11 @@ def make_controller(info: robots.RobotInfo, model: RobotModel, config: MpcConfig
     # the driver's rate.
     substeps = max(1, int(round(dt * info.driver_rate_hz))) \
         if config.controller == 'baseline' else 1
-    dynamics = ModelDynamics.for_robot(info.name, model, dt, u_min=-limit, u_max=limit,
-                                       substeps=substeps)
+    # A baseline evaluates its law and a model step at every command tick: those steps run
+    # compiled (the iLQR compiles its own rollouts through ILQRConfig.compile).
+    dynamics = ModelDynamics.for_robot(
+        info.name, model, dt, u_min=-limit, u_max=limit, substeps=substeps,
+        compile=bool(config.compile) and config.controller == 'baseline')
     if config.controller == 'baseline':
         if task is None:
             raise ValueError(f'no baseline for {info.name!r} (no task); use ilqr or mppi')
@@ -251,6 +257,15 @@ class MpcNode(Node):
                       'solve_time_max_ms': 0.0, 'commands': 0, 'models_accepted': 0,
                       'models_rejected': 0, 'unsafe_commands': 0, 'warm_up_s': 0.0}
         self._rates = {'solve': [], 'command': []}
+        #: Set once the controller is warmed up (compiled) and plans can be made; a graph
+        #: that starts the robot only then (the demo) loses no time to compilation.
+        self.ready = threading.Event()
+        if self._inline:
+            # The baseline's steps compile here, before any timer or subscription exists:
+            # beside the 500 Hz command timer the same compile took 265 s instead of 28 s
+            # (both threads contend for the interpreter, see nodes/runtime.py).
+            self._warm_up()
+            self.ready.set()
         topic = config.command_topic or f'/{info.controller_name}/commands'
         self.command_pub = self.create_publisher(Float64MultiArray, topic, 10)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
@@ -265,13 +280,8 @@ class MpcNode(Node):
         self.create_timer(config.diagnostics_period, self.publish_diagnostics,
                           callback_group=timers)
         self._solve_event, self._stop = threading.Event(), threading.Event()
-        #: Set once the controller is warmed up (compiled) and plans can be made; a graph
-        #: that starts the robot only then (the demo) loses no time to compilation.
-        self.ready = threading.Event()
         self._worker: Optional[threading.Thread] = None
-        if self._inline:
-            self.ready.set()
-        else:
+        if not self._inline:
             self._worker = threading.Thread(target=self._solve_loop, name='mpc-solver',
                                             daemon=True)
             self._worker.start()
