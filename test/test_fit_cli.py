@@ -183,6 +183,17 @@ def test_stretches_at_a_position_limit_are_left_out():
     assert away_from_limits([run], [], nominal, args) == ([run], [], 0)
 
 
+def test_a_short_single_run_holds_out_its_end():
+    from diffsim_ros.io.fit_cli import split
+    from diffsim_ros.sysid.dataset import Trajectory
+    t = torch.arange(0.0, 3.0, 0.01, dtype=torch.float64)
+    run = Trajectory(t=t, q=torch.zeros(len(t), 2, dtype=torch.float64),
+                     joint_names=('a', 'b'), run='short')
+    train, validation = split([run], None)   # 2 s blocks: the first held out would be the 3rd
+    assert [r.run for r in train] == ['short#train'] and len(validation) == 1
+    assert float(validation[0].t[0]) == pytest.approx(2.4, abs=0.011)
+
+
 def test_cutoff_zero_needs_measured_velocities(qube, tmp_path, capsys):
     message = _error(capsys, qube['bag'], '--robot', 'qube', '--derivatives', 'filter',
                      '--cutoff', '0', '--out', tmp_path)

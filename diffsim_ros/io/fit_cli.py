@@ -28,7 +28,8 @@ Pipeline:
 3. the split: ``--validation`` names runs (comma-separated) or gives a fraction of the runs;
    a single run is cut into 2 s blocks and that fraction of them, spread over the run, is
    held out (:func:`diffsim_ros.sysid.preprocess.split_blocks`; 20 % by default), so that a
-   recording of a swing-up and then a balance validates on both; then the stretches within
+   recording of a swing-up and then a balance validates on both (a recording too short for
+   one held-out block holds out its end); then the stretches within
    ``--limit-margin`` of a position limit of the model are left out (a limit stop pushes
    with a force the model lacks);
 4. the fit (:func:`diffsim_ros.sysid.estimators.fit`) with the configuration of
@@ -99,7 +100,8 @@ from ..sysid import estimators
 from ..sysid.dataset import Trajectory
 from ..sysid.filters import accelerations_from_velocity, estimate_derivatives
 from ..sysid.losses import command_joints_for, DT_TOLERANCE, resolve_source
-from ..sysid.preprocess import limit_free_runs, resample, split_blocks, split_runs
+from ..sysid.preprocess import (limit_free_runs, resample, split_blocks, split_runs,
+                                split_time)
 from ..sysid.result import IdentificationResult
 
 PROG = 'diffsim-fit'
@@ -534,6 +536,9 @@ def split(runs: Sequence[Trajectory], spec: Optional[str]
         # 2 s blocks taken in turn: a swing-up-then-balance recording split at its end
         # would validate on the balance alone and stop the fit early
         parts = [split_blocks(run, validation, SPLIT_BLOCK_S) for run in runs]
+        if not any(part.validation for part in parts):
+            # too short for a held-out block at this fraction: hold out its end
+            parts = [split_time(run, validation) for run in runs]
         train = [t for part in parts for t in part.train]
         held = [v for part in parts for v in part.validation]
         if sum(len(run) for run in train) < MIN_SAMPLES:
