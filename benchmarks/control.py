@@ -6,7 +6,10 @@ Each case runs a receding-horizon loop on the controller's own model: at every c
 under the returned feedback policy.  Printed per case: solve latency p50/p99/min
 (:func:`time.perf_counter` around ``solve``), the achieved control rate (1 / mean solve
 time), the cost of one ``FeedbackPolicy.__call__`` (what the MPC node pays at the driver
-rate, 1 kHz on the Panda) and the task error at the end of the loop.  Compilation
+rate, 1 kHz on the Panda) and the task error at the end of the loop.  The first three cases
+take one iteration per solve on hand-set costs; the fourth is the Qube as the mpc node and
+``diffsim-sim-eval`` run it (the task's cost and 3 iterations, with the LQR guess rolled out
+at every solve, :func:`~diffsim_ros.control.tasks.make_ilqr`).  Compilation
 (``ILQR.warm_up``) is timed separately and never counted in the latencies.
 
 Other engineers share the machine this runs on: the load average is recorded before and after,
@@ -33,6 +36,7 @@ except ImportError:  # run as a script: benchmarks/ is not a package on the path
 from diffsim_ros import robots  # noqa: I100
 from diffsim_ros.control import (ILQR, ILQRConfig, ModelDynamics, QuadraticCost, state_error,
                                  TrackingCost)
+from diffsim_ros.control.tasks import angle_mask, get_task, goal_state, make_ilqr
 from diffsim_ros.core import load_urdf
 
 fmt_number, format_table, Target = _common.fmt_number, _common.format_table, _common.Target
@@ -67,6 +71,35 @@ def swing_up(robot: str, dt: float, horizon: int, iters: int, compile_: bool) ->
             'error': error, 'error_name': 'final |pendulum angle - pi| (rad)'}
 
 
+def qube_task(compile_: bool, horizon: Optional[int] = None) -> Dict[str, Any]:
+    """
+    Return the Qube swing-up as the mpc node and ``diffsim-sim-eval`` run it.
+
+    The task's cost, horizon and iterations (:func:`diffsim_ros.control.tasks.get_task`) and
+    the LQR guess of :func:`~diffsim_ros.control.tasks.make_ilqr` rolled out at every solve.
+    """
+    task = get_task('qube')
+    model = load_urdf(robots.urdf_string('qube'), dtype=F64)
+    dyn = ModelDynamics.for_robot('qube', model, task.mpc_dt)
+    config = ILQRConfig(horizon=horizon or task.horizon, max_iters=task.iterations,
+                        compile=compile_)
+    goal = goal_state(task, model)
+    mask = angle_mask(task, model)
+
+    def error(x: torch.Tensor, t: float) -> float:
+        return float(state_error(x, goal, mask).abs().max())
+
+    return {'name': 'qube swing-up, node iLQR', 'dynamics': dyn, 'cost': None,
+            'x0': torch.tensor([0.0, 0.01, 0.0, 0.0], dtype=F64), 'config': config,
+            'controller': lambda: make_ilqr(task, dyn, config), 'error': error,
+            'error_name': 'final max |state - goal| (rad, rad/s)'}
+
+
+def _controller(case: Dict[str, Any]) -> ILQR:
+    factory = case.get('controller')
+    return factory() if factory else ILQR(case['dynamics'], case['cost'], case['config'])
+
+
 def panda_tracking(dt: float, horizon: int, iters: int, compile_: bool) -> Dict[str, Any]:
     """Return the case description of 7-DOF joint-space sinusoid tracking on the Panda."""
     model = load_urdf(robots.urdf_string('panda'), dtype=F64)
@@ -95,7 +128,7 @@ def panda_tracking(dt: float, horizon: int, iters: int, compile_: bool) -> Dict[
 
 def run_loop(case: Dict[str, Any], steps: int) -> Dict[str, Any]:
     """Run one receding-horizon loop; return the solve latencies and the task error."""
-    ctrl = ILQR(case['dynamics'], case['cost'], case['config'])
+    ctrl = _controller(case)
     dyn = ctrl.dynamics
     x = case['x0'].clone()
     times: List[float] = []
@@ -124,7 +157,7 @@ def bench_case(make: Callable[[], Dict[str, Any]], steps: int, repeats: int,
                quick: bool) -> Dict[str, Any]:
     """Warm up (compile) once, then time ``repeats`` loops of ``steps`` solves."""
     case = make()
-    ctrl = ILQR(case['dynamics'], case['cost'], case['config'])
+    ctrl = _controller(case)
     warm_up_s = ctrl.warm_up(case['x0'])
     runs = []
     for _ in range(repeats):
@@ -163,6 +196,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         lambda: swing_up('qube', 0.02, 30 if args.quick else 50, 1, compile_),
         lambda: swing_up('cartpole', 0.02, 30 if args.quick else 50, 1, compile_),
         lambda: panda_tracking(0.01, 10 if args.quick else 20, 1, compile_),
+        lambda: qube_task(compile_, 30 if args.quick else None),
     ]
     info = _common.machine_info(['torch', 'numpy'])
     info['torch_threads'] = torch.get_num_threads()
@@ -186,7 +220,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     errors = '; '.join(f'{r["name"]}: {r["error_name"]}' for r in results)
     _common.print_section(title, [format_table(headers, rows), 'error: ' + errors])
 
-    qube, _, panda = results
+    qube, _, panda, _ = results
     targets = [
         Target('qube swing-up MPC rate (quietest repeat)', qube['quietest_repeat']['rate_hz'],
                200.0, 'Hz', at_most=False),
