@@ -194,6 +194,20 @@ def test_a_short_single_run_holds_out_its_end():
     assert float(validation[0].t[0]) == pytest.approx(2.4, abs=0.011)
 
 
+def test_a_recording_all_at_a_limit_says_so(tmp_path, capsys):
+    from diffsim_ros.sysid.dataset import Trajectory
+    t = torch.arange(0.0, 3.0, 0.01, dtype=torch.float64)
+    q = torch.zeros(len(t), 2, dtype=torch.float64)
+    q[:, 0] = 2.0                                        # the arm at its 2.007 rad stop
+    run = Trajectory(t=t, q=q, qd=torch.zeros_like(q), u=torch.zeros(len(t), 1,
+                     dtype=torch.float64), joint_names=('arm_joint', 'pendulum_joint'),
+                     run='stuck')
+    table = write_csv(tmp_path / 'stuck.csv', [run])
+    code = main([str(table), '--robot', 'qube', '--out', str(tmp_path / 'out'), '--quiet'])
+    message = capsys.readouterr().err
+    assert code == 2 and 'position limits' in message and '--limit-margin' in message
+
+
 def test_cutoff_zero_needs_measured_velocities(qube, tmp_path, capsys):
     message = _error(capsys, qube['bag'], '--robot', 'qube', '--derivatives', 'filter',
                      '--cutoff', '0', '--out', tmp_path)

@@ -857,7 +857,9 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
         progress.stage(f'left out {prep["limit_samples_dropped"]} samples within '
                        f'{args.limit_margin:g} of a position limit')
     if sum(len(run) for run in train) < MIN_SAMPLES:
-        raise UsageError(f'fewer than {MIN_SAMPLES} training samples')
+        at_limits = (f' left after {prep["limit_samples_dropped"]} samples at position limits '
+                     '(--limit-margin)') if prep['limit_samples_dropped'] else ''
+        raise UsageError(f'fewer than {MIN_SAMPLES} training samples{at_limits}')
     config, _ = estimator_config(args, info, train)
     source = _check_inputs(nominal, config, train, validation)
     actuator = getattr(config, 'actuator', 'none')
