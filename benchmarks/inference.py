@@ -185,8 +185,7 @@ def table_study(root: Path, quick: bool, device: torch.device,
     heldout_runs = load_ibm_double_pendulum(root, runs=config['heldout_runs'],
                                             max_samples=needed)
     references = dp.state_references(train, horizon).to(device)
-    heldout = torch.cat([dp.state_references(heldout_runs, horizon, start)
-                         for start in config['heldout_starts']]).to(device)
+    heldout = dp.state_references(heldout_runs, horizon, config['heldout_starts']).to(device)
     results: Dict[str, Any] = {}
     for name in methods:
         results[name] = {}
@@ -237,26 +236,17 @@ def length_study(root: Path, quick: bool, device: torch.device) -> Dict[str, Any
     samples = int(config['seconds'] / DT)
     run = load_ibm_double_pendulum(root, runs=[config['run']], max_samples=samples + 1)
     window = config['window']
-    references = torch.cat([dp.state_references(run, window, start)
-                            for start in range(0, samples - window + 1, window)]).to(device)
+    references = dp.state_references(run, window, range(0, samples - window + 1, window)
+                                     ).to(device)
     pinned = {dp.PARAMETER_NAMES[0]: (dp.TRUE_LENGTHS[0] - PIN_HALF_WIDTH,
                                       dp.TRUE_LENGTHS[0] + PIN_HALF_WIDTH)}
     fits: Dict[str, Any] = {}
     for label, bounds in (('free', None), ('pinned', pinned)):
         likelihood = dp.make_likelihood(references, DT, parameters=dp.parameter_map(bounds))
-        z = dp.initial_particles(likelihood, config['starts'], seed=0).requires_grad_()
-        optimizer = torch.optim.Adam([z], lr=0.05)
         start = time.perf_counter()
-        for _ in range(config['steps']):
-            optimizer.zero_grad()
-            loss = -dp.log_posterior(likelihood)(z).sum()
-            loss.backward()
-            optimizer.step()
-        with torch.no_grad():
-            log_likelihood = likelihood.log_prob(z)
-            best = int(log_likelihood.argmax())
-            physical = dp.physical_parameters(likelihood, z)[best]
-        fits[label] = {'log_likelihood': float(log_likelihood[best]),
+        log_likelihood, physical = dp.maximum_likelihood(likelihood, config['starts'],
+                                                         config['steps'])
+        fits[label] = {'log_likelihood': log_likelihood,
                        'parameters': dict(zip(dp.PARAMETER_NAMES, physical.tolist())),
                        'seconds': time.perf_counter() - start}
         print(f'  lengths/{label}: {fits[label]["seconds"]:.1f} s', flush=True)

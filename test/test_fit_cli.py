@@ -12,6 +12,7 @@ written ``model.urdf`` on held-out true states are closer to the true plant's th
 model's are.
 """
 
+import argparse
 import json
 import math
 from pathlib import Path
@@ -19,9 +20,10 @@ from pathlib import Path
 from diffsim_ros import robots
 from diffsim_ros.core import load_urdf, rnea
 from diffsim_ros.io import write_bag, write_csv, write_npz
-from diffsim_ros.io.fit_cli import main, Progress
+from diffsim_ros.io.fit_cli import away_from_limits, main, Progress, split
 from diffsim_ros.sim import excitation_for, MujocoPlant, PlantConfig
 from diffsim_ros.sim.parameters import nominal_model
+from diffsim_ros.sysid.dataset import Trajectory
 import numpy as np
 import pinocchio as pin
 import pytest
@@ -164,13 +166,10 @@ def test_cutoff_zero_differences_the_measured_velocities(qube, tmp_path, capsys)
 
 
 def test_stretches_at_a_position_limit_are_left_out():
-    import argparse
-    from diffsim_ros.io.fit_cli import away_from_limits
     nominal = nominal_model('qube')
     upper = float(nominal.upper[0])
     t = torch.arange(0.0, 4.0, 0.01, dtype=torch.float64)
     q = torch.stack((upper * torch.sin(0.5 * math.pi * t), torch.zeros_like(t)), -1)
-    from diffsim_ros.sysid.dataset import Trajectory
     run = Trajectory(t=t, q=q, qd=torch.zeros_like(q), joint_names=nominal.joint_names,
                      run='r')
     args = argparse.Namespace(limit_margin=0.05, cutoff=20.0)
@@ -184,8 +183,6 @@ def test_stretches_at_a_position_limit_are_left_out():
 
 
 def test_a_short_single_run_holds_out_its_end():
-    from diffsim_ros.io.fit_cli import split
-    from diffsim_ros.sysid.dataset import Trajectory
     t = torch.arange(0.0, 3.0, 0.01, dtype=torch.float64)
     run = Trajectory(t=t, q=torch.zeros(len(t), 2, dtype=torch.float64),
                      joint_names=('a', 'b'), run='short')
@@ -195,7 +192,6 @@ def test_a_short_single_run_holds_out_its_end():
 
 
 def test_a_recording_all_at_a_limit_says_so(tmp_path, capsys):
-    from diffsim_ros.sysid.dataset import Trajectory
     t = torch.arange(0.0, 3.0, 0.01, dtype=torch.float64)
     q = torch.zeros(len(t), 2, dtype=torch.float64)
     q[:, 0] = 2.0                                        # the arm at its 2.007 rad stop

@@ -101,19 +101,6 @@ def test_parameter_map_bounds_pin_named_parameters():
         dp.parameter_map({'link_1/length': (0.1, 0.1)})
 
 
-def _max_likelihood(likelihood, starts=4, steps=150):
-    z = dp.initial_particles(likelihood, starts, seed=0).requires_grad_()
-    optimizer = torch.optim.Adam([z], lr=0.05)
-    for _ in range(steps):
-        optimizer.zero_grad()
-        (-dp.log_posterior(likelihood)(z).sum()).backward()
-        optimizer.step()
-    with torch.no_grad():
-        log_likelihood = likelihood.log_prob(z)
-        best = int(log_likelihood.argmax())
-        return float(log_likelihood[best]), dp.physical_parameters(likelihood, z)[best]
-
-
 @pytest.mark.slow
 def test_recordings_support_a_longer_first_arm_than_published(data_dir):
     """
@@ -128,11 +115,11 @@ def test_recordings_support_a_longer_first_arm_than_published(data_dir):
     +x, angle origins) as much as it records the finding.
     """
     run = load_ibm_double_pendulum(data_dir, runs=[0], max_samples=801)
-    references = torch.cat([dp.state_references(run, 40, start)
-                            for start in range(0, 761, 40)])
-    free_ll, free = _max_likelihood(dp.make_likelihood(references, 0.0025))
+    references = dp.state_references(run, 40, range(0, 761, 40))
+    free_ll, free = dp.maximum_likelihood(dp.make_likelihood(references, 0.0025), 4, 150)
     pinned = dp.parameter_map({'link_1/length': (0.0905, 0.0915)})
-    pinned_ll, _ = _max_likelihood(dp.make_likelihood(references, 0.0025, parameters=pinned))
+    pinned_ll, _ = dp.maximum_likelihood(
+        dp.make_likelihood(references, 0.0025, parameters=pinned), 4, 150)
     assert float(free[0]) > 0.12, free
     assert free_ll - pinned_ll > 500.0, (free_ll, pinned_ll)
 
@@ -175,6 +162,10 @@ def test_likelihood_on_real_windows(data_dir):
     references = dp.state_references(runs, horizon=40, start=100)
     assert references.shape == (2, 41, 4)
     torch.testing.assert_close(references[1, 0, :2], runs[1].q[100])
+    several = dp.state_references(runs, horizon=40, start=(100, 140))   # start by start
+    assert several.shape == (4, 41, 4)
+    torch.testing.assert_close(several[:2], references)
+    torch.testing.assert_close(several[3, 0, :2], runs[1].q[140])
     single = dp.make_likelihood(references, 0.0025)
     multiple = dp.make_likelihood(references, 0.0025, windows=4)
     assert dp.constraint_function(single) is None
@@ -206,7 +197,7 @@ def ss_ms_fits(data_dir):
     heldout_runs = load_ibm_double_pendulum(data_dir, runs=list(range(2, 21)),
                                             max_samples=800 + horizon + 1)
     references = dp.state_references(train, horizon)
-    heldout = torch.cat([dp.state_references(heldout_runs, horizon, s) for s in (0, 400, 800)])
+    heldout = dp.state_references(heldout_runs, horizon, (0, 400, 800))
     lagrangian = AugmentedLagrangian(mu=1.0, mu_growth=1.2, mu_max=100.0, update_every=5)
     fits = {}
     for shooting, windows in (('ss', 1), ('ms', 10)):

@@ -370,24 +370,26 @@ def true_length_error(physical: Tensor) -> Tensor:
 SIGMA = (0.05, 0.05, 1.0, 1.0)
 
 
-def state_references(trajectories: Sequence[Trajectory], horizon: int, start: int = 0
-                     ) -> Tensor:
+def state_references(trajectories: Sequence[Trajectory], horizon: int,
+                     start: Union[int, Sequence[int]] = 0) -> Tensor:
     """
     Stack ``[q, qd]`` windows of trajectories into references for the likelihoods.
 
     :param trajectories: runs with ``q`` and ``qd`` in :data:`JOINT_NAMES` order.
     :param horizon: steps ``T`` after the first state.
-    :param start: first sample index.
-    :return: ``(R, T + 1, 4)``.
+    :param start: first sample index, or several: the windows of every start, start by start.
+    :return: ``(R, T + 1, 4)``, ``R`` = runs x starts.
     """
-    out = []
+    starts = [start] if isinstance(start, int) else list(start)
+    last = max(starts) + horizon + 1
+    states = []
     for traj in trajectories:
-        if traj.qd is None or len(traj) < start + horizon + 1:
-            raise ValueError(f'trajectory {traj.run!r}: need qd and {start + horizon + 1} '
-                             f'samples, have {len(traj)}')
+        if traj.qd is None or len(traj) < last:
+            raise ValueError(f'trajectory {traj.run!r}: need qd and {last} samples, have '
+                             f'{len(traj)}')
         traj = traj.reorder(JOINT_NAMES)
-        out.append(torch.cat((traj.q, traj.qd), -1)[start:start + horizon + 1])
-    return torch.stack(out)
+        states.append(torch.cat((traj.q, traj.qd), -1))
+    return torch.stack([x[first:first + horizon + 1] for first in starts for x in states])
 
 
 def make_likelihood(references: Tensor, dt: float, windows: int = 1,
@@ -487,6 +489,34 @@ def initial_particles(likelihood: SingleShooting, count: int, seed: int = 0,
     z = sobol_particles(count, [-spread] * dim, [spread] * dim, seed=seed,
                         dtype=likelihood.references.dtype)
     return likelihood.pack(z)
+
+
+def maximum_likelihood(likelihood: SingleShooting, starts: int = 8, steps: int = 800,
+                       lr: float = 0.05, seed: int = 0) -> Tuple[float, Tensor]:
+    """
+    Fit one pendulum by maximum likelihood: Adam from Sobol starts, keep the best.
+
+    The steps climb the posterior (likelihood plus the box prior's log-Jacobian, which keeps
+    the coordinates finite); the best start is chosen, and reported, by the likelihood alone.
+
+    :param likelihood: from :func:`make_likelihood`.
+    :param starts: Sobol starts (:func:`initial_particles`).
+    :param steps: Adam steps.
+    :param lr: Adam step size in the coordinates ``z``.
+    :param seed: Sobol scrambling seed.
+    :return: ``(log-likelihood, physical parameters (11,))`` of the best start.
+    """
+    z = initial_particles(likelihood, starts, seed=seed).requires_grad_()
+    optimizer = torch.optim.Adam([z], lr=lr)
+    objective = log_posterior(likelihood)
+    for _ in range(steps):
+        optimizer.zero_grad()
+        (-objective(z).sum()).backward()
+        optimizer.step()
+    with torch.no_grad():
+        log_likelihood = likelihood.log_prob(z)
+        best = int(log_likelihood.argmax())
+        return float(log_likelihood[best]), physical_parameters(likelihood, z)[best]
 
 
 def physical_parameters(likelihood: SingleShooting, particles: Tensor) -> Tensor:

@@ -283,14 +283,21 @@ def accelerations_from_velocity(traj: Trajectory, cutoff_hz: Optional[float] = 2
         if t.shape[0] < 2 or not (np.diff(t) > 0).all():
             raise ValueError('timestamps must be strictly increasing with at least two samples')
         return traj.replace(qdd=_as_output(np.gradient(qd, t, axis=0, edge_order=1), traj.q))
-    grid_qd, rate, back = _uniform_view(_np(traj.qd), traj.t)
-    smooth = _filtfilt(grid_qd, rate, cutoff_hz, order)
-    qdd = np.gradient(smooth, 1.0 / rate, axis=0, edge_order=2 if smooth.shape[0] >= 3 else 1)
-    changes = {'qd': _as_output(back(smooth), traj.q), 'qdd': _as_output(back(qdd), traj.q)}
-    for name, wanted in (('tau', filter_torque), ('u', filter_inputs)):
-        value = getattr(traj, name)
-        if wanted and value is not None:
-            changes[name] = lowpass_filtfilt(value, traj.t, cutoff_hz, order)
+    # velocities, torques and commands side by side through one filter
+    sides = [(name, _np(getattr(traj, name))) for name, wanted in (
+        ('qd', True), ('tau', filter_torque), ('u', filter_inputs))
+        if wanted and getattr(traj, name) is not None]
+    grid, rate, back = _uniform_view(np.concatenate([v for _, v in sides], -1), traj.t)
+    smooth = _filtfilt(grid, rate, cutoff_hz, order)
+    n = sides[0][1].shape[-1]
+    qdd = np.gradient(smooth[:, :n], 1.0 / rate, axis=0,
+                      edge_order=2 if smooth.shape[0] >= 3 else 1)
+    smooth = back(smooth)
+    changes, column = {'qdd': _as_output(back(qdd), traj.q)}, 0
+    for name, value in sides:
+        width = value.shape[-1]
+        changes[name] = _as_output(smooth[:, column:column + width], getattr(traj, name))
+        column += width
     return traj.replace(**changes)
 
 
