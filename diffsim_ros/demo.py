@@ -42,6 +42,7 @@ from .core import load_urdf, RobotModel
 from .io import read_bag
 from .io.fit_cli import main as fit_main
 from .sim import nominal_model
+from .sysid.losses import state_scale
 from .sysid.nea import base_parameters
 
 #: Robots the demo runs: those with a control task.
@@ -333,19 +334,23 @@ def prediction_study(models: Dict[str, RobotModel], info: robots.RobotInfo, run,
     :param run: the recorded trajectory (``t``, ``q``, ``qd``, ``u``).
     :param horizon: window length, s.
     :param dt: rollout step, s.
-    :return: ``{label: {'nmse': median over windows, 'windows': [...]}}``.
+    :return: ``{label: {'nmse': median over windows, 'windows': [...]}}``; a window's errors
+        are divided by its own state variances, but never by less than the whole run's
+        (a window of the balanced pendulum hardly moves, as for the monitor node).
     """
     from .nodes.monitor import predict_window
     t, q, qd = run.t.numpy(), run.q.numpy(), run.qd.numpy()
     u = run.u.numpy() if run.u is not None else np.zeros((len(t), len(info.command_joints)))
     out = {}
     for label, model in models.items():
+        floor = state_scale(run.q.to(model.dtype), run.qd.to(model.dtype),
+                            model.tree.revolute_mask)
         windows = []
         end = t[0] + horizon
         while end <= t[-1]:
             keep = (t >= end - horizon - dt) & (t <= end)
             window = predict_window(model, info, t[keep], q[keep], qd[keep], t[keep], u[keep],
-                                    horizon, dt, 'rk4')
+                                    horizon, dt, 'rk4', floor)
             if window is not None:
                 windows.append(window)
             end += horizon
