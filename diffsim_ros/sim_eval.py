@@ -92,11 +92,6 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         parser.error('--seed must be >= 0')
     if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
         parser.error('--duration must be positive')
-    if (args.controller.startswith('adaptive')
-            and robots.get(args.robot).motor.get('driver_adds_gravity', False)):
-        parser.error(f'--controller {args.controller} is not available for {args.robot}: its '
-                     'driver adds gravity to the commands, and the adaptive loop fits from '
-                     'commands')
     return args
 
 
@@ -105,7 +100,12 @@ def control_model(robot: str, model: RobotModel) -> RobotModel:
     Return the model the controllers plan with for a robot's command interface.
 
     When the driver adds gravity compensation (libfranka), a command ``u`` produces the
-    torque ``u + g(q)``, so the plant behaves as the model without gravity.
+    torque ``u + g(q)``, so the plant behaves as the model without gravity. That is also the
+    model ``adaptive-mpc`` refits from the commands: the gravity terms are not in the data,
+    and the first moments are identified from the inertial and Coriolis terms alone (what
+    the planner needs, since the driver cancels gravity). The simulated driver cancels the
+    plant's true gravity; a real one cancels its own model's, and the difference is an
+    unmodelled torque no refit of this model can absorb.
 
     :param robot: catalog name.
     :param model: rigid-body model.
