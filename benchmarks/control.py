@@ -1,6 +1,12 @@
 """
 MPC solve latency and achieved control rate: iLQR swing-ups (Qube, cart-pole), Panda tracking.
 
+Every case runs with each rollout backend of :class:`~diffsim_ros.control.ILQRConfig`, in the
+same process: ``native`` (the C++ rollout kernel, one call per horizon; the default of the mpc
+node and ``diffsim-sim-eval``) and ``compile`` (one ``torch.compile``-d call per step), or
+``eager`` torch with ``--no-compile``; the table prints each case's rate relative to the
+compiled one.
+
 Each case runs a receding-horizon loop on the controller's own model: at every control step
 (``dt`` of the case) one warm-started ``solve`` from the current state, then one model step
 under the returned feedback policy.  Printed per case: solve latency p50/p99/min
@@ -15,7 +21,8 @@ at every solve, :func:`~diffsim_ros.control.tasks.make_ilqr`).  Compilation
 Other engineers share the machine this runs on: the load average is recorded before and after,
 each case is repeated and the quietest repeat (lowest p50) is reported beside the median one.
 
-Run ``python benchmarks/control.py [--quick] [--json PATH] [--threads N] [--no-compile]``.
+Run ``python benchmarks/control.py [--quick] [--json PATH] [--threads N] [--no-compile]
+[--backends native,compile]``.
 """
 
 import math
@@ -45,7 +52,12 @@ F64 = torch.float64
 PANDA_READY = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785)
 
 
-def swing_up(robot: str, dt: float, horizon: int, iters: int, compile_: bool) -> Dict[str, Any]:
+def _config(backend: str, **kw: Any) -> ILQRConfig:
+    """Return the solver options of a rollout backend (``native``, ``compile`` or ``eager``)."""
+    return ILQRConfig(compile=backend == 'compile', native=backend == 'native', **kw)
+
+
+def swing_up(robot: str, dt: float, horizon: int, iters: int, backend: str) -> Dict[str, Any]:
     """Return the case description of a pendulum swing-up (pendulum from hanging to upright)."""
     model = load_urdf(robots.urdf_string(robot), dtype=F64)
     dyn = ModelDynamics.for_robot(robot, model, dt)
@@ -67,11 +79,11 @@ def swing_up(robot: str, dt: float, horizon: int, iters: int, compile_: bool) ->
         return abs(float(state_error(x, goal, mask)[pendulum]))
 
     return {'name': f'{robot} swing-up iLQR', 'dynamics': dyn, 'cost': cost, 'x0': x0,
-            'config': ILQRConfig(horizon=horizon, max_iters=iters, compile=compile_),
+            'config': _config(backend, horizon=horizon, max_iters=iters),
             'error': error, 'error_name': 'final |pendulum angle - pi| (rad)'}
 
 
-def qube_task(compile_: bool, horizon: Optional[int] = None) -> Dict[str, Any]:
+def qube_task(backend: str, horizon: Optional[int] = None) -> Dict[str, Any]:
     """
     Return the Qube swing-up as the mpc node and ``diffsim-sim-eval`` run it.
 
@@ -81,8 +93,7 @@ def qube_task(compile_: bool, horizon: Optional[int] = None) -> Dict[str, Any]:
     task = get_task('qube')
     model = load_urdf(robots.urdf_string('qube'), dtype=F64)
     dyn = ModelDynamics.for_robot('qube', model, task.mpc_dt)
-    config = ILQRConfig(horizon=horizon or task.horizon, max_iters=task.iterations,
-                        compile=compile_)
+    config = _config(backend, horizon=horizon or task.horizon, max_iters=task.iterations)
     goal = goal_state(task, model)
     mask = angle_mask(task, model)
 
@@ -100,7 +111,7 @@ def _controller(case: Dict[str, Any]) -> ILQR:
     return factory() if factory else ILQR(case['dynamics'], case['cost'], case['config'])
 
 
-def panda_tracking(dt: float, horizon: int, iters: int, compile_: bool) -> Dict[str, Any]:
+def panda_tracking(dt: float, horizon: int, iters: int, backend: str) -> Dict[str, Any]:
     """Return the case description of 7-DOF joint-space sinusoid tracking on the Panda."""
     model = load_urdf(robots.urdf_string('panda'), dtype=F64)
     dyn = ModelDynamics.for_robot('panda', model, dt)
@@ -122,7 +133,7 @@ def panda_tracking(dt: float, horizon: int, iters: int, compile_: bool) -> Dict[
         return float((x[:7] - target[:7]).norm() / math.sqrt(7))
 
     return {'name': 'panda tracking iLQR', 'dynamics': dyn, 'cost': cost, 'x0': x0,
-            'config': ILQRConfig(horizon=horizon, max_iters=iters, compile=compile_),
+            'config': _config(backend, horizon=horizon, max_iters=iters),
             'error': error, 'error_name': 'final joint RMS tracking error (rad)'}
 
 
@@ -153,10 +164,11 @@ def summarise(times: List[float]) -> Dict[str, float]:
             'min_ms': 1e3 * ordered[0], 'mean_ms': 1e3 * mean, 'rate_hz': 1.0 / mean}
 
 
-def bench_case(make: Callable[[], Dict[str, Any]], steps: int, repeats: int,
+def bench_case(make: Callable[[str], Dict[str, Any]], backend: str, steps: int, repeats: int,
                quick: bool) -> Dict[str, Any]:
     """Warm up (compile) once, then time ``repeats`` loops of ``steps`` solves."""
-    case = make()
+    case = make(backend)
+    case['backend'] = backend
     ctrl = _controller(case)
     warm_up_s = ctrl.warm_up(case['x0'])
     runs = []
@@ -173,8 +185,10 @@ def bench_case(make: Callable[[], Dict[str, Any]], steps: int, repeats: int,
     policy, x = result['policy'], result['state']
     call = _common.time_call(lambda: policy(policy.t0 + 0.5 * policy.dt, x), quick=quick)
     config = case['config']
+    backend = 'native' if ctrl.dynamics.native else 'compile' if config.compile else 'eager'
     return {'name': case['name'], 'horizon': config.horizon, 'dt': case['dynamics'].dt,
-            'iterations': config.max_iters, 'compile': config.compile, 'steps': steps,
+            'iterations': config.max_iters, 'compile': config.compile, 'backend': backend,
+            'requested_backend': case['backend'], 'steps': steps,
             'warm_up_s': warm_up_s, 'median_repeat': median, 'quietest_repeat': quietest,
             'repeats': [run[0] for run in runs], 'policy_call_us': 1e6 * call.seconds,
             'error_name': case['error_name']}
@@ -184,50 +198,67 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run the benchmark; return the exit status."""
     parser = _common.make_parser(__doc__.strip().splitlines()[0])
     parser.add_argument('--no-compile', action='store_true',
-                        help='eager torch (no torch.compile warm-up; much slower solves)')
+                        help="eager torch instead of torch.compile for the 'compile' backend "
+                             '(no compile warm-up; much slower solves)')
+    parser.add_argument('--backends', default='native,compile',
+                        help="comma-separated rollout backends to time: 'native', 'compile' "
+                             '(default: both)')
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    compile_ = not args.no_compile
+    backends = [b.strip() for b in args.backends.split(',') if b.strip()]
+    if not backends or any(b not in ('native', 'compile') for b in backends):
+        parser.error(f"--backends takes 'native' and/or 'compile', got {args.backends!r}")
+    if args.no_compile:
+        backends = ['eager' if b == 'compile' else b for b in backends]
     steps = 40 if args.quick else 200
     repeats = 1 if args.quick else 3
-    if not compile_:
-        steps = min(steps, 15)
     cases = [
-        lambda: swing_up('qube', 0.02, 30 if args.quick else 50, 1, compile_),
-        lambda: swing_up('cartpole', 0.02, 30 if args.quick else 50, 1, compile_),
-        lambda: panda_tracking(0.01, 10 if args.quick else 20, 1, compile_),
-        lambda: qube_task(compile_, 30 if args.quick else None),
+        lambda b: swing_up('qube', 0.02, 30 if args.quick else 50, 1, b),
+        lambda b: swing_up('cartpole', 0.02, 30 if args.quick else 50, 1, b),
+        lambda b: panda_tracking(0.01, 10 if args.quick else 20, 1, b),
+        lambda b: qube_task(b, 30 if args.quick else None),
     ]
     info = _common.machine_info(['torch', 'numpy'])
     info['torch_threads'] = torch.get_num_threads()
     _common.print_section('machine', [f'{key}: {value}' for key, value in info.items()])
-    results = [bench_case(make, steps, repeats, args.quick) for make in cases]
+    results = [bench_case(make, backend, min(steps, 15) if backend == 'eager' else steps,
+                          repeats, args.quick)
+               for make in cases for backend in backends]
     info['load_average_after'] = list(os.getloadavg())
 
-    headers = ['case', 'H', 'dt', 'it', 'p50 ms', 'p99 ms', 'min ms', 'rate Hz',
-               'quiet p50', 'quiet p99', 'policy us', 'warm-up s', 'error']
+    headers = ['case', 'backend', 'H', 'dt', 'it', 'p50 ms', 'p99 ms', 'min ms', 'rate Hz',
+               'quiet p50', 'quiet p99', 'rate ratio', 'policy us', 'warm-up s', 'error']
     rows = []
     for r in results:
         med, quiet = r['median_repeat'], r['quietest_repeat']
-        rows.append([r['name'], str(r['horizon']), f'{r["dt"]:g}', str(r['iterations']),
-                     fmt_number(med['p50_ms']), fmt_number(med['p99_ms']),
-                     fmt_number(med['min_ms']), fmt_number(med['rate_hz']),
-                     fmt_number(quiet['p50_ms']), fmt_number(quiet['p99_ms']),
+        peer = next((p for p in results if p['name'] == r['name']
+                     and p['requested_backend'] != 'native'), None)
+        ratio = quiet['rate_hz'] / peer['quietest_repeat']['rate_hz'] if peer else math.nan
+        r['rate_ratio_vs_torch'] = ratio
+        rows.append([r['name'], r['backend'], str(r['horizon']), f'{r["dt"]:g}',
+                     str(r['iterations']), fmt_number(med['p50_ms']),
+                     fmt_number(med['p99_ms']), fmt_number(med['min_ms']),
+                     fmt_number(med['rate_hz']), fmt_number(quiet['p50_ms']),
+                     fmt_number(quiet['p99_ms']), f'{ratio:.1f}x' if peer else '-',
                      fmt_number(r['policy_call_us']), f'{r["warm_up_s"]:.1f}',
                      f'{quiet["error"]:.3g}'])
     title = (f'receding-horizon loops ({steps} solves, {repeats} repeat(s); '
-             f'compile={compile_}, threads={torch.get_num_threads()})')
-    errors = '; '.join(f'{r["name"]}: {r["error_name"]}' for r in results)
+             f'threads={torch.get_num_threads()}; rate ratio: quietest rate over the '
+             "torch backend's of the same case)")
+    errors = '; '.join(dict.fromkeys(f'{r["name"]}: {r["error_name"]}' for r in results))
     _common.print_section(title, [format_table(headers, rows), 'error: ' + errors])
 
-    qube, _, panda, _ = results
+    # the targets are the product's: the first backend asked for (native by default)
+    first = [r for r in results if r['requested_backend'] == backends[0]]
+    qube, panda = first[0], first[2]
+    label = qube['backend']
     targets = [
-        Target('qube swing-up MPC rate (quietest repeat)', qube['quietest_repeat']['rate_hz'],
-               200.0, 'Hz', at_most=False),
-        Target('qube swing-up solve p99 (quietest repeat)', qube['quietest_repeat']['p99_ms'],
-               5.0, 'ms'),
-        Target('panda tracking MPC rate (quietest repeat)', panda['quietest_repeat']['rate_hz'],
-               100.0, 'Hz', at_most=False),
+        Target(f'qube swing-up MPC rate ({label}, quietest repeat)',
+               qube['quietest_repeat']['rate_hz'], 200.0, 'Hz', at_most=False),
+        Target(f'qube swing-up solve p99 ({label}, quietest repeat)',
+               qube['quietest_repeat']['p99_ms'], 5.0, 'ms'),
+        Target(f'panda tracking MPC rate ({panda["backend"]}, quietest repeat)',
+               panda['quietest_repeat']['rate_hz'], 100.0, 'Hz', at_most=False),
         Target('panda FeedbackPolicy call at 1 kHz', panda['policy_call_us'], 1000.0, 'us'),
     ]
     load = (f'load average before {info["load_average_1_5_15_min"]}, after '
@@ -235,8 +266,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     _common.print_section('targets (2 shared CPU cores; timings are pessimistic under load)',
                           [target.line() for target in targets] + [load])
     if args.json:
-        payload = {'machine': info, 'quick': args.quick, 'cases': results,
-                   'targets': [target.to_dict() for target in targets]}
+        payload = {'machine': info, 'quick': args.quick, 'backends': backends,
+                   'cases': results, 'targets': [target.to_dict() for target in targets]}
         _common.write_json(args.json, payload)
     return 0
 

@@ -17,10 +17,12 @@ dynamics the model lacks); every controller starts from the nominal model
   rederived from every accepted model).
 
 The MPC replans at the task's control rate (simulated time) and its feedback policy is applied
-at the driver rate. Each episode is scored by :func:`diffsim_ros.control.tasks.evaluate`; the
-table goes to stdout and ``--json`` gets the full record: ``success_rate``, ``episodes`` (per
-episode: ``success``, ``swing_up_time_s`` or ``tracking_rms``, ``refits``, ``param_error``),
-``mean_swing_up_time_s`` (successful episodes) or ``tracking_rms``, ``refits``,
+at the driver rate.  Rollouts run in the native kernel (``ILQRConfig(native=True)``), or
+compiled where it does not apply.  Each episode is scored by
+:func:`diffsim_ros.control.tasks.evaluate`; the table goes to stdout and ``--json`` gets the
+full record: ``success_rate``, ``episodes`` (per episode: ``success``, ``swing_up_time_s``
+or ``tracking_rms``, ``refits``, ``param_error``), ``mean_swing_up_time_s`` (successful
+episodes) or ``tracking_rms``, ``refits``,
 ``final_param_error`` and its definition (:func:`~diffsim_ros.control.adaptive.
 parameter_error`: relative inverse-dynamics error of the controller's model against the true
 one at random states, 0 when every identifiable inertial and friction parameter is exact).
@@ -135,7 +137,7 @@ def make_controller(kind: str, task: Task, model: RobotModel, rate_hz: float, qu
         controller, replan = make_controller('baseline', task, model, rate_hz, quick)
         return _adaptive(controller, robot, estimator, rate_hz, truth), replan
     if kind == 'baseline':
-        dynamics = ModelDynamics.for_robot(robot, model, 1.0 / rate_hz)
+        dynamics = ModelDynamics.for_robot(robot, model, 1.0 / rate_hz, native=True)
         extra = dict(task.extra)
         if task.kind == SWING_UP:
             controller = SwingUpLQR(
@@ -156,7 +158,7 @@ def make_controller(kind: str, task: Task, model: RobotModel, rate_hz: float, qu
     iterations = 1 if quick else task.iterations
     dynamics = ModelDynamics.for_robot(robot, model, task.mpc_dt)
     controller = make_ilqr(task, dynamics, ILQRConfig(horizon=horizon, max_iters=iterations,
-                                                      compile=True))
+                                                      compile=True, native=True))
     replan = max(1, int(round(rate_hz / task.control_rate_hz)))
     if kind == 'adaptive-mpc':
         controller = _adaptive(controller, robot, estimator, rate_hz, truth)

@@ -8,7 +8,8 @@ from diffsim_ros.control import (box_qp, Controller, FeedbackPolicy, ILQR, ILQRC
                                  ModelDynamics, MPPI, MPPIConfig, QuadraticCost, state_error,
                                  TrackingCost, wrap_angle)
 from diffsim_ros.control import dynamics as dynamics_module
-from diffsim_ros.core import load_urdf
+from diffsim_ros.control.ilqr import closed_loop_rollout
+from diffsim_ros.core import load_urdf, native_available
 from diffsim_ros.core.errors import ShapeError
 import pytest
 import torch
@@ -477,6 +478,103 @@ def test_box_qp_clamps_every_command_of_a_strongly_pushed_problem():
                          torch.full((2,), -1.0, dtype=F64), torch.full((2,), 1.0, dtype=F64))
     assert ok and x.dtype == F64 and free.dtype == torch.bool
     assert torch.equal(x, torch.tensor([-1.0, -1.0], dtype=F64)) and not free.any()
+
+
+@pytest.fixture(scope='module')
+def rollout_kernel():
+    """Build (or load) the C++ kernels once; skip when they cannot be built here."""
+    available, reason = native_available()
+    if not available:
+        pytest.skip(f'native kernels unavailable: {reason}')
+    return True
+
+
+@pytest.mark.parametrize('robot', ['qube', 'cartpole', 'panda'])
+def test_native_rollouts_equal_the_torch_steps(rollout_kernel, robot):
+    # DC motors (Quanser, one prismatic axis) or torques on every joint (Panda), with viscous
+    # and Coulomb friction and two substeps per step: every kernel path against torch.
+    g = torch.Generator().manual_seed(3)
+    model = load_urdf(robots.urdf_string(robot), dtype=F64)
+    model = model.replace(damping=0.01 * torch.rand(model.n, generator=g, dtype=F64),
+                          friction=0.02 * torch.rand(model.n, generator=g, dtype=F64))
+    limit = ModelDynamics.for_robot(robot, model, 0.01).u_max.clamp(max=5.0)
+    # limits of half the commands' scale, so that the closed loop clips
+    eager = ModelDynamics.for_robot(robot, model, 0.01, substeps=2, u_min=-0.5 * limit,
+                                    u_max=0.5 * limit)
+    fast = ModelDynamics.for_robot(robot, model, 0.01, substeps=2, u_min=-0.5 * limit,
+                                   u_max=0.5 * limit, native=True)
+    assert fast.native and not eager.native
+    x0 = 0.3 * torch.randn(4, eager.nx, generator=g, dtype=F64)
+    u = 0.5 * limit * torch.randn(4, 12, eager.nu, generator=g, dtype=F64)
+    with torch.no_grad():
+        expected = eager.rollout(x0, u)
+        torch.testing.assert_close(fast.rollout(x0, u), expected, rtol=1e-10, atol=1e-10)
+        torch.testing.assert_close(fast.step(x0[0], u[0, 0]), expected[0, 1], rtol=1e-10,
+                                   atol=1e-10)
+        H = u.shape[1]
+        k = 0.3 * limit * torch.randn(H, eager.nu, generator=g, dtype=F64)
+        alphas = torch.tensor([1.0, 0.5, 0.1], dtype=F64)
+        for columns in (eager.nx, eager.nx + eager.nu):   # plain and rate-augmented gains
+            K = 0.05 * torch.randn(H, eager.nu, columns, generator=g, dtype=F64)
+            args = (x0[1], expected[0], u[0], k, K, alphas, 0.5 * u[0, 0])
+            states, commands = closed_loop_rollout(eager, *args)
+            fast_states, fast_commands = closed_loop_rollout(fast, *args)
+            clipped = commands.abs() >= eager.u_max - 1e-12
+            assert bool(clipped.any()) and not bool(clipped.all())
+            torch.testing.assert_close(fast_states, states, rtol=1e-10, atol=1e-10)
+            torch.testing.assert_close(fast_commands, commands, rtol=1e-10, atol=1e-10)
+    A, B = eager.jacobians(x0, u[:, 0])
+    A_fast, B_fast = fast.jacobians(x0, u[:, 0])
+    torch.testing.assert_close(A_fast, A, rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(B_fast, B, rtol=1e-6, atol=1e-7)
+
+
+def test_native_rollouts_fall_back_where_the_kernel_does_not_apply(rollout_kernel):
+    model = load_urdf(robots.urdf_string('qube'), dtype=F64)
+    assert not ModelDynamics.for_robot('qube', model, 0.01, method='rk4', native=True).native
+    batched = model.replace(inertial=model.inertial.expand(3, -1, -1))
+    assert not ModelDynamics.for_robot('qube', batched, 0.01, native=True).native
+
+    def actuator(q, qd, u):
+        return torch.cat((u, torch.zeros_like(u)), -1)
+    custom = ModelDynamics(model, 0.01, actuator=actuator, native=True)
+    assert not custom.native
+    fast = ModelDynamics.for_robot('qube', model, 0.01, native=True)
+    x = torch.tensor([0.1, 0.2, 0.0, 0.0], dtype=F64, requires_grad=True)
+    step = fast.step(x, torch.ones(1, dtype=F64))   # gradients: the torch step
+    assert step.requires_grad
+    torch.testing.assert_close(step.detach(), fast.with_model(model, native=False).step(
+        x.detach(), torch.ones(1, dtype=F64)))
+
+
+def test_rollout_kernel_rejects_mismatched_shapes(rollout_kernel):
+    fast = ModelDynamics.for_robot('qube', load_urdf(robots.urdf_string('qube'), dtype=F64),
+                                   0.01, native=True)
+    x0 = torch.zeros(2, 4, dtype=F64)
+    with torch.no_grad(), pytest.raises(RuntimeError, match='u_open must be'):
+        fast.feedback_rollout(x0, torch.zeros(3, 4, dtype=F64), torch.zeros(3, 5, 1, dtype=F64),
+                              torch.zeros(3, 1, 4, dtype=F64))
+    with torch.no_grad(), pytest.raises(RuntimeError, match='gains must be'):
+        fast.feedback_rollout(x0, torch.zeros(3, 4, dtype=F64), torch.zeros(3, 2, 1, dtype=F64),
+                              torch.zeros(3, 1, 3, dtype=F64))
+
+
+def test_native_ilqr_matches_eager_ilqr_on_the_qube(rollout_kernel):
+    dyn = qube_dynamics(0.04)
+    cost = swing_up_cost()
+    eager = ILQR(dyn, cost, ILQRConfig(horizon=15, max_iters=3, tol=0.0))
+    fast = ILQR(dyn, cost, ILQRConfig(horizon=15, max_iters=3, tol=0.0, native=True))
+    assert fast.dynamics.native and not eager.dynamics.native
+    fast.set_model(dyn.model.replace(inertial=dyn.model.inertial * 1.1))
+    eager.set_model(dyn.model.replace(inertial=dyn.model.inertial * 1.1))
+    assert fast.dynamics.native
+    x0 = torch.tensor([0.1, 0.3, -0.2, 0.5], dtype=F64)
+    for t in (0.0, 0.04):
+        expected, actual = eager.solve(x0, t), fast.solve(x0, t)
+        assert fast.info['iterations'] == eager.info['iterations'] == 3
+        assert torch.allclose(actual.u_ff, expected.u_ff, rtol=1e-6, atol=1e-7)
+        assert torch.allclose(actual.K, expected.K, rtol=1e-5, atol=1e-6)
+        assert torch.allclose(actual.x_ref, expected.x_ref, rtol=1e-6, atol=1e-8)
 
 
 @pytest.mark.slow

@@ -214,18 +214,30 @@ def test_baseline_is_solved_at_every_command_from_the_newest_state(ros_context, 
 
 @pytest.mark.slow
 def test_compiled_baseline_is_warmed_up_when_the_node_starts(ros_context, executor, robot):
-    mpc = executor.add_node(make_mpc(ros_context, controller='baseline', compile=True))
-    assert mpc.controller.dynamics.compiled
+    mpc = executor.add_node(make_mpc(ros_context, controller='baseline', compile=True,
+                                     native=False))
+    assert mpc.controller.dynamics.compiled and not mpc.controller.dynamics.native
     assert mpc.ready.is_set() and mpc.stats['warm_up_s'] > 0.0
     robot.publishing.set()
     assert wait_for(lambda: mpc.stats['solves'] >= 20, 20.0), mpc.stats
     assert any(c != [0.0] for c in robot.commands) and finite_and_bounded(robot.commands)
 
 
+def test_native_ilqr_plans_through_the_rollout_kernel(ros_context, executor, robot):
+    # the default: no compilation, the C++ kernel rolls out every horizon (built on first use)
+    mpc = executor.add_node(make_mpc(ros_context, horizon=20))
+    assert mpc.controller.config.native and mpc.controller.dynamics.native
+    robot.publishing.set()
+    assert mpc.ready.wait(120.0)
+    assert wait_for(lambda: mpc.stats['solves'] >= 5, 20.0), mpc.stats
+    assert mpc.controller.info['iterations'] >= 1
+    assert any(c != [0.0] for c in robot.commands) and finite_and_bounded(robot.commands)
+
+
 @pytest.mark.slow
 def test_compiled_ilqr_is_warmed_up_before_its_first_plan(ros_context, executor, robot):
-    mpc = executor.add_node(make_mpc(ros_context, compile=True, horizon=5))
-    assert mpc.controller.config.compile
+    mpc = executor.add_node(make_mpc(ros_context, compile=True, native=False, horizon=5))
+    assert mpc.controller.config.compile and not mpc.controller.dynamics.native
     robot.publishing.set()
     assert mpc.ready.wait(120.0)
     assert mpc.stats['warm_up_s'] > 0.0   # ready only once compiled

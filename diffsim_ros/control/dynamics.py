@@ -15,8 +15,19 @@ from central differences of that compiled step, all points of a horizon in one b
 The compiled code is cached per robot, dtype and device and takes the dynamics (model
 included) as an argument, so controllers of the same robot and refitted models share it;
 each new batch shape compiles once (tens of seconds), on first use.
+
+With ``native=True`` a gradient-free rollout runs the whole horizon in one call of a C++ kernel
+(:func:`~diffsim_ros.core.native.feedback_rollout_native`: the same semi-implicit Euler ABA
+step, affine actuator and joint friction, with the iLQR's clipped feedback law inside), and
+single steps and the difference Jacobians go through it too: a few microseconds per step
+instead of a Python call of tens of microseconds, and nothing to compile but the extension.
+It needs the semi-implicit Euler integrator, a linear actuator (None or
+:class:`MotorActuator`) and a model without parameter batch dims on the CPU; otherwise, and
+when the extension cannot be built, the compiled or eager path runs instead (logged once).
 """
 
+import logging
+import math
 import threading
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
@@ -27,9 +38,16 @@ from ..core.actuators import DCMotor
 from ..core.errors import ShapeError
 from ..core.integrators import INTEGRATORS, joint_friction
 from ..core.model import RobotModel
+from ..core.native import feedback_rollout_native
 
 Tensor = torch.Tensor
 Actuator = Callable[[Tensor, Tensor, Tensor], Tensor]
+
+#: Velocity over which the model's Coulomb friction ramps up (:func:`joint_friction`'s).
+FRICTION_VELOCITY_SCALE = 1e-2
+
+_logger = logging.getLogger(__name__)
+_logged = set()
 
 
 class MotorActuator:
@@ -119,6 +137,9 @@ class ModelDynamics:
     :param compile: run gradient-free steps through the shared ``torch.compile``-d step and
         take the Jacobians by central differences of it (see the module docstring); steps
         that need gradients stay eager.
+    :param native: run gradient-free rollouts, steps and difference Jacobians through the
+        C++ rollout kernel where it applies (module docstring); ``native`` tells whether it
+        does for this dynamics.
     :raises ValueError: unknown integrator, bad ``dt``/``substeps`` or unknown joint names.
     """
 
@@ -127,7 +148,8 @@ class ModelDynamics:
                  actuator: Optional[Actuator] = None, friction: bool = True,
                  method: str = 'semi_implicit_euler', substeps: int = 1,
                  u_min: Optional[Tensor] = None, u_max: Optional[Tensor] = None,
-                 compile: bool = False) -> None:  # noqa: A002 (the option's name)
+                 compile: bool = False,  # noqa: A002 (the option's name)
+                 native: bool = False) -> None:
         if method not in INTEGRATORS:
             raise ValueError(f'unknown integrator {method!r}; valid: {", ".join(INTEGRATORS)}')
         if not dt > 0:
@@ -161,6 +183,96 @@ class ModelDynamics:
         self.u_min = self._limit(u_min, -effort, 'u_min')
         if bool((self.u_min > self.u_max).any()):
             raise ValueError(f'u_min {self.u_min.tolist()} exceeds u_max {self.u_max.tolist()}')
+        #: Whether the native rollout kernel was asked for (see ``native``).
+        self.native_requested = bool(native)
+        self._affine = self._affine_torque() if native else None
+
+    @property
+    def native(self) -> bool:
+        """Return whether gradient-free rollouts run in the C++ kernel (module docstring)."""
+        return self._affine is not None
+
+    def _affine_torque(self) -> Optional[Tuple[Tensor, Tensor, Tensor, Tensor]]:
+        """
+        Return the torque map as ``(command (n, nu), emf, damping, friction)`` for the kernel.
+
+        ``torque(q, qd, u) = command u - (emf + damping) qd - friction tanh(qd / s)``; None
+        (reason logged once) when the kernel does not apply to this dynamics.
+        """
+        model = self.model
+        reason = None
+        if self.method != 'semi_implicit_euler':
+            reason = f'the {self.method} integrator'
+        elif self.actuator is not None and not isinstance(self.actuator, MotorActuator):
+            reason = f'a {type(self.actuator).__name__} actuator (not a linear MotorActuator)'
+        elif model.inertial.dim() != 2 or model.damping.dim() != 1 \
+                or model.friction.dim() != 1 or model.gravity.dim() != 1:
+            reason = 'model parameter batch dims'
+        elif model.device.type != 'cpu':
+            reason = 'a model off the CPU'
+        elif model.dtype not in (torch.float32, torch.float64):
+            reason = f'dtype {model.dtype}'
+        if reason is not None:
+            if reason not in _logged:
+                _logged.add(reason)
+                _logger.info('native rollouts unavailable (%s): using torch', reason)
+            return None
+        n, dtype, device = model.n, model.dtype, model.device
+        selection = self._selection if self._selection is not None else torch.eye(
+            n, dtype=dtype, device=device)
+        with torch.no_grad():
+            if isinstance(self.actuator, MotorActuator):
+                motor = self.actuator.to(dtype=dtype, device=device)
+                command = motor.selection * motor.gain
+                emf = motor.selection @ motor.back_emf
+            else:
+                command, emf = selection, torch.zeros(n, dtype=dtype, device=device)
+            if self.friction:
+                damping, friction = model.damping, model.friction
+            else:
+                damping = friction = torch.zeros(n, dtype=dtype, device=device)
+            return tuple(t.detach().to(dtype).contiguous()
+                         for t in (command, emf, damping, friction))
+
+    def feedback_rollout(self, x0: Tensor, x_nom: Tensor, u_open: Tensor, gains: Tensor,
+                         previous: Optional[Tensor] = None, clip: bool = True
+                         ) -> Optional[Tuple[Tensor, Tensor]]:
+        """
+        Roll out ``u_t = u_open[t] + gains[t] (z_t - z_nom_t)`` in the C++ kernel.
+
+        :param x0: initial states ``(B, nx)``.
+        :param x_nom: nominal states ``(>= H, nx)``.
+        :param u_open: open-loop commands ``(H, B, nu)``.
+        :param gains: ``(H, nu, nx)``, or ``(H, nu, nx + nu)`` on ``z = [x; u_{t-1}]``.
+        :param previous: nominal previous commands ``(H, nu)`` for the augmented gains.
+        :param clip: clip the commands to ``[u_min, u_max]``.
+        :return: ``(states (B, H + 1, nx), commands (B, H, nu))``, or None when the kernel
+            does not run (not ``native``, gradients enabled, or the extension is missing).
+        """
+        if self._affine is None or torch.is_grad_enabled():
+            return None
+        if clip:
+            lower, upper = self.u_min, self.u_max
+        else:
+            lower = torch.full_like(self.u_min, -math.inf)
+            upper = torch.full_like(self.u_max, math.inf)
+        return feedback_rollout_native(
+            self.model, x0, x_nom, u_open, gains, previous, lower, upper, *self._affine,
+            FRICTION_VELOCITY_SCALE, self.dt, self.substeps)
+
+    def _native_open_loop(self, x0: Tensor, controls: Tensor) -> Optional[Tensor]:
+        """Open-loop rollout ``(..., H + 1, nx)`` in the kernel, or None (see above)."""
+        if self._affine is None or torch.is_grad_enabled():
+            return None
+        horizon = controls.shape[-2]
+        batch = torch.broadcast_shapes(x0.shape[:-1], controls.shape[:-2])
+        x = x0.expand(batch + (self.nx,)).reshape(-1, self.nx)
+        u_open = controls.expand(batch + controls.shape[-2:]).reshape(
+            -1, horizon, self.nu).transpose(0, 1)
+        zeros = x.new_zeros(horizon, self.nu, self.nx)
+        out = self.feedback_rollout(x, x.new_zeros(horizon, self.nx), u_open, zeros,
+                                    clip=False)
+        return None if out is None else out[0].reshape(batch + (horizon + 1, self.nx))
 
     def _limit(self, value: Optional[Tensor], default: Tensor, name: str) -> Tensor:
         if value is None:
@@ -200,12 +312,14 @@ class ModelDynamics:
         return cls(model, dt, **args)
 
     def with_model(self, model: RobotModel,
-                   compile: Optional[bool] = None) -> 'ModelDynamics':  # noqa: A002
+                   compile: Optional[bool] = None,  # noqa: A002
+                   native: Optional[bool] = None) -> 'ModelDynamics':
         """
         Return the same dynamics (commands, actuator, limits, integrator) on another model.
 
         :param model: the new model, with the same joints.
         :param compile: switch the compiled path on or off; unchanged when None.
+        :param native: switch the native rollouts on or off; unchanged when None.
         :return: a new :class:`ModelDynamics`; ``self`` is unchanged.
         """
         if tuple(model.joint_names) != tuple(self.model.joint_names):
@@ -213,7 +327,8 @@ class ModelDynamics:
                              f'{self.model.joint_names}')
         return ModelDynamics(model, self.dt, self.command_joints, self.actuator, self.friction,
                              self.method, self.substeps, self.u_min, self.u_max,
-                             self.compiled if compile is None else compile)
+                             self.compiled if compile is None else compile,
+                             self.native_requested if native is None else native)
 
     def torque(self, q: Tensor, qd: Tensor, u: Tensor) -> Tensor:
         """
@@ -238,13 +353,17 @@ class ModelDynamics:
         """
         Advance the state by one control step with the command held constant.
 
-        With ``compile=True`` and gradients disabled, the compiled step runs (same result to
-        rounding).
+        With ``native`` or ``compile=True`` and gradients disabled, the kernel or the compiled
+        step runs (same result to rounding).
 
         :param x: states ``(..., nx)``.
         :param u: commands ``(..., nu)`` (broadcast against ``x``; not clipped here).
         :return: next states, the broadcast of ``x``, ``u`` and the model's batch dims.
         """
+        if self._affine is not None and not torch.is_grad_enabled():
+            states = self._native_open_loop(x, u.unsqueeze(-2))
+            if states is not None:
+                return states[..., 1, :]
         if self.compiled and not torch.is_grad_enabled():
             return compiled('step', _eager_step, self)(self, x, u)
         return self.eager_step(x, u)
@@ -270,6 +389,9 @@ class ModelDynamics:
         :param controls: commands ``(..., H, nu)``.
         :return: states ``(..., H + 1, nx)`` including ``x0``.
         """
+        native = self._native_open_loop(x0, controls)
+        if native is not None:
+            return native
         states = [x0]
         for u in controls.unbind(-2):
             states.append(self.step(states[-1], u))
@@ -285,15 +407,15 @@ class ModelDynamics:
         ``j``), so a whole iLQR horizon costs one batched call and no finite differences.
         The model's parameters must not carry batch dims here.
 
-        With ``compile=True`` they are central differences of the compiled step instead
-        (steps ``cbrt(eps) (1 + |z|)``; relative error about 1e-10 in float64), all
-        ``2 (nx + nu)`` perturbations of all points in one batched call.
+        With ``compile=True`` or ``native`` they are central differences of the compiled or
+        native step instead (steps ``cbrt(eps) (1 + |z|)``; relative error about 1e-10 in
+        float64), all ``2 (nx + nu)`` perturbations of all points in one batched call.
 
         :param x: states ``(..., nx)``.
         :param u: commands ``(..., nu)`` with the same leading dims.
         :return: ``A (..., nx, nx)`` and ``B (..., nx, nu)``.
         """
-        if self.compiled:
+        if self.compiled or self._affine is not None:
             return self._difference_jacobians(x, u)
         nx = self.nx
         point = torch.cat((x, u.expand(x.shape[:-1] + u.shape[-1:])), dim=-1)

@@ -28,7 +28,10 @@ Programming", ICRA 2014.
 Speed: the backward pass and the box QPs run in numpy float64 (the matrices are tiny, so
 per-operation overhead is what counts, and numpy's is a fraction of torch's), and with
 ``ILQRConfig(compile=True)`` every rollout step, feedback law included, is one call of a
-shared compiled function (see :mod:`diffsim_ros.control.dynamics`).
+shared compiled function (see :mod:`diffsim_ros.control.dynamics`).  With
+``ILQRConfig(native=True)`` every rollout (the warm start's, the guess law's, all line-search
+step sizes at once) is one call of the C++ rollout kernel, and the Jacobians are central
+differences through it: the per-step Python calls that bound the compiled solve are gone.
 """
 
 from dataclasses import dataclass
@@ -72,6 +75,9 @@ class ILQRConfig:
     :param compile: run the dynamics through the shared compiled step (finite-difference
         Jacobians; see :class:`~diffsim_ros.control.ModelDynamics`); compilation happens in
         :meth:`ILQR.warm_up` or the first solve.
+    :param native: roll out through the C++ kernel
+        (:class:`~diffsim_ros.control.ModelDynamics` ``native``; finite-difference Jacobians)
+        where it applies; elsewhere ``compile`` decides.
     :raises ValueError: invalid values.
     """
 
@@ -86,6 +92,7 @@ class ILQRConfig:
     mu_factor: float = 4.0
     armijo: float = 1e-4
     compile: bool = False  # noqa: A003 (the option's name)
+    native: bool = False
 
     def __post_init__(self) -> None:
         """Validate the options."""
@@ -226,9 +233,12 @@ class ILQR:
     def _converted(self, dynamics: ModelDynamics) -> ModelDynamics:
         model = dynamics.model
         compile_ = self.config.compile or dynamics.compiled
-        if model.dtype == self.config.dtype and compile_ == dynamics.compiled:
+        native = self.config.native or dynamics.native_requested
+        if model.dtype == self.config.dtype and compile_ == dynamics.compiled \
+                and native == dynamics.native_requested:
             return dynamics
-        return dynamics.with_model(model.to(dtype=self.config.dtype), compile=compile_)
+        return dynamics.with_model(model.to(dtype=self.config.dtype), compile=compile_,
+                                   native=native)
 
     def warm_up(self, x0: Optional[Tensor] = None) -> float:
         """
@@ -449,6 +459,14 @@ def closed_loop_rollout(dynamics: ModelDynamics, x0: Tensor, states: Tensor, con
     x = x0.expand(count, nx).clone()
     # Open-loop part of every step for every alpha, (H, A, nu), rows contiguous.
     u_open = (controls + alphas[:, None, None] * k).transpose(0, 1).contiguous()
+    if dynamics.native:
+        previous = None
+        if augmented:
+            first = (u_prev if u_prev is not None else controls[0]).unsqueeze(0)
+            previous = torch.cat((first, controls[:-1]), dim=0)
+        out = dynamics.feedback_rollout(x, states, u_open, K, previous)
+        if out is not None:
+            return out
     step = compiled('feedback_step', _feedback_step, dynamics) if dynamics.compiled else \
         _feedback_step
     previous = None

@@ -16,7 +16,8 @@ from .integrators import (forward_dynamics, INTEGRATORS, joint_friction, rk4, ro
                           semi_implicit_euler, with_joint_friction)
 from .kinematics import body_poses, forward_kinematics, jacobian, joint_transforms
 from .model import KinematicTree, PARAMETER_FIELDS, RobotModel
-from .native import aba_native, crba_native, native_available, rnea_native
+from .native import aba_native, crba_native, feedback_rollout_native, native_available, \
+    rnea_native
 from .parameterization import (DiffNEAParameterization, inertial_from_mass_com_inertia,
                                inertial_from_pseudo_inertia,
                                InertialParameterization, is_physically_consistent,
@@ -34,7 +35,8 @@ __all__ = [
     'KinematicTree', 'LogCholeskyParameterization', 'NNFriction', 'NNResidual', 'NoFriction',
     'PARAMETER_FIELDS', 'RawParameterization', 'RobotModel', 'ShapeError', 'StribeckFriction',
     'URDFError', 'UnsupportedJointError', 'ViscousFriction', 'aba', 'aba_native', 'body_poses',
-    'compile_algorithm', 'crba', 'crba_native', 'forward_dynamics', 'forward_kinematics',
+    'compile_algorithm', 'crba', 'crba_native', 'feedback_rollout_native', 'forward_dynamics',
+    'forward_kinematics',
     'inertial_from_mass_com_inertia', 'inertial_from_pseudo_inertia',
     'is_physically_consistent', 'jacobian', 'joint_friction', 'joint_torque_regressor',
     'joint_transforms', 'kinetic_energy', 'load_urdf', 'make_friction', 'native_available',

@@ -1,6 +1,10 @@
 """
 Fused per-sample C++ kernels for large-batch RNEA, ABA and CRBA, with inertial gradients.
 
+:func:`feedback_rollout_native` also runs whole closed-loop rollouts (semi-implicit Euler
+ABA steps under a clipped affine feedback law) for the controllers, without gradients: MPC
+on small robots is bound by per-step call overhead, which one call per horizon removes.
+
 The batched torch algorithms (:func:`diffsim_ros.core.rnea`, :func:`diffsim_ros.core.aba`,
 :func:`diffsim_ros.core.crba`) run a few hundred full-batch tensor operations, each streaming
 ``(B, n, ...)`` intermediates through memory.  The kernels here (``native/rnea.cpp``) run one
@@ -419,3 +423,71 @@ def crba_native(model: RobotModel, q: Tensor) -> Tensor:
         out = ext.crba_forward(*states, *params, *structure, False)[0]
     full = batch + (model.n, model.n)
     return out if out.shape == full else out.reshape(full)
+
+
+def feedback_rollout_native(model: RobotModel, x0: Tensor, x_nom: Tensor, u_open: Tensor,
+                            gains: Tensor, previous: Optional[Tensor], lower: Tensor,
+                            upper: Tensor, command: Tensor, emf: Tensor, damping: Tensor,
+                            friction: Tensor, velocity_scale: float, dt: float,
+                            substeps: int) -> Optional[Tuple[Tensor, Tensor]]:
+    """
+    Roll out a clipped affine feedback law through the semi-implicit Euler ABA step in C++.
+
+    For every sample ``b`` and step ``t``: ``dz = [x - x_nom[t]; u[t-1] - previous[t]]`` (the
+    second block only for ``nx + nu`` gain columns, zero at ``t = 0``), ``u[t] = clip(
+    u_open[t, b] + gains[t] dz, lower, upper)``, held over ``substeps`` steps of ``h = dt /
+    substeps`` with the affine torque ``tau = command u - (emf + damping) qd - friction
+    tanh(qd / velocity_scale)``: ``qd += h ABA(q, qd, tau)``, ``q += h qd``.  The whole
+    horizon of every sample runs in one call (no per-step Python), which is what bounds MPC
+    on small robots.  No gradients.
+
+    :param model: the robot, without parameter batch dims.
+    :param x0: initial states ``(B, 2n)``.
+    :param x_nom: nominal states ``(>= H, 2n)``.
+    :param u_open: open-loop commands ``(H, B, nu)``.
+    :param gains: ``(H, nu, 2n)`` or ``(H, nu, 2n + nu)`` (rate-augmented state).
+    :param previous: nominal previous commands ``(H, nu)`` for augmented gains, else None.
+    :param lower: command lower limits ``(nu,)``.
+    :param upper: command upper limits ``(nu,)``.
+    :param command: command-to-torque matrix ``(n, nu)``.
+    :param emf: back-EMF damping ``(n,)`` (motor torque ``-emf qd``).
+    :param damping: viscous friction ``(n,)``.
+    :param friction: Coulomb friction ``(n,)``.
+    :param velocity_scale: Coulomb ramp velocity, > 0.
+    :param dt: control step, s.
+    :param substeps: integrator steps per control step.
+    :return: ``(states (B, H + 1, 2n), commands (B, H, nu))``, or None when the kernel
+        cannot run (reason logged once; the caller uses torch).
+    """
+    reason = None
+    tensors = (x0, x_nom, u_open, gains, lower, upper, command, emf, damping, friction) + (
+        () if previous is None else (previous,))
+    if model.dtype not in _DTYPES:
+        reason = 'dtype is not float32/float64 throughout'
+    elif model.inertial.dim() != 2 or model.armature.dim() != 1 or model.gravity.dim() != 1 \
+            or model.origin_xyz.dim() != 2 or model.origin_rpy.dim() != 2:
+        reason = 'rollout: the model has parameter batch dims'
+    elif any(not t.is_cpu for t in tensors) or not model.inertial.is_cpu:
+        reason = 'tensors are not on the CPU'
+    elif torch.is_grad_enabled() and any(t.requires_grad for t in tensors + (
+            model.inertial, model.armature)):
+        reason = 'rollout: an input requires grad (the rollout kernel has no adjoint)'
+    ext = None if reason else _extension()
+    if reason:
+        _log_once(reason)
+    if ext is None:
+        return None
+    dtype = model.dtype
+
+    def prepared(value: Tensor) -> Tensor:
+        return value.detach().to(dtype).contiguous()
+
+    empty = x0.new_empty(0, dtype=dtype)
+    return ext.feedback_rollout(
+        prepared(x0), prepared(x_nom), prepared(u_open), prepared(gains),
+        empty if previous is None else prepared(previous), prepared(lower), prepared(upper),
+        prepared(command), prepared(emf), prepared(damping), prepared(friction),
+        float(velocity_scale), float(dt) / int(substeps), int(substeps),
+        model.inertial.detach().contiguous(), model.armature.detach().contiguous(),
+        model.joint_origins().detach().contiguous(), model.gravity.detach().contiguous(),
+        *_structure(model))

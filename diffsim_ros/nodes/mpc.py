@@ -5,15 +5,20 @@ Adaptive MPC node: commands the robot with a controller running on the newest mo
   (``/identifier/robot_description``, ``std_msgs/String`` URDF, transient-local).  A model that
   fails to load or gives non-finite dynamics is rejected with one error log; the old one stays.
 * A timer at ``control_rate`` asks a worker thread to solve (iLQR or MPPI from
-  :mod:`diffsim_ros.control`) from the newest state; the solve never blocks commanding. iLQR is
-  compiled and warmed up on that thread before its first plan (the time is logged).
+  :mod:`diffsim_ros.control`) from the newest state; the solve never blocks commanding. With
+  ``native`` (default) every iLQR rollout is one call of the C++ rollout kernel (a Qube
+  solve of 50 steps in 2-4 ms); otherwise, or where the kernel does not apply, the rollouts
+  run ``torch.compile``-d with ``compile``.  The controller is warmed up on that thread
+  before its first plan (the time is logged: the kernel's build on first use, or the
+  compilation).
 * The task's baseline (energy swing-up + LQR, PD + gravity) is a state feedback law: it is
   solved inline at every command tick from the newest state, as a driver-rate controller
   should be (held for a 50 Hz replanning period, the bang-bang energy pump loses the Qube's
-  swing-up).  With ``compile`` its model steps (the law's probe and the one-tick state
-  prediction) run ``torch.compile``-d, compiled in the constructor before any timer exists
-  (20 s with a warm Inductor cache, 1-2 min cold): a Qube tick then costs 1.2 ms instead of
-  3.8 ms (p50, loaded machine).
+  swing-up).  Its model steps (the law's probe and the one-tick state prediction) run in
+  the native kernel with ``native``, or ``torch.compile``-d with ``compile``, warmed up in
+  the constructor before any timer exists (compiling takes 20 s with a warm Inductor
+  cache, 1-2 min cold): a compiled Qube tick costs 1.2 ms instead of 3.8 ms eager (p50,
+  loaded machine).
 * A timer at ``command_rate`` evaluates the newest :class:`FeedbackPolicy` on the newest state
   and publishes ``std_msgs/Float64MultiArray`` on ``/<controller_name>/commands`` in the
   catalog's ``command_joints`` order, clipped to the command limits and always finite.
@@ -53,7 +58,7 @@ from ..control.dynamics import ModelDynamics
 from ..control.ilqr import ILQR, ILQRConfig
 from ..control.mppi import MPPI, MPPIConfig
 from ..control.tasks import get_task, make_cost, make_ilqr, reference, task_names
-from ..core import rnea, RobotModel
+from ..core import native_available, rnea, RobotModel
 from ..sim.parameters import nominal_model
 
 __all__ = ['CONTROLLERS', 'MpcConfig', 'MpcNode', 'main', 'make_controller']
@@ -85,8 +90,11 @@ class MpcConfig:
         '(at most 4 driver ticks) plus one tick before solving (the energy law loses the '
         'swing at 2 ms delay)'))
     compile: bool = field(default=True, metadata=_meta(  # noqa: A003 (the option's name)
-        'torch.compile the iLQR rollouts / the baseline model steps, warmed up before the '
-        'first plan or command (logged)'))
+        'torch.compile the iLQR rollouts / the baseline model steps where the native kernel '
+        'does not run, warmed up before the first plan or command (logged)'))
+    native: bool = field(default=True, metadata=_meta(
+        'roll out iLQR / MPPI / the baseline model steps in the C++ kernel (one call per '
+        'horizon; falls back to compile where it does not apply)'))
     mppi_samples: int = field(default=256, metadata=_meta('MPPI samples per round'))
     mppi_lambda: float = field(default=1.0, metadata=_meta('MPPI temperature, cost units'))
     mppi_noise: float = field(default=0.3, metadata=_meta(
@@ -172,10 +180,12 @@ def make_controller(info: robots.RobotInfo, model: RobotModel, config: MpcConfig
     substeps = max(1, int(round(dt * info.driver_rate_hz))) \
         if config.controller == 'baseline' else 1
     # A baseline evaluates its law and a model step at every command tick: those steps run
-    # compiled (the iLQR compiles its own rollouts through ILQRConfig.compile).
-    dynamics = ModelDynamics.for_robot(
-        info.name, model, dt, u_min=-limit, u_max=limit, substeps=substeps,
-        compile=bool(config.compile) and config.controller == 'baseline')
+    # natively or compiled (the iLQR compiles its own rollouts through ILQRConfig.compile).
+    dynamics = ModelDynamics.for_robot(info.name, model, dt, u_min=-limit, u_max=limit,
+                                       substeps=substeps, native=bool(config.native))
+    if config.controller == 'baseline' and config.compile and not (
+            dynamics.native and native_available()[0]):
+        dynamics = dynamics.with_model(model, compile=True)
     if config.controller == 'baseline':
         if task is None:
             raise ValueError(f'no baseline for {info.name!r} (no task); use ilqr or mppi')
@@ -210,7 +220,7 @@ def make_controller(info: robots.RobotInfo, model: RobotModel, config: MpcConfig
             noise_std=(config.mppi_noise * limit).tolist(), iters=iterations,
             seed=config.seed, dtype=dtype)), rate
     solver = ILQRConfig(horizon=horizon, max_iters=iterations, dtype=dtype,
-                        compile=config.compile)
+                        compile=config.compile, native=config.native)
     if task is not None and task.kind == 'swing_up':
         # the goal follows every refitted model, and the LQR of the goal seeds each solve
         return make_ilqr(task, dynamics, solver), rate
@@ -331,7 +341,7 @@ class MpcNode(Node):
     def _warm_up(self) -> None:
         """Compile the solver's shapes before its first plan (iLQR), logging the time."""
         warm_up = getattr(self.controller, 'warm_up', None)
-        if warm_up is None or not self.config.compile:
+        if warm_up is None or not (self.config.compile or self.config.native):
             return
         try:
             seconds = warm_up()
@@ -339,7 +349,9 @@ class MpcNode(Node):
             self._log.warn('solve', f'warm-up failed: {error!r}')
             return
         self.stats['warm_up_s'] = seconds
-        self.get_logger().info(f'{self.config.controller} compiled and warmed up in '
+        path = 'native kernel' if getattr(self.controller.dynamics, 'native', False) \
+            else 'compiled' if self.config.compile else 'eager'
+        self.get_logger().info(f'{self.config.controller} ({path}) warmed up in '
                                f'{seconds:.1f} s')
 
     def _solve_loop(self) -> None:

@@ -991,6 +991,116 @@ std::vector<torch::Tensor> crba_backward(torch::Tensor saved, torch::Tensor G,
   return result;
 }
 
+
+// Closed-loop rollouts of the semi-implicit Euler ABA step, the whole horizon in one call.
+// For every sample b and step t:  dz = [x - x_nom_t; u_{t-1} - previous_t] (the second block
+// only when K has nx + nu columns, zero at t = 0),  u_t = clip(u_open[t, b] + K_t dz, lo, hi),
+// held over `substeps` steps of
+//   tau = command u_t - emf qd - damping qd - friction tanh(qd / velocity_scale),
+//   qd += h ABA(q, qd, tau),  q += h qd.
+// Returns (states (B, H + 1, 2n) from x0, commands (B, H, nu)).  Parameters are shared (one
+// row) by every sample; K_t = 0 gives open-loop rollouts of u_open.
+std::vector<torch::Tensor> feedback_rollout(
+    torch::Tensor x0, torch::Tensor x_nom, torch::Tensor u_open, torch::Tensor gains,
+    torch::Tensor previous, torch::Tensor lower, torch::Tensor upper, torch::Tensor command,
+    torch::Tensor emf, torch::Tensor damping, torch::Tensor friction, double velocity_scale,
+    double h, int64_t substeps, torch::Tensor inertial, torch::Tensor armature,
+    torch::Tensor origins, torch::Tensor gravity, torch::Tensor axis, torch::Tensor parent,
+    torch::Tensor prismatic) {
+  const Tree tree = make_tree(parent, prismatic);
+  const int64_t n = tree.n, nx = 2 * n;
+  TORCH_CHECK(x0.dim() == 2 && x0.size(1) == nx && x0.is_contiguous(),
+              "x0 must be contiguous (B, ", nx, ")");
+  const int64_t batch = x0.size(0);
+  TORCH_CHECK(u_open.dim() == 3 && u_open.size(1) == batch && u_open.is_contiguous(),
+              "u_open must be contiguous (H, B, nu)");
+  const int64_t horizon = u_open.size(0), nu = u_open.size(2);
+  TORCH_CHECK(gains.dim() == 3 && gains.size(0) == horizon && gains.size(1) == nu &&
+                  (gains.size(2) == nx || gains.size(2) == nx + nu) && gains.is_contiguous(),
+              "gains must be contiguous (H, nu, nx) or (H, nu, nx + nu)");
+  const int64_t nz = gains.size(2);
+  TORCH_CHECK(x_nom.dim() == 2 && x_nom.size(0) >= horizon && x_nom.size(1) == nx &&
+                  x_nom.is_contiguous(), "x_nom must be contiguous (>= H, nx)");
+  TORCH_CHECK(nz == nx || (previous.dim() == 2 && previous.size(0) == horizon &&
+                           previous.size(1) == nu && previous.is_contiguous()),
+              "previous must be contiguous (H, nu) with rate-augmented gains");
+  TORCH_CHECK(command.numel() == n * nu && command.is_contiguous(), "command must be (n, nu)");
+  TORCH_CHECK(lower.numel() == nu && upper.numel() == nu, "limits must have nu values");
+  TORCH_CHECK(emf.numel() == n && damping.numel() == n && friction.numel() == n,
+              "emf, damping and friction must have n values");
+  TORCH_CHECK(substeps >= 1 && h > 0 && velocity_scale > 0, "need substeps >= 1, h > 0 and "
+              "velocity_scale > 0");
+  for (const auto* t : {&x_nom, &u_open, &gains, &lower, &upper, &command, &emf, &damping,
+                        &friction, &inertial, &armature, &origins, &gravity, &axis}) {
+    TORCH_CHECK(t->scalar_type() == x0.scalar_type() && t->is_contiguous(),
+                "every tensor must be contiguous and of x0's dtype");
+  }
+  TORCH_CHECK(nz == nx || previous.scalar_type() == x0.scalar_type(),
+              "previous must have x0's dtype");
+  auto states = torch::empty({batch, horizon + 1, nx}, x0.options());
+  auto controls = torch::empty({batch, horizon, nu}, x0.options());
+  AT_DISPATCH_FLOATING_TYPES(x0.scalar_type(), "feedback_rollout", [&] {
+    using T = scalar_t;
+    const auto pi = param<T>(inertial, 1, 10 * n, "inertial");
+    const auto arm = param<T>(armature, 1, n, "armature");
+    const auto org = param<T>(origins, 1, 16 * n, "origins");
+    const auto grav = param<T>(gravity, 1, 3, "gravity");
+    const T *ax = axis.data_ptr<T>(), *xn = x_nom.data_ptr<T>(), *uo = u_open.data_ptr<T>();
+    const T *Kp = gains.data_ptr<T>(), *lo = lower.data_ptr<T>(), *hi = upper.data_ptr<T>();
+    const T *Bc = command.data_ptr<T>(), *ce = emf.data_ptr<T>(), *cd = damping.data_ptr<T>();
+    const T* cf = friction.data_ptr<T>();
+    const T* prev = nz > nx ? previous.data_ptr<T>() : nullptr;
+    const T *x0p = x0.data_ptr<T>();
+    T *xs = states.data_ptr<T>(), *us = controls.data_ptr<T>();
+    const T step = static_cast<T>(h), inv_scale = static_cast<T>(1.0 / velocity_scale);
+    // every sample runs the whole horizon; samples are independent, so the chunks are too
+    const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(
+        chunk_count(batch * horizon * substeps), batch));
+    for_chunks(batch, chunks, [&](int64_t, int64_t b0, int64_t b1) {
+      AbaScratch<T> ws(n);
+      std::vector<T> dz(nz), tau(n), qdd(n), x(nx);
+      T* row = ws.row.data();
+      const Kin<T> k(row, n);
+      for (int64_t b = b0; b < b1; ++b) {
+        for (int64_t i = 0; i < nx; ++i) x[i] = x0p[b * nx + i];
+        T* xb = xs + b * (horizon + 1) * nx;
+        T* ub = us + b * horizon * nu;
+        std::copy(x.begin(), x.end(), xb);
+        for (int64_t t = 0; t < horizon; ++t) {
+          for (int64_t i = 0; i < nx; ++i) dz[i] = x[i] - xn[t * nx + i];
+          for (int64_t j = 0; j < nz - nx; ++j) {
+            dz[nx + j] = t > 0 ? ub[(t - 1) * nu + j] - prev[t * nu + j] : T(0);
+          }
+          T* u = ub + t * nu;
+          const T* Kt = Kp + t * nu * nz;
+          for (int64_t j = 0; j < nu; ++j) {
+            T v = uo[(t * batch + b) * nu + j];
+            for (int64_t i = 0; i < nz; ++i) v += Kt[j * nz + i] * dz[i];
+            u[j] = std::min(std::max(v, lo[j]), hi[j]);
+          }
+          T* q = x.data();
+          T* qd = x.data() + n;
+          for (int64_t s = 0; s < substeps; ++s) {
+            for (int64_t i = 0; i < n; ++i) {
+              T v = -(ce[i] + cd[i]) * qd[i] - cf[i] * std::tanh(qd[i] * inv_scale);
+              for (int64_t j = 0; j < nu; ++j) v += Bc[i * nu + j] * u[j];
+              tau[i] = v;
+            }
+            aba_sample(tree, ax, org.at(0), pi.at(0), arm.at(0), grav.at(0), q, qd,
+                       tau.data(), qdd.data(), k, row + kKinRow * n, row + (kKinRow + 6) * n,
+                       ws);
+            for (int64_t i = 0; i < n; ++i) {
+              qd[i] += step * qdd[i];
+              q[i] += step * qd[i];
+            }
+          }
+          std::copy(x.begin(), x.end(), xb + (t + 1) * nx);
+        }
+      }
+    });
+  });
+  return {states, controls};
+}
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -1006,4 +1116,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Batched CRBA, one composite-inertia recursion per sample; optionally saves the poses");
   m.def("crba_backward", &crba_backward,
         "Inertial/armature vector-Jacobian products of CRBA, from saved poses");
+  m.def("feedback_rollout", &feedback_rollout,
+        "Closed-loop semi-implicit Euler rollouts of ABA under affine feedback, clipped");
 }
