@@ -8,9 +8,12 @@ from diffsim_ros.control import (box_qp, Controller, FeedbackPolicy, ILQR, ILQRC
                                  ModelDynamics, MPPI, MPPIConfig, QuadraticCost, state_error,
                                  TrackingCost, wrap_angle)
 from diffsim_ros.control import dynamics as dynamics_module
+from diffsim_ros.control import ilqr as ilqr_module
+from diffsim_ros.control.costs import CostDerivatives
 from diffsim_ros.control.ilqr import closed_loop_rollout
 from diffsim_ros.core import load_urdf, native_available
 from diffsim_ros.core.errors import ShapeError
+from diffsim_ros.core.native import riccati_backward_native
 import pytest
 import torch
 
@@ -557,6 +560,43 @@ def test_rollout_kernel_rejects_mismatched_shapes(rollout_kernel):
     with torch.no_grad(), pytest.raises(RuntimeError, match='gains must be'):
         fast.feedback_rollout(x0, torch.zeros(3, 4, dtype=F64), torch.zeros(3, 2, 1, dtype=F64),
                               torch.zeros(3, 1, 3, dtype=F64))
+
+
+@pytest.mark.parametrize('nu,nx,rate', [(1, 4, 0.0), (1, 4, 0.1), (7, 14, 0.0), (3, 6, 0.2)])
+def test_native_backward_pass_equals_the_numpy_one(rollout_kernel, nu, nx, rate):
+    # random stable LQ data with tight limits: about a fifth of the commands are clamped
+    g = torch.Generator().manual_seed(nu)
+    H = 20
+
+    def spd(n):
+        M = torch.randn(H, n, n, generator=g, dtype=F64)
+        return M @ M.mT / n + 0.1 * torch.eye(n, dtype=F64)
+
+    A = torch.eye(nx, dtype=F64) + 0.05 * torch.randn(H, nx, nx, generator=g, dtype=F64)
+    B = 0.1 * torch.randn(H, nx, nu, generator=g, dtype=F64)
+    d = CostDerivatives(lx=torch.randn(H, nx, generator=g, dtype=F64),
+                        lu=torch.randn(H, nu, generator=g, dtype=F64), lxx=spd(nx),
+                        luu=spd(nu), lux=0.05 * torch.randn(H, nu, nx, generator=g, dtype=F64),
+                        vx=torch.randn(nx, generator=g, dtype=F64), vxx=spd(nx)[0])
+    controls = 0.3 * torch.randn(H, nu, generator=g, dtype=F64)
+    limit = torch.full((nu,), 0.5, dtype=F64)
+    data = ilqr_module._augmented(A, B, d, controls, 0.5 * controls[0], rate)
+    expected = ilqr_module._backward_pass(*(v.numpy() for v in data), controls.numpy(),
+                                          (-limit).numpy(), limit.numpy(), 1e-6)
+    ran, result = riccati_backward_native(*data, controls, -limit, limit, 1e-6)
+    assert ran and result is not None
+    k, K, dv = result
+    clamped = (controls + k).abs() >= 0.5 - 1e-9
+    assert 0 < int(clamped.sum()) < H * nu
+    torch.testing.assert_close(k, expected.k, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(K, expected.K, rtol=1e-12, atol=1e-12)
+    assert dv == pytest.approx(expected.dv, rel=1e-12)
+    # a concave command cost: no positive definite Quu, None from both (iLQR raises mu)
+    concave = d._replace(luu=-10.0 * torch.eye(nu, dtype=F64).expand(H, nu, nu))
+    data = ilqr_module._augmented(A, B, concave, controls, None, rate)
+    assert riccati_backward_native(*data, controls, -limit, limit, 1e-6) == (True, None)
+    assert ilqr_module._backward_pass(*(v.numpy() for v in data), controls.numpy(),
+                                      (-limit).numpy(), limit.numpy(), 1e-6) is None
 
 
 def test_native_ilqr_matches_eager_ilqr_on_the_qube(rollout_kernel):

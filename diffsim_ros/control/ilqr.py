@@ -31,7 +31,8 @@ per-operation overhead is what counts, and numpy's is a fraction of torch's), an
 shared compiled function (see :mod:`diffsim_ros.control.dynamics`).  With
 ``ILQRConfig(native=True)`` every rollout (the warm start's, the guess law's, all line-search
 step sizes at once) is one call of the C++ rollout kernel, and the Jacobians are central
-differences through it: the per-step Python calls that bound the compiled solve are gone.
+differences through it: the per-step Python calls that bound the compiled solve are gone,
+and the backward pass (the same recursion and box QPs) runs in C++ as well.
 """
 
 from dataclasses import dataclass
@@ -47,6 +48,7 @@ from .dynamics import compiled, ModelDynamics
 from .lqr import LinearLaw
 from .policy import FeedbackPolicy, warm_start
 from ..core.model import RobotModel
+from ..core.native import riccati_backward_native
 
 Tensor = torch.Tensor
 
@@ -380,7 +382,20 @@ class ILQR:
                   u_prev: Optional[Tensor], rate_weight: float) -> Optional[BackwardPass]:
         """Run the backward pass, raising the regularisation until it succeeds (or None)."""
         cfg = self.config
-        data = [_numpy(value) for value in _augmented(A, B, d, controls, u_prev, rate_weight)]
+        augmented = _augmented(A, B, d, controls, u_prev, rate_weight)
+        if cfg.native:
+            limits = (self.dynamics.u_min, self.dynamics.u_max)
+            while True:
+                ran, result = riccati_backward_native(*augmented, controls, *limits, self.mu)
+                if not ran:
+                    break   # no kernels here: numpy below
+                if result is not None:
+                    k, K, dv = result
+                    return BackwardPass(k.to(controls), K.to(controls), dv)
+                self.mu = max(self.mu * cfg.mu_factor, cfg.mu_min, 1e-9)
+                if self.mu > cfg.mu_max:
+                    return None
+        data = [_numpy(value) for value in augmented]
         data += [_numpy(controls), _numpy(self.dynamics.u_min), _numpy(self.dynamics.u_max)]
         while True:
             result = _backward_pass(*data, self.mu)

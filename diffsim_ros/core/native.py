@@ -53,6 +53,8 @@ from .rnea import rnea
 
 Tensor = torch.Tensor
 
+#: ``(k, K, (dv1, dv2))`` of :func:`riccati_backward_native`.
+BackwardResult = Tuple[Tensor, Tensor, Tuple[float, float]]
 #: The reason logged while the kernels are switched off with :func:`set_enabled`.
 DISABLED = 'disabled by set_enabled(False)'
 SOURCE = Path(__file__).resolve().parent / 'native' / 'rnea.cpp'
@@ -491,3 +493,42 @@ def feedback_rollout_native(model: RobotModel, x0: Tensor, x_nom: Tensor, u_open
         model.inertial.detach().contiguous(), model.armature.detach().contiguous(),
         model.joint_origins().detach().contiguous(), model.gravity.detach().contiguous(),
         *_structure(model))
+
+
+def riccati_backward_native(F: Tensor, l_grad: Tensor, l_hess: Tensor, vz: Tensor, vzz: Tensor,
+                            controls: Tensor, u_min: Tensor, u_max: Tensor,
+                            mu: float) -> Tuple[bool, Optional[BackwardResult]]:
+    """
+    Run the box-constrained Riccati recursion of control-limited iLQR in C++ (float64).
+
+    The same recursion as the numpy backward pass of :mod:`diffsim_ros.control.ilqr`
+    (Tassa et al. 2014: projected-Newton box QP per step, gains on the free commands only),
+    which it replaces when available: per-step numpy calls bound a solve once the rollouts
+    run natively.
+
+    :param F: ``[fz | fu]`` per step ``(H, nz, nz + nu)``.
+    :param l_grad: stage gradients ``(H, nz + nu)``.
+    :param l_hess: stage Hessians ``(H, nz + nu, nz + nu)``.
+    :param vz: terminal value gradient ``(nz,)``.
+    :param vzz: terminal value Hessian ``(nz, nz)``.
+    :param controls: nominal commands ``(H, nu)``.
+    :param u_min: command lower limits ``(nu,)``.
+    :param u_max: command upper limits ``(nu,)``.
+    :param mu: regularisation added to ``Quu``.
+    :return: ``(ran, result)``: ``ran`` is False when the kernels are unavailable (reason
+        logged once); ``result`` is ``(k (H, nu), K (H, nu, nz), (dv1, dv2))``, or None when
+        a regularised free block of ``Quu`` is not positive definite.
+    """
+    ext = _extension()
+    if ext is None:
+        return False, None
+
+    def prepared(value: Tensor) -> Tensor:
+        return value.detach().to('cpu', torch.float64).contiguous()
+
+    inputs = (F, l_grad, l_hess, vz, vzz, controls, u_min, u_max)
+    out = ext.riccati_backward(*(prepared(t) for t in inputs), float(mu))
+    if not out:
+        return True, None
+    k, K, dv = out
+    return True, (k, K, (float(dv[0]), float(dv[1])))

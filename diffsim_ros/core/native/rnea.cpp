@@ -1101,6 +1101,276 @@ std::vector<torch::Tensor> feedback_rollout(
   });
   return {states, controls};
 }
+
+// ---------------------------------------------------------------------------------------
+// Box-constrained Riccati recursion of control-limited iLQR (float64)
+// ---------------------------------------------------------------------------------------
+
+// Cholesky factor L (lower, row-major m x m) of the symmetric matrix A; false unless every
+// pivot is finite and positive (numpy.linalg.cholesky's test).
+bool cholesky(const double* A, int64_t m, double* L) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j <= i; ++j) {
+      double s = A[i * m + j];
+      for (int64_t k = 0; k < j; ++k) s -= L[i * m + k] * L[j * m + k];
+      if (i == j) {
+        if (!(s > 0.0) || !std::isfinite(s)) return false;
+        L[i * m + i] = std::sqrt(s);
+      } else {
+        L[i * m + j] = s / L[j * m + j];
+      }
+    }
+    for (int64_t j = i + 1; j < m; ++j) L[i * m + j] = 0.0;
+  }
+  return true;
+}
+
+// Solves L L^T x = b in place.
+void cholesky_solve(const double* L, int64_t m, double* b) {
+  for (int64_t i = 0; i < m; ++i) {
+    double s = b[i];
+    for (int64_t k = 0; k < i; ++k) s -= L[i * m + k] * b[k];
+    b[i] = s / L[i * m + i];
+  }
+  for (int64_t i = m - 1; i >= 0; --i) {
+    double s = b[i];
+    for (int64_t k = i + 1; k < m; ++k) s -= L[k * m + i] * b[k];
+    b[i] = s / L[i * m + i];
+  }
+}
+
+// The free block of H (rows/columns where free) into out, packed; returns its size.
+int64_t free_block(const double* H, int64_t m, const std::vector<char>& free, double* out) {
+  const int64_t size = std::count(free.begin(), free.begin() + m, char(1));
+  int64_t r = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    if (!free[i]) continue;
+    int64_t c = 0;
+    for (int64_t j = 0; j < m; ++j) {
+      if (free[j]) out[r * size + c++] = H[i * m + j];
+    }
+    ++r;
+  }
+  return size;
+}
+
+double quadratic(const double* H, const double* g, const double* x, int64_t m) {
+  double v = 0.0;
+  for (int64_t i = 0; i < m; ++i) {
+    double hx = 0.0;
+    for (int64_t j = 0; j < m; ++j) hx += H[i * m + j] * x[j];
+    v += 0.5 * x[i] * hx + g[i] * x[i];
+  }
+  return v;
+}
+
+void free_set(const double* H, const double* g, const double* x, const double* lo,
+              const double* hi, const double* slack, int64_t m, std::vector<char>& free,
+              double* grad) {
+  for (int64_t i = 0; i < m; ++i) {
+    double s = g[i];
+    for (int64_t j = 0; j < m; ++j) s += H[i * m + j] * x[j];
+    grad[i] = s;
+    free[i] = !((x[i] <= lo[i] + slack[i] && s > 0) || (x[i] >= hi[i] - slack[i] && s < 0));
+  }
+}
+
+// Projected-Newton box QP (Tassa et al. 2014, Algorithm 3), started from the clipped zero:
+// minimises 0.5 x'Hx + g'x on [lo, hi]; false when a free block is not positive definite.
+bool box_qp(const double* H, const double* g, const double* lo, const double* hi, int64_t m,
+            double* x, std::vector<char>& free) {
+  std::vector<double> grad(m), step(m), cand(m), block(m * m), L(m * m), slack(m), rhs(m);
+  for (int64_t i = 0; i < m; ++i) {
+    x[i] = std::min(std::max(0.0, lo[i]), hi[i]);
+    slack[i] = 1e-9 * (1.0 + std::abs(x[i]));
+  }
+  for (int iter = 0; iter < 50; ++iter) {
+    free_set(H, g, x, lo, hi, slack.data(), m, free, grad.data());
+    bool any = false;
+    for (int64_t i = 0; i < m; ++i) any = any || free[i];
+    if (!any) break;
+    const int64_t size = free_block(H, m, free, block.data());
+    for (int64_t i = 0; i < size * size; ++i) {
+      if (!std::isfinite(block[i])) return false;
+    }
+    if (!cholesky(block.data(), size, L.data())) return false;
+    int64_t r = 0;
+    for (int64_t i = 0; i < m; ++i) {
+      if (free[i]) rhs[r++] = grad[i];
+    }
+    cholesky_solve(L.data(), size, rhs.data());
+    r = 0;
+    double step_max = 0.0, x_max = 0.0;
+    for (int64_t i = 0; i < m; ++i) {
+      step[i] = free[i] ? -rhs[r++] : 0.0;
+      step_max = std::max(step_max, std::abs(step[i]));
+      x_max = std::max(x_max, std::abs(x[i]));
+    }
+    if (step_max <= 1e-12 * (1.0 + x_max)) break;
+    const double value = quadratic(H, g, x, m);
+    double alpha = 1.0;
+    bool accepted = false;
+    while (alpha > 1e-10) {
+      for (int64_t i = 0; i < m; ++i) {
+        cand[i] = std::min(std::max(x[i] + alpha * step[i], lo[i]), hi[i]);
+      }
+      if (quadratic(H, g, cand.data(), m) <= value + 1e-12 * (1.0 + std::abs(value))) {
+        accepted = true;
+        break;
+      }
+      alpha *= 0.5;
+    }
+    if (!accepted) break;
+    std::copy(cand.begin(), cand.end(), x);
+  }
+  free_set(H, g, x, lo, hi, slack.data(), m, free, grad.data());
+  return true;
+}
+
+// The backward pass of ilqr._backward_pass: returns {k (H, nu), K (H, nu, nz),
+// dv (2,) = (sum k.Qu, sum 0.5 k.Quu.k)}, or empty tensors when some regularised free block
+// of Quu is not positive definite (the caller raises mu).
+std::vector<torch::Tensor> riccati_backward(torch::Tensor F, torch::Tensor l_grad,
+                                            torch::Tensor l_hess, torch::Tensor vz_final,
+                                            torch::Tensor vzz_final, torch::Tensor controls,
+                                            torch::Tensor u_min, torch::Tensor u_max,
+                                            double mu) {
+  for (const auto* t : {&F, &l_grad, &l_hess, &vz_final, &vzz_final, &controls, &u_min,
+                        &u_max}) {
+    TORCH_CHECK(t->scalar_type() == torch::kFloat64 && t->is_contiguous() && t->is_cpu(),
+                "riccati_backward takes contiguous float64 CPU tensors");
+  }
+  TORCH_CHECK(F.dim() == 3 && controls.dim() == 2 && F.size(0) == controls.size(0),
+              "F must be (H, nz, nz + nu) and controls (H, nu)");
+  const int64_t H = F.size(0), nz = F.size(1), nu = controls.size(1), m = nz + nu;
+  TORCH_CHECK(F.size(2) == m && l_grad.size(0) == H && l_grad.size(1) == m &&
+                  l_hess.size(0) == H && l_hess.size(1) == m && l_hess.size(2) == m &&
+                  vz_final.numel() == nz && vzz_final.numel() == nz * nz &&
+                  u_min.numel() == nu && u_max.numel() == nu,
+              "inconsistent shapes in riccati_backward");
+  auto ks = torch::zeros({H, nu}, controls.options());
+  auto Ks = torch::zeros({H, nu, nz}, controls.options());
+  const double *Fp = F.data_ptr<double>(), *lg = l_grad.data_ptr<double>();
+  const double *lh = l_hess.data_ptr<double>(), *U = controls.data_ptr<double>();
+  const double *umin = u_min.data_ptr<double>(), *umax = u_max.data_ptr<double>();
+  double *kp = ks.data_ptr<double>(), *Kp = Ks.data_ptr<double>();
+  std::vector<double> vz(vz_final.data_ptr<double>(), vz_final.data_ptr<double>() + nz);
+  std::vector<double> vzz(vzz_final.data_ptr<double>(),
+                          vzz_final.data_ptr<double>() + nz * nz);
+  std::vector<double> Qg(m), Qh(m * m), VF(nz * m), Quu(nu * nu), lo(nu), hi(nu), k(nu);
+  std::vector<double> block(nu * nu), L(nu * nu), rhs(nu), Quu_k(nu), KQ(nz * nz);
+  std::vector<double> vz_new(nz), vzz_new(nz * nz), KtQuu(nz * nu);
+  std::vector<char> free(nu);
+  double dv1 = 0.0, dv2 = 0.0;
+  for (int64_t t = H - 1; t >= 0; --t) {
+    const double* Ft = Fp + t * nz * m;
+    // Q_grad = l_grad + F^T vz, Q_hess = l_hess + F^T (vzz F)
+    for (int64_t a = 0; a < m; ++a) {
+      double s = lg[t * m + a];
+      for (int64_t i = 0; i < nz; ++i) s += Ft[i * m + a] * vz[i];
+      Qg[a] = s;
+    }
+    for (int64_t i = 0; i < nz; ++i) {
+      for (int64_t a = 0; a < m; ++a) {
+        double s = 0.0;
+        for (int64_t j = 0; j < nz; ++j) s += vzz[i * nz + j] * Ft[j * m + a];
+        VF[i * m + a] = s;
+      }
+    }
+    for (int64_t a = 0; a < m; ++a) {
+      for (int64_t b = 0; b < m; ++b) {
+        double s = lh[(t * m + a) * m + b];
+        for (int64_t i = 0; i < nz; ++i) s += Ft[i * m + a] * VF[i * m + b];
+        Qh[a * m + b] = s;
+      }
+    }
+    const double* Qu = Qg.data() + nz;
+    for (int64_t a = 0; a < nu; ++a) {
+      for (int64_t b = 0; b < nu; ++b) Quu[a * nu + b] = Qh[(nz + a) * m + nz + b];
+      lo[a] = umin[a] - U[t * nu + a];
+      hi[a] = umax[a] - U[t * nu + a];
+    }
+    double* K = Kp + t * nu * nz;   // zero-initialised: rows of clamped commands stay 0
+    if (nu == 1) {
+      const double h = Quu[0] + mu;
+      if (!(h > 0) || !std::isfinite(h)) return {};
+      const double unconstrained = -Qu[0] / h;
+      k[0] = std::min(std::max(unconstrained, lo[0]), hi[0]);
+      if (unconstrained == k[0]) {
+        for (int64_t i = 0; i < nz; ++i) K[i] = Qh[nz * m + i] * (-1.0 / h);
+      }
+    } else {
+      std::vector<double> reg(Quu);
+      for (int64_t a = 0; a < nu; ++a) reg[a * nu + a] += mu;
+      if (!box_qp(reg.data(), Qu, lo.data(), hi.data(), nu, k.data(), free)) return {};
+      bool any = false;
+      for (int64_t a = 0; a < nu; ++a) any = any || free[a];
+      if (any) {
+        const int64_t size = free_block(reg.data(), nu, free, block.data());
+        for (int64_t i = 0; i < size * size; ++i) {
+          if (!std::isfinite(block[i])) return {};
+        }
+        if (!cholesky(block.data(), size, L.data())) return {};
+        for (int64_t i = 0; i < nz; ++i) {   // K[free] = -block^-1 Quz[free], column i
+          int64_t r = 0;
+          for (int64_t a = 0; a < nu; ++a) {
+            if (free[a]) rhs[r++] = Qh[(nz + a) * m + i];
+          }
+          cholesky_solve(L.data(), size, rhs.data());
+          r = 0;
+          for (int64_t a = 0; a < nu; ++a) {
+            if (free[a]) K[a * nz + i] = -rhs[r++];
+          }
+        }
+      }
+    }
+    // vz = Qz + K^T (Quu k + Qu) + Quz^T k;  vzz = Qzz + K^T Quu K + K^T Quz + Quz^T K
+    for (int64_t a = 0; a < nu; ++a) {
+      double s = 0.0;
+      for (int64_t b = 0; b < nu; ++b) s += Quu[a * nu + b] * k[b];
+      Quu_k[a] = s;
+    }
+    for (int64_t i = 0; i < nz; ++i) {
+      double s = Qg[i];
+      for (int64_t a = 0; a < nu; ++a) {
+        s += K[a * nz + i] * (Quu_k[a] + Qu[a]) + Qh[(nz + a) * m + i] * k[a];
+      }
+      vz_new[i] = s;
+      for (int64_t b = 0; b < nu; ++b) {
+        double w = 0.0;
+        for (int64_t a = 0; a < nu; ++a) w += K[a * nz + i] * Quu[a * nu + b];
+        KtQuu[i * nu + b] = w;
+      }
+    }
+    for (int64_t i = 0; i < nz; ++i) {
+      for (int64_t j = 0; j < nz; ++j) {
+        double kq = 0.0;
+        for (int64_t a = 0; a < nu; ++a) kq += K[a * nz + i] * Qh[(nz + a) * m + j];
+        KQ[i * nz + j] = kq;
+      }
+    }
+    for (int64_t i = 0; i < nz; ++i) {
+      for (int64_t j = 0; j < nz; ++j) {
+        double s = Qh[i * m + j] + KQ[i * nz + j] + KQ[j * nz + i];
+        for (int64_t b = 0; b < nu; ++b) s += KtQuu[i * nu + b] * K[b * nz + j];
+        vzz_new[i * nz + j] = s;
+      }
+    }
+    for (int64_t i = 0; i < nz; ++i) {
+      for (int64_t j = 0; j < nz; ++j) {
+        vzz[i * nz + j] = 0.5 * (vzz_new[i * nz + j] + vzz_new[j * nz + i]);
+      }
+    }
+    vz = vz_new;
+    for (int64_t a = 0; a < nu; ++a) {
+      dv1 += k[a] * Qu[a];
+      dv2 += 0.5 * k[a] * Quu_k[a];
+      kp[t * nu + a] = k[a];
+    }
+  }
+  auto dv = torch::tensor({dv1, dv2}, controls.options());
+  return {ks, Ks, dv};
+}
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -1118,4 +1388,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Inertial/armature vector-Jacobian products of CRBA, from saved poses");
   m.def("feedback_rollout", &feedback_rollout,
         "Closed-loop semi-implicit Euler rollouts of ABA under affine feedback, clipped");
+  m.def("riccati_backward", &riccati_backward,
+        "Box-constrained Riccati recursion of control-limited iLQR (projected Newton QPs)");
 }
