@@ -1386,8 +1386,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "Batched CRBA, one composite-inertia recursion per sample; optionally saves the poses");
   m.def("crba_backward", &crba_backward,
         "Inertial/armature vector-Jacobian products of CRBA, from saved poses");
+  // The control kernels run in the mpc node's solver thread beside its command timer: they
+  // touch no Python object once their arguments are converted, so they let the GIL go.
   m.def("feedback_rollout", &feedback_rollout,
-        "Closed-loop semi-implicit Euler rollouts of ABA under affine feedback, clipped");
+        "Closed-loop semi-implicit Euler rollouts of ABA under affine feedback, clipped",
+        py::call_guard<py::gil_scoped_release>());
   m.def("riccati_backward", &riccati_backward,
-        "Box-constrained Riccati recursion of control-limited iLQR (projected Newton QPs)");
+        "Box-constrained Riccati recursion of control-limited iLQR (projected Newton QPs)",
+        py::call_guard<py::gil_scoped_release>());
 }
