@@ -992,6 +992,9 @@ std::vector<torch::Tensor> crba_backward(torch::Tensor saved, torch::Tensor G,
 }
 
 
+// Joint-steps (samples x steps x substeps x joints) below which a rollout runs on one thread.
+constexpr int64_t kMinParallelRolloutWork = 1 << 16;
+
 // Closed-loop rollouts of the semi-implicit Euler ABA step, the whole horizon in one call.
 // For every sample b and step t:  dz = [x - x_nom_t; u_{t-1} - previous_t] (the second block
 // only when K has nx + nu columns, zero at t = 0),  u_t = clip(u_open[t, b] + K_t dz, lo, hi),
@@ -1053,9 +1056,14 @@ std::vector<torch::Tensor> feedback_rollout(
     const T *x0p = x0.data_ptr<T>();
     T *xs = states.data_ptr<T>(), *us = controls.data_ptr<T>();
     const T step = static_cast<T>(h), inv_scale = static_cast<T>(1.0 / velocity_scale);
-    // every sample runs the whole horizon; samples are independent, so the chunks are too
-    const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>(
-        chunk_count(batch * horizon * substeps), batch));
+    // Every sample runs the whole horizon; samples are independent, so the chunks are too.
+    // A solve's rollouts (a few samples, or one step of a few hundred Jacobian probes) take
+    // 0.1-1 ms: split over threads on a shared machine they waited for a descheduled thread
+    // (Qube solve p50 1.3 -> 6 ms with 2 threads beside one busy core), so only MPPI-sized
+    // work is split.
+    const int64_t work = batch * horizon * substeps * n;
+    const int64_t chunks = work < kMinParallelRolloutWork ? 1 : std::max<int64_t>(
+        1, std::min<int64_t>(chunk_count(batch * horizon * substeps), batch));
     for_chunks(batch, chunks, [&](int64_t, int64_t b0, int64_t b1) {
       AbaScratch<T> ws(n);
       std::vector<T> dz(nz), tau(n), qdd(n), x(nx);
