@@ -13,7 +13,7 @@ from diffsim_ros.control.costs import CostDerivatives
 from diffsim_ros.control.ilqr import closed_loop_rollout
 from diffsim_ros.core import load_urdf, native_available
 from diffsim_ros.core.errors import ShapeError
-from diffsim_ros.core.native import riccati_backward_native
+from diffsim_ros.core.native import feedback_rollout_native, riccati_backward_native
 import pytest
 import torch
 
@@ -548,6 +548,28 @@ def test_native_rollouts_fall_back_where_the_kernel_does_not_apply(rollout_kerne
     assert step.requires_grad
     torch.testing.assert_close(step.detach(), fast.with_model(model, native=False).step(
         x.detach(), torch.ones(1, dtype=F64)))
+
+
+def test_feedback_rollout_native_is_the_kernel_of_the_dynamics(rollout_kernel):
+    # the one-off function (kernel built per call) against the cached kernel of the dynamics
+    model = load_urdf(robots.urdf_string('panda'), dtype=F64)
+    fast = ModelDynamics.for_robot('panda', model, 0.01, native=True)
+    g = torch.Generator().manual_seed(4)
+    x0 = 0.1 * torch.randn(3, fast.nx, generator=g, dtype=F64)
+    u_open = torch.randn(5, 3, fast.nu, generator=g, dtype=F64)
+    gains = 0.01 * torch.randn(5, fast.nu, fast.nx, generator=g, dtype=F64)
+    x_nom = torch.zeros(6, fast.nx, dtype=F64)
+    n = model.n
+    torque = (torch.eye(n, dtype=F64), torch.zeros(n, dtype=F64), model.damping,
+              model.friction)
+    args = (x0, x_nom, u_open, gains, None, fast.u_min, fast.u_max)
+    with torch.no_grad():
+        expected = fast.feedback_rollout(*args[:5])
+        actual = feedback_rollout_native(model, *args, *torque, 1e-2, 0.01, 1)
+    torch.testing.assert_close(actual, expected, rtol=0, atol=0)
+    # no adjoint: inputs that require grad go back to torch
+    grad = x0.clone().requires_grad_(True)
+    assert feedback_rollout_native(model, grad, *args[1:], *torque, 1e-2, 0.01, 1) is None
 
 
 def test_rollout_kernel_rejects_mismatched_shapes(rollout_kernel):

@@ -38,7 +38,7 @@ from ..core.actuators import DCMotor
 from ..core.errors import ShapeError
 from ..core.integrators import INTEGRATORS, joint_friction
 from ..core.model import RobotModel
-from ..core.native import feedback_rollout_native
+from ..core.native import rollout_kernel, RolloutKernel
 
 Tensor = torch.Tensor
 Actuator = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -186,11 +186,13 @@ class ModelDynamics:
         #: Whether the native rollout kernel was asked for (see ``native``).
         self.native_requested = bool(native)
         self._affine = self._affine_torque() if native else None
+        self._kernel: Optional[RolloutKernel] = None
+        self._zero_gains: Dict[tuple, Tuple[Tensor, Tensor]] = {}
 
     @property
     def native(self) -> bool:
         """Return whether gradient-free rollouts run in the C++ kernel (module docstring)."""
-        return self._affine is not None
+        return self._affine is not None and self._rollout_kernel() is not None
 
     def _affine_torque(self) -> Optional[Tuple[Tensor, Tensor, Tensor, Tensor]]:
         """
@@ -249,29 +251,41 @@ class ModelDynamics:
         :return: ``(states (B, H + 1, nx), commands (B, H, nu))``, or None when the kernel
             does not run (not ``native``, gradients enabled, or the extension is missing).
         """
-        if self._affine is None or torch.is_grad_enabled():
+        kernel = self._rollout_kernel()
+        if kernel is None or torch.is_grad_enabled():
             return None
-        if clip:
-            lower, upper = self.u_min, self.u_max
-        else:
-            lower = torch.full_like(self.u_min, -math.inf)
-            upper = torch.full_like(self.u_max, math.inf)
-        return feedback_rollout_native(
-            self.model, x0, x_nom, u_open, gains, previous, lower, upper, *self._affine,
-            FRICTION_VELOCITY_SCALE, self.dt, self.substeps)
+        lower, upper = (self.u_min, self.u_max) if clip else self._unbounded
+        return kernel(x0, x_nom, u_open, gains, previous, lower, upper, self.dt, self.substeps)
+
+    def _rollout_kernel(self) -> Optional[RolloutKernel]:
+        """Return the kernel bound to this model (built on first use), or None."""
+        if self._affine is None:
+            return None
+        if self._kernel is None:
+            self._kernel = rollout_kernel(self.model, *self._affine, FRICTION_VELOCITY_SCALE)
+            if self._kernel is None:   # no extension here: torch from now on
+                self._affine = None
+                return None
+            self._unbounded = (torch.full_like(self.u_min, -math.inf),
+                               torch.full_like(self.u_max, math.inf))
+        return self._kernel
 
     def _native_open_loop(self, x0: Tensor, controls: Tensor) -> Optional[Tensor]:
         """Open-loop rollout ``(..., H + 1, nx)`` in the kernel, or None (see above)."""
         if self._affine is None or torch.is_grad_enabled():
             return None
         horizon = controls.shape[-2]
-        batch = torch.broadcast_shapes(x0.shape[:-1], controls.shape[:-2])
+        batch = x0.shape[:-1]
+        if controls.shape[:-2] != batch:
+            batch = torch.broadcast_shapes(batch, controls.shape[:-2])
         x = x0.expand(batch + (self.nx,)).reshape(-1, self.nx)
         u_open = controls.expand(batch + controls.shape[-2:]).reshape(
             -1, horizon, self.nu).transpose(0, 1)
-        zeros = x.new_zeros(horizon, self.nu, self.nx)
-        out = self.feedback_rollout(x, x.new_zeros(horizon, self.nx), u_open, zeros,
-                                    clip=False)
+        zeros = self._zero_gains.get((horizon, x.dtype))
+        if zeros is None:
+            zeros = (x.new_zeros(horizon, self.nx), x.new_zeros(horizon, self.nu, self.nx))
+            self._zero_gains[(horizon, x.dtype)] = zeros
+        out = self.feedback_rollout(x, zeros[0], u_open, zeros[1], clip=False)
         return None if out is None else out[0].reshape(batch + (horizon + 1, self.nx))
 
     def _limit(self, value: Optional[Tensor], default: Tensor, name: str) -> Tensor:

@@ -427,6 +427,75 @@ def crba_native(model: RobotModel, q: Tensor) -> Tensor:
     return out if out.shape == full else out.reshape(full)
 
 
+class RolloutKernel:
+    """
+    The rollout kernel of :func:`feedback_rollout_native` bound to one model and torque map.
+
+    The model's tensors and the torque map are prepared (dtype, contiguous, joint origins)
+    once, so a call converts only the states and commands: the controllers call it a few
+    times per solve, where per-call Python overhead is what counts.  Build it with
+    :func:`rollout_kernel`.
+    """
+
+    def __init__(self, ext: object, model: RobotModel, torque: Tuple[Tensor, ...],
+                 velocity_scale: float) -> None:
+        self._ext = ext
+        self.dtype = model.dtype
+        with torch.no_grad():
+            self._torque = tuple(self._arg(t) for t in torque)
+            self._model = tuple(self._arg(t) for t in (
+                model.inertial, model.armature, model.joint_origins(), model.gravity)) + \
+                _structure(model)
+        self._scale = float(velocity_scale)
+        self._empty = torch.empty(0, dtype=self.dtype)
+
+    def _arg(self, value: Tensor) -> Tensor:
+        if value.dtype == self.dtype and value.is_contiguous() and not value.requires_grad:
+            return value
+        return value.detach().to(self.dtype).contiguous()
+
+    def __call__(self, x0: Tensor, x_nom: Tensor, u_open: Tensor, gains: Tensor,
+                 previous: Optional[Tensor], lower: Tensor, upper: Tensor, dt: float,
+                 substeps: int) -> Tuple[Tensor, Tensor]:
+        """Run the kernel (arguments and result as :func:`feedback_rollout_native`)."""
+        arg = self._arg
+        return self._ext.feedback_rollout(
+            arg(x0), arg(x_nom), arg(u_open), arg(gains),
+            self._empty if previous is None else arg(previous), arg(lower), arg(upper),
+            *self._torque, self._scale, float(dt) / int(substeps), int(substeps), *self._model)
+
+
+def rollout_kernel(model: RobotModel, command: Tensor, emf: Tensor, damping: Tensor,
+                   friction: Tensor, velocity_scale: float) -> Optional[RolloutKernel]:
+    """
+    Return the rollout kernel for a model and an affine torque map, or None.
+
+    :param model: the robot, without parameter batch dims, on the CPU.
+    :param command: command-to-torque matrix ``(n, nu)``.
+    :param emf: back-EMF damping ``(n,)`` (motor torque ``-emf qd``).
+    :param damping: viscous friction ``(n,)``.
+    :param friction: Coulomb friction ``(n,)``.
+    :param velocity_scale: Coulomb ramp velocity, > 0.
+    :return: the bound kernel, or None when it cannot run (the reason is logged once): the
+        dtype, parameter batch dims, tensors off the CPU, or no extension.
+    """
+    reason = None
+    torque = (command, emf, damping, friction)
+    if model.dtype not in _DTYPES:
+        reason = 'dtype is not float32/float64 throughout'
+    elif model.inertial.dim() != 2 or model.armature.dim() != 1 or model.gravity.dim() != 1 \
+            or model.origin_xyz.dim() != 2 or model.origin_rpy.dim() != 2:
+        reason = 'rollout: the model has parameter batch dims'
+    elif any(not t.is_cpu for t in torque) or not model.inertial.is_cpu:
+        reason = 'tensors are not on the CPU'
+    ext = None if reason else _extension()
+    if reason:
+        _log_once(reason)
+    if ext is None:
+        return None
+    return RolloutKernel(ext, model, torque, velocity_scale)
+
+
 def feedback_rollout_native(model: RobotModel, x0: Tensor, x_nom: Tensor, u_open: Tensor,
                             gains: Tensor, previous: Optional[Tensor], lower: Tensor,
                             upper: Tensor, command: Tensor, emf: Tensor, damping: Tensor,
@@ -441,7 +510,8 @@ def feedback_rollout_native(model: RobotModel, x0: Tensor, x_nom: Tensor, u_open
     substeps`` with the affine torque ``tau = command u - (emf + damping) qd - friction
     tanh(qd / velocity_scale)``: ``qd += h ABA(q, qd, tau)``, ``q += h qd``.  The whole
     horizon of every sample runs in one call (no per-step Python), which is what bounds MPC
-    on small robots.  No gradients.
+    on small robots.  No gradients.  Callers that roll out repeatedly keep a
+    :func:`rollout_kernel` instead (what :class:`~diffsim_ros.control.ModelDynamics` does).
 
     :param model: the robot, without parameter batch dims.
     :param x0: initial states ``(B, 2n)``.
@@ -461,38 +531,19 @@ def feedback_rollout_native(model: RobotModel, x0: Tensor, x_nom: Tensor, u_open
     :return: ``(states (B, H + 1, 2n), commands (B, H, nu))``, or None when the kernel
         cannot run (reason logged once; the caller uses torch).
     """
-    reason = None
-    tensors = (x0, x_nom, u_open, gains, lower, upper, command, emf, damping, friction) + (
+    tensors = (x0, x_nom, u_open, gains, lower, upper) + (
         () if previous is None else (previous,))
-    if model.dtype not in _DTYPES:
-        reason = 'dtype is not float32/float64 throughout'
-    elif model.inertial.dim() != 2 or model.armature.dim() != 1 or model.gravity.dim() != 1 \
-            or model.origin_xyz.dim() != 2 or model.origin_rpy.dim() != 2:
-        reason = 'rollout: the model has parameter batch dims'
-    elif any(not t.is_cpu for t in tensors) or not model.inertial.is_cpu:
-        reason = 'tensors are not on the CPU'
-    elif torch.is_grad_enabled() and any(t.requires_grad for t in tensors + (
-            model.inertial, model.armature)):
-        reason = 'rollout: an input requires grad (the rollout kernel has no adjoint)'
-    ext = None if reason else _extension()
-    if reason:
-        _log_once(reason)
-    if ext is None:
+    if any(not t.is_cpu for t in tensors):
+        _log_once('tensors are not on the CPU')
         return None
-    dtype = model.dtype
-
-    def prepared(value: Tensor) -> Tensor:
-        return value.detach().to(dtype).contiguous()
-
-    empty = x0.new_empty(0, dtype=dtype)
-    return ext.feedback_rollout(
-        prepared(x0), prepared(x_nom), prepared(u_open), prepared(gains),
-        empty if previous is None else prepared(previous), prepared(lower), prepared(upper),
-        prepared(command), prepared(emf), prepared(damping), prepared(friction),
-        float(velocity_scale), float(dt) / int(substeps), int(substeps),
-        model.inertial.detach().contiguous(), model.armature.detach().contiguous(),
-        model.joint_origins().detach().contiguous(), model.gravity.detach().contiguous(),
-        *_structure(model))
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors + (
+            model.inertial, model.armature)):
+        _log_once('rollout: an input requires grad (the rollout kernel has no adjoint)')
+        return None
+    kernel = rollout_kernel(model, command, emf, damping, friction, velocity_scale)
+    if kernel is None:
+        return None
+    return kernel(x0, x_nom, u_open, gains, previous, lower, upper, dt, substeps)
 
 
 def riccati_backward_native(F: Tensor, l_grad: Tensor, l_hess: Tensor, vz: Tensor, vzz: Tensor,
