@@ -6,8 +6,9 @@ Adaptive MPC node: commands the robot with a controller running on the newest mo
   fails to load or gives non-finite dynamics is rejected with one error log; the old one stays.
 * A timer at ``control_rate`` asks a worker thread to solve (iLQR or MPPI from
   :mod:`diffsim_ros.control`) from the newest state; the solve never blocks commanding. With
-  ``native`` (default) every iLQR rollout is one call of the C++ rollout kernel (a Qube
-  solve of 50 steps in 2-4 ms); otherwise, or where the kernel does not apply, the rollouts
+  ``native`` (default) every iLQR rollout is one call of the C++ rollout kernel and the
+  backward pass runs in C++ (the Qube task's 3-iteration, 50-step solve: p50 1.7 ms, p99
+  6 ms on 2 shared cores); otherwise, or where the kernel does not apply, the rollouts
   run ``torch.compile``-d with ``compile``.  The controller is warmed up on that thread
   before its first plan (the time is logged: the kernel's build on first use, or the
   compilation).
