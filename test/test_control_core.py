@@ -12,6 +12,7 @@ from diffsim_ros.control import ilqr as ilqr_module
 from diffsim_ros.control.costs import CostDerivatives
 from diffsim_ros.control.ilqr import closed_loop_rollout
 from diffsim_ros.core import load_urdf, native_available
+from diffsim_ros.core import native as native_module
 from diffsim_ros.core.errors import ShapeError
 from diffsim_ros.core.native import feedback_rollout_native, riccati_backward_native
 import pytest
@@ -619,6 +620,23 @@ def test_native_backward_pass_equals_the_numpy_one(rollout_kernel, nu, nx, rate)
     assert riccati_backward_native(*data, controls, -limit, limit, 1e-6) == (True, None)
     assert ilqr_module._backward_pass(*(v.numpy() for v in data), controls.numpy(),
                                       (-limit).numpy(), limit.numpy(), 1e-6) is None
+
+
+def test_native_ilqr_without_the_extension_runs_in_torch():
+    # a machine without a compiler: native=True falls back to torch, and says so
+    native_module.set_enabled(False)
+    try:
+        fast = ILQR(qube_dynamics(0.04), swing_up_cost(),
+                    ILQRConfig(horizon=10, max_iters=2, tol=0.0, native=True))
+        assert not fast.dynamics.native
+        policy = fast.solve(torch.tensor([0.1, 0.3, -0.2, 0.5], dtype=F64), 0.0)
+    finally:
+        native_module.set_enabled(True)
+    eager = ILQR(qube_dynamics(0.04), swing_up_cost(), ILQRConfig(horizon=10, max_iters=2,
+                                                                  tol=0.0))
+    expected = eager.solve(torch.tensor([0.1, 0.3, -0.2, 0.5], dtype=F64), 0.0)
+    assert fast.info['iterations'] == 2
+    torch.testing.assert_close(policy.u_ff, expected.u_ff)
 
 
 def test_native_ilqr_matches_eager_ilqr_on_the_qube(rollout_kernel):

@@ -48,7 +48,7 @@ from .dynamics import compiled, ModelDynamics
 from .lqr import LinearLaw
 from .policy import FeedbackPolicy, warm_start
 from ..core.model import RobotModel
-from ..core.native import riccati_backward_native
+from ..core.native import native_available, riccati_backward_native
 
 Tensor = torch.Tensor
 
@@ -383,22 +383,17 @@ class ILQR:
         """Run the backward pass, raising the regularisation until it succeeds (or None)."""
         cfg = self.config
         augmented = _augmented(A, B, d, controls, u_prev, rate_weight)
-        if cfg.native:
-            limits = (self.dynamics.u_min, self.dynamics.u_max)
-            while True:
-                ran, result = riccati_backward_native(*augmented, controls, *limits, self.mu)
-                if not ran:
-                    break   # no kernels here: numpy below
-                if result is not None:
-                    k, K, dv = result
-                    return BackwardPass(k.to(controls), K.to(controls), dv)
-                self.mu = max(self.mu * cfg.mu_factor, cfg.mu_min, 1e-9)
-                if self.mu > cfg.mu_max:
-                    return None
-        data = [_numpy(value) for value in augmented]
-        data += [_numpy(controls), _numpy(self.dynamics.u_min), _numpy(self.dynamics.u_max)]
+        limits = (self.dynamics.u_min, self.dynamics.u_max)
+        if cfg.native and native_available()[0]:
+            def backward(mu: float) -> Optional[tuple]:
+                return riccati_backward_native(*augmented, controls, *limits, mu)[1]
+        else:
+            data = [_numpy(value) for value in augmented + (controls,) + limits]
+
+            def backward(mu: float) -> Optional[tuple]:
+                return _backward_pass(*data, mu)
         while True:
-            result = _backward_pass(*data, self.mu)
+            result = backward(self.mu)
             if result is not None:
                 k, K, dv = result
                 return BackwardPass(k.to(controls), K.to(controls), dv)
