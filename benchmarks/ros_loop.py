@@ -424,8 +424,8 @@ def run_latency(domain: int, controller: str, samples: int, warmup: float) -> Di
     executor = SingleThreadedExecutor(context=context)   # as the node's main
     executor.add_node(node)
     spinner = _spin(executor)
-    # the node compiles its controller's steps when it starts (iLQR 7-9 s here, the
-    # baseline's model step too): measure the controller, not its compilation
+    # the node warms its controller up when it starts (the native kernel's load, or 7-9 s of
+    # compilation where the kernel does not apply): measure the controller, not that
     if not node.ready.wait(180.0):
         raise RuntimeError('the mpc node did not finish its warm-up within 180 s')
     duration = warmup + samples / QUBE_RATE_HZ

@@ -247,7 +247,7 @@ class SwingUpLQR:
 
     def warm_up(self, x0: Optional[Tensor] = None) -> float:
         """
-        Build the compiled steps of the swing law (``dynamics.compiled``) before it runs.
+        Build what the swing law's steps run on (compiled code or native kernel) first.
 
         :param x0: a typical state ``(nx,)``; zeros (hanging at rest, the swing law) when None.
         :return: seconds spent.
@@ -430,7 +430,7 @@ class SwingUpLQR:
 
 def _warm_up_law(controller, x0: Optional[Tensor]) -> float:
     """
-    Build the compiled steps a state feedback law and its caller use; return the seconds.
+    Build the steps (compiled or native) a feedback law and its caller use; return seconds.
 
     One solve from ``x0`` (zeros when None: the hanging pendulum, the arm at home) and one
     model step of a single state, which a driver-rate loop uses to predict the state its
@@ -483,7 +483,7 @@ class _ArmController:
 
     def warm_up(self, x0: Optional[Tensor] = None) -> float:
         """
-        Build the compiled model step (``dynamics.compiled``) a driver-rate caller uses.
+        Build the model step a driver-rate caller uses (compiled or native) before it runs.
 
         :param x0: a typical state ``(nx,)``; zeros when None.
         :return: seconds spent.

@@ -26,7 +26,6 @@ It needs the semi-implicit Euler integrator, a linear actuator (None or
 when the extension cannot be built, the compiled or eager path runs instead (logged once).
 """
 
-import logging
 import math
 import threading
 from typing import Callable, Dict, Optional, Sequence, Tuple
@@ -36,18 +35,12 @@ import torch
 from .. import robots
 from ..core.actuators import DCMotor
 from ..core.errors import ShapeError
-from ..core.integrators import INTEGRATORS, joint_friction
+from ..core.integrators import FRICTION_VELOCITY_SCALE, INTEGRATORS, joint_friction
 from ..core.model import RobotModel
-from ..core.native import rollout_kernel, RolloutKernel
+from ..core.native import log_fallback, rollout_kernel, RolloutKernel
 
 Tensor = torch.Tensor
 Actuator = Callable[[Tensor, Tensor, Tensor], Tensor]
-
-#: Velocity over which the model's Coulomb friction ramps up (:func:`joint_friction`'s).
-FRICTION_VELOCITY_SCALE = 1e-2
-
-_logger = logging.getLogger(__name__)
-_logged = set()
 
 
 class MotorActuator:
@@ -199,25 +192,20 @@ class ModelDynamics:
         Return the torque map as ``(command (n, nu), emf, damping, friction)`` for the kernel.
 
         ``torque(q, qd, u) = command u - (emf + damping) qd - friction tanh(qd / s)``; None
-        (reason logged once) when the kernel does not apply to this dynamics.
+        (reason logged once) when the dynamics is not one the kernel runs.  What the kernel
+        needs of the model (dtype, device, no batch dims) :func:`rollout_kernel` checks.
         """
         model = self.model
         reason = None
         if self.method != 'semi_implicit_euler':
-            reason = f'the {self.method} integrator'
+            reason = f'rollout: the {self.method} integrator'
         elif self.actuator is not None and not isinstance(self.actuator, MotorActuator):
-            reason = f'a {type(self.actuator).__name__} actuator (not a linear MotorActuator)'
-        elif model.inertial.dim() != 2 or model.damping.dim() != 1 \
-                or model.friction.dim() != 1 or model.gravity.dim() != 1:
-            reason = 'model parameter batch dims'
-        elif model.device.type != 'cpu':
-            reason = 'a model off the CPU'
-        elif model.dtype not in (torch.float32, torch.float64):
-            reason = f'dtype {model.dtype}'
+            reason = (f'rollout: a {type(self.actuator).__name__} actuator (not a linear '
+                      'MotorActuator)')
+        elif model.damping.dim() != 1 or model.friction.dim() != 1:
+            reason = 'rollout: the model has parameter batch dims'
         if reason is not None:
-            if reason not in _logged:
-                _logged.add(reason)
-                _logger.info('native rollouts unavailable (%s): using torch', reason)
+            log_fallback(reason)
             return None
         n, dtype, device = model.n, model.dtype, model.device
         selection = self._selection if self._selection is not None else torch.eye(
@@ -429,7 +417,7 @@ class ModelDynamics:
         :param u: commands ``(..., nu)`` with the same leading dims.
         :return: ``A (..., nx, nx)`` and ``B (..., nx, nu)``.
         """
-        if self.compiled or self._affine is not None:
+        if self.compiled or self.native:
             return self._difference_jacobians(x, u)
         nx = self.nx
         point = torch.cat((x, u.expand(x.shape[:-1] + u.shape[-1:])), dim=-1)

@@ -469,21 +469,17 @@ def closed_loop_rollout(dynamics: ModelDynamics, x0: Tensor, states: Tensor, con
     x = x0.expand(count, nx).clone()
     # Open-loop part of every step for every alpha, (H, A, nu), rows contiguous.
     u_open = (controls + alphas[:, None, None] * k).transpose(0, 1).contiguous()
-    if dynamics.native:
-        previous = None
-        if augmented:
-            first = (u_prev if u_prev is not None else controls[0]).unsqueeze(0)
-            previous = torch.cat((first, controls[:-1]), dim=0)
-        out = dynamics.feedback_rollout(x, states, u_open, K, previous)
-        if out is not None:
-            return out
-    step = compiled('feedback_step', _feedback_step, dynamics) if dynamics.compiled else \
-        _feedback_step
     previous = None
     if augmented:
         first = (u_prev if u_prev is not None else controls[0]).unsqueeze(0)
         previous = torch.cat((first, controls[:-1]), dim=0)
         du_prev = torch.zeros_like(u_open[0])
+    if dynamics.native:
+        out = dynamics.feedback_rollout(x, states, u_open, K, previous)
+        if out is not None:
+            return out
+    step = compiled('feedback_step', _feedback_step, dynamics) if dynamics.compiled else \
+        _feedback_step
     xs, us = [x], []
     for t, (x_nom, u_t, K_t) in enumerate(zip(states.unbind(0), u_open.unbind(0),
                                               K.unbind(0))):

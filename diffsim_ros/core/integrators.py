@@ -12,7 +12,12 @@ Tensor = torch.Tensor
 TorqueFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 
 
-def joint_friction(model: RobotModel, qd: Tensor, velocity_scale: float = 1e-2) -> Tensor:
+#: Velocity (rad/s or m/s) over which the smooth Coulomb friction ramps up.
+FRICTION_VELOCITY_SCALE = 1e-2
+
+
+def joint_friction(model: RobotModel, qd: Tensor,
+                   velocity_scale: float = FRICTION_VELOCITY_SCALE) -> Tensor:
     """
     Return the URDF ``<dynamics damping friction>`` torque, smooth in the velocity.
 
@@ -28,7 +33,7 @@ def joint_friction(model: RobotModel, qd: Tensor, velocity_scale: float = 1e-2) 
 
 
 def with_joint_friction(model: RobotModel, torque_fn: Optional[TorqueFn] = None,
-                        velocity_scale: float = 1e-2) -> TorqueFn:
+                        velocity_scale: float = FRICTION_VELOCITY_SCALE) -> TorqueFn:
     """
     Wrap a command-to-torque map so that it also applies the model's joint friction.
 

@@ -70,7 +70,13 @@ _logged = set()
 _structures = weakref.WeakKeyDictionary()
 
 
-def _log_once(reason: str, level: int = logging.INFO) -> None:
+def log_fallback(reason: str, level: int = logging.INFO) -> None:
+    """
+    Log once per process that some work falls back from the kernels to torch, and why.
+
+    :param reason: the reason (each distinct reason is logged once).
+    :param level: logging level.
+    """
     if reason not in _logged:
         _logged.add(reason)
         _logger.log(level, 'native dynamics: falling back to torch: %s', reason)
@@ -119,7 +125,7 @@ def _compile():
 def _extension():
     """Return the compiled extension module, or ``None`` (the reason is logged once)."""
     if not _state['enabled']:
-        _log_once(DISABLED, logging.WARNING)
+        log_fallback(DISABLED, logging.WARNING)
         return None
     if not _state['tried']:
         with _lock:
@@ -127,7 +133,7 @@ def _extension():
                 _state['module'], _state['reason'] = _compile()
                 _state['tried'] = True
     if _state['module'] is None:
-        _log_once(_state['reason'], logging.WARNING)
+        log_fallback(_state['reason'], logging.WARNING)
     return _state['module']
 
 
@@ -343,7 +349,7 @@ def _dispatch(function: type, fallback: Callable, model: RobotModel, q: Tensor, 
                           (model.origin_xyz, model.origin_rpy, model.gravity))
     ext = None if reason else _extension()
     if reason:
-        _log_once(reason)
+        log_fallback(reason)
     if ext is None:
         return fallback(model, q, qd, x)
     states, params, batch = _prepare(
@@ -413,7 +419,7 @@ def crba_native(model: RobotModel, q: Tensor) -> Tensor:
     reason = _unsupported(model, states, (), (model.origin_xyz, model.origin_rpy))
     ext = None if reason else _extension()
     if reason:
-        _log_once(reason)
+        log_fallback(reason)
     if ext is None:
         return crba(model, q)
     states, params, batch = _prepare(
@@ -490,7 +496,7 @@ def rollout_kernel(model: RobotModel, command: Tensor, emf: Tensor, damping: Ten
         reason = 'tensors are not on the CPU'
     ext = None if reason else _extension()
     if reason:
-        _log_once(reason)
+        log_fallback(reason)
     if ext is None:
         return None
     return RolloutKernel(ext, model, torque, velocity_scale)
@@ -534,11 +540,11 @@ def feedback_rollout_native(model: RobotModel, x0: Tensor, x_nom: Tensor, u_open
     tensors = (x0, x_nom, u_open, gains, lower, upper) + (
         () if previous is None else (previous,))
     if any(not t.is_cpu for t in tensors):
-        _log_once('tensors are not on the CPU')
+        log_fallback('tensors are not on the CPU')
         return None
     if torch.is_grad_enabled() and any(t.requires_grad for t in tensors + (
             model.inertial, model.armature)):
-        _log_once('rollout: an input requires grad (the rollout kernel has no adjoint)')
+        log_fallback('rollout: an input requires grad (the rollout kernel has no adjoint)')
         return None
     kernel = rollout_kernel(model, command, emf, damping, friction, velocity_scale)
     if kernel is None:

@@ -59,7 +59,7 @@ from ..control.dynamics import ModelDynamics
 from ..control.ilqr import ILQR, ILQRConfig
 from ..control.mppi import MPPI, MPPIConfig
 from ..control.tasks import get_task, make_cost, make_ilqr, reference, task_names
-from ..core import native_available, rnea, RobotModel
+from ..core import rnea, RobotModel
 from ..sim.parameters import nominal_model
 
 __all__ = ['CONTROLLERS', 'MpcConfig', 'MpcNode', 'main', 'make_controller']
@@ -184,8 +184,7 @@ def make_controller(info: robots.RobotInfo, model: RobotModel, config: MpcConfig
     # natively or compiled (the iLQR compiles its own rollouts through ILQRConfig.compile).
     dynamics = ModelDynamics.for_robot(info.name, model, dt, u_min=-limit, u_max=limit,
                                        substeps=substeps, native=bool(config.native))
-    if config.controller == 'baseline' and config.compile and not (
-            dynamics.native and native_available()[0]):
+    if config.controller == 'baseline' and config.compile and not dynamics.native:
         dynamics = dynamics.with_model(model, compile=True)
     if config.controller == 'baseline':
         if task is None:
