@@ -59,7 +59,7 @@ def _config(backend: str, **kw: Any) -> ILQRConfig:
 
 def swing_up(robot: str, dt: float, horizon: int, iters: int, backend: str) -> Dict[str, Any]:
     """Return the case description of a pendulum swing-up (pendulum from hanging to upright)."""
-    model = load_urdf(robots.urdf_string(robot), dtype=F64)
+    model = load_urdf(xml=robots.urdf_string(robot), dtype=F64)
     dyn = ModelDynamics.for_robot(robot, model, dt)
     if robot == 'qube':
         Q, R, Qf = [0.01, 0.1, 0.001, 0.001], [0.001], [10.0, 100.0, 1.0, 1.0]
@@ -91,7 +91,7 @@ def qube_task(backend: str, horizon: Optional[int] = None) -> Dict[str, Any]:
     the LQR guess of :func:`~diffsim_ros.control.tasks.make_ilqr` rolled out at every solve.
     """
     task = get_task('qube')
-    model = load_urdf(robots.urdf_string('qube'), dtype=F64)
+    model = load_urdf(xml=robots.urdf_string('qube'), dtype=F64)
     dyn = ModelDynamics.for_robot('qube', model, task.mpc_dt)
     config = _config(backend, horizon=horizon or task.horizon, max_iters=task.iterations)
     goal = goal_state(task, model)
@@ -113,7 +113,7 @@ def _controller(case: Dict[str, Any]) -> ILQR:
 
 def panda_tracking(dt: float, horizon: int, iters: int, backend: str) -> Dict[str, Any]:
     """Return the case description of 7-DOF joint-space sinusoid tracking on the Panda."""
-    model = load_urdf(robots.urdf_string('panda'), dtype=F64)
+    model = load_urdf(xml=robots.urdf_string('panda'), dtype=F64)
     dyn = ModelDynamics.for_robot('panda', model, dt)
     centre = torch.tensor(PANDA_READY, dtype=F64)
     phase = torch.arange(7, dtype=F64) * 0.9

@@ -237,7 +237,7 @@ def panda_excitation(period_s: float = 10.0) -> Dict[str, np.ndarray]:
     import torch
     from diffsim_ros import robots
     from diffsim_ros.core import load_urdf, rnea
-    model = load_urdf(robots.urdf_string('panda'), dtype=torch.float64)
+    model = load_urdf(xml=robots.urdf_string('panda'), dtype=torch.float64)
     t = torch.arange(int(round(period_s * INGEST_RATE_HZ)), dtype=torch.float64)
     t = (t / INGEST_RATE_HZ).unsqueeze(-1)
     omega = 2.0 * math.pi * torch.arange(2, 9, dtype=torch.float64) / period_s

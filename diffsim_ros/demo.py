@@ -399,7 +399,7 @@ def _model_from(urdf: Optional[str], nominal: RobotModel) -> Optional[RobotModel
     if not urdf:
         return None
     # URDF has no rotor inertia: the catalog's armature stays, as in the mpc node
-    return load_urdf(urdf).replace(armature=nominal.armature)
+    return load_urdf(xml=urdf).replace(armature=nominal.armature)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -17,7 +17,7 @@ F64 = torch.float64
 
 
 def load(name):
-    return load_urdf(robots.urdf_string(name), dtype=F64)
+    return load_urdf(xml=robots.urdf_string(name), dtype=F64)
 
 
 def multisine(steps, columns, dt, amplitude, generator, components=5):

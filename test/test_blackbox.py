@@ -22,7 +22,7 @@ F64 = torch.float64
 
 def simulate_runs(name, count, steps, dt, amplitude, seed):
     """Return ``count`` runs from random initial states, simulated in one batched rollout."""
-    model = load_urdf(robots.urdf_string(name), dtype=F64)
+    model = load_urdf(xml=robots.urdf_string(name), dtype=F64)
     generator = torch.Generator().manual_seed(seed)
     n = model.n
     torque_fn = make_torque_fn(model, command_matrix(model, model.joint_names))

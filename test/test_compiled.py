@@ -13,7 +13,7 @@ def test_unknown_algorithm_lists_valid_names():
 
 @pytest.mark.slow
 def test_compiled_aba_matches_eager_and_reuses_code_for_refitted_models():
-    model = load_urdf(robots.urdf_string('qube'))
+    model = load_urdf(xml=robots.urdf_string('qube'))
     fast_aba = compile_algorithm('aba')
     g = torch.Generator().manual_seed(0)
     q, qd, tau = (torch.randn(2, generator=g, dtype=torch.float64) for _ in range(3))

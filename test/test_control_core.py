@@ -47,7 +47,7 @@ POINT_MASS = (2.0, 1.5)   # kg moved by joint x (both bodies) and by joint y
 
 
 def point_mass_dynamics(dt=0.1, **kw):
-    model = load_urdf(POINT_MASS_URDF, dtype=F64)
+    model = load_urdf(xml=POINT_MASS_URDF, dtype=F64)
     return ModelDynamics(model, dt, friction=False, **kw)
 
 
@@ -72,7 +72,7 @@ def discrete_lqr(A, B, Q, R, Qf, horizon):
 
 
 def qube_dynamics(dt=0.04):
-    return ModelDynamics.for_robot('qube', load_urdf(robots.urdf_string('qube'), dtype=F64), dt)
+    return ModelDynamics.for_robot('qube', load_urdf(robots.urdf_path('qube'), dtype=F64), dt)
 
 
 def swing_up_cost():
@@ -187,7 +187,7 @@ def finite_difference_jacobians(dyn, x, u, eps=1e-6):
 
 @pytest.mark.parametrize('robot', ['qube', 'panda'])
 def test_autograd_jacobians_match_finite_differences(robot):
-    model = load_urdf(robots.urdf_string(robot), dtype=F64)
+    model = load_urdf(xml=robots.urdf_string(robot), dtype=F64)
     dyn = ModelDynamics.for_robot(robot, model, 0.01, method='rk4')
     g = torch.Generator().manual_seed(1)
     H = 3
@@ -448,7 +448,7 @@ def test_mppi_averages_costs_over_model_particles():
 @pytest.mark.parametrize('robot', ['qube', 'panda'])
 def test_difference_jacobians_match_autograd(robot):
     # The compiled path's central differences, run here through the eager step.
-    model = load_urdf(robots.urdf_string(robot), dtype=F64)
+    model = load_urdf(xml=robots.urdf_string(robot), dtype=F64)
     dyn = ModelDynamics.for_robot(robot, model, 0.01)
     g = torch.Generator().manual_seed(5)
     x = 0.5 * torch.randn(3, dyn.nx, generator=g, dtype=F64)
@@ -472,7 +472,7 @@ def test_compile_option_is_kept_and_compiled_code_is_shared_per_robot():
     # torch.compile is lazy: nothing is compiled until the first call.
     compiled, step = dynamics_module.compiled, dynamics_module._eager_step
     assert compiled('step', step, ctrl.dynamics) is compiled('step', step, other.dynamics)
-    panda = ModelDynamics.for_robot('panda', load_urdf(robots.urdf_string('panda')), 0.01)
+    panda = ModelDynamics.for_robot('panda', load_urdf(xml=robots.urdf_string('panda')), 0.01)
     assert compiled('step', step, panda) is not compiled('step', step, ctrl.dynamics)
 
 
@@ -498,7 +498,7 @@ def test_native_rollouts_equal_the_torch_steps(rollout_kernel, robot):
     # DC motors (Quanser, one prismatic axis) or torques on every joint (Panda), with viscous
     # and Coulomb friction and two substeps per step: every kernel path against torch.
     g = torch.Generator().manual_seed(3)
-    model = load_urdf(robots.urdf_string(robot), dtype=F64)
+    model = load_urdf(xml=robots.urdf_string(robot), dtype=F64)
     model = model.replace(damping=0.01 * torch.rand(model.n, generator=g, dtype=F64),
                           friction=0.02 * torch.rand(model.n, generator=g, dtype=F64))
     limit = ModelDynamics.for_robot(robot, model, 0.01).u_max.clamp(max=5.0)
@@ -534,7 +534,7 @@ def test_native_rollouts_equal_the_torch_steps(rollout_kernel, robot):
 
 
 def test_native_rollouts_fall_back_where_the_kernel_does_not_apply(rollout_kernel):
-    model = load_urdf(robots.urdf_string('qube'), dtype=F64)
+    model = load_urdf(xml=robots.urdf_string('qube'), dtype=F64)
     assert not ModelDynamics.for_robot('qube', model, 0.01, method='rk4', native=True).native
     batched = model.replace(inertial=model.inertial.expand(3, -1, -1))
     assert not ModelDynamics.for_robot('qube', batched, 0.01, native=True).native
@@ -553,7 +553,7 @@ def test_native_rollouts_fall_back_where_the_kernel_does_not_apply(rollout_kerne
 
 def test_feedback_rollout_native_is_the_kernel_of_the_dynamics(rollout_kernel):
     # the one-off function (kernel built per call) against the cached kernel of the dynamics
-    model = load_urdf(robots.urdf_string('panda'), dtype=F64)
+    model = load_urdf(xml=robots.urdf_string('panda'), dtype=F64)
     fast = ModelDynamics.for_robot('panda', model, 0.01, native=True)
     g = torch.Generator().manual_seed(4)
     x0 = 0.1 * torch.randn(3, fast.nx, generator=g, dtype=F64)
@@ -574,7 +574,7 @@ def test_feedback_rollout_native_is_the_kernel_of_the_dynamics(rollout_kernel):
 
 
 def test_rollout_kernel_rejects_mismatched_shapes(rollout_kernel):
-    fast = ModelDynamics.for_robot('qube', load_urdf(robots.urdf_string('qube'), dtype=F64),
+    fast = ModelDynamics.for_robot('qube', load_urdf(xml=robots.urdf_string('qube'), dtype=F64),
                                    0.01, native=True)
     x0 = torch.zeros(2, 4, dtype=F64)
     with torch.no_grad(), pytest.raises(RuntimeError, match='u_open must be'):

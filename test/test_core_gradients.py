@@ -17,13 +17,13 @@ def _tree():
     # A branching tree with prismatic and fixed joints exercises every code path.
     for seed in range(100):
         spec = seeded_robot(seed)
-        model = load_urdf(robot_to_urdf(spec))
+        model = load_urdf(xml=robot_to_urdf(spec))
         if 3 <= model.n <= 5 and len(set(model.tree.parents)) < model.n:
             return model
     raise RuntimeError('no branching random tree found')
 
 
-MODELS = {'tree': _tree(), 'wam4': load_urdf(robots.urdf_string('wam4'))}
+MODELS = {'tree': _tree(), 'wam4': load_urdf(xml=robots.urdf_string('wam4'))}
 
 
 def _inputs(model, seed):

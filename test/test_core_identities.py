@@ -18,7 +18,7 @@ CASES = [('robot', name) for name in robots.names()] + [('seed', s) for s in ran
 def _model(case, dtype=torch.float64):
     kind, key = case
     xml = robots.urdf_string(key) if kind == 'robot' else robot_to_urdf(seeded_robot(key))
-    return load_urdf(xml, dtype=dtype)
+    return load_urdf(xml=xml, dtype=dtype)
 
 
 def _states(model, batch, seed, dtype=torch.float64):

@@ -100,7 +100,7 @@ def _check_outputs(out: Path, method: str, joints) -> dict:
     assert metrics['wall_time_s']['total'] >= metrics['wall_time_s']['fit'] > 0
     assert metrics['versions']['diffsim_ros']
     text = (out / 'model.urdf').read_text()
-    model = load_urdf(text, dtype=torch.float64)
+    model = load_urdf(xml=text, dtype=torch.float64)
     assert model.joint_names == tuple(joints)
     reference = pin.buildModelFromXML(text)
     assert reference.nv == model.n
@@ -266,7 +266,7 @@ def test_ffnn_writes_the_nominal_urdf(qube, tmp_path, capsys):
     assert metrics['acceleration']['validation']['nmse_mean'] is not None
     assert result['params']['parameters'] == {}
     assert (out / 'modules.pt').is_file()
-    nominal = load_urdf(robots.urdf_string('qube'), dtype=torch.float64)
+    nominal = load_urdf(xml=robots.urdf_string('qube'), dtype=torch.float64)
     torch.testing.assert_close(result['model'].inertial, nominal.inertial)
 
 

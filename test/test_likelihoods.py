@@ -23,7 +23,7 @@ SCALES = (0.8, 1.2)
 
 @pytest.fixture(scope='module')
 def setup():
-    model = load_urdf(robots.urdf_string('simple_pendulum'), dtype=F64)
+    model = load_urdf(xml=robots.urdf_string('simple_pendulum'), dtype=F64)
     simulator = TrajectorySimulator(ParameterMap(model, [('inertial', (0,))]), DT)
     t = torch.arange(STEPS, dtype=F64) * DT
     controls = (1.5 * torch.sin(2.0 * math.pi * 1.5 * t))[:, None]

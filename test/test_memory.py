@@ -14,7 +14,7 @@ import torch
 
 @pytest.fixture(scope='module')
 def qube():
-    return load_urdf(robots.urdf_string('qube'), dtype=torch.float64)
+    return load_urdf(xml=robots.urdf_string('qube'), dtype=torch.float64)
 
 
 @pytest.fixture(scope='module')

@@ -56,21 +56,21 @@ def _with_armature(model, generator):
 def _tree():
     # A branching tree with prismatic joints (as in test_core_gradients).
     for seed in range(100):
-        model = load_urdf(robot_to_urdf(seeded_robot(seed)))
+        model = load_urdf(xml=robot_to_urdf(seeded_robot(seed)))
         if 3 <= model.n <= 5 and len(set(model.tree.parents)) < model.n and any(
                 t == 'prismatic' for t in model.tree.joint_types):
             return model
     raise RuntimeError('no branching random tree with a prismatic joint found')
 
 
-MODELS = {'tree': _tree(), 'wam4': load_urdf(robots.urdf_string('wam4'))}
+MODELS = {'tree': _tree(), 'wam4': load_urdf(xml=robots.urdf_string('wam4'))}
 
 
 @pytest.mark.parametrize('case', reference_cases())
 @pytest.mark.parametrize('algorithm', PAIRS)
 def test_matches_torch_batched(kernels, case, algorithm):
     g = torch.Generator().manual_seed(7)
-    model = _with_armature(load_urdf(case_urdf(case)), g)
+    model = _with_armature(load_urdf(xml=case_urdf(case)), g)
     fast, reference = PAIRS[algorithm]
     q, qd, x = (_randn(g, 2, 3, model.n) for _ in range(3))
     with torch.no_grad():
@@ -102,7 +102,7 @@ def test_matches_torch_particle_batched(kernels, algorithm):
 @pytest.mark.parametrize('algorithm', PAIRS)
 def test_float32_matches_torch(kernels, algorithm):
     g = torch.Generator().manual_seed(2)
-    model = load_urdf(robots.urdf_string('panda'), dtype=torch.float32)
+    model = load_urdf(xml=robots.urdf_string('panda'), dtype=torch.float32)
     fast, reference = PAIRS[algorithm]
     q, qd, x = (_randn(g, 64, model.n, dtype=torch.float32) for _ in range(3))
     with torch.no_grad():
@@ -143,7 +143,7 @@ def test_gradcheck_particle_inertial(kernels, algorithm):
 def test_gradients_equal_torch_autograd_across_threads(kernels, algorithm):
     # More samples than one chunk per thread: the per-chunk partial sums must add up.
     g = torch.Generator().manual_seed(5)
-    model = _with_armature(load_urdf(robots.urdf_string('panda')), g)
+    model = _with_armature(load_urdf(xml=robots.urdf_string('panda')), g)
     fast, reference = PAIRS[algorithm]
     q, qd, x = (_randn(g, 200, model.n) for _ in range(3))
     weight = None

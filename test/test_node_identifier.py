@@ -85,7 +85,7 @@ def test_interfaces_latched_model_and_services(executor, tmp_path):
     probe.create_subscription(String, '/identifier/parameters', inbox['params'].append, latched)
     probe.create_subscription(DiagnosticArray, '/diagnostics', inbox['diag'].append, 10)
     assert wait_for(lambda: inbox['urdf'] and inbox['params'] and inbox['diag'])
-    assert load_urdf(inbox['urdf'][-1].data).joint_names == JOINTS
+    assert load_urdf(xml=inbox['urdf'][-1].data).joint_names == JOINTS
     assert json.loads(inbox['params'][-1].data)['method'] == 'nominal'
     keys = {v.key for v in inbox['diag'][-1].status[0].values}
     assert {'window_fill', 'refit_rate_hz', 'drops', 'heldout_loss', 'refits'} <= keys
@@ -294,7 +294,7 @@ def test_svgd_estimator_publishes_std_per_parameter(executor):
 
 
 def test_limit_free_runs_leave_out_the_stops_and_their_filter_transient():
-    model = load_urdf(robots.urdf_string('qube'))
+    model = load_urdf(xml=robots.urdf_string('qube'))
     t = np.arange(0.0, 4.0, 0.01)
     arm = 2.1 * np.sin(2 * math.pi * 0.25 * t)   # past the +-2.007 rad stops near 1 s and 3 s
     traj = Trajectory(

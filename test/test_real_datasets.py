@@ -30,7 +30,7 @@ GAZ_VALIDATION_MSE = (0.4068, 1.0282, 0.5951, 0.4231, 0.1749, 0.0403, 0.0267)
 
 
 def _model(name: str):
-    return load_urdf(robots.urdf_string(name), dtype=torch.float64)
+    return load_urdf(xml=robots.urdf_string(name), dtype=torch.float64)
 
 
 def _interior(traj, fraction: float = 0.05):

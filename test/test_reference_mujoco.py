@@ -73,7 +73,7 @@ def test_random_tree_pinocchio_matches_mujoco(seed):
 def _load(case: tuple) -> tuple:
     core = require_core()
     xml = case_urdf(case)
-    model = core.load_urdf(xml, dtype=torch.float64)
+    model = core.load_urdf(xml=xml, dtype=torch.float64)
     mj_model, mj_data = mujoco_model(xml)
     return (f'{case[0]}:{case[1]}', xml, model, mj_model, mj_data,
             MujocoMap(mj_model, model.joint_names))

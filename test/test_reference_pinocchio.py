@@ -43,7 +43,7 @@ class Reference:
 def _load(case: tuple) -> Reference:
     core = require_core()
     xml = case_urdf(case)
-    model = core.load_urdf(xml, dtype=torch.float64)
+    model = core.load_urdf(xml=xml, dtype=torch.float64)
     pin_model, _ = pinocchio_model(xml)
     pmap = PinocchioMap(pin_model, model.joint_names)
     return Reference(label=f'{case[0]}:{case[1]}', xml=xml, model=model, pin_model=pin_model,
@@ -131,7 +131,7 @@ def test_joint_attributes_match_urdf(seed):
     """Limits, damping and friction are read exactly; continuous joints are unbounded."""
     core = require_core()
     spec = seeded_robot(seed)
-    model = core.load_urdf(robot_to_urdf(spec), dtype=torch.float64)
+    model = core.load_urdf(xml=robot_to_urdf(spec), dtype=torch.float64)
     joints = {j.name: j for j in spec.joints}
     for i, name in enumerate(model.joint_names):
         joint = joints[name]
@@ -279,7 +279,7 @@ def test_parameter_batch_matches_each_robot(seed):
     variant = dataclasses.replace(
         spec, links=tuple(random_link(rng, link.name) for link in spec.links))
     xmls = [robot_to_urdf(spec), robot_to_urdf(variant)]
-    models = [core.load_urdf(xml, dtype=torch.float64) for xml in xmls]
+    models = [core.load_urdf(xml=xml, dtype=torch.float64) for xml in xmls]
     assert models[0].joint_names == models[1].joint_names
     model = models[0].replace(inertial=torch.stack([m.inertial for m in models])[:, None])
     references = [pinocchio_model(xml)[0] for xml in xmls]

@@ -476,7 +476,7 @@ def test_core_loads_every_urdf(name):
     assert info.end_effector_link in model.link_names and info.base_link in model.link_names
     assert float(model.inertial[..., 0].sum()) == pytest.approx(
         sum(CITED_MASSES[name].values()), rel=1e-12)
-    from_string = load_urdf(robots.urdf_string(name), dtype=torch.float64)
+    from_string = load_urdf(xml=robots.urdf_string(name), dtype=torch.float64)
     assert torch.equal(from_string.inertial, model.inertial)
 
 

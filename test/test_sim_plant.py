@@ -368,7 +368,7 @@ def test_custom_urdf_without_catalog_entry():
     assert plant.command_joints == plant.joint_names == ('shoulder_joint', 'elbow_joint')
     assert plant.command_unit == 'N m' and plant.rate_hz == 200.0 and plant.substeps == 5
     np.testing.assert_array_equal(plant.command_limit,
-                                  load_urdf(urdf).effort_limit.numpy())
+                                  load_urdf(xml=urdf).effort_limit.numpy())
     assert plant.true_model.name == 'my_arm'
     traj = plant.run(np.ones((10, 2)))
     assert tuple(traj.poses['ee_link'].shape) == (10, 4, 4)
@@ -394,7 +394,7 @@ def test_tool_pose_and_payload_match_our_kinematics_and_dynamics():
     plant = MujocoPlant(PlantConfig(robot='panda', tool=tool, payload=payload,
                                     true_parameters=params, **EXACT))
     assert plant.tracked_bodies == ('panda_link8', 'tool')
-    nominal = load_urdf(robots.urdf_string('panda'))
+    nominal = load_urdf(xml=robots.urdf_string('panda'))
     flange = nominal.link_index('panda_link8')
     rng = np.random.default_rng(4)
     for _ in range(3):

@@ -9,7 +9,7 @@ import torch
 
 
 def _perturbed(name):
-    model = load_urdf(robots.urdf_string(name))
+    model = load_urdf(xml=robots.urdf_string(name))
     g = torch.Generator().manual_seed(0)
     scale = 1.0 + 0.2 * torch.rand(model.n, 1, generator=g, dtype=torch.float64)
     return model.replace(
@@ -24,7 +24,7 @@ def _perturbed(name):
 def test_round_trip_preserves_dynamics(name):
     model = _perturbed(name)
     text = model_to_urdf(model)
-    back = load_urdf(text)
+    back = load_urdf(xml=text)
     assert back.joint_names == model.joint_names and back.link_names == model.link_names
     g = torch.Generator().manual_seed(1)
     q, qd, qdd = (torch.randn(4, model.n, generator=g, dtype=torch.float64) for _ in range(3))
@@ -45,7 +45,7 @@ def test_comments_and_limits_are_kept():
 
 
 def test_batched_or_infeasible_models_are_rejected():
-    model = load_urdf(robots.urdf_string('wam4'))
+    model = load_urdf(xml=robots.urdf_string('wam4'))
     with pytest.raises(URDFError, match='batched'):
         model_to_urdf(model.replace(inertial=model.inertial.expand(3, 4, 10)))
     bad = model.inertial.clone()

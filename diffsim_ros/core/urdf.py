@@ -2,6 +2,7 @@
 
 import math
 import os
+import stat
 from typing import Optional, Union
 import warnings
 import xml.etree.ElementTree as ET
@@ -17,25 +18,44 @@ _MOVABLE = (REVOLUTE, CONTINUOUS, PRISMATIC)
 _UNSUPPORTED = ('floating', 'planar')
 
 
-def load_urdf(source: Union[str, os.PathLike], dtype: torch.dtype = torch.float64,
-              device: Optional[torch.device] = None,
-              gravity: tuple = (0.0, 0.0, -9.81)) -> RobotModel:
+#: Largest URDF file :func:`load_urdf` reads, bytes (the Panda's is 20 kB).
+MAX_URDF_BYTES = 16 * 2 ** 20
+
+
+def load_urdf(path: Optional[Union[str, os.PathLike]] = None,
+              dtype: torch.dtype = torch.float64, device: Optional[torch.device] = None,
+              gravity: tuple = (0.0, 0.0, -9.81), *, xml: Optional[str] = None) -> RobotModel:
     """
-    Parse a URDF file or XML string into a fixed-base :class:`RobotModel`.
+    Parse a URDF file, or URDF XML text, into a fixed-base :class:`RobotModel`.
 
     Revolute, continuous and prismatic joints become degrees of freedom; fixed joints are
     merged into their parent body (inertia included).  The root link is fixed to the world.
 
-    :param source: path to a ``.urdf`` file, or the XML text itself.
+    The file and the text come through separate arguments, so that text received from
+    elsewhere (a topic, a parameter) is never taken for a path: ``load_urdf(path)`` reads a
+    regular file of at most :data:`MAX_URDF_BYTES` (a FIFO, a device or a directory is
+    refused without blocking), ``load_urdf(xml=text)`` parses text.  A ``str`` path that
+    holds XML is refused with a message saying to pass it as ``xml``.
+
+    :param path: path of a ``.urdf`` file.
     :param dtype: floating dtype of the model tensors.
     :param device: device of the model tensors.
     :param gravity: gravity vector in the world frame, m/s^2.
+    :param xml: the URDF document itself (instead of ``path``).
     :return: the model.
-    :raises URDFError: malformed document or infeasible inertial data (message names the
-        offending link or joint).
+    :raises URDFError: neither or both sources given, an unreadable or oversized file,
+        malformed document or infeasible inertial data (message names the offending link or
+        joint).
     :raises UnsupportedJointError: floating/planar/unknown joint types or ``<mimic>``.
     """
-    text = _read_source(source)
+    if (path is None) == (xml is None):
+        raise URDFError('load_urdf needs exactly one of path (a file) and xml (the text)')
+    if xml is not None:
+        if not isinstance(xml, str):
+            raise URDFError(f'xml must be the URDF text as str, got {type(xml).__name__}')
+        text = xml
+    else:
+        text = _read_file(path)
     try:
         root = ET.fromstring(text)
     except ET.ParseError as exc:
@@ -49,14 +69,31 @@ def load_urdf(source: Union[str, os.PathLike], dtype: torch.dtype = torch.float6
     return model.to(dtype=dtype, device=device)
 
 
-def _read_source(source) -> str:
-    if isinstance(source, os.PathLike) or not str(source).lstrip().startswith('<'):
-        try:
-            with open(source, encoding='utf-8') as f:
-                return f.read()
-        except OSError as exc:
-            raise URDFError(f'cannot read URDF file {str(source)!r}: {exc.strerror}') from None
-    return str(source)
+def _read_file(path) -> str:
+    """Read a regular file of at most ``MAX_URDF_BYTES`` without blocking on special files."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise URDFError(f'path must be a str or os.PathLike, got {type(path).__name__}')
+    if isinstance(path, str) and path.lstrip().startswith('<'):
+        raise URDFError('path holds XML text, not a file name: pass the text as '
+                        'load_urdf(xml=...)')
+    name = os.fspath(path)
+    try:
+        # O_NONBLOCK: opening a FIFO for reading must not wait for a writer
+        fd = os.open(name, os.O_RDONLY | getattr(os, 'O_NONBLOCK', 0))
+    except OSError as exc:
+        raise URDFError(f'cannot read URDF file {name!r}: {exc.strerror}') from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise URDFError(f'cannot read URDF file {name!r}: not a regular file')
+        data = os.read(fd, MAX_URDF_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_URDF_BYTES:
+        raise URDFError(f'URDF file {name!r} is larger than {MAX_URDF_BYTES} bytes')
+    try:
+        return data.decode('utf-8')
+    except UnicodeDecodeError as exc:
+        raise URDFError(f'URDF file {name!r} is not UTF-8 text: {exc}') from None
 
 
 def _floats(element, attribute: str, default: str, count: int, where: str) -> list:

@@ -351,7 +351,7 @@ def load_robot(spec: str) -> Tuple[RobotModel, Optional[robots.RobotInfo], str]:
     """
     if spec in robots.names():
         info = robots.get(spec)
-        model = load_urdf(robots.urdf_string(spec), dtype=torch.float64)
+        model = load_urdf(xml=robots.urdf_string(spec), dtype=torch.float64)
         armature = model.armature.clone()
         for joint, value in zip(info.joint_names, info.motor.get('armature', ())):
             armature[model.joint_index(joint)] = float(value)
@@ -367,7 +367,7 @@ def load_robot(spec: str) -> Tuple[RobotModel, Optional[robots.RobotInfo], str]:
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f'cannot read URDF file {spec!r}: {exc}') from None
     try:
-        model = load_urdf(text, dtype=torch.float64)
+        model = load_urdf(xml=text, dtype=torch.float64)
     except (URDFError, ValueError) as exc:
         raise UsageError(f'invalid URDF {spec!r}: {_one_line(exc)}') from None
     return model, None, str(path.resolve())
@@ -805,7 +805,7 @@ def _check_inputs(nominal: RobotModel, config: Any, train: List[Trajectory],
 def _urdf_model(urdf_text: str, result: IdentificationResult,
                 nominal: RobotModel) -> RobotModel:
     """Load the written URDF back (with the fit's armature, which URDF cannot hold)."""
-    written = load_urdf(urdf_text, dtype=nominal.dtype).to(device=nominal.device)
+    written = load_urdf(xml=urdf_text, dtype=nominal.dtype).to(device=nominal.device)
     armature = result.model.armature if result.model is not None else nominal.armature
     return written.replace(armature=armature.detach().to(written.armature))
 

@@ -177,7 +177,7 @@ class Identifier(Node):
             estimator = config_cls.from_dict(
                 {**estimator.to_dict(), 'command_joints': list(self.info.command_joints)})
         self.estimator_config = estimator
-        self.nominal = load_urdf(robots.urdf_string(self.robot), dtype=torch.float64)
+        self.nominal = load_urdf(xml=robots.urdf_string(self.robot), dtype=torch.float64)
         self.warnings = ThrottledLogger(self.get_logger())
         self.stats = {'received': 0, 'refits': 0, 'accepted': 0, 'rejected': 0, 'failed': 0,
                       'decimated': 0}

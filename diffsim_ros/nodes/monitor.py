@@ -116,7 +116,7 @@ def validated_model(urdf: str, nominal: RobotModel) -> RobotModel:
         parameters or dynamics at rest are not finite (the message says which).
     """
     try:
-        model = load_urdf(urdf, dtype=nominal.dtype).to(device=nominal.device)
+        model = load_urdf(xml=urdf, dtype=nominal.dtype).to(device=nominal.device)
     except Exception as error:  # noqa: BLE001 - any parser failure rejects the model
         raise ValueError(f'URDF does not load: {error}') from None
     if model.joint_names != nominal.joint_names:

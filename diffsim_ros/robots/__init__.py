@@ -8,7 +8,7 @@ Robots: ``qube`` (Quanser QUBE-Servo 2 Furuta pendulum), ``cartpole`` (Quanser I
 >>> from diffsim_ros import robots
 >>> robots.get('qube').command_unit
 'V'
->>> xml = robots.urdf_string('panda')   # feed to diffsim_ros.core.load_urdf
+>>> xml = robots.urdf_string('panda')   # diffsim_ros.core.load_urdf(xml=xml)
 
 Standard library only (no torch, no ROS), so it is cheap to import anywhere.
 """

@@ -223,7 +223,7 @@ def add_payload(model: RobotModel, payload: Payload) -> RobotModel:
 
 @functools.lru_cache(maxsize=32)
 def _load(urdf: str) -> RobotModel:
-    return load_urdf(urdf, dtype=torch.float64)
+    return load_urdf(xml=urdf, dtype=torch.float64)
 
 
 def nominal_model(robot: str = '', urdf: Optional[str] = None) -> RobotModel:

@@ -156,7 +156,7 @@ def double_pendulum_model(params: Tensor, dtype: torch.dtype = torch.float64) ->
         :func:`~diffsim_ros.core.integrators.with_joint_friction`, not by ABA).
     """
     _check_params(params)
-    base = load_urdf(double_pendulum_urdf(), dtype=dtype)
+    base = load_urdf(xml=double_pendulum_urdf(), dtype=dtype)
     p = params.to(dtype)
     l1, l2, m1, m2, c1, i1, i2, d1, d2, f1, f2 = p.unbind(-1)
     zero = torch.zeros_like(l1)
