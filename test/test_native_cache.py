@@ -241,3 +241,12 @@ def test_a_broken_build_is_rebuilt(tmp_path):
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == '42'
     assert 'discarded' in run.stderr and 'cannot be imported' in run.stderr
+
+
+def test_without_file_locks_nothing_is_built(tmp_path, monkeypatch):
+    # Where fcntl is missing a build could not be guarded: refuse it (the caller runs torch).
+    monkeypatch.setattr(native_build, 'fcntl', None)
+    root = tmp_path / 'cache'
+    with pytest.raises(OSError, match='fcntl'):
+        load_cached(PREFIX, [_checkout(tmp_path / 'a')], CFLAGS, (), root=root)
+    assert not any(p.suffix == '.so' for p in root.rglob('*'))

@@ -23,7 +23,6 @@ that was killed, and is removed with a warning.
 """
 
 from contextlib import contextmanager
-import fcntl
 import hashlib
 import importlib.util
 import json
@@ -39,6 +38,11 @@ from types import ModuleType
 from typing import Iterator, Optional, Sequence
 
 import torch
+
+try:
+    import fcntl
+except ImportError:  # Windows: builds are refused (the torch code runs), the package imports
+    fcntl = None
 
 #: Changes whenever this module's cache layout changes.
 LAYOUT = 1
@@ -156,7 +160,10 @@ def build_lock(directory: Path, what: str) -> Iterator[None]:
     :param directory: the build directory (it must exist).
     :param what: what the lock guards, for the log (e.g. the extension's name).
     :return: a context manager; inside it this process is the only loader of the directory.
+    :raises OSError: on a platform without ``fcntl`` locks.
     """
+    if fcntl is None:
+        raise OSError('no fcntl file locks on this platform to build the extension safely')
     fd = os.open(directory / FLOCK, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
