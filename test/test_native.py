@@ -1,10 +1,11 @@
 """The fused C++ RNEA/ABA/CRBA kernels equal the torch algorithms, with exact gradients."""
 
 import logging
+from pathlib import Path
 
 from diffsim_ros import robots
 from diffsim_ros.core import aba, crba, load_urdf, rnea, ShapeError
-from diffsim_ros.core import native
+from diffsim_ros.core import native, native_build
 from diffsim_ros.core.native import aba_native, crba_native, rnea_native
 import pytest
 import torch
@@ -292,6 +293,17 @@ def test_missing_compiler_falls_back(monkeypatch, caplog):
     available, reason = native.native_available()
     assert not available and 'no C++ compiler' in reason
     assert 'no C++ compiler' in caplog.text
+
+
+def test_kernels_are_cached_under_their_source_key(kernels):
+    # The build lies in the cache directory named by the source text and flags (so two
+    # checkouts share it), next to the marker of a finished build.
+    key = native_build.cache_key([native.SOURCE], native.CFLAGS, native.LDFLAGS)
+    directory = native_build.default_root() / f'{native.EXTENSION_NAME}_{key}'
+    assert Path(native._extension().__file__).parent == directory
+    assert (directory / native_build.MARKER).is_file()
+    assert native_build.key_inputs([native.SOURCE], native.CFLAGS, native.LDFLAGS)['host'] \
+        == native_build.host_tag()
 
 
 def test_shape_errors_name_the_argument(kernels):

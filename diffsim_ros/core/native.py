@@ -10,9 +10,13 @@ The batched torch algorithms (:func:`diffsim_ros.core.rnea`, :func:`diffsim_ros.
 ``(B, n, ...)`` intermediates through memory.  The kernels here (``native/rnea.cpp``) run one
 sample's whole recursion in a workspace that stays in cache, OpenMP-parallel over the batch
 with at most ``torch.get_num_threads()`` threads.  They are compiled on first use with
-:func:`torch.utils.cpp_extension.load` with ``-march=native`` (cached in
-``TORCH_EXTENSIONS_DIR``, by default ``~/.cache/torch_extensions``, under a name tagged with
-the CPU model and flags).
+:func:`torch.utils.cpp_extension.load` with ``-march=native``, once per source text, flags
+and toolchain: the build is cached in ``TORCH_EXTENSIONS_DIR`` (by default
+``~/.cache/torch_extensions``) under ``diffsim_ros_native_dynamics_<key>``, the key hashing
+``native/rnea.cpp``'s text, :data:`CFLAGS`, :data:`LDFLAGS`, the compiler, the torch version,
+the Python ABI and the CPU model, so checkouts with the same source share one build.  Loaders
+that start together wait for one build (logged), and a lock left by a killed build is
+removed with a warning (:mod:`diffsim_ros.core.native_build`).
 
 Gradients: all three functions are differentiable w.r.t. ``model.inertial`` and
 ``model.armature``.  When a gradient is needed, the forward kernels save each sample's poses
@@ -33,11 +37,8 @@ implementation, as it does on CUDA, for dtypes other than float32/float64, witho
 compiler, or after :func:`set_enabled` ``(False)``; each reason is logged once.
 """
 
-import hashlib
 import logging
-import os
 from pathlib import Path
-import platform
 import shutil
 import threading
 from typing import Callable, Optional, Tuple
@@ -49,6 +50,7 @@ from .aba import aba
 from .crba import crba
 from .errors import check_trailing_shape
 from .model import PRISMATIC, RobotModel
+from .native_build import compiler, load_cached
 from .rnea import rnea
 
 Tensor = torch.Tensor
@@ -59,6 +61,9 @@ BackwardResult = Tuple[Tensor, Tensor, Tuple[float, float]]
 DISABLED = 'disabled by set_enabled(False)'
 SOURCE = Path(__file__).resolve().parent / 'native' / 'rnea.cpp'
 EXTENSION_NAME = 'diffsim_ros_native_dynamics'
+#: Compiler and linker flags of the kernels (part of their build cache key).
+CFLAGS = ('-O3', '-march=native', '-fopenmp')
+LDFLAGS = ('-fopenmp',)
 _DTYPES = (torch.float32, torch.float64)
 #: Trailing (non-batch) dims of inertial, armature, joint origins and gravity.
 _TRAILING = (2, 1, 3, 1)
@@ -82,41 +87,16 @@ def log_fallback(reason: str, level: int = logging.INFO) -> None:
         _logger.log(level, 'native dynamics: falling back to torch: %s', reason)
 
 
-def _host_tag() -> str:
-    """
-    Return a short tag of this CPU's model and instruction-set flags.
-
-    The kernel is built with ``-march=native``; the tag in the extension's name keeps a build
-    cache shared between different machines (a networked home directory) from loading a
-    binary with instructions this CPU lacks.
-    """
-    text = platform.machine()
-    try:
-        with open('/proc/cpuinfo', encoding='utf-8', errors='replace') as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith(('model name', 'flags', 'Features')):
-                    text += line
-                if line.strip() == '':
-                    break  # the first processor describes them all
-    except OSError:
-        text += platform.processor()
-    return hashlib.sha1(text.encode()).hexdigest()[:8]
-
-
 def _compile():
     """Build or load the extension; return ``(module, None)`` or ``(None, reason)``."""
     # torch.utils.cpp_extension builds with $CXX (default c++); check the same program
-    compiler = os.environ.get('CXX', 'c++')
-    if shutil.which(compiler) is None:
-        return None, f'no C++ compiler ({compiler!r} not found on PATH)'
+    program = compiler()
+    if shutil.which(program) is None:
+        return None, f'no C++ compiler ({program!r} not found on PATH)'
     if not SOURCE.is_file():
         return None, f'kernel source {SOURCE} is missing'
     try:
-        from torch.utils import cpp_extension
-        module = cpp_extension.load(
-            name=f'{EXTENSION_NAME}_{_host_tag()}', sources=[str(SOURCE)],
-            extra_cflags=['-O3', '-march=native', '-fopenmp'], extra_ldflags=['-fopenmp'],
-            verbose=False)
+        module = load_cached(EXTENSION_NAME, [SOURCE], CFLAGS, LDFLAGS)
     except Exception as error:  # any build failure means: use the torch code
         return None, f'building the kernel failed: {error!r}'
     return module, None
