@@ -278,8 +278,10 @@ def load_cached(prefix: str, sources: Sequence[Path], cflags: Sequence[str],
         copies = _copy_sources(sources, directory / 'sources')
         if cache_key(copies, cflags, ldflags) != key:  # what is built is what was hashed
             raise RuntimeError(f'the sources {list(map(str, sources))} changed while loading')
-        _logger.info('native build: building %s in %s (once per source, flags and toolchain)',
-                     name, directory)
+        # a warning, so that it reaches stderr without any logging set-up: the first start
+        # of a node on a new machine waits about a minute here, and must say why
+        _logger.warning('native build: compiling %s in %s, once per source, flags and '
+                        'toolchain (about a minute)', name, directory)
         from torch.utils import cpp_extension
         module = cpp_extension.load(
             name=name, sources=copies, extra_cflags=list(cflags), extra_ldflags=list(ldflags),
