@@ -151,7 +151,7 @@ outputs in --out: params.yaml, model.urdf, metrics.json, report.png
 
 exit status:
   0    done
-  2    bad input or unwritable --out: one line on stderr, nothing fitted
+  2    bad input or unwritable --out: one line on stderr (checked before fitting)
   3    done, but the data do not excite the dynamics (condition number of the base
        regressor above --max-condition, e.g. a robot at rest or at constant velocity):
        a warning on stderr, "excitation" and "warning" in metrics.json
