@@ -27,6 +27,14 @@ episodes) or ``tracking_rms``, ``refits``,
 parameter_error`: relative inverse-dynamics error of the controller's model against the true
 one at random states, 0 when every identifiable inertial and friction parameter is exact).
 
+Progress goes to stdout as it runs: a start line (robot, controller, episodes, their simulated
+length), the native kernel's preparation (built on the first run on a machine), a line at every
+fifth of an episode's simulated time (refits so far, wall time), a line per finished episode
+and the summary, numbers rounded to what they mean.
+
+Exit status: 0 when the evaluation ran (whatever its success rate), 2 for bad arguments
+(argparse's usage line and message on stderr).
+
 >>> main(['--robot', 'qube', '--controller', 'adaptive-mpc', '--episodes', '3',
 ...       '--param-error', '0.3', '--seed', '1', '--json', 'qube.json'])
 """
@@ -37,7 +45,7 @@ import math
 from pathlib import Path
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -50,6 +58,7 @@ from .control.ilqr import ILQRConfig
 from .control.tasks import evaluate, get_task, make_ilqr, reference, start_state, SWING_UP, \
     Task, task_names, upright_angle
 from .core import RobotModel
+from .core.native import native_available
 from .sim import MujocoPlant, nominal_model, PlantConfig
 from .sysid import estimators
 
@@ -59,6 +68,8 @@ PARAM_ERROR_DEFINITION = (
     'random states: sqrt(mean_j sum_s (tau_model - tau_true)^2 / sum_s tau_true^2) with '
     'tau = rnea + damping qd + coulomb tanh(qd / 0.01); 0 iff every identifiable inertial and '
     'friction parameter is exact')
+#: In-episode progress lines per episode (at equal fractions of its simulated time).
+PROGRESS_LINES = 4
 
 
 def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -71,7 +82,10 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog='diffsim-sim-eval',
         description='Closed-loop evaluation of nominal MPC, adaptive MPC and baselines on a '
-                    'simulated robot whose parameters differ from the nominal model.')
+                    'simulated robot whose parameters differ from the nominal model.',
+        epilog='exit status: 0 the evaluation ran (whatever its success rate); 2 bad '
+               'arguments (one message on stderr). Progress goes to stdout: a start line, '
+               'a line at every fifth of an episode and one per finished episode.')
     parser.add_argument('--robot', default='qube', choices=task_names())
     parser.add_argument('--controller', default='adaptive-mpc', choices=CONTROLLERS)
     parser.add_argument('--episodes', default=3, type=int, help='episodes (default 3)')
@@ -175,7 +189,8 @@ def _adaptive(controller: Any, robot: str, estimator: str, rate_hz: float,
 
 
 def run_episode(plant: MujocoPlant, task: Task, controller: Any, replan_every: int,
-                model: RobotModel, duration: float) -> Dict[str, Any]:
+                model: RobotModel, duration: float,
+                progress: Optional[Callable[[int, int], None]] = None) -> Dict[str, Any]:
     """
     Run one episode from the task's start state and score it.
 
@@ -185,6 +200,9 @@ def run_episode(plant: MujocoPlant, task: Task, controller: Any, replan_every: i
     :param replan_every: driver ticks between solves.
     :param model: model giving the joint order of the scores.
     :param duration: episode length, s.
+    :param progress: called as ``progress(tick, ticks)`` after the ticks that end each of
+        :data:`PROGRESS_LINES` equal parts of the episode but the last (simulated time, so
+        the lines do not depend on the machine's speed).
     :return: the episode's scores plus ``solve_ms`` (mean wall time of a solve).
     """
     q0, qd0 = start_state(task, model)
@@ -195,7 +213,10 @@ def run_episode(plant: MujocoPlant, task: Task, controller: Any, replan_every: i
     n = model.n
     record = np.zeros((steps, 1 + 2 * n + len(plant.command_joints)))
     solve_times, policy = [], None
+    report_at = {steps * part // (PROGRESS_LINES + 1) for part in range(1, PROGRESS_LINES + 1)}
     for k in range(steps):
+        if progress is not None and k in report_at and k:
+            progress(k, steps)
         q = torch.tensor(measurement.q)
         qd = torch.tensor(measurement.qd)
         x = torch.cat((q, qd))
@@ -234,13 +255,13 @@ def evaluate_controller(args: argparse.Namespace) -> Dict[str, Any]:
     model = control_model(args.robot, nominal_model(args.robot))
     controller, replan = make_controller(args.controller, task, model, plant.rate_hz,
                                          args.quick, args.estimator, truth=lambda: truth)
-    duration = args.duration if args.duration is not None else (
-        0.6 * task.duration_s if args.quick else task.duration_s)
+    duration = episode_duration(args, task)
     episodes: List[Dict[str, Any]] = []
     start = time.perf_counter()
     for episode in range(args.episodes):
         refits_before = getattr(controller, 'refits', 0)
-        scores = run_episode(plant, task, controller, replan, model, duration)
+        progress = _progress_printer(controller, episode, plant.rate_hz, duration, start)
+        scores = run_episode(plant, task, controller, replan, model, duration, progress)
         current = getattr(controller, 'current_model', controller.dynamics.model)
         scores.update(episode=episode, refits=getattr(controller, 'refits', 0) - refits_before,
                       param_error=parameter_error(current, truth))
@@ -269,6 +290,36 @@ def evaluate_controller(args: argparse.Namespace) -> Dict[str, Any]:
     return summary
 
 
+def episode_duration(args: argparse.Namespace, task: Task) -> float:
+    """
+    Return the simulated length of an episode.
+
+    :param args: parsed arguments (``duration``, ``quick``).
+    :param task: the task.
+    :return: ``--duration``, else the task's (60 % of it with ``--quick``), s.
+    """
+    if args.duration is not None:
+        return args.duration
+    return 0.6 * task.duration_s if args.quick else task.duration_s
+
+
+def _progress_printer(controller: Any, episode: int, rate_hz: float, duration: float,
+                      start: float) -> Callable[[int, int], None]:
+    """Return the in-episode progress callback of :func:`run_episode` (prints a line)."""
+    refits_before = getattr(controller, 'refits', 0)
+
+    def report(tick: int, ticks: int) -> None:
+        refits = getattr(controller, 'refits', 0) - refits_before
+        print(f'  episode {episode:2d}: {tick / rate_hz:5.2f} of {duration:.3g} s simulated, '
+              f'{refits} refit(s) so far, {time.perf_counter() - start:.0f} s wall', flush=True)
+    return report
+
+
+def _number(value: Optional[float], unit: str = '') -> str:
+    """Return a result to 3 significant digits (``-`` when missing)."""
+    return '-' if value is None else f'{value:.3g}{" " + unit if unit else ""}'
+
+
 def _row(scores: Dict[str, Any], task: Task) -> str:
     if task.kind == SWING_UP:
         t_up = scores['swing_up_time_s']
@@ -288,19 +339,38 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     :return: 0 (bad arguments exit with status 2 through argparse).
     """
     args = parse_args(argv)
-    print(f'{args.robot}: {args.controller}, {args.episodes} episode(s), parameters '
-          f'{args.param_error:.0%} off nominal (seed {args.seed})', flush=True)
+    print(_start_line(args), flush=True)
+    start = time.perf_counter()
+    print('preparing the native kernel (built on the first run on this machine, about a '
+          'minute)', flush=True)
+    native, reason = native_available()
+    compiles = '; the first solves also compile the rollouts' \
+        if args.controller.endswith('mpc') else ''
+    print(f'native kernel {"ready" if native else "unavailable (" + str(reason) + ")"} after '
+          f'{time.perf_counter() - start:.0f} s{compiles}', flush=True)
     summary = evaluate_controller(args)
-    metric = ('mean swing-up time', summary.get('mean_swing_up_time_s')) \
-        if 'mean_swing_up_time_s' in summary else ('tracking rms', summary.get('tracking_rms'))
-    print(f'success rate {summary["success_rate"]:.2f}  {metric[0]} '
-          f'{metric[1] if metric[1] is not None else "-"}  refits {summary["refits"]}  '
-          f'param error {summary["nominal_param_error"]:.3f} -> '
-          f'{summary["final_param_error"]:.3f}')
+    metric = ('mean swing-up time', _number(summary.get('mean_swing_up_time_s'), 's')) \
+        if 'mean_swing_up_time_s' in summary else \
+        ('tracking rms', _number(summary.get('tracking_rms'), 'rad'))
+    print(f'success rate {summary["success_rate"]:.2f}  {metric[0]} {metric[1]}  refits '
+          f'{summary["refits"]}  param error {summary["nominal_param_error"]:.3f} -> '
+          f'{summary["final_param_error"]:.3f}  wall {summary["wall_time_s"]:.0f} s',
+          flush=True)
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(_jsonable(summary), indent=2), encoding='utf-8')
     return 0
+
+
+def _start_line(args: argparse.Namespace) -> str:
+    """Return what the run is about to do, in one line."""
+    duration = episode_duration(args, get_task(args.robot))
+    estimator = f' (estimator {args.estimator})' if args.controller.startswith('adaptive') \
+        else ''
+    return (f'diffsim-sim-eval: {args.controller}{estimator} on one simulated {args.robot} '
+            f'(MuJoCo), parameters {args.param_error:.0%} off nominal (seed {args.seed}): '
+            f'{args.episodes} episode(s) of {duration:.3g} s simulated'
+            f'{", quick MPC" if args.quick else ""}')
 
 
 def _jsonable(value: Any) -> Any:

@@ -15,12 +15,14 @@ model's are.
 import argparse
 import json
 import math
+import os
 from pathlib import Path
 
 from diffsim_ros import robots
 from diffsim_ros.core import load_urdf, rnea
-from diffsim_ros.io import write_bag, write_csv, write_npz
-from diffsim_ros.io.fit_cli import away_from_limits, main, Progress, split
+from diffsim_ros.io import load_qube_runs, write_bag, write_csv, write_npz
+from diffsim_ros.io.fit_cli import (away_from_limits, EXIT_NOT_EXCITED, EXIT_USAGE, main,
+                                    MAX_CONDITION, Progress, split)
 from diffsim_ros.sim import excitation_for, MujocoPlant, PlantConfig
 from diffsim_ros.sim.parameters import nominal_model
 from diffsim_ros.sysid.dataset import Trajectory
@@ -98,6 +100,9 @@ def _check_outputs(out: Path, method: str, joints) -> dict:
         assert key in metrics, key
     assert set(metrics['rollout']) == {'1s', '2s'}
     assert metrics['wall_time_s']['total'] >= metrics['wall_time_s']['fit'] > 0
+    # the recordings are excited: no warning, and the measure is in the metrics
+    assert metrics['warning'] is None and metrics['excitation']['sufficient']
+    assert metrics['excitation']['condition_number'] < MAX_CONDITION
     assert metrics['versions']['diffsim_ros']
     text = (out / 'model.urdf').read_text()
     model = load_urdf(xml=text, dtype=torch.float64)
@@ -270,9 +275,109 @@ def test_ffnn_writes_the_nominal_urdf(qube, tmp_path, capsys):
     torch.testing.assert_close(result['model'].inertial, nominal.inertial)
 
 
-def test_help_exits_zero(capsys):
+def test_help_exits_zero_and_says_what_the_exit_statuses_mean(capsys):
     assert main(['--help']) == 0
-    assert 'diffsim-fit' in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert 'diffsim-fit' in text and 'exit status' in text
+    for status in (0, EXIT_USAGE, EXIT_NOT_EXCITED, 130):
+        assert f'\n  {status} ' in text, status
+    assert '--max-condition' in text
+
+
+# --------------------------------------------------------------------------------------
+# Excitation: data that cannot determine the parameters say so (exit status 3)
+# --------------------------------------------------------------------------------------
+PENDULUM_JOINTS = ('shoulder_joint', 'elbow_joint')
+
+
+def _synthetic_npz(path: Path, q: np.ndarray, noise: float = 0.0, seed: int = 0) -> Path:
+    """
+    Write a double-pendulum recording whose torques are the nominal model's own.
+
+    Velocities and accelerations are left to the command's derivative filter, as in a real
+    recording; ``noise`` is the standard deviation of the position noise (rad), a tenth of
+    it in N m on the torques.
+    """
+    t = np.arange(len(q)) / RATE_HZ
+    model = nominal_model('double_pendulum')
+    qt = torch.from_numpy(q)
+    qd = torch.gradient(qt, spacing=(torch.from_numpy(t),), dim=0)[0]
+    qdd = torch.gradient(qd, spacing=(torch.from_numpy(t),), dim=0)[0]
+    with torch.no_grad():
+        tau = rnea(model, qt, qd, qdd) + model.damping * qd + model.friction * torch.tanh(
+            qd / 0.01)
+    generator = np.random.default_rng(seed)
+    np.savez(path, t=t, q=q + noise * generator.standard_normal(q.shape),
+             tau=tau.numpy() + 0.1 * noise * generator.standard_normal(q.shape),
+             joint_names=np.array(PENDULUM_JOINTS))
+    return path
+
+
+def _motion(kind: str) -> np.ndarray:
+    t = np.arange(0.0, 6.0, 1.0 / RATE_HZ)[:, None]
+    if kind == 'chirp':
+        rate = np.array([0.3, 0.4])          # Hz, sweeping up by 20 % per second
+        return 0.5 * np.sin(2 * math.pi * rate * t * (1.0 + 0.2 * t))
+    if kind == 'rest':
+        return np.broadcast_to(np.array([0.3, -0.2]), (len(t), 2)).copy()
+    return np.array([0.3, -0.2]) + np.array([0.8, -0.5]) * t    # constant velocity
+
+
+@pytest.mark.parametrize('kind,noise', [('rest', 0.0), ('rest', 1e-4),
+                                        ('constant velocity', 0.0),
+                                        ('constant velocity', 1e-4)])
+def test_motionless_data_warn_and_exit_3(tmp_path, capsys, kind, noise):
+    data = _synthetic_npz(tmp_path / 'still.npz', _motion(kind), noise)
+    out = tmp_path / 'out'
+    code = main([str(data), '--robot', 'double_pendulum', '--method', 'nea', '--out', str(out),
+                 '--quiet'])
+    err = capsys.readouterr().err
+    assert code == EXIT_NOT_EXCITED, err
+    assert 'Traceback' not in err and 'do not excite the dynamics' in err
+    assert f'exit status {EXIT_NOT_EXCITED}' in err
+    for name in OUTPUTS:                      # the fit still ran and wrote its outputs
+        assert (out / name).is_file(), name
+    metrics = json.loads((out / 'metrics.json').read_text())
+    excitation = metrics['excitation']
+    assert not excitation['sufficient'] and excitation['max_condition'] == MAX_CONDITION
+    assert excitation['condition_number'] is None or \
+        excitation['condition_number'] > MAX_CONDITION
+    assert excitation['base_parameters'] == 10 and excitation['least_excited']
+    assert 'do not excite' in metrics['warning']
+
+
+def test_a_chirp_excites_the_dynamics_and_exits_0(tmp_path, capsys):
+    data = _synthetic_npz(tmp_path / 'chirp.npz', _motion('chirp'), noise=1e-4)
+    out = tmp_path / 'out'
+    code = main([str(data), '--robot', 'double_pendulum', '--method', 'nea', '--out', str(out)])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert 'warning' not in err and 'excitation: condition number' in err
+    metrics = json.loads((out / 'metrics.json').read_text())
+    assert metrics['warning'] is None and metrics['excitation']['sufficient']
+    assert metrics['excitation']['rank'] == metrics['excitation']['base_parameters'] == 10
+    assert metrics['excitation']['condition_number'] < 0.1 * MAX_CONDITION
+
+
+@pytest.mark.parametrize('kind', ['chirp', 'swingup'])
+def test_recorded_qube_runs_are_excited(data_dir, tmp_path, capsys, kind):
+    # a real Qube recording (Pyrado, 10 s), fitted whole through the DC motor.  (Its first 4 s
+    # of chirp alone, 10 Hz down to 6 Hz, barely move the pendulum: condition number 5e3.)
+    run = load_qube_runs(data_dir, kinds=(kind,))[0]
+    table = write_csv(tmp_path / 'qube.csv', [run.replace(run=kind)])
+    code = main([str(table), '--robot', 'qube', '--method', 'nea', '--validation', '0',
+                 '--out', str(tmp_path / 'out'), '--quiet'])
+    err = capsys.readouterr().err
+    assert code == 0 and 'excite' not in err, err
+    excitation = json.loads((tmp_path / 'out' / 'metrics.json').read_text())['excitation']
+    assert excitation['sufficient'] and excitation['condition_number'] < 0.2 * MAX_CONDITION
+
+
+def test_max_condition_sets_what_counts_as_excited(tmp_path, capsys):
+    data = _synthetic_npz(tmp_path / 'chirp.npz', _motion('chirp'))
+    code = main([str(data), '--robot', 'double_pendulum', '--method', 'nea', '--out',
+                 str(tmp_path / 'out'), '--max-condition', '1.5', '--quiet'])
+    assert code == EXIT_NOT_EXCITED and '--max-condition 1.5' in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------------------
@@ -285,6 +390,125 @@ def _error(capsys, *argv) -> str:
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith('diffsim-fit: error: '), err
     return lines[0]
+
+
+def test_unwritable_out_is_reported_before_anything_is_loaded(pendulum, tmp_path, capsys):
+    blocker = tmp_path / 'a_file'
+    blocker.write_text('')
+    code = main([str(pendulum['npz']), '--robot', 'double_pendulum', '--method', 'nea',
+                 '--out', str(blocker / 'sub')])
+    err = capsys.readouterr().err
+    # not --quiet: the error is the only line, so no stage (loading, fitting) ran before it
+    assert code == EXIT_USAGE and err.count('\n') == 1, err
+    assert err.startswith('diffsim-fit: error: --out ') and 'cannot be created' in err
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason='root writes into read-only folders')
+def test_read_only_out(pendulum, tmp_path, capsys):
+    folder = tmp_path / 'read_only'
+    folder.mkdir()
+    folder.chmod(0o555)
+    message = _error(capsys, pendulum['npz'], '--robot', 'double_pendulum', '--out', folder)
+    assert 'not writable' in message
+
+
+def _npz(path: Path, **arrays) -> Path:
+    t = np.arange(0.0, 2.0, 0.01)
+    base = {'t': t, 'q': np.zeros((len(t), 2)), 'tau': np.zeros((len(t), 2)),
+            'joint_names': np.array(PENDULUM_JOINTS)}
+    base.update(arrays)
+    np.savez(path, **{k: v for k, v in base.items() if v is not None})
+    return path
+
+
+@pytest.mark.parametrize('case,expected', [
+    ('empty file', 'empty (0 bytes)'),
+    ('empty archive', 'missing array'),
+    ('truncated archive', 'not a readable .npz'),
+    ('no positions', "missing array(s) ['q']"),
+    ('positions 1-D', 'expected shape (200, 2), got (200,)'),
+    ('three position columns', 'got (200, 3)'),
+    ('NaN', 'NaN'),
+    ('complex', 'not real numbers'),
+    ('unknown joints', "no joint(s) ['shoulder_joint', 'elbow_joint']"),
+    ('times in nanoseconds', 'times must be in seconds'),
+    ('one sample', 'no run has 20 samples'),
+])
+def test_bad_npz_is_one_line(tmp_path, capsys, case, expected):
+    path = tmp_path / 'data.npz'
+    t = np.arange(0.0, 2.0, 0.01)
+    if case == 'empty file':
+        path.write_bytes(b'')
+    elif case == 'empty archive':
+        np.savez(path)
+    elif case == 'truncated archive':
+        path.write_bytes(_npz(tmp_path / 'whole.npz').read_bytes()[:300])
+    else:
+        _npz(path, **{
+            'no positions': {'q': None},
+            'positions 1-D': {'q': t},
+            'three position columns': {'q': np.zeros((len(t), 3))},
+            'NaN': {'q': np.where(t[:, None] > 1.0, np.nan, 0.0) * np.ones(2)},
+            'complex': {'q': np.zeros((len(t), 2), dtype=complex)},
+            'unknown joints': {'joint_names': np.array(['a', 'b'])},
+            'times in nanoseconds': {'t': 1e9 * t},
+            'one sample': {'t': t[:1], 'q': np.zeros((1, 2)), 'tau': np.zeros((1, 2))},
+        }[case])
+    message = _error(capsys, path, '--robot', 'double_pendulum', '--out', tmp_path / 'out')
+    assert expected in message
+
+
+@pytest.mark.parametrize('option,value,expected', [
+    ('--cutoff', 'nan', 'must be finite'), ('--cutoff', '-5', '>= 0'),
+    ('--cutoff', '80', 'Nyquist'), ('--limit-margin', 'inf', 'must be finite'),
+    ('--max-iter', '0', '>= 1'), ('--max-iter', '2.5', 'not an integer'),
+    ('--seed', '-1', '>= 0'), ('--seed', str(2 ** 70), '<= 9223372036854775807'),
+    ('--max-condition', '0.5', '>= 1'), ('--validation', 'nan', '[0, 1)'),
+    ('--validation', 'swing', 'single run'), ('--out', '', 'empty path'),
+])
+def test_bad_option_values_are_one_line(pendulum, tmp_path, capsys, option, value, expected):
+    argv = [pendulum['npz'], '--robot', 'double_pendulum', '--method', 'nea',
+            '--out', tmp_path / 'out', option, value]
+    message = _error(capsys, *argv)
+    assert expected in message and option in message
+
+
+def test_empty_data_path(tmp_path, capsys):
+    assert 'empty path' in _error(capsys, '', '--robot', 'qube', '--out', tmp_path)
+
+
+@pytest.mark.parametrize('content,expected', [
+    (b'\xff\xfe garbage', 'cannot read --config'),
+    (b'stages: [5]\n', 'invalid diffnea configuration'),
+    (b'adam_iterations: -3\n', 'adam_iterations must be >= 0'),
+])
+def test_bad_config_files_are_one_line(pendulum, tmp_path, capsys, content, expected):
+    config = tmp_path / 'config.yaml'
+    config.write_bytes(content)
+    message = _error(capsys, pendulum['npz'], '--robot', 'double_pendulum', '--config', config,
+                     '--max-iter', '3', '--out', tmp_path / 'out')
+    assert expected in message
+
+
+def test_a_fifo_is_never_opened(pendulum, tmp_path, capsys):
+    # a named pipe would block the read forever: data, URDF and config are refused at once
+    fifo = tmp_path / 'pipe.csv'
+    os.mkfifo(fifo)
+    for argv, what in (([fifo, '--robot', 'qube'], 'data file'),
+                       ([pendulum['npz'], '--robot', fifo], 'URDF file'),
+                       ([pendulum['npz'], '--robot', 'double_pendulum', '--config', fifo],
+                        '--config')):
+        message = _error(capsys, *argv, '--out', tmp_path / 'out')
+        assert what in message and 'not a regular file' in message
+
+
+def test_an_empty_urdf_file(pendulum, tmp_path, capsys):
+    urdf = tmp_path / 'robot.urdf'
+    urdf.write_text('')
+    assert 'empty' in _error(capsys, pendulum['npz'], '--robot', urdf, '--out', tmp_path)
+    urdf.write_text('robot.urdf')     # text that is not XML is never read as a path
+    assert 'does not hold XML' in _error(capsys, pendulum['npz'], '--robot', urdf, '--out',
+                                         tmp_path)
 
 
 def test_missing_data(tmp_path, capsys):

@@ -7,6 +7,7 @@ nominal MPC fails or is clearly worse) on seeds that are not the ones reported.
 """
 
 import json
+import re
 
 from diffsim_ros.sim import nominal_model
 from diffsim_ros.sim_eval import control_model, main, PARAM_ERROR_DEFINITION
@@ -26,6 +27,14 @@ def test_bad_arguments_exit_with_status_2(argv, capsys):
     assert 'error' in capsys.readouterr().err
 
 
+def test_help_says_what_the_exit_statuses_mean(capsys):
+    with pytest.raises(SystemExit) as excinfo:
+        main(['--help'])
+    text = ' '.join(capsys.readouterr().out.split())
+    assert excinfo.value.code == 0
+    assert 'exit status: 0 the evaluation ran' in text and '2 bad arguments' in text
+
+
 def test_baseline_episode_writes_the_json_record(tmp_path, capsys):
     path = tmp_path / 'out' / 'qube.json'
     assert main(['--robot', 'qube', '--controller', 'baseline', '--episodes', '2',
@@ -41,7 +50,27 @@ def test_baseline_episode_writes_the_json_record(tmp_path, capsys):
     assert record['refits'] == 0
     assert record['final_param_error'] == pytest.approx(record['nominal_param_error'])
     assert record['param_error_definition'] == PARAM_ERROR_DEFINITION
-    assert 'success rate' in capsys.readouterr().out
+    lines = capsys.readouterr().out.splitlines()
+    # what it runs, before anything runs; then the kernel, then progress in simulated time
+    assert lines[0].startswith('diffsim-sim-eval: baseline on one simulated qube')
+    assert '2 episode(s) of 0.2 s simulated' in lines[0] and 'seed 3' in lines[0]
+    assert lines[1].startswith('preparing the native kernel')
+    assert lines[2].startswith('native kernel ')
+    progress = [line for line in lines if line.startswith('  episode ')]
+    assert [line.split(':')[0] for line in progress] == ['  episode  0'] * 4 + \
+        ['  episode  1'] * 4
+    assert [line.split()[2] for line in progress[:4]] == ['0.04', '0.08', '0.12', '0.16']
+    assert [line.split()[1] for line in lines if line.startswith('episode ')] == ['0', '1']
+    assert lines[-1].startswith('success rate 0.00  mean swing-up time -  refits 0')
+    _assert_rounded(lines)
+
+
+def _assert_rounded(lines):
+    """No raw float (``2.21705596560012``): at most 4 decimals, at most 4 significant digits."""
+    for line in lines[1:]:
+        for number in re.findall(r'\d+\.\d+', line):
+            assert len(number.split('.')[1]) <= 4, line
+            assert len(number.replace('.', '').lstrip('0')) <= 4, line
 
 
 def test_adaptive_mpc_refits_during_a_short_episode(tmp_path):
@@ -54,13 +83,18 @@ def test_adaptive_mpc_refits_during_a_short_episode(tmp_path):
     assert record['episodes'][0]['refits'] == record['refits']
 
 
-def test_energy_baseline_swings_up_the_nominal_mujoco_qube(tmp_path):
+def test_energy_baseline_swings_up_the_nominal_mujoco_qube(tmp_path, capsys):
     path = tmp_path / 'baseline.json'
     assert main(['--robot', 'qube', '--controller', 'baseline', '--episodes', '1',
                  '--param-error', '0.0', '--duration', '5.5', '--json', str(path)]) == 0
-    episode = json.loads(path.read_text())['episodes'][0]
+    record = json.loads(path.read_text())
+    episode = record['episodes'][0]
     assert episode['success'] and episode['within_limit']
     assert episode['swing_up_time_s'] < 4.5
+    # the summary gives the swing-up time to 3 significant digits, not the raw float
+    summary = capsys.readouterr().out.splitlines()[-1]
+    assert f'mean swing-up time {record["mean_swing_up_time_s"]:.3g} s' in summary, summary
+    _assert_rounded([summary])
 
 
 def test_tracking_json_has_the_rms(tmp_path):

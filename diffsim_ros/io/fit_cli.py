@@ -63,13 +63,23 @@ Outputs in ``--out``:
   parameter table;
 * ``modules.pt`` (neural friction or black-box models only): their ``state_dict``.
 
-Exit codes: 0 success; 2 for problems with the inputs (one line on stderr, no traceback):
-missing / empty / corrupt data, unknown topic or joints, unknown robot, invalid URDF or
-configuration, unknown method or actuator; 130 when interrupted.  Anything else is a bug and
-raises with its traceback.
+Before the fit, the excitation of the training data is measured
+(:func:`diffsim_ros.sysid.excitation.excitation`: condition number of the column-normalised
+base regressor); above ``--max-condition`` the data cannot determine every base parameter (a
+robot at rest, a joint at constant velocity): a warning goes to stderr, ``metrics.json`` gets
+``excitation`` and ``warning``, the fit still runs and writes its outputs, and the exit status
+is 3.
+
+Exit codes: 0 success; 2 for problems with the inputs or the output folder (one line on
+stderr, no traceback, found before the fit): missing / empty / corrupt data, arrays of the
+wrong shape or with NaN, unknown topic or joints, unknown robot, invalid URDF or configuration,
+unknown method or actuator, out-of-range option values, an ``--out`` that cannot be written;
+3 when the outputs are written but the data do not excite the dynamics; 130 when interrupted.
+Anything else is a bug and raises with its traceback.
 """
 
 import argparse
+import contextlib
 import dataclasses
 import importlib.metadata
 import inspect
@@ -77,9 +87,10 @@ import math
 from pathlib import Path
 import platform
 import sys
+import tempfile
 import threading
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence, TextIO, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, TextIO, Tuple, Type
 import warnings
 
 import numpy as np
@@ -98,8 +109,10 @@ from ..core.model import PRISMATIC, RobotModel
 from ..core.urdf import load_urdf
 from ..sysid import estimators
 from ..sysid.dataset import Trajectory
+from ..sysid.excitation import Excitation, excitation
 from ..sysid.filters import accelerations_from_velocity, estimate_derivatives
 from ..sysid.losses import command_joints_for, DT_TOLERANCE, resolve_source
+from ..sysid.nea import RegressorColumns
 from ..sysid.preprocess import (limit_free_runs, resample, split_blocks, split_runs,
                                 split_time)
 from ..sysid.result import IdentificationResult
@@ -111,6 +124,16 @@ ACTUATOR_CHOICES = ('viscous', 'stribeck', 'nn-friction', 'nn-residual')
 MIN_SAMPLES = 20
 #: Block length of the validation split of a single run, s.
 SPLIT_BLOCK_S = 2.0
+#: Exit status: the inputs or the output folder are unusable (one line on stderr).
+EXIT_USAGE = 2
+#: Exit status: outputs written, but the data do not excite the dynamics (see --max-condition).
+EXIT_NOT_EXCITED = 3
+#: Default ``--max-condition``.  Measured (sysid/excitation.py): chirps, multisines and the
+#: recorded Qube, cart-pole and Panda excitations 3-40; robots at rest or at constant velocity
+#: with sensor noise 650 and more; this lies a factor 3-5 from both.
+MAX_CONDITION = 200.0
+#: Sampling rates a recording can plausibly have, Hz (outside: times not in seconds).
+RATE_RANGE_HZ = (0.1, 1e6)
 
 
 EPILOG = """\
@@ -124,7 +147,15 @@ data:
   missing qd/qdd are estimated with a zero-phase Butterworth filter (--cutoff)
 
 outputs in --out: params.yaml, model.urdf, metrics.json, report.png
-exit codes: 0 done, 2 bad input (one line on stderr), 130 interrupted
+  (--out is created and checked for writing before anything is fitted)
+
+exit status:
+  0    done
+  2    bad input or unwritable --out: one line on stderr (checked before fitting)
+  3    done, but the data do not excite the dynamics (condition number of the base
+       regressor above --max-condition, e.g. a robot at rest or at constant velocity):
+       a warning on stderr, "excitation" and "warning" in metrics.json
+  130  interrupted
 """
 
 
@@ -140,6 +171,51 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+@contextlib.contextmanager
+def reported(what: str, *errors: Type[BaseException]) -> Iterator[None]:
+    """
+    Turn the listed exceptions raised inside the block into a :class:`UsageError`.
+
+    The one place where errors of the libraries that read the user's inputs (files, YAML,
+    estimator configs) become the one-line message; anything not listed stays a bug.
+
+    :param what: prefix of the message (e.g. ``"cannot read --config 'x.yaml'"``), or ``''``.
+    :param errors: exception types that mean bad input here.
+    :return: a context manager.
+    :raises UsageError: ``what: <the exception in one line>``.
+    """
+    try:
+        yield
+    except errors as exc:
+        text = _one_line(exc).strip('"') or type(exc).__name__
+        raise UsageError(f'{what}: {text}' if what else text) from None
+
+
+def _path(text: str) -> Path:
+    if not text.strip():
+        raise argparse.ArgumentTypeError('empty path')
+    return Path(text)
+
+
+def _number(kind: type, low: float, high: float = math.inf):
+    """Return an argparse type: a finite ``kind`` in ``[low, high]``."""
+    def parse(text: str) -> Any:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f'not a{"n integer" if kind is int else " number"}'
+                                             f': {text!r}') from None
+        finite = kind is int or math.isfinite(value)   # int: no overflow to float
+        if not (finite and low <= value <= high):
+            bounds = [] if kind is int else ['finite']
+            bounds += [f'>= {low}'] if math.isfinite(low) else []
+            bounds += [f'<= {high}'] if math.isfinite(high) else []
+            raise argparse.ArgumentTypeError(f'must be {" and ".join(bounds)}, got {text!r}')
+        return value
+    parse.__name__ = kind.__name__
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
     """
     Return the command-line parser of ``diffsim-fit``.
@@ -150,11 +226,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description='Identify robot dynamics from a rosbag2 recording or a CSV/NPZ table and '
         'write params.yaml, model.urdf, metrics.json and report.png.')
-    parser.add_argument('data', type=Path,
+    parser.add_argument('data', type=_path,
                         help='rosbag2 directory, .mcap or .db3 file, or .csv / .npz table')
     parser.add_argument('--robot', required=True,
                         help=f'robot name ({", ".join(robots.names())}) or a URDF file')
-    parser.add_argument('--out', type=Path, required=True, help='output directory')
+    parser.add_argument('--out', type=_path, required=True,
+                        help='output directory (created; checked for writing before the fit)')
     parser.add_argument('--method', default='diffnea', choices=estimators.names(),
                         help='estimator (default: %(default)s)')
     parser.add_argument('--actuator', choices=ACTUATOR_CHOICES, default=None,
@@ -166,23 +243,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--validation', default=None,
                         help='validation runs: comma-separated run names or a fraction in '
                         '[0, 1) (default 0.2; a single run gives 2 s blocks in turn)')
-    parser.add_argument('--config', type=Path, help='YAML mapping of estimator settings')
-    parser.add_argument('--max-iter', type=int, help='bound on the optimiser iterations')
-    parser.add_argument('--seed', type=int, help="seed of the estimator's local generator")
+    parser.add_argument('--config', type=_path, help='YAML mapping of estimator settings')
+    parser.add_argument('--max-iter', type=_number(int, 1),
+                        help='bound on the optimiser iterations (>= 1)')
+    parser.add_argument('--seed', type=_number(int, 0, 2 ** 63 - 1),
+                        help="seed of the estimator's local generator (>= 0)")
     parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda'),
                         help='torch device (default: %(default)s)')
-    parser.add_argument('--cutoff', type=float, default=20.0,
+    parser.add_argument('--cutoff', type=_number(float, 0.0), default=20.0,
                         help='low-pass cutoff of the derivative filter, Hz; 0: no filter, '
                         'accelerations by central differences of measured velocities '
                         '(default: %(default)s)')
-    parser.add_argument('--limit-margin', type=float, default=0.05,
+    parser.add_argument('--limit-margin', type=_number(float, -math.inf), default=0.05,
                         help='leave out samples this close to a position limit of the model '
                         '(rad or m; negative keeps all; default: %(default)s)')
     parser.add_argument('--derivatives', choices=('auto', 'filter'), default='auto',
                         help='auto: estimate what is missing (qdd from measured qd when '
                         'there is one); filter: always re-estimate qd and qdd from q '
                         '(default: %(default)s)')
-    parser.add_argument('--quiet', action='store_true', help='print errors only')
+    parser.add_argument('--max-condition', type=_number(float, 1.0), default=MAX_CONDITION,
+                        help='largest condition number of the base regressor of the training '
+                        'data that counts as exciting the dynamics; above it: warning and '
+                        'exit status 3 (default: %(default)g)')
+    parser.add_argument('--quiet', action='store_true', help='print errors and warnings only')
     return parser
 
 
@@ -360,17 +443,43 @@ def load_robot(spec: str) -> Tuple[RobotModel, Optional[robots.RobotInfo], str]:
         raise UsageError(f'unknown robot {spec!r}; valid names: {", ".join(robots.names())} '
                          '(or give the path of a URDF file)')
     path = Path(spec)
-    if not path.is_file():
-        raise UsageError(f'URDF file {spec!r} does not exist')
-    try:
+    _check_file(path, 'URDF file')
+    with reported(f'cannot read URDF file {spec!r}', OSError, UnicodeDecodeError):
         text = path.read_text(encoding='utf-8')
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UsageError(f'cannot read URDF file {spec!r}: {exc}') from None
-    try:
+    if not text.lstrip().startswith('<'):
+        raise UsageError(f'URDF file {spec!r} does not hold XML (it starts with '
+                         f'{text.strip()[:20]!r})')
+    with reported(f'invalid URDF {spec!r}', URDFError, ValueError):
         model = load_urdf(xml=text, dtype=torch.float64)
-    except (URDFError, ValueError) as exc:
-        raise UsageError(f'invalid URDF {spec!r}: {_one_line(exc)}') from None
     return model, None, str(path.resolve())
+
+
+def _check_file(path: Path, what: str) -> None:
+    """Raise unless ``path`` is a regular, non-empty file (a FIFO would block the read)."""
+    if not path.exists():
+        raise UsageError(f'{what} {str(path)!r} does not exist')
+    if not path.is_file():
+        raise UsageError(f'{what} {str(path)!r} is not a regular file')
+    if path.stat().st_size == 0:
+        raise UsageError(f'{what} {str(path)!r} is empty (0 bytes)')
+
+
+def check_out(out: Path) -> None:
+    """
+    Create the output folder and make sure a file can be written there.
+
+    Run before anything is loaded or fitted, so that a typo costs no fit.
+
+    :param out: ``--out``.
+    :raises UsageError: it cannot be created or written.
+    """
+    if out.exists() and not out.is_dir():
+        raise UsageError(f'--out {str(out)!r} exists and is not a directory')
+    with reported(f'--out {str(out)!r} cannot be created', OSError):
+        out.mkdir(parents=True, exist_ok=True)
+    with reported(f'--out {str(out)!r} is not writable', OSError):
+        with tempfile.NamedTemporaryFile(dir=out, prefix='.diffsim-fit-write-test-'):
+            pass
 
 
 def _one_line(exc: BaseException) -> str:
@@ -410,6 +519,8 @@ def load_data(args: argparse.Namespace, model: RobotModel, info: Optional[robots
     """
     data: Path = args.data
     is_table = data.suffix in ('.csv', '.npz')
+    if data.exists() and (is_table or not data.is_dir()):
+        _check_file(data, 'data file')
     if is_table and (args.topic or args.command_topic):
         progress.warn('--topic / --command-topic apply to bags only; ignored for '
                       f'{data.suffix} tables')
@@ -417,14 +528,11 @@ def load_data(args: argparse.Namespace, model: RobotModel, info: Optional[robots
     command_joints = info.command_joints if info is not None else None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        try:
+        with reported('', BagError, TableError), \
+                reported(f'cannot read {str(data)!r}', OSError, UnicodeDecodeError):
             runs = load_trajectories(data, joint_names=model.joint_names, topic=args.topic,
                                      command_topic=None if is_table else command_topic,
                                      command_joints=command_joints)
-        except (BagError, TableError) as exc:
-            raise UsageError(_one_line(exc)) from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise UsageError(f'cannot read {str(data)!r}: {_one_line(exc)}') from None
     for warning in caught:
         progress.warn(_one_line(warning.message))
     if not runs:
@@ -462,26 +570,34 @@ def preprocess(runs: Sequence[Trajectory], args: argparse.Namespace,
     info: Dict[str, Any] = {'derivatives': 'measured', 'cutoff_hz': None, 'edge_crop_s': 0.0,
                             'resampled_hz': None, 'dropped_runs': []}
     out = []
+    short = [run for run in runs if len(run) < MIN_SAMPLES]
+    if len(short) == len(runs):
+        raise UsageError(f'no run has {MIN_SAMPLES} samples or more (longest: '
+                         f'{max(len(run) for run in runs)})')
+    for run in short:
+        info['dropped_runs'].append(run.run)
+        progress.warn(f'run {run.run!r} has only {len(run)} samples; skipped')
     for run in runs:
         if len(run) < MIN_SAMPLES:
-            info['dropped_runs'].append(run.run)
-            progress.warn(f'run {run.run!r} has only {len(run)} samples; skipped')
             continue
+        rate = _sample_rate(run)
+        if not RATE_RANGE_HZ[0] <= rate <= RATE_RANGE_HZ[1]:
+            raise UsageError(f'run {run.run!r} is sampled at {rate:.3g} Hz: times must be in '
+                             f'seconds (rates {RATE_RANGE_HZ[0]:g} to {RATE_RANGE_HZ[1]:g} Hz)')
         if args.derivatives == 'filter' or run.qd is None or run.qdd is None:
             from_velocity = args.derivatives == 'auto' and run.qd is not None
             if args.cutoff == 0.0 and not from_velocity:
                 raise UsageError('--cutoff 0 needs measured velocities (and --derivatives '
                                  'auto): positions are always low-passed')
-            try:
-                # commands through the same filter as the accelerations they explain
+            # commands through the same filter as the accelerations they explain
+            with reported(f'--cutoff {args.cutoff:g} Hz on samples at {rate:.4g} Hz',
+                          ValueError, np.linalg.LinAlgError):
                 if from_velocity:
                     run = accelerations_from_velocity(run, args.cutoff or None,
                                                       filter_inputs=True)
                 else:
                     run = estimate_derivatives(run, method='filtfilt', cutoff_hz=args.cutoff,
                                                filter_inputs=True)
-            except ValueError as exc:
-                raise UsageError(f'--cutoff: {_one_line(exc)}') from None
             if args.cutoff:
                 info.update(derivatives='filtfilt of measured qd' if from_velocity
                             else 'filtfilt', cutoff_hz=args.cutoff)
@@ -498,8 +614,6 @@ def preprocess(runs: Sequence[Trajectory], args: argparse.Namespace,
             run = resample(run, rate)
             info['resampled_hz'] = rate
         out.append(run)
-    if not out:
-        raise UsageError(f'no run has {MIN_SAMPLES} samples or more')
     return out, info
 
 
@@ -530,6 +644,9 @@ def split(runs: Sequence[Trajectory], spec: Optional[str]
     """
     validation = _parse_validation(spec)
     names = list(dict.fromkeys(run.run for run in runs))
+    if len(names) == 1 and isinstance(validation, list):
+        raise UsageError(f'--validation {spec}: the data hold a single run ({names[0]!r}); give '
+                         'a fraction of it to hold out instead of run names')
     if len(names) == 1 and not isinstance(validation, list):
         if validation == 0.0:
             return list(runs), []
@@ -544,11 +661,8 @@ def split(runs: Sequence[Trajectory], spec: Optional[str]
         if sum(len(run) for run in train) < MIN_SAMPLES:
             raise UsageError(f'--validation {validation}: too few samples left for training')
         return train, held
-    try:
+    with reported('--validation', TypeError, ValueError):
         parts = split_runs(runs, validation=validation)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f'--validation: {_one_line(exc).replace("split_runs: ", "")}') \
-            from None
     return list(parts.train), list(parts.validation)
 
 
@@ -585,13 +699,12 @@ def away_from_limits(train: List[Trajectory], validation: List[Trajectory],
 def _read_config(path: Optional[Path]) -> Dict[str, Any]:
     if path is None:
         return {}
-    try:
-        loaded = yaml.safe_load(path.read_text(encoding='utf-8'))
-    except OSError as exc:
-        raise UsageError(f'cannot read --config {str(path)!r}: {_one_line(exc)}') from None
-    except yaml.YAMLError as exc:
-        raise UsageError(f'--config {str(path)!r} is not valid YAML: {_one_line(exc)}') \
-            from None
+    if path.exists() and not path.is_dir():
+        _check_file(path, '--config')
+    with reported(f'cannot read --config {str(path)!r}', OSError, UnicodeDecodeError):
+        text = path.read_text(encoding='utf-8')
+    with reported(f'--config {str(path)!r} is not valid YAML', yaml.YAMLError):
+        loaded = yaml.safe_load(text)
     if loaded is None:
         return {}
     if not isinstance(loaded, Mapping):
@@ -649,35 +762,31 @@ def estimator_config(args: argparse.Namespace, info: Optional[robots.RobotInfo],
             mapping['learn'] = learn + ([] if 'friction_model' in learn else ['friction_model'])
     if args.seed is not None:
         mapping['seed'] = args.seed
+    config = _make_config(method, mapping)
     if args.max_iter is not None:
-        if args.max_iter < 1:
-            raise UsageError(f'--max-iter must be >= 1, got {args.max_iter}')
-        _apply_max_iter(method, mapping, args.max_iter)
-    try:
-        config = estimators.make_config(method, mapping)
-    except (TypeError, ValueError) as exc:
-        raise UsageError(f'invalid {method} configuration: {_one_line(exc)}') from None
+        _apply_max_iter(method, mapping, args.max_iter, config)
+        config = _make_config(method, mapping)
     return config, mapping
 
 
-def _apply_max_iter(method: str, mapping: Dict[str, Any], limit: int) -> None:
+def _make_config(method: str, mapping: Mapping[str, Any]) -> Any:
+    with reported(f'invalid {method} configuration', TypeError, ValueError):
+        return estimators.make_config(method, mapping)
+
+
+def _apply_max_iter(method: str, mapping: Dict[str, Any], limit: int, config: Any) -> None:
+    """Bound the iterations of a validated ``config`` in ``mapping``."""
     lbfgs_limit = max(1, limit // 10)
     if method == 'ffnn':
         mapping['iterations'] = limit
     elif method == 'diffnea':
-        defaults = estimators.make_config('diffnea')
         mapping['adam_iterations'] = limit
-        mapping['lbfgs_iterations'] = min(int(mapping.get('lbfgs_iterations',
-                                                          defaults.lbfgs_iterations)),
-                                          lbfgs_limit)
-        stages = []
-        for stage in mapping.get('stages', ()) or ():
-            stage = dict(stage) if isinstance(stage, Mapping) else stage.to_dict()
-            stage['adam_iterations'] = min(int(stage.get('adam_iterations', 300)), limit)
-            stage['lbfgs_iterations'] = min(int(stage.get('lbfgs_iterations', 0)), lbfgs_limit)
-            stages.append(stage)
-        if stages:
-            mapping['stages'] = stages
+        mapping['lbfgs_iterations'] = min(config.lbfgs_iterations, lbfgs_limit)
+        if config.stages:
+            mapping['stages'] = [
+                {**stage.to_dict(), 'adam_iterations': min(stage.adam_iterations, limit),
+                 'lbfgs_iterations': min(stage.lbfgs_iterations, lbfgs_limit)}
+                for stage in config.stages]
 
 
 def _budget(method: str, config: Any) -> str:
@@ -793,12 +902,10 @@ def _check_inputs(nominal: RobotModel, config: Any, train: List[Trajectory],
                   validation: List[Trajectory]) -> str:
     """Return the input signal the estimator will read, or raise a UsageError."""
     has_actuator = getattr(config, 'actuator', 'none') != 'none'
-    try:
+    with reported('', KeyError, ValueError):
         source = resolve_source(train + validation, config.source, has_actuator)
         m = getattr(train[0], source).shape[-1]
         command_joints_for(nominal, source, m, getattr(config, 'command_joints', ()))
-    except (KeyError, ValueError) as exc:
-        raise UsageError(_one_line(exc).strip('"')) from None
     return source
 
 
@@ -841,8 +948,7 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
     start = time.perf_counter()
     device = _check_device(args.device)
     out: Path = args.out
-    if out.exists() and not out.is_dir():
-        raise UsageError(f'--out {str(out)!r} exists and is not a directory')
+    check_out(out)
     nominal, info, robot_label = load_robot(args.robot)
     runs = load_data(args, nominal, info, progress)
     progress.stage(f'loaded {len(runs)} run(s), {sum(len(run) for run in runs)} samples at '
@@ -862,6 +968,7 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
         raise UsageError(f'fewer than {MIN_SAMPLES} training samples{at_limits}')
     config, _ = estimator_config(args, info, train)
     source = _check_inputs(nominal, config, train, validation)
+    excited, warning = measure_excitation(nominal, train, config, args.max_condition, progress)
     actuator = getattr(config, 'actuator', 'none')
     progress.stage(f'{len(train)} training run(s), {len(validation)} validation run(s); '
                    f'derivatives: {prep["derivatives"]}; input: {source}'
@@ -892,47 +999,89 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
     finally:
         progress.end()
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / 'model.urdf').write_text(urdf_text, encoding='utf-8')
-    parameters = parameter_table(result, nominal, config)
-    write_params_yaml(out / 'params.yaml', _header(args, robot_label, nominal, result, config,
-                                                   source), parameters)
-    modules_path = _save_modules(result, out)
-    metrics: Dict[str, Any] = {
-        **_header(args, robot_label, nominal, result, config, source),
-        'runs': {'train': [run.run for run in train],
-                 'validation': [run.run for run in validation]},
-        'samples': {'train': sum(len(run) for run in train),
-                    'validation': sum(len(run) for run in validation)},
-        'preprocessing': prep,
-        **scores,
-        'iterations': result.metrics.get('iterations'),
-        'wall_time_s': {'fit': fit_seconds, 'total': None},
-        'urdf': urdf_info,
-        'physical_parameters': bool(parameters),
-        'modules': modules_path.name if modules_path is not None else None,
-        'estimator_metrics': result.to_dict()['metrics'],
-        'history': {'train_iterations': len(result.history.get('train', ())),
-                    'validation_evaluations': len(result.history.get('validation', ()))},
-        'config': result.to_dict()['config'],
-        'device': str(device),
-        'versions': _versions(),
-    }
-    del metrics['armature']
-    plot_run = validation[0] if validation else train[0]
-    run_label = f'validation run {plot_run.run}' if validation else \
-        f'training run {plot_run.run} (no validation data)'
-    note = 'black-box model: no physical parameters (model.urdf is the nominal URDF)' \
-        if not parameters else ''
-    units = ['m' if kind == PRISMATIC else 'rad' for kind in nominal.tree.joint_types]
-    write_report_png(out / 'report.png', f'{robot_label}: {args.method} fit of '
-                     f'{args.data.name}', plot_run, run_label, curves, parameters,
-                     _summary(args.method, metrics), note, units)
-    metrics['wall_time_s']['total'] = time.perf_counter() - start
-    write_metrics_json(out / 'metrics.json', metrics)
+    # the folder was checked before the fit; it can still vanish or fill up meanwhile
+    with reported(f'cannot write to --out {str(out)!r}', OSError):
+        (out / 'model.urdf').write_text(urdf_text, encoding='utf-8')
+        parameters = parameter_table(result, nominal, config)
+        write_params_yaml(out / 'params.yaml', _header(args, robot_label, nominal, result,
+                                                       config, source), parameters)
+        modules_path = _save_modules(result, out)
+        metrics: Dict[str, Any] = {
+            **_header(args, robot_label, nominal, result, config, source),
+            'runs': {'train': [run.run for run in train],
+                     'validation': [run.run for run in validation]},
+            'samples': {'train': sum(len(run) for run in train),
+                        'validation': sum(len(run) for run in validation)},
+            'preprocessing': prep,
+            'excitation': {**excited.to_dict(), 'max_condition': args.max_condition,
+                           'sufficient': warning is None},
+            'warning': warning,
+            **scores,
+            'iterations': result.metrics.get('iterations'),
+            'wall_time_s': {'fit': fit_seconds, 'total': None},
+            'urdf': urdf_info,
+            'physical_parameters': bool(parameters),
+            'modules': modules_path.name if modules_path is not None else None,
+            'estimator_metrics': result.to_dict()['metrics'],
+            'history': {'train_iterations': len(result.history.get('train', ())),
+                        'validation_evaluations': len(result.history.get('validation', ()))},
+            'config': result.to_dict()['config'],
+            'device': str(device),
+            'versions': _versions(),
+        }
+        del metrics['armature']
+        plot_run = validation[0] if validation else train[0]
+        run_label = f'validation run {plot_run.run}' if validation else \
+            f'training run {plot_run.run} (no validation data)'
+        note = 'black-box model: no physical parameters (model.urdf is the nominal URDF)' \
+            if not parameters else ''
+        units = ['m' if kind == PRISMATIC else 'rad' for kind in nominal.tree.joint_types]
+        write_report_png(out / 'report.png', f'{robot_label}: {args.method} fit of '
+                         f'{args.data.name}', plot_run, run_label, curves, parameters,
+                         _summary(args.method, metrics), note, units)
+        metrics['wall_time_s']['total'] = time.perf_counter() - start
+        write_metrics_json(out / 'metrics.json', metrics)
     progress.stage(f'wrote params.yaml, model.urdf, metrics.json, report.png'
                    f'{", modules.pt" if modules_path is not None else ""} to {out}')
+    if warning is not None:
+        progress.warn(warning)
     return metrics
+
+
+def measure_excitation(nominal: RobotModel, train: Sequence[Trajectory], config: Any,
+                       max_condition: float, progress: Progress
+                       ) -> Tuple[Excitation, Optional[str]]:
+    """
+    Measure how well the training data excite the dynamics, and warn when they do not.
+
+    The regressor layout is the estimator's when it is NEA, else NEA's default (inertial,
+    viscous and Coulomb friction).
+
+    :param nominal: the robot.
+    :param train: training runs (with ``qd`` and ``qdd``).
+    :param config: the estimator's config.
+    :param max_condition: ``--max-condition``.
+    :param progress: where the warning goes.
+    :return: ``(the measure, the warning or None)``.
+    """
+    columns = RegressorColumns()
+    if hasattr(config, 'friction') and hasattr(config, 'coulomb'):
+        columns = RegressorColumns(friction=config.friction, armature=config.armature,
+                                   coulomb=config.coulomb, coulomb_eps=config.coulomb_eps)
+    measured = excitation(nominal, train, columns)
+    condition = measured.condition_number
+    progress.stage(f'excitation: condition number {condition:.3g} of the base regressor '
+                   f'(rank {measured.rank} of {measured.base_parameters}; at most '
+                   f'{max_condition:g} counts as exciting)')
+    if condition <= max_condition:
+        return measured, None
+    warning = (f'the training data do not excite the dynamics: condition number '
+               f'{condition:.3g} > --max-condition {max_condition:g}, rank {measured.rank} of '
+               f'{measured.base_parameters} base parameters (a robot at rest or at constant '
+               'velocity?): the fit cannot determine all of them; '
+               f'least excited: {measured.least_excited}; exit status {EXIT_NOT_EXCITED}')
+    progress.warn(warning)
+    return measured, warning
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -940,25 +1089,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     Run ``diffsim-fit``.
 
     :param argv: arguments without the program name; ``None`` reads ``sys.argv``.
-    :return: exit code: 0 success, 2 input problems (one line on stderr), 130 interrupted.
+    :return: exit code: 0 success, 2 input problems (one line on stderr), 3 outputs written
+        but the data do not excite the dynamics, 130 interrupted.
     """
     try:
         args = build_parser().parse_args(argv)
     except UsageError as exc:
         sys.stderr.write(f'{PROG}: error: {exc}\n')
-        return 2
+        return EXIT_USAGE
     except SystemExit as exc:   # --help
         return int(exc.code or 0)
     progress = Progress(sys.stderr, quiet=args.quiet)
     try:
-        fit_command(args, progress)
+        metrics = fit_command(args, progress)
     except UsageError as exc:
         sys.stderr.write(f'{PROG}: error: {exc}\n')
-        return 2
+        return EXIT_USAGE
     except KeyboardInterrupt:
         sys.stderr.write(f'{PROG}: interrupted\n')
         return 130
-    return 0
+    return 0 if metrics['warning'] is None else EXIT_NOT_EXCITED
 
 
 if __name__ == '__main__':

@@ -37,6 +37,7 @@ One run per file, loadable with ``allow_pickle=False``: ``t`` (T,), ``q`` (T, n)
 import csv
 from pathlib import Path
 from typing import List, Optional, Sequence, Union
+import zipfile
 
 import numpy as np
 import torch
@@ -299,7 +300,7 @@ def read_npz(path: PathLike, joint_names: Optional[Sequence[str]] = None,
     try:
         with np.load(path, allow_pickle=False) as archive:
             arrays = {key: archive[key] for key in archive.files}
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as exc:
         raise TableError(f'{path}: not a readable .npz archive: {exc}') from exc
     missing = [key for key in ('t', 'q', 'joint_names') if key not in arrays]
     if missing:
@@ -309,8 +310,8 @@ def read_npz(path: PathLike, joint_names: Optional[Sequence[str]] = None,
     for key, value in arrays.items():
         if key in ('joint_names', 'run', 'pose_names'):
             continue
-        if not np.issubdtype(value.dtype, np.number):
-            raise TableError(f'{path}: array {key!r} is not numeric ({value.dtype})')
+        if not np.issubdtype(value.dtype, np.number) or np.iscomplexobj(value):
+            raise TableError(f'{path}: array {key!r} is not real numbers ({value.dtype})')
         if not np.isfinite(value).all():
             bad = np.argwhere(~np.isfinite(value))[0].tolist()
             raise TableError(f'{path}: array {key!r} holds NaN or inf (first at index {bad})')
