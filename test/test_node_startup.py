@@ -213,3 +213,24 @@ def test_a_range_reaches_the_descriptor_and_its_bounds_pass(make_node):
     assert (rate.from_value, rate.to_value) == (0.0, 1e4)
     (count,) = node.describe_parameter('count').integer_range
     assert count.from_value == 1 and count.to_value == (1 << 63) - 1
+
+
+@pytest.mark.parametrize('arguments, selection', [
+    ([], ['test']),
+    (['-x'], ['test', '-x']),
+    (['-k', 'test'], ['test', '-k', 'test']),   # the value of -k is no folder
+    (['-x', '--deselect', 'test/test_demo.py::test_demo_runs'],
+     ['test', '-x', '--deselect', 'test/test_demo.py::test_demo_runs']),
+    (['test/test_robots.py'], ['test/test_robots.py']),
+    (['-q', 'test/test_robots.py::test_catalog', '-k', 'qube'],
+     ['-q', 'test/test_robots.py::test_catalog', '-k', 'qube']),
+])
+def test_dev_sh_runs_the_named_tests_or_the_whole_suite(arguments, selection):
+    """``scripts/dev.sh test FILE`` runs FILE; options alone run the whole suite with them."""
+    done = subprocess.run(['bash', str(REPO / 'scripts' / 'dev.sh'), 'test', *arguments],
+                          env=dict(os.environ, DIFFSIM_DRY_RUN='1'), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    command = done.stdout.splitlines()
+    assert command[0].endswith('/bin/python') and command[1:3] == ['-m', 'pytest']
+    assert command[3:] == selection
