@@ -356,22 +356,26 @@ def parameter_sections(node_cls) -> List[Tuple[str, type]]:
 
     A node class lists them in ``PARAMETERS`` (``(('', MpcConfig),)``; the identifier adds
     one section per estimator, ``('diffnea.', DiffNEAConfig)``); without it, the
-    ``*Config`` dataclasses its module defines are taken at prefix ``''``.
+    ``*Config`` dataclasses its module defines are taken at prefix ``''``; a subclass
+    without either has its base class's.
     :class:`RobotSelection` (``robot``, ``config_file``), declared by every node through
     :func:`declare_robot`, always comes first.
 
     :param node_cls: a node class, e.g. ``MpcNode``.
     :return: the sections; only :class:`RobotSelection` for a class that has none.
     """
-    explicit = getattr(node_cls, 'PARAMETERS', None)
-    if explicit is not None:
-        found = [(str(prefix), config_cls) for prefix, config_cls in explicit]
-    else:
-        module = sys.modules.get(getattr(node_cls, '__module__', ''))
+    found = []
+    for cls in getattr(node_cls, '__mro__', (node_cls,)):   # a subclass has its base's
+        if 'PARAMETERS' in vars(cls):
+            found = [(str(prefix), config_cls) for prefix, config_cls in cls.PARAMETERS]
+            break
+        module = sys.modules.get(getattr(cls, '__module__', ''))
         found = [('', value) for value in vars(module).values()
                  if isinstance(value, type) and dataclasses.is_dataclass(value)
                  and value.__module__ == module.__name__ and value.__name__.endswith('Config')
                  ] if module is not None else []
+        if found:
+            break
     return [('', RobotSelection)] + [item for item in found if item[1] is not RobotSelection]
 
 
