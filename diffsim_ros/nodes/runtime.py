@@ -110,6 +110,16 @@ def _release(nodes: List[Node]) -> None:
                 pass
 
 
+def _logger(nodes: List[Node], name: str):
+    """Return the logger of the first half-built node that has one, else ``name``'s."""
+    for node in nodes:
+        try:
+            return node.get_logger()
+        except Exception:  # noqa: B902 - its rclpy constructor failed before the logger
+            continue
+    return rclpy.logging.get_logger(name)
+
+
 def run_node(node_factory: Callable[[], Node], args: Optional[List[str]] = None) -> None:
     """
     Run one node until Ctrl-C or shutdown: the body of every executable's ``main``.
@@ -156,15 +166,14 @@ def run_node(node_factory: Callable[[], Node], args: Optional[List[str]] = None)
             node = node_factory()
         except BaseException as error:  # noqa: B902 - every case releases the half-built node
             half_built = _half_built_nodes(error.__traceback__)
-            if not isinstance(error, START_UP_ERRORS):
-                _release(half_built)
-                raise
-            logger = (half_built[0] if half_built else None)
-            logger = logger.get_logger() if logger else rclpy.logging.get_logger(name)
-            logger.error(_one_line(error))
-            logger.debug(''.join(traceback.format_exception(error)))
+            if isinstance(error, START_UP_ERRORS):
+                logger = _logger(half_built, name)
+                logger.error(_one_line(error))
+                logger.debug(''.join(traceback.format_exception(error)))
+                status = EXIT_START_UP_ERROR
             _release(half_built)
-            status = EXIT_START_UP_ERROR
+            if not status:
+                raise
         else:
             executor = SingleThreadedExecutor()
             executor.add_node(node)
