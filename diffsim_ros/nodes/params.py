@@ -354,10 +354,10 @@ def parameter_sections(node_cls) -> List[Tuple[str, type]]:
     """
     Return the ``(prefix, config dataclass)`` sections of a node class's parameters.
 
-    A node class lists them in ``PARAMETERS`` (``(('', MpcConfig),)``; the identifier adds
-    one section per estimator, ``('diffnea.', DiffNEAConfig)``); without it, the
-    ``*Config`` dataclasses its module defines are taken at prefix ``''``; a subclass
-    without either has its base class's.
+    A node class maps prefixes to config dataclasses in ``PARAMETERS`` (``{'': MpcConfig}``;
+    the identifier adds one section per estimator, ``'diffnea.': DiffNEAConfig``); without
+    it, the ``*Config`` dataclasses its module defines are taken at prefix ``''``; a
+    subclass without either has its base class's.
     :class:`RobotSelection` (``robot``, ``config_file``), declared by every node through
     :func:`declare_robot`, always comes first.
 
@@ -367,7 +367,7 @@ def parameter_sections(node_cls) -> List[Tuple[str, type]]:
     found = []
     for cls in getattr(node_cls, '__mro__', (node_cls,)):   # a subclass has its base's
         if 'PARAMETERS' in vars(cls):
-            found = [(str(prefix), config_cls) for prefix, config_cls in cls.PARAMETERS]
+            found = [(str(prefix), config_cls) for prefix, config_cls in cls.PARAMETERS.items()]
             break
         module = sys.modules.get(getattr(cls, '__module__', ''))
         found = [('', value) for value in vars(module).values()
@@ -443,8 +443,13 @@ def describe_parameters(sections: Iterable[Tuple[str, type]], width: int = 92) -
     :param width: line width of the wrapped descriptions.
     :return: one entry per parameter, in declaration order.
     """
-    lines = []
+    lines, section = [], ''
     for name, (item, annotation, config_cls) in _section_fields(sections).items():
+        prefix = name[:name.rindex('.') + 1] if '.' in name else ''
+        if prefix != section:
+            summary = (inspect.getdoc(config_cls) or config_cls.__name__).split('\n')[0]
+            lines += ['', f'{prefix}*: {summary}']
+            section = prefix
         ptype, element = _parameter_type(annotation)
         kind = 'string (YAML mapping)' if element == _MAPPING else _TYPE_NAMES[ptype]
         default = _field_default(item)

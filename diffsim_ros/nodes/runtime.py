@@ -75,8 +75,8 @@ def node_usage(node_cls) -> str:
     name = executable_name(node_cls)
     return (f'usage: ros2 run diffsim_ros {name} [-h] [--ros-args -p NAME:=VALUE ... '
             f'--params-file FILE]\n\n{_summary(node_cls)}\n\n'
-            f'Parameters (the defaults below are built in; config/<robot>.yaml, selected by '
-            f'robot, replaces them,\nand -p or --params-file replace both):\n\n'
+            'Parameters.  The defaults below are built in; config/<robot>.yaml, selected by '
+            '`robot`,\nreplaces them, and -p or --params-file replace both:\n\n'
             f'{describe_parameters(parameter_sections(node_cls))}\n')
 
 
