@@ -7,7 +7,7 @@ parameter, the value given and what is allowed, exit status 1 and no traceback; 
 prints the parameters and exits 0 without starting the node.  The parameter checks run
 before a node builds anything expensive, so each case takes the interpreter's start-up
 (importing torch) and no more.  The range mechanism and the shipped configs are checked
-in-process.
+in-process.  Last, ``scripts/dev.sh test``, the other command a new user runs first.
 """
 
 import dataclasses
