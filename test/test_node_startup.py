@@ -21,7 +21,7 @@ import sys
 from typing import Tuple
 
 from diffsim_ros.nodes.params import (check_unknown_parameters, config_path, declare_config,
-                                      load_yaml_params, parameter_overrides,
+                                      declare_robot, load_yaml_params, parameter_overrides,
                                       parameter_sections, ParameterError)
 import pytest
 from rclpy.node import Node
@@ -236,3 +236,18 @@ def test_dev_sh_runs_the_named_tests_or_the_whole_suite(arguments, selection):
     command = done.stdout.splitlines()
     assert command[0].endswith('/bin/python') and command[1:3] == ['-m', 'pytest']
     assert command[3:] == selection
+
+
+@pytest.mark.parametrize('text', ['monitor: 5\n', 'monitor:\n  ros__parameters: [1]\n',
+                                  'monitor:\n  ros__parameters:\n    horizon: [unclosed\n'])
+def test_a_malformed_config_file_is_refused(ros_context, tmp_path, text):
+    """A section that is no mapping used to be skipped: the node started on defaults."""
+    path = tmp_path / 'bad.yaml'
+    path.write_text(text, encoding='utf-8')
+    node = Node('monitor', context=ros_context,
+                parameter_overrides=parameter_overrides({'config_file': str(path)}))
+    try:
+        with pytest.raises(ParameterError, match="'config_file' = .* refused: not a ROS 2 "):
+            declare_robot(node)
+    finally:
+        node.destroy_node()

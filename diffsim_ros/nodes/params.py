@@ -497,7 +497,8 @@ def load_yaml_params(path, node_name: str) -> Dict[str, Any]:
     :param node_name: node name without namespace, e.g. ``'identifier'``.
     :return: flat ``{parameter name: value}`` (nested names joined with ``.``); empty when the
         file has no section for the node.
-    :raises ValueError: the file is not a mapping of node sections.
+    :raises ValueError: the file is not a mapping of node sections, or the node's section
+        is not a mapping holding a ``ros__parameters`` mapping.
     """
     document = yaml.safe_load(Path(path).read_text(encoding='utf-8')) or {}
     if not isinstance(document, Mapping):
@@ -510,9 +511,14 @@ def load_yaml_params(path, node_name: str) -> Dict[str, Any]:
             if isinstance(section.get(key), Mapping):
                 found.update(flatten(section[key].get('ros__parameters', {}) or {}))
         for key, value in section.items():
+            own = str(key).strip('/') == node_name
+            if own and not (isinstance(value, Mapping) and isinstance(
+                    value.get('ros__parameters', {}) or {}, Mapping)):
+                raise ValueError(f'{path}: the {node_name} section must be a mapping holding '
+                                 f'ros__parameters: {{name: value}}, got {value!r}')
             if not isinstance(value, Mapping):
                 continue
-            if key.strip('/') == node_name and 'ros__parameters' in value:
+            if own and 'ros__parameters' in value:
                 found.update(flatten(value['ros__parameters'] or {}))
             elif depth < 3 and 'ros__parameters' not in value and key not in ('/**', '**'):
                 visit(value, depth + 1)
