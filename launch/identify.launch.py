@@ -1,13 +1,16 @@
 """
-Identify a robot online and control it with adaptive MPC, with RViz showing the prediction.
+Identify a robot online, with RViz showing the prediction; control it only when asked.
 
 ``ros2 launch diffsim_ros identify.launch.py robot:=qube`` against the robot's real driver
 (a ros2_control forward command controller on ``/<controller>/commands`` and a
-``joint_states`` publisher).  Starts:
+``joint_states`` publisher).  Nothing is sent to the robot unless ``control:=true``: the
+default identifies from whatever moves the robot (its own controller, a teleoperator).
+Starts:
 
-* ``identifier``: refits the model from ``joint_states`` and publishes its URDF on
-  ``/identifier/robot_description``;
-* ``mpc`` (``mpc:=false`` leaves it out): controls the robot on the newest model;
+* ``identifier``: refits the model from ``joint_states`` and the commands it sees and
+  publishes its URDF on ``/identifier/robot_description``;
+* ``mpc``, only with ``control:=true``: commands the robot with adaptive MPC on the newest
+  model;
 * ``monitor``: rolls the model forward over recorded commands, publishes the ghost's
   ``/predicted/joint_states``, end-effector paths on ``/monitor/markers`` and the NMSE;
 * two ``robot_state_publisher``: the measured robot, and the ghost (namespace ``predicted``,
@@ -66,7 +69,7 @@ def _nodes(context):
                         '--child-frame-id', PREDICTED_PREFIX + info.base_link],
              parameters=[common]),
     ]
-    if _flag(context, 'mpc'):
+    if _flag(context, 'control'):   # the only node that commands the robot
         actions.append(Node(package=PACKAGE, executable='mpc', name='mpc', output='screen',
                             parameters=params))
     if _flag(context, 'rviz'):
@@ -79,7 +82,7 @@ def _nodes(context):
 
 
 def generate_launch_description():
-    """Return the identification + MPC + monitor launch description."""
+    """Return the identification + monitor (+ MPC with control:=true) launch description."""
     return LaunchDescription([
         DeclareLaunchArgument('robot', default_value='qube', choices=list(ROBOTS),
                               description='Robot to identify and control; selects '
@@ -90,9 +93,10 @@ def generate_launch_description():
         DeclareLaunchArgument('use_sim_time', default_value='false', choices=['true', 'false'],
                               description='Use /clock (bag replay or simulation) instead of '
                                           'the wall clock.'),
-        DeclareLaunchArgument('mpc', default_value='true', choices=['true', 'false'],
-                              description='Start the adaptive MPC node that commands the '
-                                          'robot (false: identify and monitor only).'),
+        DeclareLaunchArgument('control', default_value='false', choices=['true', 'false'],
+                              description='true: also start the adaptive MPC node, which '
+                                          'sends commands to the robot; false (default): '
+                                          'identify and monitor only, commanding nothing.'),
         DeclareLaunchArgument('rviz', default_value='true', choices=['true', 'false'],
                               description='Start RViz with config/monitor.rviz (measured and '
                                           'predicted robot, end-effector paths).'),

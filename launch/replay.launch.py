@@ -2,7 +2,7 @@
 Identify a model from a recorded bag and watch its predictions, without commanding anything.
 
 ``ros2 launch diffsim_ros replay.launch.py robot:=panda bag:=recording.mcap`` plays the bag
-with ``ros2 bag play --clock`` and includes ``identify.launch.py`` with ``mpc:=false`` and
+with ``ros2 bag play --clock`` and includes ``identify.launch.py`` with ``control:=false`` and
 ``use_sim_time:=true``: the identifier refits on the recorded ``joint_states`` and commands,
 the monitor compares its rollouts with the recording, RViz shows both.
 """
@@ -43,6 +43,6 @@ def generate_launch_description():
             launch_arguments={'robot': LaunchConfiguration('robot'),
                               'config': LaunchConfiguration('config'),
                               'rviz': LaunchConfiguration('rviz'),
-                              'mpc': 'false', 'use_sim_time': 'true'}.items()),
+                              'control': 'false', 'use_sim_time': 'true'}.items()),
         play,
     ])

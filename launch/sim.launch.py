@@ -5,7 +5,9 @@ Run the whole identification + adaptive MPC loop against a simulated robot (no h
 with "true" parameters that differ from the nominal URDF, publishing ``joint_states`` at the
 driver rate and accepting ``/<controller>/commands``; by default in lockstep, publishing
 ``/clock`` that every node follows with ``use_sim_time``) and includes ``identify.launch.py``
-(identifier, mpc, monitor, both robot_state_publishers and RViz) for the same robot.
+(identifier, monitor, both robot_state_publishers and RViz) for the same robot, with the mpc
+controlling the simulated robot (``control:=true`` by default here; ``control:=false``
+leaves the robot uncommanded).
 """
 
 import os
@@ -36,7 +38,6 @@ def _sim_driver(context):
 
 def generate_launch_description():
     """Return the simulated-robot launch description."""
-    forwarded = {name: LaunchConfiguration(name) for name in ('robot', 'config', 'mpc', 'rviz')}
     return LaunchDescription([
         DeclareLaunchArgument('robot', default_value='qube', choices=list(ROBOTS),
                               description='Robot to simulate, identify and control; selects '
@@ -44,9 +45,9 @@ def generate_launch_description():
         DeclareLaunchArgument('config', default_value='',
                               description='Parameter file overriding config/<robot>.yaml '
                                           '(empty: the installed one).'),
-        DeclareLaunchArgument('mpc', default_value='true', choices=['true', 'false'],
-                              description='Start the adaptive MPC node (false: the simulated '
-                                          'robot receives no commands).'),
+        DeclareLaunchArgument('control', default_value='true', choices=['true', 'false'],
+                              description='Start the adaptive MPC node that commands the '
+                                          'simulated robot (false: it receives no commands).'),
         DeclareLaunchArgument('rviz', default_value='true', choices=['true', 'false'],
                               description='Start RViz with config/monitor.rviz.'),
         DeclareLaunchArgument('lockstep', default_value='true', choices=['true', 'false'],
@@ -57,7 +58,11 @@ def generate_launch_description():
                               description='Lockstep pacing as a multiple of real time; 0 = as '
                                           'fast as the machine can.'),
         OpaqueFunction(function=_sim_driver),
-        IncludeLaunchDescription(PythonLaunchDescriptionSource(IDENTIFY),
-                                 launch_arguments={**forwarded, 'use_sim_time':
-                                                   LaunchConfiguration('lockstep')}.items()),
+        IncludeLaunchDescription(
+            PythonLaunchDescriptionSource(IDENTIFY),
+            launch_arguments={'robot': LaunchConfiguration('robot'),
+                              'config': LaunchConfiguration('config'),
+                              'control': LaunchConfiguration('control'),
+                              'rviz': LaunchConfiguration('rviz'),
+                              'use_sim_time': LaunchConfiguration('lockstep')}.items()),
     ])

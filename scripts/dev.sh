@@ -2,7 +2,9 @@
 # Set up the development environment and run the demo or the tests.
 #
 #   bash scripts/dev.sh demo [diffsim-demo args...]   set up, then run diffsim-demo
-#   bash scripts/dev.sh test [pytest args...]         set up, then run the whole test suite
+#   bash scripts/dev.sh test [pytest args...]         set up, then run the tests:
+#       no test named (only options such as -x or -k EXPR): the whole suite with them;
+#       test files, folders or node ids (test/test_robots.py::test_x): only those
 #   bash scripts/dev.sh setup                         set up only
 #
 # Set-up creates a virtual environment (default: .venv at the repository root; override
@@ -16,6 +18,8 @@
 #   DIFFSIM_TORCH_INDEX  index URL for the torch install only, for machines whose pip
 #                        would otherwise pick a CUDA build, e.g.
 #                        https://download.pytorch.org/whl/cpu
+#   DIFFSIM_DRY_RUN      if set: skip the set-up and print the command that would run,
+#                        one argument per line, instead of running it
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -111,20 +115,53 @@ setup() {
   log "environment ready"
 }
 
+# True when the pytest arguments name tests (a path or node id), not only options.  The
+# values of pytest's options that take a separate one (-k EXPR, -m MARK, ...) are skipped:
+# `-k test` must not read as the folder test/.
+names_tests() {
+  local skip_value=0 positional=0 arg
+  for arg in "$@"; do
+    if [ "$skip_value" = 1 ]; then skip_value=0; continue; fi
+    if [ "$positional" = 1 ]; then return 0; fi
+    case "$arg" in
+      --) positional=1 ;;
+      -k|-m|-p|-o|-c|-W|-n|-r|--deselect|--ignore|--ignore-glob|--rootdir|--basetemp|\
+      --durations|--maxfail|--tb|--junitxml|--junit-xml|--log-level|--confcutdir|\
+      --override-ini|--timeout|--import-mode|--capture|--color) skip_value=1 ;;
+      -*) ;;
+      *) return 0 ;;
+    esac
+  done
+  return 1
+}
+
+run() {
+  if [ -n "${DIFFSIM_DRY_RUN:-}" ]; then
+    printf '%s\n' "$@"
+    exit 0
+  fi
+  exec "$@"
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
+[ -n "${DIFFSIM_DRY_RUN:-}" ] && setup() { :; }
 case "$cmd" in
   setup)
     setup
     ;;
   demo)
     setup
-    exec "$venv/bin/diffsim-demo" "$@"
+    run "$venv/bin/diffsim-demo" "$@"
     ;;
   test)
     setup
     cd "$repo"
-    exec "$venv/bin/python" -m pytest test "$@"
+    if names_tests "$@"; then
+      run "$venv/bin/python" -m pytest "$@"
+    else
+      run "$venv/bin/python" -m pytest test "$@"
+    fi
     ;;
   *)
     echo "usage: bash scripts/dev.sh {demo|test|setup} [args...]" >&2

@@ -228,3 +228,55 @@ def test_rviz_namespaces_match_the_monitor():
     (markers,) = [d for d in _rviz_displays()
                   if d['Class'] == 'rviz_default_plugins/MarkerArray']
     assert set(markers['Namespaces']) == {monitor.MEASURED_NS, monitor.PREDICTED_NS}
+
+
+def _nodes_of(tree: ast.AST, constants: Dict[str, Any], executable: str) -> List[ast.Call]:
+    return [call for call in calls(tree, 'Node')
+            if resolve(keyword(call, 'executable'), constants) == executable]
+
+
+def _include_arguments(path: Path) -> Dict[str, ast.AST]:
+    """Return ``{name: value AST}`` of the arguments a file passes to identify.launch.py."""
+    tree, constants = parsed(path)
+    passed = {}
+    for call in calls(tree, 'IncludeLaunchDescription'):
+        for node in ast.walk(keyword(call, 'launch_arguments')):
+            if isinstance(node, ast.Dict):
+                passed.update({resolve(key, constants): value
+                               for key, value in zip(node.keys, node.values) if key})
+    return passed
+
+
+def test_identify_commands_the_robot_only_with_control_true():
+    """identify.launch.py is for the physical robot: identification alone by default."""
+    path = LAUNCH_DIR / 'identify.launch.py'
+    tree, constants = parsed(path)
+    declared = declared_arguments(path)
+    assert 'mpc' not in declared
+    control = declared['control']
+    assert resolve(keyword(control, 'default_value'), constants) == 'false'
+    assert set(resolve(keyword(control, 'choices'), constants)) == {'true', 'false'}
+    mpc = _nodes_of(tree, constants, 'mpc')
+    assert mpc, 'identify.launch.py no longer offers the mpc'
+    guarded = set()
+    for branch in ast.walk(tree):
+        if isinstance(branch, ast.If) and any(
+                isinstance(node, ast.Constant) and node.value == 'control'
+                for node in ast.walk(branch.test)):
+            guarded |= {id(call) for statement in branch.body
+                        for call in ast.walk(statement) if isinstance(call, ast.Call)}
+    assert {id(call) for call in mpc} <= guarded, 'an mpc node starts without control:=true'
+    # The only executables that publish commands are the mpc (and sim_driver, which is no
+    # part of this file).
+    assert not _nodes_of(tree, constants, 'sim_driver')
+
+
+def test_sim_controls_by_default_and_replay_never():
+    sim = _include_arguments(LAUNCH_DIR / 'sim.launch.py')
+    _, constants = parsed(LAUNCH_DIR / 'sim.launch.py')
+    assert resolve(keyword(sim['control'], 'variable_name', 0), constants) == 'control'
+    default = keyword(declared_arguments(LAUNCH_DIR / 'sim.launch.py')['control'],
+                      'default_value')
+    assert resolve(default, constants) == 'true'
+    replay = _include_arguments(LAUNCH_DIR / 'replay.launch.py')
+    assert resolve(replay['control'], {}) == 'false'

@@ -216,7 +216,7 @@ def test_declare_config_nested_mapping_default_and_empty_tuple(make_node):
 @pytest.mark.parametrize('overrides, match', [
     ({'count': -1}, 'count must be >= 0'),
     ({'count': 'many'}, 'count'),
-    ({'gain': 'fast'}, "'gain' must be a float"),
+    ({'gain': 'fast'}, "'gain' = 'fast' refused: must be a float"),
     ({'options': '[1, 2]'}, 'mapping'),
 ])
 def test_declare_config_rejects_bad_values(make_node, overrides, match):

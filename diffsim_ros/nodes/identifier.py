@@ -163,6 +163,9 @@ class Identifier(Node):
     :param kwargs: ``rclpy.node.Node`` arguments (``context``, ``parameter_overrides``, ...).
     """
 
+    PARAMETERS = {'': IdentifierConfig,   # and each estimator's settings under its name
+                  **{f'{e}.': ESTIMATORS[e][1] for e in PHYSICAL_ESTIMATORS}}
+
     def __init__(self, **kwargs) -> None:
         """Declare parameters, load the nominal model and create the interfaces."""
         super().__init__(kwargs.pop('node_name', 'identifier'), **kwargs)

@@ -1,0 +1,253 @@
+"""
+What a user meets when starting a node: bad parameters, unknown names, ``--help``.
+
+The node executables run as a user runs them (a child process, the console script's
+``main`` with ``--ros-args``); each case must end in one ``[ERROR]`` line naming the
+parameter, the value given and what is allowed, exit status 1 and no traceback; ``--help``
+prints the parameters and exits 0 without starting the node.  The parameter checks run
+before a node builds anything expensive, so each case takes the interpreter's start-up
+(importing torch) and no more.  The range mechanism and the shipped configs are checked
+in-process.  Last, ``scripts/dev.sh test``, the other command a new user runs first.
+"""
+
+import dataclasses
+from dataclasses import dataclass, field
+import math
+import os
+from pathlib import Path
+import re
+import subprocess
+import sys
+from typing import Tuple
+
+from diffsim_ros.nodes.params import (check_unknown_parameters, config_path, declare_config,
+                                      declare_robot, load_yaml_params, parameter_overrides,
+                                      parameter_sections, ParameterError)
+import pytest
+from rclpy.node import Node
+from ros_helpers import domain_id_for
+
+pytest_plugins = ['ros_helpers']
+
+REPO = Path(__file__).resolve().parent.parent
+NODES = ('identifier', 'mpc', 'monitor', 'sim_driver')
+ROBOTS = ('qube', 'cartpole', 'wam4', 'wam7', 'panda')
+#: A child that has not exited by then has started the node instead of refusing it.
+HANG_S = 180.0
+
+
+def start(executable: str, *arguments: str) -> Tuple[int, str, str]:
+    """
+    Run a node executable as ``ros2 run`` does (its console script's ``main``).
+
+    :param executable: ``identifier``, ``mpc``, ``monitor`` or ``sim_driver``.
+    :param arguments: the command line after the executable's name.
+    :return: ``(exit status, stdout, stderr)``.
+    """
+    script = (f'import sys; from diffsim_ros.nodes.{executable} import main; '
+              'sys.exit(main())')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(REPO)] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]),
+        ROS_DOMAIN_ID=str(domain_id_for(os.getpid())),
+        ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST', RCUTILS_COLORIZED_OUTPUT='0')
+    try:
+        done = subprocess.run([sys.executable, '-c', script, *arguments], env=env, cwd=REPO,
+                              capture_output=True, text=True, timeout=HANG_S)
+    except subprocess.TimeoutExpired as error:
+        pytest.fail(f'{executable} {" ".join(arguments)} was still running after {HANG_S} s: '
+                    f'it started instead of refusing its arguments\n{error.stderr}')
+    return done.returncode, done.stdout, done.stderr
+
+
+def assert_refused(executable: str, arguments, *expected: str) -> str:
+    """Start a node, expect one error line holding ``expected``; return that line."""
+    status, stdout, stderr = start(executable, *arguments)
+    output = stdout + stderr
+    errors = [line for line in output.splitlines() if '[ERROR]' in line]
+    assert status == 1, output
+    assert 'Traceback' not in output, output
+    assert len(errors) == 1, output
+    for text in expected:
+        assert text in errors[0], errors[0]
+    return errors[0]
+
+
+@pytest.mark.parametrize('executable, arguments, expected', [
+    ('mpc', ['-p', 'command_rate:=-1.0'], ["'command_rate' = -1.0", '>= 0']),
+    ('mpc', ['-p', 'controller:=lqr'], ["'controller' = 'lqr'", 'ilqr, mppi, baseline']),
+    ('mpc', ['-p', 'horizon:=abc'], ["'horizon' = 'abc'", 'must be an integer']),
+    ('identifier', ['-p', 'diffnea.lr:=-1.0'], ["'diffnea.lr' = -1.0", 'lr must be > 0']),
+    ('monitor', ['-p', 'integrator:=euler'], ["'integrator' = 'euler'", 'rk4']),
+    ('sim_driver', ['-p', 'clock_mode:=fast'], ["'clock_mode' = 'fast'", 'lockstep']),
+    ('sim_driver', ['-p', 'config_file:=/nonexistent/qube.yaml'],
+     ["'config_file' = '/nonexistent/qube.yaml'", 'does not exist']),
+], ids=lambda value: value if isinstance(value, str) else None)
+def test_a_bad_value_is_one_error_line(executable, arguments, expected):
+    assert_refused(executable, ['--ros-args', *arguments], *expected)
+
+
+@pytest.mark.parametrize('executable, name, close', [
+    ('mpc', 'comand_rate', 'command_rate'),
+    ('identifier', 'diffnea.lrr', 'diffnea.lr'),
+])
+def test_an_unknown_name_on_the_command_line_is_refused(executable, name, close):
+    line = assert_refused(executable, ['--ros-args', '-p', f'{name}:=5.0'],
+                          f"'{name}' = 5.0", 'no such parameter', close, '--help')
+    assert f'[{executable}]' in line
+
+
+def test_an_unknown_name_in_a_parameter_file_is_refused(tmp_path):
+    """The same check covers --params-file (launch files) and the YAML that config_file names."""
+    given = tmp_path / 'params.yaml'
+    given.write_text('mpc:\n  ros__parameters:\n    controller: baseline\n'
+                     '    stale_timout: 0.2\n', encoding='utf-8')
+    assert_refused('mpc', ['--ros-args', '--params-file', str(given)],
+                   "'stale_timout' = 0.2", 'stale_timeout')
+    own = tmp_path / 'own.yaml'
+    own.write_text('monitor:\n  ros__parameters:\n    horizon: 1.0\n    hroizon: 2.0\n',
+                   encoding='utf-8')
+    assert_refused('monitor', ['--ros-args', '-p', f'config_file:={own}'],
+                   "'hroizon' = 2.0", 'horizon')
+
+
+def test_a_malformed_ros_argument_is_one_error_line():
+    assert_refused('mpc', ['--ros-args', '-p', 'command_rate'], "'-p command_rate'")
+
+
+def test_an_argument_outside_ros_args_is_a_usage_error():
+    status, stdout, stderr = start('monitor', 'horizon:=2.0')
+    assert status == 2, stdout + stderr
+    assert 'horizon:=2.0' in stderr and '--ros-args' in stderr
+    assert 'Traceback' not in stdout + stderr
+
+
+@pytest.mark.parametrize('executable, flag', [(name, '--help') for name in NODES] + [
+    ('sim_driver', '-h')])   # the driver would otherwise start a real-time simulated robot
+def test_help_prints_the_parameters_without_starting_the_node(executable, flag):
+    module = __import__(f'diffsim_ros.nodes.{executable}', fromlist=['main'])
+    status, stdout, stderr = start(executable, flag)
+    assert status == 0, stdout + stderr
+    assert '[INFO]' not in stdout + stderr and '[ERROR]' not in stdout + stderr
+    assert stdout.startswith(f'usage: ros2 run diffsim_ros {executable}')
+    assert module.__doc__.strip().splitlines()[0] in stdout
+    (node_cls,) = {value for value in vars(module).values() if isinstance(value, type)
+                   and issubclass(value, Node) and value.__module__ == module.__name__}
+    for prefix, config_cls in parameter_sections(node_cls):
+        for item in dataclasses.fields(config_cls):
+            description = item.metadata.get('description')
+            if description and item.metadata.get('ros', True):
+                assert f'  {prefix}{item.name} (' in stdout, item.name
+                assert description.split()[0] in stdout
+
+
+@pytest.mark.parametrize('robot', ROBOTS)
+@pytest.mark.parametrize('executable', NODES)
+def test_shipped_configs_hold_only_known_names(ros_context, robot, executable):
+    """Launch files pass config/<robot>.yaml whole: a name a node lacks would stop it."""
+    module = __import__(f'diffsim_ros.nodes.{executable}', fromlist=['main'])
+    (node_cls,) = {value for value in vars(module).values() if isinstance(value, type)
+                   and issubclass(value, Node) and value.__module__ == module.__name__}
+    given = load_yaml_params(config_path(robot), executable)
+    assert given, f'config/{robot}.yaml has no {executable} section'
+    node = Node(executable, context=ros_context)
+    try:
+        check_unknown_parameters(node, given, parameter_sections(node_cls))
+        with pytest.raises(ParameterError, match='no such parameter'):
+            check_unknown_parameters(node, {**given, 'not_a_parameter': 1},
+                                     parameter_sections(node_cls))
+    finally:
+        node.destroy_node()
+
+
+@dataclass(frozen=True)
+class _Ranged:
+    """A config with ranged fields."""
+
+    rate: float = field(default=0.0, metadata={'description': 'Hz', 'range': (0.0, 1e4)})
+    count: int = field(default=1, metadata={'description': 'n', 'range': (1, None)})
+    gains: Tuple[float, ...] = field(default=(), metadata={'description': 'g',
+                                                           'range': (None, 5.0)})
+
+
+@pytest.fixture
+def make_node(ros_context):
+    nodes = []
+
+    def make(overrides):
+        node = Node('ranged', context=ros_context,
+                    parameter_overrides=parameter_overrides(overrides))
+        nodes.append(node)
+        return node
+    yield make
+    for node in nodes:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize('overrides, name, shown', [
+    ({'rate': 1e9}, 'rate', 'in [0.0, 10000.0]'),
+    ({'rate': 1000000000}, 'rate', 'in [0.0, 10000.0]'),   # an integer for a double
+    ({'rate': -0.5}, 'rate', 'in [0.0, 10000.0]'),
+    ({'rate': math.nan}, 'rate', 'in [0.0, 10000.0]'),
+    ({'count': 0}, 'count', '>= 1'),
+    ({'gains': [1.0, 7.5]}, 'gains', '<= 5.0'),
+])
+def test_a_range_in_the_field_metadata_is_enforced(make_node, overrides, name, shown):
+    with pytest.raises(ParameterError, match=re.escape(f'must lie {shown}')) as caught:
+        declare_config(make_node(overrides), _Ranged)
+    assert caught.value.name == name
+    given = overrides[name]
+    assert caught.value.value == given or (given != given and math.isnan(caught.value.value))
+
+
+@pytest.mark.xfail(strict=True, reason='MpcConfig.command_rate needs its range metadata '
+                   "(field metadata 'range': (0.0, 10000.0)); the mpc's owner adds it")
+def test_an_absurd_command_rate_is_refused(make_node):
+    """In-process: while the range is missing, the executable would start and run."""
+    from diffsim_ros.nodes.mpc import MpcConfig
+    with pytest.raises(ParameterError, match=re.escape("'command_rate' = 1000000000.0")):
+        declare_config(make_node({'command_rate': 1e9}), MpcConfig)
+
+
+def test_a_range_reaches_the_descriptor_and_its_bounds_pass(make_node):
+    node = make_node({'rate': 1e4, 'count': 1, 'gains': [5.0, -1e6]})
+    assert declare_config(node, _Ranged) == _Ranged(rate=1e4, count=1, gains=(5.0, -1e6))
+    (rate,) = node.describe_parameter('rate').floating_point_range
+    assert (rate.from_value, rate.to_value) == (0.0, 1e4)
+    (count,) = node.describe_parameter('count').integer_range
+    assert count.from_value == 1 and count.to_value == (1 << 63) - 1
+
+
+@pytest.mark.parametrize('arguments, selection', [
+    ([], ['test']),
+    (['-x'], ['test', '-x']),
+    (['-k', 'test'], ['test', '-k', 'test']),   # the value of -k is no folder
+    (['-x', '--deselect', 'test/test_demo.py::test_demo_runs'],
+     ['test', '-x', '--deselect', 'test/test_demo.py::test_demo_runs']),
+    (['test/test_robots.py'], ['test/test_robots.py']),
+    (['-q', 'test/test_robots.py::test_catalog', '-k', 'qube'],
+     ['-q', 'test/test_robots.py::test_catalog', '-k', 'qube']),
+])
+def test_dev_sh_runs_the_named_tests_or_the_whole_suite(arguments, selection):
+    """``scripts/dev.sh test FILE`` runs FILE; options alone run the whole suite with them."""
+    done = subprocess.run(['bash', str(REPO / 'scripts' / 'dev.sh'), 'test', *arguments],
+                          env=dict(os.environ, DIFFSIM_DRY_RUN='1'), capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    command = done.stdout.splitlines()
+    assert command[0].endswith('/bin/python') and command[1:3] == ['-m', 'pytest']
+    assert command[3:] == selection
+
+
+@pytest.mark.parametrize('text', ['monitor: 5\n', 'monitor:\n  ros__parameters: [1]\n',
+                                  'monitor:\n  ros__parameters:\n    horizon: [unclosed\n'])
+def test_a_malformed_config_file_is_refused(ros_context, tmp_path, text):
+    """A section that is no mapping used to be skipped: the node started on defaults."""
+    path = tmp_path / 'bad.yaml'
+    path.write_text(text, encoding='utf-8')
+    node = Node('monitor', context=ros_context,
+                parameter_overrides=parameter_overrides({'config_file': str(path)}))
+    try:
+        with pytest.raises(ParameterError, match="'config_file' = .* refused: not a ROS 2 "):
+            declare_robot(node)
+    finally:
+        node.destroy_node()
