@@ -231,6 +231,12 @@ class SampleWindow:
         with self._lock:
             return list(self._states)
 
+    @property
+    def commands(self) -> List[tuple]:
+        """Return a copy of the kept commands ``(t, u)``."""
+        with self._lock:
+            return list(self._commands)
+
     def span(self) -> float:
         """Return the time between the oldest and the newest state, s."""
         with self._lock:
@@ -251,7 +257,9 @@ class SampleWindow:
             if self._states and not t > self._states[-1][0]:
                 raise ValueError(f'stamp {t} s does not advance past {self._states[-1][0]} s')
             self._states.append((float(t), q, qd, effort, self._run))
-            start = min(t - self.window, self._states[0][0])
+            while self._states[0][0] < t - self.window:
+                self._states.popleft()
+            start = self._states[0][0]
             for queue in (self._commands, *self._poses.values()):
                 # keep the last command before the window: it still acts at its start
                 while len(queue) > 1 and queue[1][0] <= start:
