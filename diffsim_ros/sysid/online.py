@@ -15,8 +15,9 @@ simulated evaluation measures is the loop that runs on the robot.  One refit:
    kept and differentiated on their own stamps (central differences, ``np.gradient``), which
    keeps the steps of bang-bang commands a low-passed second derivative of quantised
    positions loses; without them, positions (and efforts) go through the zero-phase
-   low-pass of :func:`~diffsim_ros.sysid.filters.estimate_derivatives`.  Commands are held
-   onto the state stamps; ``2 / derivative_cutoff_hz`` s are cropped at both ends of a run.
+   low-pass of :func:`~diffsim_ros.sysid.filters.estimate_derivatives`, and
+   ``2 / derivative_cutoff_hz`` s (its transient) are cropped at both ends of a run.
+   Commands are held onto the state stamps.
 3. **Limit-free stretches** (:func:`usable_runs`): samples within ``limit_margin`` of a
    position limit are left out, with the filter transient around them (the stop's force is
    not in the model).
@@ -340,6 +341,7 @@ def _run_trajectory(states: List[tuple], commands: List[tuple], poses: Mapping[s
     t = torch.tensor([s[0] for s in states], dtype=f64)
     q = torch.tensor(np.stack([s[1] for s in states]), dtype=f64)
     measured = all(s[2] is not None for s in states)
+    filtered = not measured or config.velocity_source == 'differentiate'
     tau = torch.tensor(np.stack([s[3] for s in states]), dtype=f64) \
         if all(s[3] is not None for s in states) else None
     traj = Trajectory(t=t, q=q, tau=tau, joint_names=tuple(joint_names), run=name)
@@ -367,11 +369,14 @@ def _run_trajectory(states: List[tuple], commands: List[tuple], poses: Mapping[s
         traj = align_streams(traj, command_stream, pose_streams or None)
     except ValueError:   # no command (or pose) during this run
         return None
-    edge = 2.0 / config.derivative_cutoff_hz   # filter transients at both ends
-    keep = torch.nonzero((traj.t >= traj.t[0] + edge) & (traj.t <= traj.t[-1] - edge)).flatten()
-    if keep.numel() < 10:
-        return None
-    return traj.crop(int(keep[0]), int(keep[-1]) + 1)
+    if filtered:   # the filter's transients at both ends
+        edge = 2.0 / config.derivative_cutoff_hz
+        keep = torch.nonzero((traj.t >= traj.t[0] + edge)
+                             & (traj.t <= traj.t[-1] - edge)).flatten()
+        start, stop = (int(keep[0]), int(keep[-1]) + 1) if keep.numel() else (0, 0)
+    else:   # one-sided differences at both ends
+        start, stop = 1, len(traj) - 1
+    return traj.crop(start, stop) if stop - start >= 10 else None
 
 
 def window_runs(window: SampleWindow, joint_names: Sequence[str],
