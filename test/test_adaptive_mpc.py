@@ -99,9 +99,9 @@ def test_a_wrong_candidate_is_refused_and_a_good_one_accepted(monkeypatch):
     assert [h['outcome'] for h in adaptive.history] == ['accepted']
     assert adaptive.current_model is not model
     assert parameter_error(adaptive.current_model, truth) < 1e-9
-    I = truth.inertial
-    for wrong in (torch.cat((I[:, :4], 3.0 * I[:, 4:]), -1),          # rotational inertias
-                  torch.cat((I[:1], I[1:] / 3.0))):                   # a third of the pendulum
+    pi = truth.inertial
+    for wrong in (torch.cat((pi[:, :4], 3.0 * pi[:, 4:]), -1),        # rotational inertias
+                  torch.cat((pi[:1], pi[1:] / 3.0))):                 # a third of the pendulum
         offered.append(truth.replace(inertial=wrong))
         _drive(plant, adaptive, 0.45)           # a new episode: one more refit
         assert adaptive.history[-1]['outcome'] == 'refused', adaptive.history[-1]
