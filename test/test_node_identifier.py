@@ -7,13 +7,14 @@ import math
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from diffsim_ros import robots
 from diffsim_ros.core import load_urdf
-from diffsim_ros.nodes import refit as refit_module
 from diffsim_ros.nodes.convert import joint_state_msg, pose_msg, sec_to_stamp
 from diffsim_ros.nodes.identifier import Identifier
 from diffsim_ros.nodes.params import parameter_overrides
 from diffsim_ros.nodes.sim_driver import SimDriver
 from diffsim_ros.sim import excitation_for, MujocoPlant, PlantConfig
+from diffsim_ros.sysid import estimators as estimators_module
 from diffsim_ros.sysid.dataset import Trajectory
+from diffsim_ros.sysid.online import usable_runs, window_runs
 from diffsim_ros.sysid.preprocess import limit_free_runs
 import numpy as np
 import pytest
@@ -97,9 +98,9 @@ def test_interfaces_latched_model_and_services(executor, tmp_path):
     assert (tmp_path / 'out' / 'qube_identified.urdf').is_file()
     assert (tmp_path / 'out' / 'qube_identified.yaml').is_file()
     feed(node, plant_run(1.0))
-    assert node._states
+    assert len(node.engine.window)
     assert call(probe, Trigger, '/identifier/reset', Trigger.Request()).success
-    assert not node._states and node.best is None
+    assert not len(node.engine.window) and node.best is None
 
 
 def test_fuzzed_input_is_dropped_and_the_node_stays_alive(executor):
@@ -120,7 +121,7 @@ def test_fuzzed_input_is_dropped_and_the_node_stays_alive(executor):
     wrong_length.velocity = [0.0]
     bad.append(wrong_length)
     states.publish(good(2.0))
-    assert wait_for(lambda: len(node._states) == 1)
+    assert wait_for(lambda: len(node.engine.window) == 1)
     # one at a time: the sensor-data QoS (best effort, depth 5) may drop a fast series
     for count, msg in enumerate(bad + [good(2.0), good(1.5)], 1):   # + duplicate, old stamp
         states.publish(msg)
@@ -128,13 +129,14 @@ def test_fuzzed_input_is_dropped_and_the_node_stays_alive(executor):
     for count, data in enumerate(([float('nan')], [1.0, 2.0], []), 1):
         commands.publish(Float64MultiArray(data=data))
         assert wait_for(lambda: node.warnings.drops.get('commands', 0) == count), data
-    assert len(node._states) == 1
+    assert len(node.engine.window) == 1
     # a 10 kHz burst: kept at most at twice the driver rate (500 Hz), the rest decimated
     for k in range(1, 501):
         states.publish(good(2.0 + k * 1e-4))
-    assert wait_for(lambda: node._states[-1][0] >= 2.04 or node.stats['decimated'] > 300,
+    assert wait_for(lambda: node.engine.window.states[-1][0] >= 2.04
+                    or node.stats['decimated'] > 300,
                     timeout=10.0)
-    stamps = np.array([s[0] for s in node._states])
+    stamps = np.array([s[0] for s in node.engine.window.states])
     assert np.all(np.diff(stamps) >= 1e-3 - 1e-9)
     # a pose with a zero quaternion
     node_poses = make_identifier(executor, node_name='identifier_mocap',
@@ -160,14 +162,16 @@ def test_commands_are_held_onto_joint_state_stamps(executor):
         clock.publish(Clock(clock=sec_to_stamp(t_clock)))
         assert wait_for(lambda: node.get_clock().now().nanoseconds == int(t_clock * 1e9))
         commands.publish(Float64MultiArray(data=[u]))
-        assert wait_for(lambda: len(node._commands) and node._commands[-1][1][0] == u)
+        assert wait_for(lambda: node.engine.window.commands
+                        and node.engine.window.commands[-1][1][0] == u)
     for k in range(300):
         t = 0.5 + k * 0.01
         node._on_joint_state(joint_state_msg(JOINTS, [math.sin(t), 0.0], [math.cos(t), 0.0],
                                              [0.0, 0.0], t))
-    traj = node.window_trajectory()
+    [traj] = window_runs(node.engine.window, JOINTS, node.engine.config)
     t, u = traj.t.numpy(), traj.u[:, 0].numpy()
-    assert t[0] >= 1.0 + 0.2 - 1e-9 and t[-1] <= 3.49 - 0.2 + 1e-9   # overlap minus edges
+    # the overlap of states and commands (1.0 .. 3.49 s) less the one-sided end differences
+    assert t[0] == pytest.approx(1.01) and t[-1] == pytest.approx(3.48)
     np.testing.assert_array_equal(u[t < 2.0], 1.0)
     np.testing.assert_array_equal(u[t >= 2.0], -1.0)
     np.testing.assert_allclose(traj.qd[:, 0].numpy(), np.cos(t))   # message velocities
@@ -183,7 +187,7 @@ def test_refits_in_a_child_process_match_refits_on_a_thread(executor):
         feed(node, run)
         assert node.refit(), node.last['status']
     child, local = nodes
-    assert child._pool is not None and local._pool is None
+    assert [node.engine.config.execution for node in nodes] == ['process', 'inline']
     torch.testing.assert_close(child.best.model.inertial, local.best.model.inertial,
                                rtol=1e-6, atol=1e-9)
     assert child.last['candidate_heldout_loss'] == pytest.approx(
@@ -202,14 +206,14 @@ def test_diverging_or_failing_refits_are_rejected(executor, monkeypatch):
     def diverging(name, model, train, validation, config, warm_start):
         bad = warm_start.model.replace(inertial=warm_start.model.inertial * 50.0)
         return dataclasses.replace(warm_start, model=bad)
-    monkeypatch.setattr(refit_module, 'fit', diverging)
+    monkeypatch.setattr(estimators_module, 'fit', diverging)
     assert not node.refit()
     assert node.best is good and node.stats['rejected'] == 1
     assert node.last['level'] == DiagnosticStatus.WARN
 
     def failing(*args, **kwargs):
         raise RuntimeError('loss is NaN')
-    monkeypatch.setattr(refit_module, 'fit', failing)
+    monkeypatch.setattr(estimators_module, 'fit', failing)
     assert not node.refit()
     assert node.best is good and node.stats['failed'] == 1
     assert 'loss is NaN' in node.last['status']
@@ -224,12 +228,12 @@ def test_refits_keep_the_informative_past_once_the_robot_holds_still(executor, m
     feed(node, moving)                            # stamps 1.0 .. 3.99 s
     assert node.refit(), node.last['status']
     seen = []
-    real_fit = refit_module.fit
+    real_fit = estimators_module.fit
 
     def recording(name, model, train, validation, config, warm_start):
         seen.append([run.run for run in train])
         return real_fit(name, model, train, validation, config, warm_start)
-    monkeypatch.setattr(refit_module, 'fit', recording)
+    monkeypatch.setattr(estimators_module, 'fit', recording)
     # then the arm holds still, hanging, for more than a window (3 s)
     for k in range(400):
         t = 4.0 + 0.01 * k
@@ -322,7 +326,8 @@ def test_accelerations_survive_dropped_samples(executor):
     traj = plant.run(commands, true_acceleration=True)
     keep = torch.rand(len(traj), generator=torch.Generator().manual_seed(0)) < 0.25
     feed(node, traj, samples=torch.nonzero(keep).flatten().tolist())
-    runs = node.usable_runs([node.window_trajectory()])   # the arm hits its stops here
+    runs = usable_runs(window_runs(node.engine.window, JOINTS, node.engine.config),
+                       node.nominal, node.engine.config)   # the arm hits its stops here
     assert len(runs) > 1
     t = np.concatenate([r.t.numpy() for r in runs])
     qdd = torch.cat([r.qdd for r in runs])

@@ -1,38 +1,33 @@
 """
-Adaptive MPC: control with the current model, record transitions, refit, swap the model.
+Adaptive MPC: control with the current model, refit it while controlling, swap it in.
 
-The loop of Algorithm 1 of IDS (identify while controlling): every step the wrapped controller
-acts on the newest accepted model; the measured transitions ``(t, q, qd, u)`` go to a replay
-buffer; every ``refit_every`` observed steps (once ``min_samples`` are buffered) an estimator of
-:mod:`diffsim_ros.sysid.estimators` refits the model on the older part of the buffer, and the
-fit is accepted only if it predicts the held-out newest part better than the current model
-(``k``-step open-loop rollouts from measured states, normalised squared error). An accepted
-model is handed to ``controller.set_model``, which keeps the warm start, so there is no gap:
-until then the last policy keeps being applied. With ``background=True`` the fit runs in a
-worker thread and is swapped in at the first ``observe``/``solve`` after it finished (what a
-ROS node does); the default runs it in place, which keeps simulations deterministic.
-
-Older cells of data that carry information the buffer has lost (a balanced pendulum's
-buffer has none about its inertia) are kept in a :class:`~diffsim_ros.sysid.memory.
-SegmentMemory` and fit together with the buffer: without them the refits during a balance
-accepted models thousands of percent off (on the Qube, NEA), which then failed the next
-swing-up.  Times are made increasing across episodes (each restarts the clock).
-
-Accelerations for the estimators are forward differences of the measured velocities,
-``qdd_k = (qd_{k+1} - qd_k) / (t_{k+1} - t_k)``, the mean acceleration under the command held
-over that interval; segments (episodes, or gaps in time) are never differenced across.
+The loop of Algorithm 1 of IDS (identify while controlling), run by the one online
+identification engine, :class:`~diffsim_ros.sysid.online.OnlineEngine`, that the identifier
+node runs on the robot: what ``diffsim-sim-eval --controller adaptive-mpc`` measures is the
+loop of the ROS graph.  Every step the wrapped controller acts on the newest accepted model;
+:meth:`AdaptiveMPC.observe` puts the measured state and the applied command into the
+engine's window (``buffer_size`` states); every ``refit_every`` observed steps (once
+``min_samples`` are there) the engine refits: derivatives from the measured velocities,
+stretches near a joint limit left out, informative older cells kept
+(:class:`~diffsim_ros.sysid.memory.SegmentMemory`: without them the refits during a balance
+accepted models thousands of percent off on the Qube), data whose commands the driver model
+cannot explain refused, and a candidate accepted only if its ``prediction_steps``-step
+open-loop prediction of the held-out newest data beats the model in use by
+``accept_margin``.  An accepted model is handed to ``controller.set_model``, which keeps the
+warm start, so there is no gap.  With ``background=True`` the fit runs on a worker thread and
+is swapped in at the first ``observe``/``solve`` after it finished (what a ROS node does);
+the default runs it in place, which keeps simulations deterministic.  Episodes restart the
+clock; the window sees one increasing time and never differentiates across episodes.
 
 :func:`parameter_error` scores a model against a known truth in a unit-free way (used with
 the simulated plants, whose true model is known).
 """
 
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 import math
-import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
+import numpy as np
 import torch
 
 from .dynamics import ModelDynamics
@@ -42,8 +37,7 @@ from ..core.integrators import joint_friction
 from ..core.model import RobotModel
 from ..core.rnea import rnea
 from ..sysid import estimators
-from ..sysid.dataset import Trajectory
-from ..sysid.memory import SegmentMemory
+from ..sysid.online import Decision, OnlineConfig, OnlineEngine
 from ..sysid.result import IdentificationResult
 
 Tensor = torch.Tensor
@@ -74,6 +68,8 @@ class AdaptiveConfig:
         about the base parameters (:class:`~diffsim_ros.sysid.memory.SegmentMemory`) and fit
         with it; 0 fits on the buffer alone.
     :param memory_segment: length of a memory cell, s.
+    :param max_unexplained: the engine's driver check threshold
+        (:func:`~diffsim_ros.sysid.online.driver_check`).
     :raises ValueError: invalid values.
     """
 
@@ -91,6 +87,7 @@ class AdaptiveConfig:
     background: bool = False
     memory_segments: int = 4
     memory_segment: float = 0.5
+    max_unexplained: float = 1.0
 
     def __post_init__(self) -> None:
         """Validate the options."""
@@ -117,6 +114,24 @@ class AdaptiveConfig:
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0.0):
                 raise ValueError(f'{name} must be finite and >= 0, got {value!r}')
+        self.online()   # the engine's own checks
+
+    def online(self) -> OnlineConfig:
+        """
+        Return the options of the online engine these options stand for.
+
+        :return: a window of ``buffer_size`` states without a time limit, the estimator and
+            acceptance settings, and in-place or thread execution (``background``).
+        """
+        return OnlineConfig(
+            estimator=self.estimator, estimator_config=dict(self.estimator_config),
+            window=math.inf, max_samples=self.buffer_size, min_window=0.0,
+            min_samples=self.min_samples, holdout_fraction=self.validation_fraction,
+            prediction_steps=self.prediction_steps, accept_margin=self.accept_margin,
+            limit_margin=self.limit_margin, max_gap=self.max_gap or math.inf,
+            memory_segments=self.memory_segments, memory_segment=self.memory_segment,
+            warm_start=self.warm_start, max_unexplained=self.max_unexplained,
+            execution='thread' if self.background else 'inline')
 
 
 def default_estimator_config(robot: str, estimator: str = 'nea') -> Dict[str, Any]:
@@ -200,7 +215,10 @@ class AdaptiveMPC:
     :param validation_fraction: overrides ``config.validation_fraction`` when given.
     :param config: all options at once.
     :param truth: callable returning the true model (simulations): ``history`` then records
-        :func:`parameter_error` of every accepted model.
+        :func:`parameter_error` of the model in use after every refit.
+    :param online: the engine's options, replacing those ``config`` stands for (e.g. the
+        identifier node's, to run exactly its loop); ``refit_every`` still sets the trigger.
+    :param check: candidate checks handed to the engine (reasons to refuse a candidate).
     """
 
     def __init__(self, controller: Any, estimator: Optional[str] = None,
@@ -209,7 +227,9 @@ class AdaptiveMPC:
                  estimator_config: Optional[Mapping[str, Any]] = None,
                  validation_fraction: Optional[float] = None,
                  config: Optional[AdaptiveConfig] = None,
-                 truth: Optional[TruthFn] = None) -> None:
+                 truth: Optional[TruthFn] = None, online: Optional[OnlineConfig] = None,
+                 check: Optional[Callable[[IdentificationResult], Sequence[str]]] = None
+                 ) -> None:
         base = config if config is not None else AdaptiveConfig(
             estimator=estimator or 'nea', estimator_config=dict(estimator_config or {}))
         changes = {key: value for key, value in (
@@ -228,22 +248,22 @@ class AdaptiveMPC:
         self.refits = 0
         #: Number of fits tried.
         self.attempts = 0
-        #: One entry per fit tried: time, sample count, errors, acceptance, wall time.
+        #: One entry per fit tried: the engine's decision record (``Decision.to_dict``).
         self.history: List[Dict[str, Any]] = []
+        #: The engine's decisions, in order (fits tried, and data refused before a fit).
+        self.decisions: List[Decision] = []
         self.truth = truth
-        self.last_result: Optional[IdentificationResult] = None
-        self._buffer: deque = deque(maxlen=self.config.buffer_size)
-        #: The informative older data, fit together with the buffer (see AdaptiveConfig).
-        self.memory = SegmentMemory(self.nominal_model, self.config.memory_segments,
-                                    self.config.memory_segment)
-        # Episodes restart the clock; the buffer and the memory see one increasing time.
+        #: The loop itself: window, memory, refits, acceptance (shared with the node).
+        self.engine = OnlineEngine(self.nominal_model, online or self.config.online(), check)
+        self.memory = self.engine.memory
+        # Episodes restart the clock; the window and the memory see one increasing time.
         self._offset, self._last_time = 0.0, None
-        self._segment = 0
         self._since_refit = 0
-        self._executor: Optional[ThreadPoolExecutor] = None
-        self._pending: Optional[Future] = None
-        self._lower = self.nominal_model.lower.detach().to('cpu', torch.float64)
-        self._upper = self.nominal_model.upper.detach().to('cpu', torch.float64)
+
+    @property
+    def last_result(self) -> Optional[IdentificationResult]:
+        """Return the result in use (None: the nominal model)."""
+        return self.engine.current
 
     # -- protocol ----------------------------------------------------------------------------
     @property
@@ -266,15 +286,21 @@ class AdaptiveMPC:
         """
         Plan with another model from the next solve on (e.g. one identified elsewhere).
 
+        It becomes the model in use that refits must beat.
+
         :param model: the new model.
         """
+        self._use(model)
+        self.engine.adopt(model)
+
+    def _use(self, model: RobotModel) -> None:
         self.current_model = model
         self.controller.set_model(model)
 
     def reset(self) -> None:
         """Forget the controller's warm start; keep the model and the data (a new episode)."""
         self.controller.reset()
-        self._segment += 1
+        self.engine.window.new_run()
 
     # -- data --------------------------------------------------------------------------------
     def observe(self, t: float, q: Tensor, qd: Tensor, u: Tensor) -> bool:
@@ -287,10 +313,10 @@ class AdaptiveMPC:
         :param u: command ``(nu,)`` actually applied (after clipping).
         :return: whether a new model was accepted during this call.
         """
-        sample = tuple(torch.as_tensor(v, dtype=torch.float64).detach().reshape(-1).clone()
-                       for v in (q, qd, u))
-        if not all(bool(torch.isfinite(v).all()) for v in sample) or self._near_limit(sample[0]):
-            self._segment += 1
+        sample = [torch.as_tensor(v, dtype=torch.float64).detach().reshape(-1).cpu().numpy()
+                  for v in (q, qd, u)]
+        if not all(bool(np.isfinite(v).all()) for v in sample):
+            self.engine.window.new_run()
             return False
         t = float(t) + self._offset
         if self._last_time is not None and t <= self._last_time:
@@ -298,202 +324,57 @@ class AdaptiveMPC:
             self._offset += self._last_time + 1.0 - t
             t = self._last_time + 1.0
         self._last_time = t
-        self._buffer.append((t, self._segment) + sample)
+        self.engine.window.add_command(t, sample[2].copy())
+        self.engine.window.add_state(t, sample[0].copy(), sample[1].copy())
         self._since_refit += 1
         accepted = self._collect()
         if (self._since_refit >= self.config.refit_every
-                and len(self._buffer) >= self.config.min_samples and self._pending is None):
+                and len(self.engine.window) >= self.config.min_samples
+                and not self.engine.busy):
             self._since_refit = 0
             accepted = self.refit() or accepted
         return accepted
 
-    def _near_limit(self, q: Tensor) -> bool:
-        margin = self.config.limit_margin
-        return bool(((q < self._lower + margin) | (q > self._upper - margin)).any())
-
     @property
     def samples(self) -> int:
         """Return the number of buffered samples."""
-        return len(self._buffer)
-
-    def trajectories(self) -> List[Trajectory]:
-        """
-        Return the buffer as runs with forward-difference accelerations.
-
-        :return: one :class:`Trajectory` per contiguous segment with at least 3 samples
-            (the last sample of a segment has no successor and is dropped).
-        """
-        joint_names = tuple(self.nominal_model.joint_names)
-        buffer = list(self._buffer)
-        if len(buffer) < 2:
-            return []
-        times = torch.tensor([s[0] for s in buffer], dtype=torch.float64)
-        steps = times[1:] - times[:-1]
-        positive = steps[steps > 0]
-        median = float(positive.median()) if positive.numel() else 1.0
-        runs, start = [], 0
-        for i in range(1, len(buffer) + 1):
-            end = i == len(buffer)
-            if not end:
-                dt = buffer[i][0] - buffer[i - 1][0]
-                if buffer[i][1] == buffer[i - 1][1] and 0 < dt <= self.config.max_gap * median:
-                    continue
-            segment = buffer[start:i]
-            start = i
-            if len(segment) < 3:
-                continue
-            t = torch.tensor([s[0] for s in segment], dtype=torch.float64)
-            q, qd, u = (torch.stack([s[k] for s in segment]) for k in (2, 3, 4))
-            qdd = (qd[1:] - qd[:-1]) / (t[1:] - t[:-1])[:, None]
-            runs.append(Trajectory(t=t[:-1], q=q[:-1], qd=qd[:-1], qdd=qdd, u=u[:-1],
-                                   joint_names=joint_names, run=f'segment{len(runs)}'))
-        return runs
-
-    def split(self) -> Tuple[List[Trajectory], List[Trajectory]]:
-        """
-        Split the buffer into older training runs and the newest held-out runs.
-
-        :return: ``(train, validation)``; the last ``validation_fraction`` of the samples
-            (in time order) are held out, cutting a run in two where needed.
-        """
-        runs = self.trajectories()
-        total = sum(len(r) for r in runs)
-        held = int(round(self.config.validation_fraction * total))
-        train, validation = [], []
-        remaining = total - held
-        for run in runs:
-            if remaining >= len(run):
-                train.append(run)
-                remaining -= len(run)
-            elif remaining > 0:
-                train.append(run.crop(0, remaining))
-                validation.append(run.crop(remaining, len(run)))
-                remaining = 0
-            else:
-                validation.append(run)
-        keep = self.config.prediction_steps + 2
-        return ([r for r in train if len(r) >= 3],
-                [r for r in validation if len(r) >= keep])
+        return len(self.engine.window)
 
     # -- refitting ---------------------------------------------------------------------------
-    def prediction_error(self, model: RobotModel, runs: Sequence[Trajectory]) -> float:
-        """
-        Return the held-out open-loop prediction error of a model.
-
-        From every sample of the runs the measured commands are replayed for
-        ``prediction_steps`` steps through the controller's dynamics (actuator and friction
-        included) on ``model``; squared state errors are normalised by each state
-        coordinate's variance over the runs and averaged.
-
-        :param model: the model to score.
-        :param runs: held-out runs (uniformly sampled).
-        :return: the normalised mean squared error (inf when it cannot be computed).
-        """
-        steps = self.config.prediction_steps
-        windows = [r for r in runs if len(r) > steps]
-        if not windows:
-            return math.inf
-        dynamics = _with_dt(self.dynamics.with_model(model.to(dtype=torch.float64)),
-                            float(torch.cat([r.t[1:] - r.t[:-1] for r in windows]).median()))
-        x0s, targets, controls = [], [], []
-        for run in windows:
-            x = torch.cat((run.q, run.qd), -1)
-            windows_x = x.unfold(0, steps + 1, 1).transpose(-1, -2)
-            x0s.append(windows_x[:, 0])
-            targets.append(windows_x[:, 1:])
-            controls.append(run.u[:-1].unfold(0, steps, 1).transpose(-1, -2))
-        x0, target, u = torch.cat(x0s), torch.cat(targets), torch.cat(controls)
-        with torch.no_grad():
-            predicted = dynamics.rollout(x0.to(dynamics.model.dtype), u.to(
-                dynamics.model.dtype))[..., 1:, :]
-        scale = torch.cat([torch.cat((r.q, r.qd), -1) for r in windows]).var(0)
-        scale = scale.clamp_min(1e-12 * float(scale.max()) + 1e-300)
-        error = ((predicted - target).square() / scale).mean()
-        value = float(error)
-        return value if math.isfinite(value) else math.inf
-
     def refit(self) -> bool:
         """
-        Fit a model on the buffer now (or start a background fit) and accept it if better.
+        Refit on the window now (or start a background fit) and accept the model if better.
 
         :return: whether a new model was accepted (always False when started in the
             background; the swap happens in a later :meth:`observe` / :meth:`solve`).
         """
-        train, validation = self.split()
-        if not train or not validation:
-            return False
-        # the memory's cells from before the buffer join the training data (the whole
-        # buffer is offered, unsplit, so that every cell is seen whole by some refit)
-        remembered = self.memory.runs(before=float(self._buffer[0][0]))
-        self.memory.offer(self.trajectories())
-        train = remembered + train
-        warm = self.last_result if self.config.warm_start else None
-        job = (self.nominal_model, train, validation, warm, self.current_model,
-               float(train[-1].t[-1]))
         if self.config.background:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(max_workers=1)
-            self._pending = self._executor.submit(self._fit, *job)
+            decision = self.engine.start()
+            return self._record(decision) if decision is not None else False
+        return self._record(self.engine.refit())
+
+    def _record(self, decision: Decision) -> bool:
+        if decision.outcome == 'waiting':
             return False
-        return self._accept(*self._fit(*job))
-
-    def _fit(self, nominal: RobotModel, train: List[Trajectory],
-             validation: List[Trajectory], warm: Optional[IdentificationResult],
-             current: RobotModel, t: float) -> tuple:
-        start = time.perf_counter()
-        entry: Dict[str, Any] = {'t': t, 'samples': sum(len(r) for r in train),
-                                 'validation_samples': sum(len(r) for r in validation)}
-        result = None
-        try:
-            result = estimators.fit(self.config.estimator, nominal, train, validation,
-                                    dict(self.config.estimator_config), warm_start=warm)
-            candidate = result.model
-            entry['error_new'] = self.prediction_error(candidate, validation) \
-                if candidate is not None else math.inf
-        except (ValueError, RuntimeError) as exc:   # ill-posed data: keep the current model
-            entry['error'] = f'{type(exc).__name__}: {exc}'
-            entry['error_new'] = math.inf
-        entry['error_current'] = self.prediction_error(current, validation)
-        entry['fit_time_s'] = time.perf_counter() - start
-        return result, entry
-
-    def _accept(self, result: Optional[IdentificationResult], entry: Dict[str, Any]) -> bool:
+        self.decisions.append(decision)
         self.attempts += 1
-        new, current = entry['error_new'], entry['error_current']
-        accepted = (result is not None and result.model is not None and math.isfinite(new)
-                    and new < (1.0 - self.config.accept_margin) * current)
-        entry['accepted'] = bool(accepted)
-        if accepted:
-            model = result.model.to(dtype=self.nominal_model.dtype,
-                                    device=self.nominal_model.device)
-            self.set_model(model)
-            self.last_result = result
+        if decision.accepted:
+            self._use(decision.result.model.to(dtype=self.nominal_model.dtype,
+                                               device=self.nominal_model.device))
             self.refits += 1
+        entry = decision.to_dict()
         if self.truth is not None:
             entry['param_error'] = parameter_error(self.current_model, self.truth())
         self.history.append(entry)
-        return bool(accepted)
+        return decision.accepted
 
     def _collect(self) -> bool:
         """Swap in a finished background fit; return whether it was accepted."""
-        if self._pending is None or not self._pending.done():
-            return False
-        future, self._pending = self._pending, None
-        return self._accept(*future.result())
+        decision = self.engine.poll()
+        return self._record(decision) if decision is not None else False
 
     def close(self) -> None:
         """Wait for a running background fit and stop the worker thread."""
-        if self._pending is not None:
-            future, self._pending = self._pending, None
-            self._accept(*future.result())
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
-
-
-def _with_dt(dynamics: ModelDynamics, dt: float) -> ModelDynamics:
-    """Return the same dynamics with another step (the data's sample interval)."""
-    return ModelDynamics(dynamics.model, dt, command_joints=dynamics.command_joints,
-                         actuator=dynamics.actuator, friction=dynamics.friction,
-                         method=dynamics.method, substeps=dynamics.substeps,
-                         u_min=dynamics.u_min, u_max=dynamics.u_max)
+        if self.engine.busy:
+            self._record(self.engine.refit())
+        self.engine.close()

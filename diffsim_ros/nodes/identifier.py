@@ -1,21 +1,19 @@
 """
-Online identification node: refits a physically consistent model on a sliding data window.
+Online identification node: message conversion around the one online identification engine.
 
 Subscriptions: ``joint_states`` (sensor-data QoS; joints mapped by name), the command topic
 (``/<controller_name>/commands``, stamped on receipt with the node clock and held onto the
-joint-state stamps) and ``<mocap_topic_prefix>/<body>`` poses.  Every ``refit_period`` s a
-worker thread takes the window, estimates velocities/accelerations (zero-phase filter;
-measured velocities kept when ``velocity_source`` allows, and then differentiated on their own
-stamps for the accelerations), splits off the last ``holdout_fraction`` as held-out data,
-leaves out the stretches where a joint is within ``limit_margin`` of a position limit (the
-limit stop's force is not in the model) and runs ``diffsim_ros.sysid.estimators.fit``
-warm-started from the last accepted result, on the training part together with up to
-``memory_segments`` older cells of data that the window has lost, kept for their information
-about the base parameters (:class:`~diffsim_ros.sysid.memory.SegmentMemory`): without them a
-robot holding still for a window's length (a balanced pendulum) lets refits drift.  A refit
-is accepted only if its inverse-dynamics torque error on the held-out data (normalised by the
-nominal model's torque variance) beats the current model's by ``min_improvement``; otherwise
-the last good model stays and the diagnostics turn WARN.
+joint-state stamps) and ``<mocap_topic_prefix>/<body>`` poses.  Samples go into the window of
+a :class:`~diffsim_ros.sysid.online.OnlineEngine`; every ``refit_period`` s a worker thread
+asks it for one refit (in a child process when ``refit_process``, so that the fit never
+holds the interpreter lock of the thread taking ``joint_states``).  The engine, the same one
+``diffsim-sim-eval --controller adaptive-mpc`` runs, estimates the derivatives, leaves out
+the stretches near a position limit, keeps informative older cells (``memory_*``), refuses
+data whose commands the model of the driver cannot explain (``max_unexplained``), fits, and
+accepts a candidate only if its ``prediction_steps``-step open-loop prediction of the
+held-out newest data (``holdout_fraction``) beats the model in use by ``min_improvement``;
+otherwise the last good model stays and the diagnostics say why (WARN where a user should
+look).
 
 Publications:
 
@@ -42,7 +40,6 @@ import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
-import numpy as np
 from rclpy.node import Node
 from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data,
                        QoSProfile, ReliabilityPolicy)
@@ -55,17 +52,12 @@ import yaml
 from .convert import (commands_array, joint_state_arrays, MessageError, pose_matrix,
                       stamp_to_sec, ThrottledLogger)
 from .params import declare_config, declare_robot
-from .refit import RefitPool, score_refit
 from .runtime import configure_interpreter, run_node
 from .. import robots
 from ..core import load_urdf
 from ..io.urdf_export import model_to_urdf
-from ..sysid.dataset import Trajectory
 from ..sysid.estimators import ESTIMATORS
-from ..sysid.filters import estimate_derivatives
-from ..sysid.losses import resolve_source
-from ..sysid.memory import SegmentMemory
-from ..sysid.preprocess import align_streams, limit_free_runs, split_time
+from ..sysid.online import Decision, OnlineConfig, OnlineEngine
 
 __all__ = ['Identifier', 'IdentifierConfig', 'main']
 
@@ -92,7 +84,13 @@ class IdentifierConfig:
     holdout_fraction: float = field(default=0.25, metadata=_meta(
         'last fraction of the window held out to accept or reject a refit'))
     min_improvement: float = field(default=0.0, metadata=_meta(
-        'relative held-out improvement a refit needs to replace the current model'))
+        'relative improvement of the held-out prediction error a refit needs to replace the '
+        'current model'))
+    prediction_steps: int = field(default=10, metadata=_meta(
+        'open-loop steps of the held-out prediction error that accepts or refuses a refit'))
+    max_unexplained: float = field(default=1.0, metadata=_meta(
+        'refuse refits on data whose commands leave more than this normalised residual in a '
+        'block under every plausible model (1 = worse than no commands at all)'))
     velocity_source: str = field(default='auto', metadata=_meta(
         "'auto' (message velocity when every sample has one), 'message' or 'differentiate'"))
     derivative_cutoff_hz: float = field(default=20.0, metadata=_meta(
@@ -146,6 +144,10 @@ class IdentifierConfig:
             raise ValueError(f'limit_margin must be finite, got {self.limit_margin!r}')
         if self.memory_segments < 0:
             raise ValueError(f'memory_segments must be >= 0, got {self.memory_segments}')
+        if self.prediction_steps < 1:
+            raise ValueError(f'prediction_steps must be >= 1, got {self.prediction_steps}')
+        if not (math.isfinite(self.max_unexplained) and self.max_unexplained > 0):
+            raise ValueError(f'max_unexplained must be > 0, got {self.max_unexplained!r}')
         for name in ('memory_segment',):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise ValueError(f'{name} must be > 0, got {getattr(self, name)!r}')
@@ -154,6 +156,24 @@ class IdentifierConfig:
                 raise ValueError(f'{name} must be >= 0, got {getattr(self, name)!r}')
         if self.min_window > self.window:
             raise ValueError(f'min_window ({self.min_window}) exceeds window ({self.window})')
+
+    def online(self, estimator_config) -> OnlineConfig:
+        """
+        Return the engine's options (the same engine as ``control/adaptive.py``).
+
+        :param estimator_config: the estimator's configuration object.
+        :return: the :class:`~diffsim_ros.sysid.online.OnlineConfig`.
+        """
+        return OnlineConfig(
+            estimator=self.estimator, estimator_config=estimator_config, window=self.window,
+            min_window=self.min_window, holdout_fraction=self.holdout_fraction,
+            prediction_steps=self.prediction_steps, accept_margin=self.min_improvement,
+            velocity_source=self.velocity_source,
+            derivative_cutoff_hz=self.derivative_cutoff_hz, limit_margin=self.limit_margin,
+            memory_segments=self.memory_segments, memory_segment=self.memory_segment,
+            memory_max_age=self.memory_max_age or math.inf,
+            max_unexplained=self.max_unexplained,
+            execution='process' if self.refit_process else 'inline')
 
 
 class Identifier(Node):
@@ -187,8 +207,8 @@ class Identifier(Node):
         self._lock = threading.Lock()
         self._min_interval = config.min_sample_interval or 0.5 / self.info.driver_rate_hz
         self._finished = deque(maxlen=20)   # monotonic end times of recent refits
-        self.memory = SegmentMemory(self.nominal, config.memory_segments, config.memory_segment,
-                                    config.memory_max_age or math.inf)
+        self.engine = OnlineEngine(self.nominal, config.online(estimator))
+        self.memory = self.engine.memory
         self._reset_state()
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self.description_pub = self.create_publisher(String, '~/robot_description', latched)
@@ -210,7 +230,6 @@ class Identifier(Node):
         self.create_service(Trigger, '~/save', self._on_save)
         self.create_service(SetBool, '~/freeze', self._on_freeze)
         self.frozen = False
-        self._pool = RefitPool() if config.refit_process else None
         self._wake, self._stop = threading.Event(), threading.Event()
         self._worker = threading.Thread(target=self._work, daemon=True)
         self._worker.start()
@@ -222,21 +241,11 @@ class Identifier(Node):
     def _reset_state(self) -> None:
         """Empty the window and go back to the nominal model."""
         with self._lock:
-            self._states = deque()
-            self._commands = deque()
-            self._poses = {body: deque() for body in self.config.mocap_bodies}
+            self.engine.reset()   # window and memory emptied, a running fit discarded
             self._last_t = None
-            self._forget = True   # the worker empties the memory before its next refit
             self.best = None   # None = the nominal model
             self.best_loss = math.inf
             self.last = {'status': 'collecting data', 'level': DiagnosticStatus.OK}
-
-    def _prune(self, now: float) -> None:
-        """Drop samples older than the window (lock held)."""
-        start = now - self.config.window
-        for queue in (self._states, self._commands, *self._poses.values()):
-            while len(queue) > 1 and queue[1][0] < start:
-                queue.popleft()
 
     def _on_joint_state(self, msg: JointState) -> None:
         """Validate one joint state and append it to the window."""
@@ -252,11 +261,7 @@ class Identifier(Node):
                 if self._last_t - t > self.config.max_time_jump:
                     self.get_logger().warning(f'time jumped back {self._last_t - t:.3f} s: '
                                               'clearing the window')
-                    self._states.clear()
-                    self._commands.clear()
-                    self._forget = True
-                    for queue in self._poses.values():
-                        queue.clear()
+                    self.engine.restart()   # window emptied, memory forgotten
                 else:
                     self.warnings.warn('joint_states', 'dropped: duplicate or out-of-order '
                                        f'stamp {t:.6f} s (last {self._last_t:.6f} s)')
@@ -265,8 +270,7 @@ class Identifier(Node):
                 self.stats['decimated'] += 1
                 return
             self._last_t = t
-            self._states.append((t, q, qd, effort))
-            self._prune(t)
+            self.engine.window.add_state(t, q, qd, effort)
 
     def _on_command(self, msg: Float64MultiArray) -> None:
         """Store a command, stamped now, for the zero-order hold."""
@@ -275,12 +279,8 @@ class Identifier(Node):
         except MessageError as error:
             self.warnings.warn('commands', f'dropped: {error}')
             return
-        with self._lock:
-            t = self.get_clock().now().nanoseconds * 1e-9
-            if self._commands and t <= self._commands[-1][0]:
-                self._commands[-1] = (self._commands[-1][0], u)
-            else:
-                self._commands.append((t, u))
+        if not self.engine.window.add_command(self.get_clock().now().nanoseconds * 1e-9, u):
+            self.warnings.warn('commands', 'dropped: the clock went back')
 
     def _on_pose(self, body: str, msg: PoseStamped) -> None:
         """Store a motion-capture pose."""
@@ -289,76 +289,10 @@ class Identifier(Node):
         except MessageError as error:
             self.warnings.warn(f'mocap/{body}', f'dropped: {error}')
             return
-        with self._lock:
-            queue = self._poses[body]
-            if queue and t <= queue[-1][0]:
-                self.warnings.warn(f'mocap/{body}', 'dropped: duplicate or out-of-order stamp')
-                return
-            queue.append((t, T))
-
-    def window_trajectory(self) -> Trajectory:
-        """
-        Return the current window as a trajectory with derivatives, commands and poses.
-
-        :return: samples in model joint order; ``qd`` from the messages (if allowed and
-            present) and ``qdd`` its central differences, else both from the low-passed
-            positions (and ``tau`` low-passed alike); ``tau`` from the efforts when every
-            sample has one, ``u`` commands held onto the joint-state stamps.
-        :raises ValueError: too little data (less than ``min_window`` s).
-        """
-        with self._lock:
-            states, commands = list(self._states), list(self._commands)
-            poses = {body: list(queue) for body, queue in self._poses.items() if len(queue) > 1}
-        if len(states) < 3 or states[-1][0] - states[0][0] < self.config.min_window:
-            raise ValueError('not enough data in the window yet')
-        f64 = torch.float64
-        t = torch.tensor([s[0] for s in states], dtype=f64)
-        q = torch.tensor(np.stack([s[1] for s in states]), dtype=f64)
-        measured = all(s[2] is not None for s in states)
-        efforts = all(s[3] is not None for s in states)
-        tau = torch.tensor(np.stack([s[3] for s in states]), dtype=f64) if efforts else None
-        traj = Trajectory(t=t, q=q, tau=tau, joint_names=self.nominal.joint_names,
-                          run='window')
-        traj = estimate_derivatives(traj, 'filtfilt', self.config.derivative_cutoff_hz)
-        if measured and self.config.velocity_source != 'differentiate':
-            # accelerations: central differences of the measured velocity on the actual
-            # stamps, not a low-passed second derivative of the (quantised) positions on a
-            # resampled grid, which loses the steps of bang-bang commands and interpolates
-            # over dropped samples (both shrink the fitted inertias)
-            qd = np.stack([s[2] for s in states])
-            qdd = np.gradient(qd, t.numpy(), axis=0, edge_order=1)
-            traj = traj.replace(qd=torch.tensor(qd, dtype=f64), qdd=torch.tensor(qdd, dtype=f64),
-                                tau=tau)   # unfiltered, as the accelerations
-        elif self.config.velocity_source == 'message':
-            raise ValueError("velocity_source is 'message' but joint states lack velocities")
-        if commands and commands[-1][0] < states[-1][0]:
-            commands.append((states[-1][0], commands[-1][1]))   # hold the last command
-        command_stream = (torch.tensor([c[0] for c in commands], dtype=f64),
-                          torch.tensor(np.stack([c[1] for c in commands]), dtype=f64)) \
-            if commands else None
-        pose_streams = {body: (torch.tensor([p[0] for p in items], dtype=f64),
-                               torch.tensor(np.stack([p[1] for p in items]), dtype=f64))
-                        for body, items in poses.items()}
-        traj = align_streams(traj, command_stream, pose_streams or None)
-        edge = 2.0 / self.config.derivative_cutoff_hz   # filter transients at both ends
-        keep = (traj.t >= traj.t[0] + edge) & (traj.t <= traj.t[-1] - edge)
-        index = torch.nonzero(keep).flatten()
-        if index.numel() < 10:
-            raise ValueError('not enough data in the window yet')
-        return traj.crop(int(index[0]), int(index[-1]) + 1)
+        if not self.engine.window.add_pose(body, t, T):
+            self.warnings.warn(f'mocap/{body}', 'dropped: duplicate or out-of-order stamp')
 
     # -- refits ----------------------------------------------------------------------------
-    def usable_runs(self, runs) -> list:
-        """
-        Return the stretches of some runs that stay away from the joint limits.
-
-        :param runs: trajectories of the window.
-        :return: their :func:`~diffsim_ros.sysid.preprocess.limit_free_runs`.
-        """
-        pad = 2.0 / self.config.derivative_cutoff_hz   # the filter's transient
-        return [part for traj in runs for part in limit_free_runs(
-            traj, self.nominal.lower, self.nominal.upper, self.config.limit_margin, pad)]
-
     def _work(self) -> None:
         """Worker thread: refit whenever the timer asks and the node is not frozen."""
         while not self._stop.is_set():
@@ -370,75 +304,40 @@ class Identifier(Node):
 
     def refit(self) -> bool:
         """
-        Run one refit on the current window and accept it if it improves the held-out data.
+        Run one refit of the engine on the current window and report its decision.
 
-        :return: True when the new model was accepted.
+        :return: True when the new model was accepted (and published).
         """
-        try:
-            traj = self.window_trajectory()
-        except ValueError as error:
-            self.last = {'status': str(error), 'level': DiagnosticStatus.OK}
-            return False
-        split = split_time(traj, validation=self.config.holdout_fraction)
-        train, validation = (self.usable_runs(part) for part in (split.train, split.validation))
-        # the memory's cells from before the window join the training data; the held-out
-        # part stays the newest data, which the model must predict
-        if self._forget:
-            self._forget = False
-            self.memory.clear()
-        remembered = self.memory.runs(before=float(traj.t[0]))
-        self.memory.offer(self.usable_runs([traj]))   # unsplit: cells across the cut count
-        train = remembered + train
-        if not train or not validation:
-            self.last = {'status': 'not enough data away from the joint limits',
-                         'level': DiagnosticStatus.OK}
-            return False
-        started = time.perf_counter()
-        best = self.best
-        self.stats['refits'] += 1
-        try:
-            cfg = self.estimator_config
-            source = resolve_source(train, cfg.source, cfg.actuator != 'none')
-            job = (self.config.estimator, self.nominal, cfg, source, train, validation, best)
-            scores = self._pool.score(*job) if self._pool is not None else score_refit(*job)
-            candidate = scores['candidate']
-            new_loss, old_loss, nominal_loss = scores['new'], scores['old'], scores['nominal']
-        except Exception as error:  # noqa: B902 - a failed refit must not kill the node
-            self.stats['failed'] += 1
-            self._finish({'status': f'refit failed: {error}', 'level': DiagnosticStatus.WARN},
-                         started)
-            self.warnings.warn('refit', f'failed: {error!r}; keeping the last good model')
-            return False
-        accepted = new_loss < (1.0 - self.config.min_improvement) * old_loss
-        report = {'train_loss': float(candidate.metrics.get('loss', math.nan)),
-                  'candidate_heldout_loss': new_loss, 'current_heldout_loss': old_loss,
-                  'nominal_heldout_loss': nominal_loss}
-        if accepted:
-            with self._lock:
-                if self.best is best:   # a reset during the fit discards it
-                    self.best, self.best_loss = candidate, new_loss
-            self.stats['accepted'] += 1
-            self._finish({**report, 'status': 'refit accepted', 'level': DiagnosticStatus.OK},
-                         started)
-            self._publish_model()
-        else:
-            self.stats['rejected'] += 1
-            self.best_loss = old_loss
-            worse = not new_loss <= old_loss * (1.0 + 1e-9)   # equal: the fit did not move
-            self._finish({**report, 'status': f'refit rejected: held-out loss {new_loss:.4g} '
-                          f'vs {old_loss:.4g}', 'level': DiagnosticStatus.WARN if worse
-                          else DiagnosticStatus.OK}, started)
-            if worse:
-                self.warnings.warn('refit', self.last['status'] + '; keeping the last good '
-                                   'model')
-        return accepted
+        decision = self.engine.refit()
+        self._record(decision)
+        return decision.accepted
 
-    def _finish(self, report: dict, started: float) -> None:
-        """Record a refit's outcome and publish diagnostics."""
-        report['duration_s'] = time.perf_counter() - started
-        report['finished'] = time.monotonic()
+    def _record(self, decision: Decision) -> None:
+        """Turn a refit decision into statistics, diagnostics, a log line and the model."""
+        level = DiagnosticStatus.WARN if decision.warn else DiagnosticStatus.OK
+        if decision.outcome == 'waiting':
+            self.last = {'status': decision.reason, 'level': level}
+            return
+        self.stats['refits'] += 1
+        key = {'accepted': 'accepted', 'failed': 'failed', 'refused': 'rejected'}.get(
+            decision.outcome, 'discarded')
+        self.stats[key] = self.stats.get(key, 0) + 1
+        report = {k: v for k, v in decision.to_dict().items()
+                  if k not in ('outcome', 'accepted', 'reason')}
+        report.update(status=f'refit {decision.outcome}: {decision.reason}', level=level,
+                      duration_s=decision.durations.get('total_s', 0.0),
+                      finished=time.monotonic())
+        if decision.accepted:
+            self.best = decision.result
+            self.best_loss = decision.losses['candidate']
+        elif 'current' in decision.losses:
+            self.best_loss = decision.losses['current']
         self._finished.append(report['finished'])
         self.last = report
+        if decision.warn:
+            self.warnings.warn('refit', report['status'] + '; keeping the last good model')
+        if decision.accepted:
+            self._publish_model()
         self.publish_diagnostics()
 
     # -- outputs ---------------------------------------------------------------------------
@@ -459,9 +358,7 @@ class Identifier(Node):
 
     def publish_diagnostics(self) -> None:
         """Publish one ``DiagnosticStatus`` with the refit and window statistics."""
-        with self._lock:
-            span = self._states[-1][0] - self._states[0][0] if len(self._states) > 1 else 0.0
-            samples = len(self._states)
+        span, samples = self.engine.window.span(), len(self.engine.window)
         finished = list(self._finished)
         rate = (len(finished) - 1) / (finished[-1] - finished[0]) \
             if len(finished) > 1 and finished[-1] > finished[0] else 0.0
@@ -519,8 +416,7 @@ class Identifier(Node):
         """Stop the worker thread, then destroy the node."""
         self._stop.set()
         self._wake.set()
-        if self._pool is not None:
-            self._pool.close()
+        self.engine.close()
         self._worker.join(timeout=30.0)
         super().destroy_node()
 
