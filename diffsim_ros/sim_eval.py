@@ -50,7 +50,7 @@ from .control.ilqr import ILQRConfig
 from .control.tasks import evaluate, get_task, make_ilqr, reference, start_state, SWING_UP, \
     Task, task_names, upright_angle
 from .core import RobotModel
-from .sim import MujocoPlant, nominal_model, PlantConfig
+from .sim import MujocoPlant, PlantConfig
 from .sysid import estimators
 
 CONTROLLERS = ('nominal-mpc', 'adaptive-mpc', 'baseline', 'adaptive-baseline')
@@ -231,7 +231,7 @@ def evaluate_controller(args: argparse.Namespace) -> Dict[str, Any]:
     plant = MujocoPlant(PlantConfig(robot=args.robot, param_error=args.param_error,
                                     seed=args.seed))
     truth = control_model(args.robot, plant.true_model)
-    model = control_model(args.robot, nominal_model(args.robot))
+    model = control_model(args.robot, robots.interface(args.robot).nominal_model())
     controller, replan = make_controller(args.controller, task, model, plant.rate_hz,
                                          args.quick, args.estimator, truth=lambda: truth)
     duration = args.duration if args.duration is not None else (

@@ -58,7 +58,6 @@ from .params import declare_config, declare_robot
 from .refit import RefitPool, score_refit
 from .runtime import configure_interpreter, run_node
 from .. import robots
-from ..core import load_urdf
 from ..io.urdf_export import model_to_urdf
 from ..sysid.dataset import Trajectory
 from ..sysid.estimators import ESTIMATORS
@@ -177,7 +176,7 @@ class Identifier(Node):
             estimator = config_cls.from_dict(
                 {**estimator.to_dict(), 'command_joints': list(self.info.command_joints)})
         self.estimator_config = estimator
-        self.nominal = load_urdf(robots.urdf_string(self.robot), dtype=torch.float64)
+        self.nominal = robots.interface(self.robot).nominal_model()
         self.warnings = ThrottledLogger(self.get_logger())
         self.stats = {'received': 0, 'refits': 0, 'accepted': 0, 'rejected': 0, 'failed': 0,
                       'decimated': 0}

@@ -45,7 +45,6 @@ from .params import declare_config, declare_robot
 from .runtime import configure_interpreter, run_node
 from .. import robots
 from ..core import aba, forward_kinematics, INTEGRATORS, load_urdf, rnea, RobotModel, rollout
-from ..sim.parameters import nominal_model
 from ..sysid.losses import command_matrix, make_actuator, make_torque_fn, normalized_mse
 from ..sysid.losses import state_scale, wrap_angle_error
 
@@ -276,7 +275,7 @@ class MonitorNode(Node):
         robot, defaults = declare_robot(self)
         self.info = robots.get(robot)
         self.config = declare_config(self, MonitorConfig, defaults=defaults)
-        self.model = nominal_model(self.info.name)
+        self.model = robots.interface(self.info.name).nominal_model()
         self._names = self.model.joint_names
         self._lock = threading.Lock()
         keep = int(self.config.buffer_duration * self.info.driver_rate_hz * 2) + 16

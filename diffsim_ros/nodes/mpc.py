@@ -60,7 +60,6 @@ from ..control.ilqr import ILQR, ILQRConfig
 from ..control.mppi import MPPI, MPPIConfig
 from ..control.tasks import get_task, make_cost, make_ilqr, reference, task_names
 from ..core import rnea, RobotModel
-from ..sim.parameters import nominal_model
 
 __all__ = ['CONTROLLERS', 'MpcConfig', 'MpcNode', 'main', 'make_controller']
 
@@ -242,7 +241,7 @@ class MpcNode(Node):
         robot, defaults = declare_robot(self)
         self.info = info = robots.get(robot)
         self.config = config = declare_config(self, MpcConfig, defaults=defaults)
-        self.model = nominal_model(robot)
+        self.model = robots.interface(robot).nominal_model()
         self.controller, control_rate = make_controller(info, self.model, config)
         # A baseline is solved inline at every command tick (see the module docstring).
         self._inline = config.controller == 'baseline'

@@ -8,16 +8,40 @@ Robots: ``qube`` (Quanser QUBE-Servo 2 Furuta pendulum), ``cartpole`` (Quanser I
 >>> from diffsim_ros import robots
 >>> robots.get('qube').command_unit
 'V'
->>> xml = robots.urdf_string('panda')   # feed to diffsim_ros.core.load_urdf
+>>> xml = robots.urdf_string('panda')   # feed to diffsim_ros.core.load_urdf(xml=...)
+>>> qube = robots.interface('qube')      # nominal model, command map, limits, bounds
 
-Standard library only (no torch, no ROS), so it is cheap to import anywhere.
+The catalog is standard library only (no torch, no ROS), so ``robots.get`` is cheap to
+import anywhere; :func:`interface` (:mod:`diffsim_ros.robots.interface`, torch) is imported
+on first use.
 """
 
+import importlib
 from pathlib import Path
 
 from .catalog import RobotInfo, ROBOTS
 
-__all__ = ['RobotInfo', 'get', 'names', 'urdf_path', 'urdf_string']
+__all__ = ['RobotInfo', 'RobotInterface', 'get', 'interface', 'names', 'urdf_path',
+           'urdf_string']
+_LAZY = ('interface', 'RobotInterface', 'model_parameters')
+
+
+def __getattr__(name: str):
+    """
+    Import the torch-based robot interface on first use.
+
+    :param name: attribute name.
+    :return: ``interface``, ``RobotInterface`` or ``model_parameters``.
+    :raises AttributeError: any other name.
+    """
+    if name not in _LAZY:
+        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    module = importlib.import_module('.interface', __name__)
+    # Importing the submodule bound its name here; the function of the same name wins.
+    for key in _LAZY:
+        globals()[key] = getattr(module, key)
+    return globals()[name]
+
 
 _URDF_DIR = Path(__file__).resolve().parent / 'urdf'
 
