@@ -59,6 +59,7 @@ from .refit import RefitPool, score_refit
 from .runtime import configure_interpreter, run_node
 from .. import robots
 from ..io.urdf_export import model_to_urdf
+from ..robots.message import model_message
 from ..sysid.dataset import Trajectory
 from ..sysid.estimators import ESTIMATORS
 from ..sysid.filters import estimate_derivatives
@@ -188,6 +189,7 @@ class Identifier(Node):
         self._reset_state()
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self.description_pub = self.create_publisher(String, '~/robot_description', latched)
+        self.model_pub = self.create_publisher(String, '~/model', latched)   # sent whole
         self.parameters_pub = self.create_publisher(String, '~/parameters', latched)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.command_topic = config.command_topic or f'/{self.info.controller_name}/commands'
@@ -443,6 +445,8 @@ class Identifier(Node):
         best = self.best
         try:
             model = best.model if best is not None else self.nominal
+            self.model_pub.publish(String(data=json.dumps(model_message(
+                best if best is not None else model, robots.interface(self.robot)))))
             self.description_pub.publish(String(data=model_to_urdf(model)))
         except ValueError as error:
             self.warnings.warn('robot_description', f'not published: {error}')

@@ -18,6 +18,8 @@ on first use.
 
 import importlib
 from pathlib import Path
+import sys
+import types
 
 from .catalog import RobotInfo, ROBOTS
 
@@ -37,10 +39,22 @@ def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
     module = importlib.import_module('.interface', __name__)
-    # Importing the submodule bound its name here; the function of the same name wins.
     for key in _LAZY:
         globals()[key] = getattr(module, key)
     return globals()[name]
+
+
+class _Package(types.ModuleType):
+    """This package, whose ``interface`` stays the function when its submodule is imported."""
+
+    def __setattr__(self, name: str, value) -> None:
+        """Bind ``interface`` to the function, not the submodule of the same name."""
+        if name == 'interface' and isinstance(value, types.ModuleType):
+            value = value.interface   # the import system binds a loaded submodule here
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 _URDF_DIR = Path(__file__).resolve().parent / 'urdf'
