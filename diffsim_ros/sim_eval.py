@@ -113,7 +113,7 @@ def control_model(robot: str, model: RobotModel) -> RobotModel:
     :param model: rigid-body model.
     :return: ``model``, or a copy with zero gravity.
     """
-    if robots.get(robot).motor.get('driver_adds_gravity', False):
+    if robots.interface(robot).driver_adds_gravity:
         return model.replace(gravity=torch.zeros_like(model.gravity))
     return model
 

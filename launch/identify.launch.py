@@ -5,7 +5,8 @@ Identify a robot online and control it with adaptive MPC, with RViz showing the 
 (a ros2_control forward command controller on ``/<controller>/commands`` and a
 ``joint_states`` publisher).  Starts:
 
-* ``identifier``: refits the model from ``joint_states`` and publishes its URDF on
+* ``identifier``: refits the model from ``joint_states`` and publishes it whole on
+  ``/identifier/model`` (the mpc's and monitor's input) and as URDF on
   ``/identifier/robot_description``;
 * ``mpc`` (``mpc:=false`` leaves it out): controls the robot on the newest model;
 * ``monitor``: rolls the model forward over recorded commands, publishes the ghost's

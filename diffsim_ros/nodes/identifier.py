@@ -19,8 +19,11 @@ the last good model stays and the diagnostics turn WARN.
 
 Publications:
 
+* ``~/model`` (``std_msgs/String``, transient local): the current model whole, a JSON
+  document of every parameter with units and std (:mod:`diffsim_ros.robots.message`), which
+  the mpc and monitor load exactly and gate before use;
 * ``~/robot_description`` (``std_msgs/String``, transient local): URDF of the current model
-  (for ``'svgd'`` the posterior mean);
+  for RViz and MoveIt (for ``'svgd'`` the posterior mean);
 * ``~/parameters`` (``std_msgs/String``, transient local): JSON ``{"stamp", "method",
   "heldout_loss", "refits", "parameters": {name: {"value", "unit"[, "std"]}}}`` with the
   standard deviation wherever the estimator is Bayesian;

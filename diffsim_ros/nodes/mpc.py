@@ -264,7 +264,7 @@ class MpcNode(Node):
             raise ValueError(f'safe_command needs {len(self._limit)} finite values')
         self.safe_command = np.clip(safe, -self._limit, self._limit)
         # libfranka adds gravity to the commands: send what the model needs beyond it.
-        self._subtract_gravity = bool(info.motor.get('driver_adds_gravity', False)) and \
+        self._subtract_gravity = robots.interface(robot).driver_adds_gravity and \
             not getattr(self.controller, 'gravity_in_command', False)
         self._lock = threading.Lock()
         self._log = ThrottledLogger(self.get_logger())
