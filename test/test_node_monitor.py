@@ -5,6 +5,7 @@ import math
 import threading
 import time
 
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from diffsim_ros import robots
 from diffsim_ros.core import rollout
 from diffsim_ros.nodes.monitor import (end_effector_path, MonitorConfig, MonitorNode,
@@ -166,3 +167,22 @@ def test_publishes_markers_ghost_states_and_nmse(ros_context, executor):
                                                         robots.interface(robot)))))
     assert wait_for(lambda: monitor.models_accepted == 1, 10.0)
     assert torch.equal(monitor.model.inertial, heavier) and monitor.models_rejected == 0
+    # A 1000x pendulum is refused: counted, WARN on /diagnostics, the last good model stays.
+    diagnostics = []
+    node.create_subscription(DiagnosticArray, '/diagnostics', lambda m: diagnostics.extend(
+        (s.level, s.message) for s in m.status if s.name.startswith('monitor')), 10)
+    absurd = monitor.model.inertial.clone()
+    absurd[1] *= 1000.0
+    models.publish(String(data=json.dumps(model_message(
+        monitor.model.replace(inertial=absurd), robots.interface(robot)))))
+    assert wait_for(lambda: monitor.models_rejected == 1, 10.0)
+    assert torch.equal(monitor.model.inertial, heavier) and monitor.gate.refused == 1
+    play_thread = threading.Thread(target=play, daemon=True)   # new data: a new prediction
+    stop.clear()
+    play_thread.start()
+    try:
+        assert wait_for(lambda: any(level == DiagnosticStatus.WARN and 'pendulum_link/m' in text
+                                    for level, text in diagnostics), 10.0), diagnostics
+    finally:
+        stop.set()
+        play_thread.join(timeout=5.0)

@@ -830,3 +830,14 @@ def test_parameter_bounds_cover_every_named_parameter():
     # relative where the nominal is informative, absolute where it is not (module docstring)
     assert bounds['pendulum_link/m'] == pytest.approx((0.024 / 3.0, 0.024 * 3.0))
     assert bounds['pendulum_joint/coulomb'][1] > 0.0 == float(model.friction[1])
+
+
+@pytest.mark.parametrize('name', ALL)
+def test_plausibility_bounds_admit_every_plant_the_simulator_samples(name):
+    # The demo accepts --param-error below 1: bounds that refused such plants would refuse
+    # the identifier's correct answers about them.
+    from diffsim_ros.sim.parameters import TrueParameters
+    interface = robots.interface(name)
+    for seed in range(5):
+        true = TrueParameters.sample(name, 0.9, torch.Generator().manual_seed(seed))
+        assert interface.check_model(true.as_model()) == [], seed

@@ -312,7 +312,7 @@ class ModelGate:
         self.config = config
         self.recent = RecentData(config.duration, rate_hz)
         self.use_actuator = bool(use_actuator)
-        self.accepted = self.refused = self.unjudged = 0
+        self.accepted = self.refused = self.unjudged = self.superseded = 0
         self.last_note = 'no model received'
         self._log, self._clock = log, clock
         self._refused_at = -math.inf
@@ -334,7 +334,7 @@ class ModelGate:
     def submit(self, text: str, current: RobotModel, current_actuator: Optional[nn.Module],
                on_accept: Accept, on_refuse: Optional[Callable[[str], None]] = None) -> None:
         """
-        Queue a document for judging (a newer one replaces a queued one, counted refused).
+        Queue a document for judging (a newer one replaces one still queued: counted).
 
         :param text: the document's JSON text, as received.
         :param current: the model in use (read when judging starts is fine: models are
@@ -346,8 +346,7 @@ class ModelGate:
         job = (text, current, current_actuator, on_accept, on_refuse)
         with self._pending_lock:
             self._pending, replaced = job, self._pending
-        if replaced is not None:
-            self._refuse('superseded by a newer model before it was judged', replaced[4])
+        self.superseded += replaced is not None
         self._wake.set()
 
     def judge(self, text: str, current: RobotModel,
@@ -406,11 +405,13 @@ class ModelGate:
         """
         Return the gate's counters and last note for ``/diagnostics``.
 
-        :return: ``models_refused``, ``models_accepted_without_comparison`` and
+        :return: ``models_refused``, ``models_accepted_without_comparison``,
+            ``models_superseded`` (replaced by a newer one before being judged) and
             ``model_gate`` (the last decision in words).
         """
         return {'models_refused': self.refused,
                 'models_accepted_without_comparison': self.unjudged,
+                'models_superseded': self.superseded,
                 'model_gate': self.last_note}
 
     def close(self) -> None:
