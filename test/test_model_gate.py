@@ -330,3 +330,18 @@ def test_identifier_publishes_the_whole_model_latched(ros_context, executor):
     # the cart's reflected rotor mass reaches the mpc now (a URDF has no field for it)
     assert float(model.armature[0]) > 0.1
     assert json.loads(inbox[-1].data)['method'] == 'nominal'
+
+
+def test_recent_data_keeps_one_state_per_time_and_restarts_when_time_goes_back():
+    data = RecentData(1.0, 100.0)
+    for t in (0.0, 0.01, 0.01, 0.02):
+        data.add_state(t, np.array([t, 0.0]), np.array([0.0, 0.0]))
+    data.add_command(0.015, np.array([1.0]))
+    snap = data.snapshot(1)
+    assert snap['t'].tolist() == [0.0, 0.01, 0.02] and snap['u'].tolist() == [[1.0]]
+    for k in range(300):   # bounded: only the last second is returned, the ring is finite
+        data.add_state(0.03 + 0.01 * k, np.zeros(2), np.zeros(2))
+    snap = data.snapshot(1)
+    assert snap['t'][-1] - snap['t'][0] <= 1.0 + 1e-9 and len(data._states) <= 216
+    data.add_state(0.5, np.zeros(2), np.zeros(2))   # back in time: a restarted clock
+    assert data.snapshot(1)['t'].tolist() == [0.5] and len(data.snapshot(1)['t_cmd']) == 0

@@ -271,7 +271,7 @@ class MpcNode(Node):
         self.gate = ModelGate(robots.interface(robot), GateConfig(
             margin=config.model_margin, duration=config.model_test_duration,
             min_duration=min(1.0, config.model_test_duration)),
-            config.command_rate or info.driver_rate_hz, self._log, use_actuator=False)
+            max(config.command_rate, info.driver_rate_hz), self._log, use_actuator=False)
         self._x: Optional[np.ndarray] = None
         self._stamp = self._received = self._origin = None
         self._policy, self._reset = None, False

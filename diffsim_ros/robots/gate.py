@@ -156,14 +156,16 @@ class RecentData:
 
     def add_state(self, t: float, q: np.ndarray, qd: np.ndarray) -> None:
         """
-        Record a measured state (times must increase; an older one restarts the buffer).
+        Record a measured state (a repeated time is skipped; an older one restarts the buffer).
 
         :param t: time, s (the node clock).
         :param q: positions ``(n,)``.
         :param qd: velocities ``(n,)``.
         """
         with self._lock:
-            if self._states and t <= self._states[-1][0]:
+            if self._states and t == self._states[-1][0]:
+                return   # a simulated clock that has not advanced: one state per time
+            if self._states and t < self._states[-1][0]:   # the clock jumped back
                 self._states.clear()
                 self._commands.clear()
             self._states.append((float(t), np.array(q, dtype=np.float64),
