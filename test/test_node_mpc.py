@@ -208,8 +208,10 @@ def test_baseline_is_solved_at_every_command_from_the_newest_state(ros_context, 
     assert -1 <= mpc.stats['commands'] - mpc.stats['solves'] <= mpc.stats['commands'] // 2 + 5
     assert any(c != [0.0] for c in robot.commands) and finite_and_bounded(robot.commands)
     # A model update is taken at the next command.
-    heavier = robots.urdf_string(ROBOT).replace('<mass value="0.024"', '<mass value="0.03"', 1)
-    robot.models.publish(String(data=heavier))
+    inertial = mpc.model.inertial.clone()
+    inertial[1] *= 0.03 / 0.024
+    heavier = model_message(mpc.model.replace(inertial=inertial), robots.interface(ROBOT))
+    robot.models.publish(String(data=json.dumps(heavier)))
     assert wait_for(lambda: mpc.stats['models_accepted'] == 1, 10.0)
     assert mpc.controller.dynamics.model is mpc.model
 
