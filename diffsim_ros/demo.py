@@ -41,7 +41,6 @@ from .control import tasks
 from .core import load_urdf, RobotModel
 from .io import read_bag
 from .io.fit_cli import main as fit_main
-from .sim import nominal_model
 from .sysid.losses import state_scale
 from .sysid.nea import base_parameters
 
@@ -252,7 +251,7 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
             Parameter('seed', value=int(args.seed))])
         spin(driver)
         task = tasks.get_task(args.robot)
-        model = nominal_model(args.robot)
+        model = robots.interface(args.robot).nominal_model()
         upright = _true_upright(task, driver.plant.true_model)
         next_print = 0.0
         while driver.plant.time < duration:
@@ -427,7 +426,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f'{len(graph["recorded"])} topics to {bag}', flush=True)
     (run,) = read_bag(bag, command_topic=command_topic, joint_names=info.joint_names,
                       command_joints=info.command_joints)[:1]
-    nominal = nominal_model(args.robot)
+    nominal = robots.interface(args.robot).nominal_model()
     true = graph['true_model']
     outcome = tasks.evaluate(task, nominal, run.t, run.q, run.qd, run.u,
                              upright=_true_upright(task, true))

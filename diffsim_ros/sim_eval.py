@@ -4,7 +4,7 @@
 The plant is a :class:`~diffsim_ros.sim.MujocoPlant` whose true parameters are drawn
 ``--param-error`` off the nominal ones from ``--seed`` (it also has Coulomb friction and motor
 dynamics the model lacks); every controller starts from the nominal model
-(:func:`~diffsim_ros.sim.nominal_model`). The controllers:
+(``robots.interface(name).nominal_model()``). The controllers:
 
 - ``nominal-mpc``: iLQR MPC on the nominal model;
 - ``adaptive-mpc``: the same MPC wrapped in :class:`~diffsim_ros.control.adaptive.AdaptiveMPC`,
@@ -59,7 +59,7 @@ from .control.tasks import evaluate, get_task, make_ilqr, reference, start_state
     Task, task_names, upright_angle
 from .core import RobotModel
 from .core.native import native_available
-from .sim import MujocoPlant, nominal_model, PlantConfig
+from .sim import MujocoPlant, PlantConfig
 from .sysid import estimators
 
 CONTROLLERS = ('nominal-mpc', 'adaptive-mpc', 'baseline', 'adaptive-baseline')
@@ -127,7 +127,7 @@ def control_model(robot: str, model: RobotModel) -> RobotModel:
     :param model: rigid-body model.
     :return: ``model``, or a copy with zero gravity.
     """
-    if robots.get(robot).motor.get('driver_adds_gravity', False):
+    if robots.interface(robot).driver_adds_gravity:
         return model.replace(gravity=torch.zeros_like(model.gravity))
     return model
 
@@ -252,7 +252,7 @@ def evaluate_controller(args: argparse.Namespace) -> Dict[str, Any]:
     plant = MujocoPlant(PlantConfig(robot=args.robot, param_error=args.param_error,
                                     seed=args.seed))
     truth = control_model(args.robot, plant.true_model)
-    model = control_model(args.robot, nominal_model(args.robot))
+    model = control_model(args.robot, robots.interface(args.robot).nominal_model())
     controller, replan = make_controller(args.controller, task, model, plant.rate_hz,
                                          args.quick, args.estimator, truth=lambda: truth)
     duration = episode_duration(args, task)

@@ -8,7 +8,8 @@ default identifies from whatever moves the robot (its own controller, a teleoper
 Starts:
 
 * ``identifier``: refits the model from ``joint_states`` and the commands it sees and
-  publishes its URDF on ``/identifier/robot_description``;
+  publishes it whole on ``/identifier/model`` (the mpc's and monitor's input) and as URDF on
+  ``/identifier/robot_description``;
 * ``mpc``, only with ``control:=true``: commands the robot with adaptive MPC on the newest
   model;
 * ``monitor``: rolls the model forward over recorded commands, publishes the ghost's

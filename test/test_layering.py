@@ -1,15 +1,22 @@
 """
 Enforce the layer rules of DESIGN.md on the source, without importing it.
 
-``core``, ``sysid`` and ``control`` never import rclpy, ROS message/service packages,
-launch or yaml, and every layer imports only layers below it:
-``core`` < ``sysid`` < ``control`` < ``io`` < ``nodes``.  Imports are found with
+``core``, ``sysid``, ``robots`` and ``control`` never import rclpy, ROS message/service
+packages, launch or yaml, and every layer imports only layers below it:
+``core`` < ``sysid`` < ``robots`` < ``control`` < ``io`` < ``sim`` < ``nodes`` <
+``sim_eval`` < ``demo`` (the last two are modules).  The robot catalog
+(``robots/catalog.py``, standard library only, reached as ``robots.get`` and the like) may
+be imported from any layer; the torch-based robot interface only from above ``robots``.
+The nodes that run on the robot (all of ``nodes/`` but the simulated driver) import neither
+the MuJoCo plant (``sim``) nor the bag reader of ``io``.  Imports are found with
 :mod:`ast`: ``import x``, ``from x import y`` (relative ones resolved) and
 ``importlib.import_module('x')`` / ``__import__('x')`` with a literal name.
 """
 
 import ast
 from pathlib import Path
+import subprocess
+import sys
 from typing import Iterator, List, Optional, Tuple
 
 import pytest
@@ -17,9 +24,16 @@ import pytest
 PACKAGE = 'diffsim_ros'
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / PACKAGE
 #: Layers from the bottom up; a layer may import only the ones before it.
-LAYERS = ('core', 'sysid', 'control', 'io', 'nodes')
+LAYERS = ('core', 'sysid', 'robots', 'control', 'io', 'sim', 'nodes', 'sim_eval', 'demo')
 #: Layers that must stay free of ROS and yaml.
-PURE_LAYERS = ('core', 'sysid', 'control')
+PURE_LAYERS = ('core', 'sysid', 'robots', 'control')
+#: What any layer may use of ``robots``: the standard-library catalog.
+CATALOG_NAMES = frozenset({'catalog', 'get', 'names', 'urdf_path', 'urdf_string', 'RobotInfo',
+                           'ROBOTS'})
+#: Nodes that may import the simulator (``sim``) and the bag files of ``io``.
+OFF_ROBOT_NODES = {'sim_driver': ('sim', 'io.bags'), 'recorder': ('io.bags',)}
+#: Modules the robot path must not import, and the names through which they are reached.
+ROBOT_PATH_FORBIDDEN = ('sim', 'io.bags', 'io.read_bag')
 FORBIDDEN_TOP_LEVEL = frozenset({
     'rclpy', 'launch', 'launch_ros', 'launch_testing', 'launch_xml', 'launch_yaml', 'yaml',
     'std_srvs', 'ament_index_python', 'rosidl_runtime_py', 'message_filters', 'tf2_ros',
@@ -111,14 +125,26 @@ def layer_violations(source: str, module: str, is_package: bool = False) -> List
     if layer not in LAYERS:
         return []
     higher = LAYERS[LAYERS.index(layer) + 1:]
+    node = module.split('.')[2] if layer == 'nodes' and module.count('.') > 1 else None
     problems = []
     for line, imported in imported_modules(source, module, is_package):
         parts = imported.split('.')
+        inside = parts[0] == PACKAGE and len(parts) > 1
+        catalog = inside and parts[1] == 'robots' and (
+            len(parts) == 2 or parts[2] in CATALOG_NAMES)
         if layer in PURE_LAYERS and is_forbidden_external(imported):
             problems.append(f'{module}:{line} imports {imported} (ROS/yaml in {layer})')
-        elif parts[0] == PACKAGE and len(parts) > 1 and parts[1] in higher:
+        elif inside and parts[1] in higher and not catalog:
             problems.append(f'{module}:{line} imports {imported} '
                             f'({layer} may not depend on {parts[1]})')
+        elif inside and node is not None:
+            name = '.'.join(parts[1:])
+            allowed = OFF_ROBOT_NODES.get(node, ())
+            for forbidden in ROBOT_PATH_FORBIDDEN:
+                if (name == forbidden or name.startswith(forbidden + '.')) and not any(
+                        forbidden.startswith(a) for a in allowed):
+                    problems.append(f'{module}:{line} imports {imported} (the robot path '
+                                    f'may not load {forbidden})')
     return sorted(set(problems))
 
 
@@ -132,7 +158,9 @@ def package_violations(package_dir: Path, layers: Tuple[str, ...] = LAYERS) -> L
     """
     problems = []
     for layer in layers:
-        for path in sorted((package_dir / layer).rglob('*.py')):
+        single = package_dir / f'{layer}.py'
+        paths = [single] if single.is_file() else sorted((package_dir / layer).rglob('*.py'))
+        for path in paths:
             relative = path.relative_to(package_dir.parent).with_suffix('')
             is_package = relative.name == '__init__'
             parts = relative.parts[:-1] if is_package else relative.parts
@@ -143,8 +171,7 @@ def package_violations(package_dir: Path, layers: Tuple[str, ...] = LAYERS) -> L
 
 @pytest.mark.parametrize('layer', LAYERS)
 def test_layer_imports_point_down(layer):
-    if not (PACKAGE_DIR / layer).is_dir():
-        pytest.skip(f'{PACKAGE}/{layer} does not exist yet')
+    assert (PACKAGE_DIR / layer).is_dir() or (PACKAGE_DIR / f'{layer}.py').is_file(), layer
     problems = package_violations(PACKAGE_DIR, (layer,))
     assert not problems, 'Layer rule violations:\n' + '\n'.join(problems)
 
@@ -220,3 +247,48 @@ def test_scan_fails_on_a_violating_file(tmp_path):
         'diffsim_ros.core.sub.leaky:3 imports diffsim_ros.control.mpc '
         '(core may not depend on control)',
     ]
+
+
+def test_robot_path_rules():
+    for node in ('mpc', 'monitor', 'identifier', 'convert'):
+        module = f'diffsim_ros.nodes.{node}'
+        assert layer_violations('from ..sim.parameters import nominal_model', module), node
+        assert layer_violations('from .. import sim', module), node
+        assert layer_violations('from ..io import read_bag', module), node
+        assert layer_violations('from ..io.bags import read_bag', module), node
+        assert layer_violations('from ..io.urdf_export import model_to_urdf', module) == []
+    assert layer_violations('from ..sim import MujocoPlant', 'diffsim_ros.nodes.sim_driver') \
+        == []
+    assert layer_violations('from ..io.bags import BagWriter', 'diffsim_ros.nodes.recorder') \
+        == []
+    assert layer_violations('from ..sim import MujocoPlant', 'diffsim_ros.nodes.recorder')
+
+
+def test_catalog_is_reachable_from_every_layer_but_the_interface_is_not():
+    assert layer_violations('from .. import robots', 'diffsim_ros.core.urdf') == []
+    assert layer_violations('from ..robots import get', 'diffsim_ros.sysid.online') == []
+    assert layer_violations('from ..robots.interface import interface',
+                            'diffsim_ros.sysid.online')
+    assert layer_violations('from ..control import tasks', 'diffsim_ros.robots.interface')
+    assert layer_violations('from ..sysid.losses import make_torque_fn',
+                            'diffsim_ros.robots.interface') == []
+    assert layer_violations('from .demo import main', 'diffsim_ros.sim_eval')
+    assert layer_violations('from .sim_eval import main', 'diffsim_ros.demo') == []
+
+
+def test_catalog_uses_the_standard_library_only():
+    catalog = PACKAGE_DIR / 'robots' / 'catalog.py'
+    imported = {name.split('.')[0] for _, name in imported_modules(
+        catalog.read_text(encoding='utf-8'), 'diffsim_ros.robots.catalog')}
+    assert imported <= set(sys.stdlib_module_names), imported - set(sys.stdlib_module_names)
+
+
+def test_mpc_and_monitor_load_neither_the_simulator_nor_the_bag_reader():
+    code = ('import sys\nimport diffsim_ros.nodes.mpc, diffsim_ros.nodes.monitor\n'
+            'from diffsim_ros import robots\nrobots.interface("qube").nominal_model()\n'
+            'print(sorted(m for m in sys.modules if m.split(".")[0] in ("mujoco", "rosbags")\n'
+            '             or m.startswith("diffsim_ros.sim") or m == "diffsim_ros.io.bags"))')
+    done = subprocess.run([sys.executable, '-c', code], capture_output=True, text=True,
+                          timeout=300, cwd=PACKAGE_DIR.parent)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == '[]', done.stdout

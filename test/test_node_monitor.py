@@ -1,14 +1,16 @@
 """The monitor node: exact predictions offline, markers and the ghost's joint states over DDS."""
 
+import json
 import math
 import threading
 import time
 
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from diffsim_ros import robots
 from diffsim_ros.core import rollout
 from diffsim_ros.nodes.monitor import (end_effector_path, MonitorConfig, MonitorNode,
-                                       predict_window, robot_torque_fn, validated_model)
-from diffsim_ros.sim.parameters import nominal_model
+                                       predict_window)
+from diffsim_ros.robots.message import model_message
 import numpy as np
 import pytest
 import rclpy
@@ -28,7 +30,7 @@ DT = 0.01
 
 def simulate(robot, steps, constant=False, seed=0):
     """Return times, states and commands of an open-loop rollout of the nominal model."""
-    info, model = robots.get(robot), nominal_model(robot)
+    info, model = robots.get(robot), robots.interface(robot).nominal_model()
     limit = torch.tensor([info.command_limit[i] for i in info.command_indices],
                          dtype=torch.float64)
     if constant:   # insensitive to when the commands of a live test arrive
@@ -40,13 +42,14 @@ def simulate(robot, steps, constant=False, seed=0):
     x0 = torch.zeros(2 * model.n, dtype=torch.float64)
     x0[:model.n] = 0.1
     with torch.no_grad():
-        x = rollout(model, x0, u, DT, 'semi_implicit_euler', robot_torque_fn(model, info))
+        x = rollout(model, x0, u, DT, 'semi_implicit_euler',
+                    robots.interface(robot).torque_fn(model))
     return DT * np.arange(steps + 1), x.numpy(), u.numpy()
 
 
 @pytest.mark.parametrize('robot', ['qube', 'cartpole', 'wam4', 'panda'])
 def test_prediction_of_the_true_model_is_exact(robot):
-    info, model = robots.get(robot), nominal_model(robot)
+    info, model = robots.get(robot), robots.interface(robot).nominal_model()
     t, x, u = simulate(robot, 60)
     n = model.n
     result = predict_window(model, info, t, x[:, :n], x[:, n:], t[:-1], u, 0.5, DT,
@@ -63,7 +66,7 @@ def test_prediction_of_the_true_model_is_exact(robot):
 
 
 def test_nmse_scale_floor_bounds_the_normalisation_of_still_windows():
-    info, model = robots.get('qube'), nominal_model('qube')
+    info, model = robots.get('qube'), robots.interface('qube').nominal_model()
     t, x, u = simulate('qube', 60)
     n = model.n
     wrong = model.replace(damping=model.damping * 3.0 + 0.02)
@@ -78,24 +81,10 @@ def test_nmse_scale_floor_bounds_the_normalisation_of_still_windows():
 
 
 def test_end_effector_path_is_in_the_base_frame():
-    info, model = robots.get('wam4'), nominal_model('wam4')
+    info, model = robots.get('wam4'), robots.interface('wam4').nominal_model()
     path = end_effector_path(model, info, np.zeros((3, model.n)))
     assert path.shape == (3, 3) and np.all(np.isfinite(path))
     np.testing.assert_allclose(path[0], path[2])
-
-
-def test_validated_model_rejects_bad_urdfs():
-    nominal = nominal_model('cartpole')
-    urdf = robots.urdf_string('cartpole')
-    model = validated_model(urdf, nominal)
-    assert model.joint_names == nominal.joint_names
-    assert torch.equal(model.armature, nominal.armature)   # URDF has none: catalog's kept
-    with pytest.raises(ValueError, match='does not load'):
-        validated_model('<robot name="x"><link', nominal)
-    with pytest.raises(ValueError, match='differ'):
-        validated_model(robots.urdf_string('qube'), nominal)
-    with pytest.raises(ValueError):
-        validated_model(urdf.replace('<mass value="', '<mass value="nan', 1), nominal)
 
 
 def test_config_rejects_bad_values():
@@ -118,7 +107,7 @@ def test_publishes_markers_ghost_states_and_nmse(ros_context, executor):
     node = executor.add_node(rclpy.create_node('fake_robot', context=ros_context))
     states = node.create_publisher(JointState, 'joint_states', qos_profile_sensor_data)
     commands = node.create_publisher(Float64MultiArray, '/effort_controller/commands', 10)
-    models = node.create_publisher(String, '/identifier/robot_description', QoSProfile(
+    models = node.create_publisher(String, '/identifier/model', QoSProfile(
         depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
     received = {'markers': [], 'ghost': [], 'nmse': []}
     node.create_subscription(MarkerArray, '/monitor/markers',
@@ -170,6 +159,30 @@ def test_publishes_markers_ghost_states_and_nmse(ros_context, executor):
     assert len(nmse) == 1 + len(info.joint_names) and all(math.isfinite(v) for v in nmse)
     # Same model as the data: only lost or late samples separate prediction and measurement.
     assert nmse[0] < 0.3, nmse
-    # An identified model arrives and is used from then on.
-    models.publish(String(data=robots.urdf_string(robot)))
-    assert wait_for(lambda: monitor.models_accepted == 1, 5.0)
+    # An identified model arrives whole, passes the gate and is used from then on.
+    heavier = monitor.model.inertial.clone()
+    heavier[1] *= 1.1
+    identified = monitor.model.replace(inertial=heavier)
+    models.publish(String(data=json.dumps(model_message(identified,
+                                                        robots.interface(robot)))))
+    assert wait_for(lambda: monitor.models_accepted == 1, 10.0)
+    assert torch.equal(monitor.model.inertial, heavier) and monitor.models_rejected == 0
+    # A 1000x pendulum is refused: counted, WARN on /diagnostics, the last good model stays.
+    diagnostics = []
+    node.create_subscription(DiagnosticArray, '/diagnostics', lambda m: diagnostics.extend(
+        (s.level, s.message) for s in m.status if s.name.startswith('monitor')), 10)
+    absurd = monitor.model.inertial.clone()
+    absurd[1] *= 1000.0
+    models.publish(String(data=json.dumps(model_message(
+        monitor.model.replace(inertial=absurd), robots.interface(robot)))))
+    assert wait_for(lambda: monitor.models_rejected == 1, 10.0)
+    assert torch.equal(monitor.model.inertial, heavier) and monitor.gate.refused == 1
+    play_thread = threading.Thread(target=play, daemon=True)   # new data: a new prediction
+    stop.clear()
+    play_thread.start()
+    try:
+        assert wait_for(lambda: any(level == DiagnosticStatus.WARN and 'pendulum_link/m' in text
+                                    for level, text in diagnostics), 10.0), diagnostics
+    finally:
+        stop.set()
+        play_thread.join(timeout=5.0)

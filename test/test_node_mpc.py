@@ -1,5 +1,6 @@
 """The mpc node over real DDS: finite commands, fuzzed input, stale watchdog, model updates."""
 
+import json
 import math
 import threading
 import time
@@ -7,6 +8,7 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from diffsim_ros import robots
 from diffsim_ros.nodes.mpc import make_controller, MpcConfig, MpcNode
+from diffsim_ros.robots.message import model_message
 from diffsim_ros.sim.parameters import nominal_model
 import pytest
 from rcl_interfaces.msg import Log
@@ -53,8 +55,7 @@ class Robot:
         self.states = self.node.create_publisher(JointState, 'joint_states',
                                                  qos_profile_sensor_data)
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        self.models = self.node.create_publisher(String, '/identifier/robot_description',
-                                                 latched)
+        self.models = self.node.create_publisher(String, '/identifier/model', latched)
         self.commands, self.diagnostics, self.errors = [], [], []
         self.node.create_subscription(Float64MultiArray, COMMANDS,
                                       lambda m: self.commands.append(list(m.data)), 100)
@@ -171,18 +172,19 @@ def test_invalid_models_are_rejected_and_valid_ones_used(ros_context, executor, 
     robot.publishing.set()
     assert wait_for(lambda: mpc.stats['solves'] >= 1, 20.0)
     nominal = mpc.model
-    robot.models.publish(String(data='<robot name="broken"><link name='))
+    robot.models.publish(String(data='{"schema": "diffsim_ros/model", "parameters": '))
     assert wait_for(lambda: mpc.stats['models_rejected'] == 1, 5.0)
-    assert wait_for(lambda: any('rejected model' in e for e in robot.errors), 5.0)
-    time.sleep(0.3)
-    assert sum('rejected model' in e for e in robot.errors) == 1, robot.errors
-    robot.models.publish(String(data=robots.urdf_string('cartpole')))   # other joints
+    assert mpc._log.drops.get('model') == 1
+    cartpole = robots.interface('cartpole')   # a whole model, of other joints
+    robot.models.publish(String(data=json.dumps(model_message(cartpole.nominal_model(),
+                                                              cartpole))))
     assert wait_for(lambda: mpc.stats['models_rejected'] == 2, 5.0)
     assert mpc.model is nominal
     # A valid update (heavier pendulum) is taken over by the controller.
-    heavier = robots.urdf_string(ROBOT).replace('<mass value="0.024"', '<mass value="0.03"', 1)
-    assert heavier != robots.urdf_string(ROBOT)
-    robot.models.publish(String(data=heavier))
+    inertial = nominal.inertial.clone()
+    inertial[1] *= 0.03 / 0.024
+    heavier = model_message(nominal.replace(inertial=inertial), robots.interface(ROBOT))
+    robot.models.publish(String(data=json.dumps(heavier)))
     assert wait_for(lambda: mpc.stats['models_accepted'] == 1, 10.0)
     assert mpc.model is not nominal
     assert not torch.equal(mpc.model.inertial, nominal.inertial)
@@ -206,8 +208,10 @@ def test_baseline_is_solved_at_every_command_from_the_newest_state(ros_context, 
     assert -1 <= mpc.stats['commands'] - mpc.stats['solves'] <= mpc.stats['commands'] // 2 + 5
     assert any(c != [0.0] for c in robot.commands) and finite_and_bounded(robot.commands)
     # A model update is taken at the next command.
-    heavier = robots.urdf_string(ROBOT).replace('<mass value="0.024"', '<mass value="0.03"', 1)
-    robot.models.publish(String(data=heavier))
+    inertial = mpc.model.inertial.clone()
+    inertial[1] *= 0.03 / 0.024
+    heavier = model_message(mpc.model.replace(inertial=inertial), robots.interface(ROBOT))
+    robot.models.publish(String(data=json.dumps(heavier)))
     assert wait_for(lambda: mpc.stats['models_accepted'] == 1, 10.0)
     assert mpc.controller.dynamics.model is mpc.model
 

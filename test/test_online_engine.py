@@ -34,7 +34,7 @@ HOSTILE = (3.5, 5.5)   # seconds of the run whose recorded commands are scaled b
 
 @pytest.fixture(scope='module')
 def qube():
-    return load_urdf(robots.urdf_string('qube'), dtype=torch.float64)
+    return load_urdf(robots.urdf_path('qube'), dtype=torch.float64)
 
 
 @pytest.fixture(scope='module')
@@ -160,15 +160,19 @@ def test_node_and_adaptive_paths_take_the_same_decisions(executor, run):
     node = executor.add_node(Identifier(
         context=executor.executor.context, node_name='identifier_same',
         parameter_overrides=parameter_overrides({
-            'robot': 'qube', 'estimator': 'nea', 'window': 3.0, 'min_window': 1.0,
-            'refit_process': False, 'use_sim_time': True, 'nea.source': 'u',
-            'nea.actuator': 'qube_servo2', 'nea.coulomb': 'tanh', 'nea.coulomb_eps': 0.05})))
+            # the robot's estimator and its plausibility checks; no wall-time budget, so that
+            # both paths run the same iterations however busy the machine is
+            'robot': 'qube', 'estimator': 'diffnea', 'window': 3.0, 'min_window': 1.0,
+            'refit_process': False, 'use_sim_time': True, 'diffnea.source': 'u',
+            'diffnea.actuator': 'qube_servo2', 'diffnea.learn': ['inertial', 'damping', 'coulomb'],
+            'diffnea.adam_iterations': 40, 'diffnea.lbfgs_iterations': 2,
+            'diffnea.max_seconds': 0.0, 'diffnea.prior_weight': 1e-3})))
     node.frozen = True   # refits only where this test calls them
     config = node.engine.config
     # the adaptive MPC runs exactly the node's engine configuration
     dynamics = ModelDynamics.for_robot('qube', node.nominal, 0.01)
-    adaptive = AdaptiveMPC(_Planner(dynamics), 'nea', refit_every=100, min_samples=100,
-                           online=config)
+    adaptive = AdaptiveMPC(_Planner(dynamics), 'diffnea', refit_every=100, min_samples=100,
+                           online=config, check=node.engine.check)
     clock = node.get_clock()
     node_status, adaptive_status = [], []
     for k in range(len(run)):

@@ -24,9 +24,11 @@ import math
 import xml.etree.ElementTree as ET
 
 from diffsim_ros import robots
+from diffsim_ros.core import rnea
 from diffsim_ros.robots.catalog import RobotInfo
 import numpy as np
 import pytest
+import torch
 
 ALL = ('qube', 'cartpole', 'wam4', 'wam7', 'panda', 'double_pendulum', 'simple_pendulum')
 G = 9.81
@@ -411,7 +413,20 @@ def test_voltage_limits_map_to_urdf_efforts():
     assert float(limit.get('effort')) == pytest.approx(f_max, rel=1e-14)
     v_max = cart.command_limit[0] * m['r_mp'] / (m['K_g'] * m['k_m'])
     assert float(limit.get('velocity')) == pytest.approx(v_max, rel=1e-14)
-    assert m['armature'][0] == pytest.approx(0.1331266414532829, rel=1e-12)
+
+
+def test_cart_armature_is_the_rotor_inertia_reflected_through_gear_and_pinion():
+    # Quanser config_ip02.m, typed here from the source rather than read from the catalog:
+    # K_g = 3.71, J_m = 3.9e-7 kg m^2, r_mp = 6.35e-3 m, eta_g = 1.
+    K_g, J_m, r_mp = 3.71, 3.9e-7, 6.35e-3
+    # Same kinetic energy: the rotor turns at K_g xd / r_mp when the cart moves at xd, so
+    # 0.5 J_m (K_g xd / r_mp)^2 = 0.5 m_reflected xd^2.
+    xd = 0.37
+    m_reflected = J_m * (K_g * xd / r_mp) ** 2 / xd ** 2
+    assert robots.get('cartpole').motor['armature'] == pytest.approx((m_reflected, 0.0),
+                                                                     rel=1e-12)
+    model = robots.interface('cartpole').nominal_model()
+    assert model.armature.tolist() == pytest.approx([m_reflected, 0.0], rel=1e-12)
 
 
 @pytest.mark.parametrize('name', ALL)
@@ -717,3 +732,112 @@ def test_reference_constants_match_shared_parameter_files(data_dir):
     assert list(friction['viscous']) == linear['fv_OSI']
     assert list(friction['coulomb']) == linear['fc_OSI']
     assert list(friction['offset']) == linear['fo_OSI']
+
+
+# -- the robot interface -----------------------------------------------------------------
+
+def _state(n, seed):
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randn(4, n, generator=generator, dtype=torch.float64),
+            torch.randn(4, n, generator=generator, dtype=torch.float64))
+
+
+@pytest.mark.parametrize('name', ALL)
+def test_interface_nominal_model_is_cached_consistent_and_shared(name):
+    from diffsim_ros.sim.parameters import nominal_model
+    interface = robots.interface(name)
+    model = interface.nominal_model()
+    assert robots.interface(name) is interface and interface.nominal_model() is model
+    assert nominal_model(name) is model
+    assert model.dtype == torch.float64 and model.device.type == 'cpu'
+    assert model.joint_names == robots.get(name).joint_names
+    assert interface.check_model(model, interface.actuator()) == []
+    limits = interface.limits()
+    assert torch.equal(limits['travel'], model.upper - model.lower)
+
+
+def test_qube_voltage_map_is_the_cited_motor_equation_and_inverts():
+    # tau_arm = k_m (V - k_m qd_arm) / R_m with k_m = 0.042, R_m = 8.4 (Quanser manual).
+    qube = robots.interface('qube')
+    model = qube.nominal_model()
+    q, qd = _state(2, 0)
+    volts = torch.linspace(-4.0, 4.0, 4, dtype=torch.float64)[:, None]
+    tau = qube.motor_torque(model, q, qd, volts)
+    expected = 0.042 * (volts[:, 0] - 0.042 * qd[:, 0]) / 8.4
+    assert torch.allclose(tau[:, 0], expected, rtol=1e-13, atol=0.0)
+    assert torch.equal(tau[:, 1], torch.zeros(4, dtype=torch.float64))
+    assert torch.allclose(qube.command(model, q, qd, tau), volts, rtol=1e-12, atol=1e-15)
+    # net torque subtracts the URDF's viscous damping
+    net = qube.torque_fn(model)(q, qd, volts)
+    assert torch.allclose(net, tau - model.damping * qd, rtol=1e-13, atol=1e-18)
+
+
+def test_panda_driver_adds_gravity_and_the_inverse_removes_it():
+    panda = robots.interface('panda')
+    model = panda.nominal_model()
+    q, qd = _state(7, 1)
+    u = torch.randn(4, 7, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    zero = torch.zeros_like(q)
+    gravity = rnea(model, q, zero, zero)
+    assert torch.allclose(panda.motor_torque(model, q, qd, u), u + gravity, atol=1e-12)
+    assert torch.allclose(panda.command(model, q, qd, u + gravity), u, atol=1e-12)
+    assert panda.driver_adds_gravity and not robots.interface('wam7').driver_adds_gravity
+
+
+def _scaled(model, body, factor):
+    inertial = model.inertial.clone()
+    inertial[body] = inertial[body] * factor
+    return model.replace(inertial=inertial)
+
+
+def test_check_model_refuses_implausible_and_inconsistent_models():
+    qube = robots.interface('qube')
+    model = qube.nominal_model()
+    pendulum = model.tree.body_links.index('pendulum_link')
+    for factor in (1000.0, 1e6, 1e-9):
+        problems = qube.check_model(_scaled(model, pendulum, factor))
+        assert any(p.startswith('pendulum_link/m ') for p in problems), (factor, problems)
+    assert qube.check_model(_scaled(model, pendulum, 1.5)) == []
+    damping = model.damping.clone()
+    damping[1] = -1e-6
+    assert any('pendulum_joint/damping' in p for p in
+               qube.check_model(model.replace(damping=damping)))
+    # a point mass off the joint axis: no rotational inertia of its own, not a body
+    inertial = model.inertial.clone()
+    inertial[pendulum, 4:] = 0.0
+    assert any('not physically consistent' in p for p in
+               qube.check_model(model.replace(inertial=inertial)))
+    nan = model.inertial.clone()
+    nan[0, 0] = math.nan
+    assert any('not finite' in p for p in qube.check_model(model.replace(inertial=nan)))
+    other = robots.interface('cartpole').nominal_model()
+    assert 'differ from the nominal' in qube.check_model(other)[0]
+    strong = robots.interface('qube').actuator()
+    with torch.no_grad():
+        strong.log_motor_constant += math.log(5.0)
+    assert any('arm_joint/motor_constant' in p for p in qube.check_model(model, strong))
+
+
+def test_parameter_bounds_cover_every_named_parameter():
+    from diffsim_ros.sysid.result import inertial_parameters, joint_parameters
+    qube = robots.interface('qube')
+    model = qube.nominal_model()
+    bounds = qube.parameter_bounds()
+    names = set(inertial_parameters(model))
+    names |= set(joint_parameters(model, 'damping', model.damping))
+    assert names <= set(bounds)
+    assert {'arm_joint/motor_constant', 'arm_joint/resistance'} <= set(bounds)
+    # relative where the nominal is informative, absolute where it is not (module docstring)
+    assert bounds['pendulum_link/m'] == pytest.approx((0.024 / 3.0, 0.024 * 3.0))
+    assert bounds['pendulum_joint/coulomb'][1] > 0.0 == float(model.friction[1])
+
+
+@pytest.mark.parametrize('name', ALL)
+def test_plausibility_bounds_admit_every_plant_the_simulator_samples(name):
+    # The demo accepts --param-error below 1: bounds that refused such plants would refuse
+    # the identifier's correct answers about them.
+    from diffsim_ros.sim.parameters import TrueParameters
+    interface = robots.interface(name)
+    for seed in range(5):
+        true = TrueParameters.sample(name, 0.9, torch.Generator().manual_seed(seed))
+        assert interface.check_model(true.as_model()) == [], seed

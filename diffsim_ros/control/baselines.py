@@ -68,7 +68,7 @@ def _gravity_in_command(model: RobotModel, value: Optional[bool]) -> bool:
     if value is not None:
         return bool(value)
     if model.name in robots.names():
-        return bool(robots.get(model.name).motor.get('driver_adds_gravity', False))
+        return robots.interface(model.name).driver_adds_gravity
     return False
 
 

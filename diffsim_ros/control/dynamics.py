@@ -290,9 +290,9 @@ class ModelDynamics:
         """
         Build the dynamics of a catalog robot: its command joints, limits and motor model.
 
-        Voltage-commanded robots (``command_unit == 'V'``) get their DC motors
-        (``robots.get(robot).dc_motor_kwargs()``); the limits are the catalog's
-        ``command_limit``.
+        Voltage-commanded robots get their DC motors, linearised
+        (:class:`MotorActuator` of ``robots.interface(robot).actuator()``); the limits are the
+        interface's ``command_limit``.
 
         :param robot: catalog name (``diffsim_ros.robots.names()``).
         :param model: the robot model (nominal or identified).
@@ -301,14 +301,12 @@ class ModelDynamics:
             overriding the catalog's.
         :return: the dynamics.
         """
-        info = robots.get(robot)
-        limit = torch.tensor([info.command_limit[i] for i in info.command_indices],
-                             dtype=model.dtype, device=model.device)
-        args = {'command_joints': info.command_joints, 'u_min': -limit, 'u_max': limit}
-        if info.command_unit == 'V' and 'actuator' not in kw:
-            motor = DCMotor(len(info.command_joints), **info.dc_motor_kwargs(),
-                            dtype=model.dtype, device=model.device)
-            indices = [model.joint_index(name) for name in info.command_joints]
+        interface = robots.interface(robot)
+        limit = interface.command_limit.to(dtype=model.dtype, device=model.device)
+        args = {'command_joints': interface.command_joints, 'u_min': -limit, 'u_max': limit}
+        motor = interface.actuator(model.dtype, model.device)
+        if motor is not None and 'actuator' not in kw:
+            indices = [model.joint_index(name) for name in interface.command_joints]
             args['actuator'] = MotorActuator(motor, indices, model.n)
         args.update(kw)
         return cls(model, dt, **args)

@@ -434,11 +434,7 @@ def load_robot(spec: str) -> Tuple[RobotModel, Optional[robots.RobotInfo], str]:
     """
     if spec in robots.names():
         info = robots.get(spec)
-        model = load_urdf(xml=robots.urdf_string(spec), dtype=torch.float64)
-        armature = model.armature.clone()
-        for joint, value in zip(info.joint_names, info.motor.get('armature', ())):
-            armature[model.joint_index(joint)] = float(value)
-        return model.replace(armature=armature), info, spec
+        return robots.interface(spec).nominal_model(), info, spec
     if not _is_urdf_path(spec):
         raise UsageError(f'unknown robot {spec!r}; valid names: {", ".join(robots.names())} '
                          '(or give the path of a URDF file)')

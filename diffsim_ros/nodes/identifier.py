@@ -17,8 +17,11 @@ look).
 
 Publications:
 
+* ``~/model`` (``std_msgs/String``, transient local): the current model whole, a JSON
+  document of every parameter with units and std (:mod:`diffsim_ros.robots.message`), which
+  the mpc and monitor load exactly and gate before use;
 * ``~/robot_description`` (``std_msgs/String``, transient local): URDF of the current model
-  (for ``'svgd'`` the posterior mean);
+  for RViz and MoveIt (for ``'svgd'`` the posterior mean);
 * ``~/parameters`` (``std_msgs/String``, transient local): JSON ``{"stamp", "method",
   "heldout_loss", "refits", "parameters": {name: {"value", "unit"[, "std"]}}}`` with the
   standard deviation wherever the estimator is Bayesian;
@@ -46,7 +49,6 @@ from rclpy.qos import (DurabilityPolicy, HistoryPolicy, qos_profile_sensor_data,
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool, Trigger
-import torch
 import yaml
 
 from .convert import (commands_array, joint_state_arrays, MessageError, pose_matrix,
@@ -54,8 +56,8 @@ from .convert import (commands_array, joint_state_arrays, MessageError, pose_mat
 from .params import declare_config, declare_robot
 from .runtime import configure_interpreter, run_node
 from .. import robots
-from ..core import load_urdf
 from ..io.urdf_export import model_to_urdf
+from ..robots.message import model_message
 from ..sysid.estimators import ESTIMATORS
 from ..sysid.online import Decision, OnlineConfig, OnlineEngine
 
@@ -200,18 +202,23 @@ class Identifier(Node):
             estimator = config_cls.from_dict(
                 {**estimator.to_dict(), 'command_joints': list(self.info.command_joints)})
         self.estimator_config = estimator
-        self.nominal = load_urdf(xml=robots.urdf_string(self.robot), dtype=torch.float64)
+        self.nominal = robots.interface(self.robot).nominal_model()
         self.warnings = ThrottledLogger(self.get_logger())
         self.stats = {'received': 0, 'refits': 0, 'accepted': 0, 'rejected': 0, 'failed': 0,
                       'decimated': 0}
         self._lock = threading.Lock()
         self._min_interval = config.min_sample_interval or 0.5 / self.info.driver_rate_hz
         self._finished = deque(maxlen=20)   # monotonic end times of recent refits
-        self.engine = OnlineEngine(self.nominal, config.online(estimator))
+        # a candidate outside the robot's plausibility bounds, or physically inconsistent, is
+        # refused before it is published (the mpc and monitor gate it again on receipt)
+        interface = robots.interface(self.robot)
+        self.engine = OnlineEngine(self.nominal, config.online(estimator), check=lambda result:
+                                   interface.check_model(result.model, result.actuator))
         self.memory = self.engine.memory
         self._reset_state()
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self.description_pub = self.create_publisher(String, '~/robot_description', latched)
+        self.model_pub = self.create_publisher(String, '~/model', latched)   # sent whole
         self.parameters_pub = self.create_publisher(String, '~/parameters', latched)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.command_topic = config.command_topic or f'/{self.info.controller_name}/commands'
@@ -346,6 +353,8 @@ class Identifier(Node):
         best = self.best
         try:
             model = best.model if best is not None else self.nominal
+            self.model_pub.publish(String(data=json.dumps(model_message(
+                best if best is not None else model, robots.interface(self.robot)))))
             self.description_pub.publish(String(data=model_to_urdf(model)))
         except ValueError as error:
             self.warnings.warn('robot_description', f'not published: {error}')

@@ -2,7 +2,8 @@
 Monitor node: shows how well the current model predicts the robot.
 
 It buffers measured ``joint_states`` and the commands sent to the robot, and every ``period``
-seconds rolls the current model (nominal, then each model the identifier publishes) forward
+seconds rolls the current model (nominal, then each model the identifier publishes on
+``/identifier/model`` that passes the model gate of :mod:`diffsim_ros.robots.gate`) forward
 from the state measured ``horizon`` seconds ago with the recorded commands (each held until
 the next and averaged over a rollout step) through the robot's actuator model: the DC motor
 for Quanser voltages, minus the model's joint friction, plus gravity when the driver
@@ -44,13 +45,12 @@ from .convert import ThrottledLogger
 from .params import declare_config, declare_robot
 from .runtime import configure_interpreter, run_node
 from .. import robots
-from ..core import aba, forward_kinematics, INTEGRATORS, load_urdf, rnea, RobotModel, rollout
-from ..sim.parameters import nominal_model
-from ..sysid.losses import command_matrix, make_actuator, make_torque_fn, normalized_mse
-from ..sysid.losses import state_scale, wrap_angle_error
+from ..core import forward_kinematics, INTEGRATORS, RobotModel, rollout
+from ..robots.gate import GateConfig, mean_commands, ModelGate
+from ..sysid.losses import normalized_mse, state_scale, wrap_angle_error
 
 __all__ = ['MonitorConfig', 'MonitorNode', 'end_effector_path', 'main',
-           'mean_commands', 'predict_window', 'robot_torque_fn', 'validated_model']
+           'mean_commands', 'predict_window']
 
 MODEL_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 #: Marker namespaces of the measured and predicted end-effector paths (config/monitor.rviz).
@@ -70,8 +70,14 @@ class MonitorConfig:
         'sensor_msgs/JointState topic of the robot'))
     command_topic: str = field(default='', metadata=_describe(
         'commands sent to the robot; empty: /<controller_name>/commands of the catalog'))
-    model_topic: str = field(default='/identifier/robot_description', metadata=_describe(
-        'std_msgs/String URDF of the identified model (transient-local)'))
+    model_topic: str = field(default='/identifier/model', metadata=_describe(
+        'std_msgs/String JSON document of the identified model (transient-local, '
+        'diffsim_ros.robots.message), judged by the model gate before use'))
+    model_margin: float = field(default=0.25, metadata=_describe(
+        'model gate: a new model may predict the recent data this fraction worse than the '
+        'model in use'))
+    model_test_duration: float = field(default=3.0, metadata=_describe(
+        'model gate: seconds of recent data a new model must predict'))
     horizon: float = field(default=1.0, metadata=_describe(
         'prediction horizon: the model is rolled out from the state this long ago, s'))
     dt: float = field(default=0.01, metadata=_describe('rollout step, s'))
@@ -89,7 +95,7 @@ class MonitorConfig:
     def __post_init__(self) -> None:
         """Reject non-positive durations and unknown integrators."""
         for name in ('horizon', 'dt', 'period', 'buffer_duration', 'line_width',
-                     'max_stamp_offset'):
+                     'max_stamp_offset', 'model_test_duration'):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0.0):
                 raise ValueError(f'{name} must be finite and > 0, got {value}')
@@ -98,91 +104,17 @@ class MonitorConfig:
         if self.buffer_duration < self.horizon:
             raise ValueError(f'buffer_duration ({self.buffer_duration}) must be >= horizon '
                              f'({self.horizon})')
+        GateConfig(margin=self.model_margin, duration=self.model_test_duration,
+                   min_duration=min(1.0, self.model_test_duration))
         if self.integrator not in INTEGRATORS:
             raise ValueError(f'unknown integrator {self.integrator!r}; valid: '
                              f'{", ".join(INTEGRATORS)}')
 
 
-def validated_model(urdf: str, nominal: RobotModel) -> RobotModel:
-    """
-    Load a published model and check that it can replace ``nominal``.
-
-    URDF has no armature field, so the nominal armature (catalog rotor inertia) is kept.
-
-    :param urdf: URDF XML.
-    :param nominal: the model in use (joint order, dtype, device, armature).
-    :return: the new model, same dtype and device as ``nominal``.
-    :raises ValueError: the URDF does not load, its joints differ from ``nominal``'s, or its
-        parameters or dynamics at rest are not finite (the message says which).
-    """
-    try:
-        model = load_urdf(xml=urdf, dtype=nominal.dtype).to(device=nominal.device)
-    except Exception as error:  # noqa: BLE001 - any parser failure rejects the model
-        raise ValueError(f'URDF does not load: {error}') from None
-    if model.joint_names != nominal.joint_names:
-        raise ValueError(f'joints {list(model.joint_names)} differ from '
-                         f'{list(nominal.joint_names)}')
-    model = model.replace(armature=nominal.armature)
-    for name in ('inertial', 'damping', 'friction'):
-        if not bool(torch.isfinite(getattr(model, name)).all()):
-            raise ValueError(f'non-finite {name} parameters')
-    q = torch.zeros(model.n, dtype=model.dtype, device=model.device)
-    if not bool(torch.isfinite(aba(model, q, q, q)).all()):
-        raise ValueError('non-finite forward dynamics (singular mass matrix?)')
-    return model
-
-
-def robot_torque_fn(model: RobotModel, info: robots.RobotInfo):
-    """
-    Return the command-to-joint-torque map of a robot for :func:`~diffsim_ros.core.rollout`.
-
-    :param model: the robot model (its damping and friction are subtracted).
-    :param info: catalog entry: command joints, unit (``'V'``: DC motor), gravity handling.
-    :return: ``torque_fn(q, qd, u (..., m)) -> tau (..., n)``.
-    """
-    B = command_matrix(model, info.command_joints)
-    actuator = None
-    if info.command_unit == 'V':
-        actuator = make_actuator('dc_motor', len(info.command_joints), info.dc_motor_kwargs(),
-                                 dtype=model.dtype, device=model.device)
-    torque_fn = make_torque_fn(model, B, actuator)
-    if not info.motor.get('driver_adds_gravity', False):
-        return torque_fn
-
-    def with_gravity(q, qd, u):
-        return torque_fn(q, qd, u) + rnea(model, q, torch.zeros_like(q), torch.zeros_like(q))
-    return with_gravity
-
-
-def mean_commands(t_cmd: np.ndarray, u: np.ndarray, grid: np.ndarray, m: int) -> np.ndarray:
-    """
-    Return the time average of the held command signal over each grid interval.
-
-    The command signal holds each command from its arrival to the next one (zero before the
-    first).  Averaging it over ``[grid[k], grid[k + 1])`` makes the rollout insensitive to
-    whether a command arrived just before or just after a grid time.
-
-    :param t_cmd: arrival times ``(M,)``, s, increasing (may be empty).
-    :param u: commands ``(M, m)``.
-    :param grid: interval bounds ``(K + 1,)``, s, increasing.
-    :param m: command dimension.
-    :return: ``(K, m)`` mean commands.
-    """
-    if len(t_cmd) == 0:
-        return np.zeros((len(grid) - 1, m))
-    # Integral of the held signal from t_cmd[0] to each arrival, then to each grid time.
-    segments = u[:-1] * np.diff(t_cmd)[:, None]
-    at_arrival = np.concatenate((np.zeros((1, m)), np.cumsum(segments, axis=0)))
-    last = np.searchsorted(t_cmd, grid, side='right') - 1
-    held = np.where(last[:, None] >= 0, u[np.maximum(last, 0)], 0.0)
-    integral = np.where(last[:, None] >= 0, at_arrival[np.maximum(last, 0)]
-                        + held * (grid - t_cmd[np.maximum(last, 0)])[:, None], 0.0)
-    return np.diff(integral, axis=0) / np.diff(grid)[:, None]
-
-
 def predict_window(model: RobotModel, info: robots.RobotInfo, t, q, qd, t_cmd, u,
                    horizon: float, dt: float, integrator: str,
-                   scale_floor: Optional[torch.Tensor] = None) -> Optional[Dict[str, Any]]:
+                   scale_floor: Optional[torch.Tensor] = None,
+                   actuator: Optional[torch.nn.Module] = None) -> Optional[Dict[str, Any]]:
     """
     Roll the model over the last ``horizon`` seconds of measurements and score it.
 
@@ -200,6 +132,7 @@ def predict_window(model: RobotModel, info: robots.RobotInfo, t, q, qd, t_cmd, u
     :param scale_floor: ``(2 n,)`` variances below which the window's own state variances
         are not taken (the monitor passes the largest it has seen: a window of a still
         pendulum has variances near zero, and its NMSE would measure the noise).
+    :param actuator: the model's motor model (``None``: the robot's nominal one).
     :return: ``None`` when the measurements span less than the horizon, else ``t`` (grid
         ``(K + 1,)``), ``q_measured``/``q_predicted`` ``(K + 1, n)``, ``qd_predicted``,
         ``nmse`` (state) and ``nmse_q`` ``(n,)``, both ``inf`` if the rollout diverged, and
@@ -218,7 +151,7 @@ def predict_window(model: RobotModel, info: robots.RobotInfo, t, q, qd, t_cmd, u
     with torch.no_grad():
         x_pred = rollout(model, x_meas[0], torch.as_tensor(controls, dtype=model.dtype,
                                                            device=model.device), dt, integrator,
-                         robot_torque_fn(model, info))
+                         robots.interface(info.name).torque_fn(model, actuator))
     mask = model.tree.revolute_mask
     error = wrap_angle_error(x_pred - x_meas, mask)
     finite = bool(torch.isfinite(x_pred).all())
@@ -276,13 +209,18 @@ class MonitorNode(Node):
         robot, defaults = declare_robot(self)
         self.info = robots.get(robot)
         self.config = declare_config(self, MonitorConfig, defaults=defaults)
-        self.model = nominal_model(self.info.name)
+        interface = robots.interface(self.info.name)
+        self.model, self.actuator = interface.nominal_model(), None   # None: nominal motor
         self._names = self.model.joint_names
         self._lock = threading.Lock()
         keep = int(self.config.buffer_duration * self.info.driver_rate_hz * 2) + 16
         self._states = deque(maxlen=keep)
         self._commands = deque(maxlen=keep)
         self._log = ThrottledLogger(self.get_logger())
+        self.gate = ModelGate(interface, GateConfig(
+            margin=self.config.model_margin, duration=self.config.model_test_duration,
+            min_duration=min(1.0, self.config.model_test_duration)),
+            self.info.driver_rate_hz, self._log)
         self.last_prediction: Optional[Dict[str, Any]] = None
         #: Largest state variances of a window so far, ``(2 n,)`` (the NMSE's floor).
         self._scale_floor: Optional[torch.Tensor] = None
@@ -329,6 +267,7 @@ class MonitorNode(Node):
                 self._log.warn(self.config.joint_states_topic, 'dropped out-of-order message')
                 return
             self._states.append((stamp, q, qd))
+        self.gate.recent.add_state(stamp, q, qd)
 
     def _on_command(self, msg: Float64MultiArray, info=None) -> None:
         try:
@@ -340,19 +279,23 @@ class MonitorNode(Node):
         with self._lock:
             if not self._commands or arrival >= self._commands[-1][0]:
                 self._commands.append((arrival, u))
+        self.gate.recent.add_command(arrival, u)
 
     def _on_model(self, msg: String) -> None:
-        try:
-            model = validated_model(msg.data, self.model)
-        except ValueError as error:
-            self.models_rejected += 1
-            self.get_logger().error(f'rejected model on {self.config.model_topic}: {error}; '
-                                    'keeping the previous model')
-            return
+        """Hand a model document to the gate (robots/gate.py), which judges it on its thread."""
         with self._lock:
-            self.model = model
+            model, actuator = self.model, self.actuator
+        self.gate.submit(msg.data, model, actuator, self._use_model, self._refused)
+
+    def _use_model(self, model: RobotModel, actuator, decision) -> None:
+        with self._lock:
+            self.model, self.actuator = model, actuator
         self.models_accepted += 1
-        self.get_logger().info(f'model update {self.models_accepted} accepted')
+        self.get_logger().info(f'model update {self.models_accepted} accepted '
+                               f'({decision.note})')
+
+    def _refused(self, reason: str) -> None:
+        self.models_rejected += 1
 
     def _run(self) -> None:
         """Predict every ``period`` seconds (wall clock) until the node is closed."""
@@ -369,7 +312,8 @@ class MonitorNode(Node):
         :return: the :func:`predict_window` result, or None without enough data.
         """
         with self._lock:
-            states, commands, model = list(self._states), list(self._commands), self.model
+            states, commands = list(self._states), list(self._commands)
+            model, actuator = self.model, self.actuator
             floor = self._scale_floor
         if not states:
             return None
@@ -381,7 +325,7 @@ class MonitorNode(Node):
             model, self.info, t, np.stack([s[1] for s in states]),
             np.stack([s[2] for s in states]), np.array([c[0] for c in commands]),
             np.stack([c[1] for c in commands]) if commands else np.zeros((0, m)),
-            self.config.horizon, self.config.dt, self.config.integrator, floor)
+            self.config.horizon, self.config.dt, self.config.integrator, floor, actuator)
         if result is None:
             return None
         # the largest variances seen so far normalise later windows (a balance after a
@@ -418,13 +362,16 @@ class MonitorNode(Node):
                 label=label, size=len(values), stride=len(values))]),
             data=[float(v) for v in values]))
         level = DiagnosticStatus.OK if result['finite'] else DiagnosticStatus.WARN
+        message = 'prediction ok' if result['finite'] else 'rollout diverged'
+        if self.gate.warning:
+            level, message = DiagnosticStatus.WARN, self.gate.warning
         status = DiagnosticStatus(
             level=level, name=f'{self.get_name()}: prediction', hardware_id=self.info.name,
-            message='prediction ok' if result['finite'] else 'rollout diverged',
-            values=[KeyValue(key=k, value=str(v)) for k, v in (
+            message=message, values=[KeyValue(key=k, value=str(v)) for k, v in (
                 ('prediction_nmse', result['nmse']), ('horizon_s', self.config.horizon),
                 ('models_accepted', self.models_accepted),
                 ('models_rejected', self.models_rejected),
+                *self.gate.diagnostics().items(),
                 ('dropped_messages', self._log.total))])
         self._diagnostics_pub.publish(DiagnosticArray(header=Header(stamp=stamp),
                                                       status=[status]))
@@ -432,6 +379,7 @@ class MonitorNode(Node):
     def destroy_node(self) -> None:
         """Stop the prediction thread, then destroy the node (its handles die with it)."""
         self._stop.set()
+        self.gate.close()
         if self._worker.is_alive() and self._worker is not threading.current_thread():
             self._worker.join(timeout=10.0)
         super().destroy_node()

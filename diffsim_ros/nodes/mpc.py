@@ -2,8 +2,12 @@
 Adaptive MPC node: commands the robot with a controller running on the newest model.
 
 * Subscribes ``joint_states`` (sensor-data QoS) and the identifier's model
-  (``/identifier/robot_description``, ``std_msgs/String`` URDF, transient-local).  A model that
-  fails to load or gives non-finite dynamics is rejected with one error log; the old one stays.
+  (``/identifier/model``, ``std_msgs/String`` JSON of the whole model, transient-local).  A
+  model is used only if the model gate (:mod:`diffsim_ros.robots.gate`) accepts it: within
+  its plausibility bounds, physically consistent, and predicting the node's last seconds of
+  states and commands no worse than the model in use (``model_margin``); otherwise it is
+  counted, logged (throttled), shown as WARN on ``/diagnostics``, and the old one stays.
+  The controller keeps the catalog's motor model (the constants sent are only bounded).
 * A timer at ``control_rate`` asks a worker thread to solve (iLQR or MPPI from
   :mod:`diffsim_ros.control`) from the newest state; the solve never blocks commanding. With
   ``native`` (default) every iLQR rollout is one call of the C++ rollout kernel and the
@@ -49,7 +53,7 @@ from std_msgs.msg import Float64MultiArray, Header, String
 import torch
 
 from .convert import commands_msg, joint_state_arrays, MessageError, ThrottledLogger
-from .monitor import MODEL_QOS, validated_model
+from .monitor import MODEL_QOS
 from .params import declare_config, declare_robot
 from .runtime import configure_interpreter, run_node
 from .. import robots
@@ -60,7 +64,7 @@ from ..control.ilqr import ILQR, ILQRConfig
 from ..control.mppi import MPPI, MPPIConfig
 from ..control.tasks import get_task, make_cost, make_ilqr, reference, task_names
 from ..core import rnea, RobotModel
-from ..sim.parameters import nominal_model
+from ..robots.gate import GateConfig, ModelGate
 
 __all__ = ['CONTROLLERS', 'MpcConfig', 'MpcNode', 'main', 'make_controller']
 
@@ -109,8 +113,14 @@ class MpcConfig:
         'diagonal of R (one per command) for robots without a task; empty = 1e-3'))
     joint_states_topic: str = field(default='joint_states', metadata=_meta(
         'sensor_msgs/JointState topic'))
-    model_topic: str = field(default='/identifier/robot_description', metadata=_meta(
-        'std_msgs/String URDF of the identified model (transient-local)'))
+    model_topic: str = field(default='/identifier/model', metadata=_meta(
+        'std_msgs/String JSON document of the identified model (transient-local, '
+        'diffsim_ros.robots.message), judged by the model gate before use'))
+    model_margin: float = field(default=0.25, metadata=_meta(
+        'model gate: a new model may predict the recent data this fraction worse than the '
+        'model in use'))
+    model_test_duration: float = field(default=3.0, metadata=_meta(
+        'model gate: seconds of recent states and commands a new model must predict'))
     command_topic: str = field(default='', metadata=_meta(
         "Float64MultiArray command topic; '' = /<controller_name>/commands"))
     command_limit: tuple[float, ...] = field(default=(), metadata=_meta(
@@ -138,6 +148,8 @@ class MpcConfig:
                      'mppi_lambda', 'mppi_noise'):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise ValueError(f'{name} must be > 0, got {getattr(self, name)}')
+        GateConfig(margin=self.model_margin, duration=self.model_test_duration,
+                   min_duration=min(1.0, self.model_test_duration))
         if any(not (math.isfinite(v) and v >= 0) for v in self.command_limit):
             raise ValueError(f'command_limit must be finite and >= 0, got {self.command_limit}')
 
@@ -242,7 +254,7 @@ class MpcNode(Node):
         robot, defaults = declare_robot(self)
         self.info = info = robots.get(robot)
         self.config = config = declare_config(self, MpcConfig, defaults=defaults)
-        self.model = nominal_model(robot)
+        self.model = robots.interface(robot).nominal_model()
         self.controller, control_rate = make_controller(info, self.model, config)
         # A baseline is solved inline at every command tick (see the module docstring).
         self._inline = config.controller == 'baseline'
@@ -252,10 +264,14 @@ class MpcNode(Node):
             raise ValueError(f'safe_command needs {len(self._limit)} finite values')
         self.safe_command = np.clip(safe, -self._limit, self._limit)
         # libfranka adds gravity to the commands: send what the model needs beyond it.
-        self._subtract_gravity = bool(info.motor.get('driver_adds_gravity', False)) and \
+        self._subtract_gravity = robots.interface(robot).driver_adds_gravity and \
             not getattr(self.controller, 'gravity_in_command', False)
         self._lock = threading.Lock()
         self._log = ThrottledLogger(self.get_logger())
+        self.gate = ModelGate(robots.interface(robot), GateConfig(
+            margin=config.model_margin, duration=config.model_test_duration,
+            min_duration=min(1.0, config.model_test_duration)),
+            max(config.command_rate, info.driver_rate_hz), self._log, use_actuator=False)
         self._x: Optional[np.ndarray] = None
         self._stamp = self._received = self._origin = None
         self._policy, self._reset = None, False
@@ -320,19 +336,20 @@ class MpcNode(Node):
             self._x, self._stamp, self._received = np.concatenate((q, qd)), stamp, now
             if self._origin is None:
                 self._origin = now
+        self.gate.recent.add_state(now, q, qd)
 
     def _on_model(self, msg: String) -> None:
-        try:
-            model = validated_model(msg.data, self.model)
-        except ValueError as error:
-            self.stats['models_rejected'] += 1
-            self.get_logger().error(f'rejected model on {self.config.model_topic}: {error}; '
-                                    'keeping the previous model')
-            return
+        """Hand a model document to the gate (robots/gate.py), which judges it on its thread."""
+        self.gate.submit(msg.data, self.model, None, self._use_model, self._refused)
+
+    def _use_model(self, model: RobotModel, actuator, decision) -> None:
         with self._lock:
             self._pending_model = model
         if not self._inline:
             self._solve_event.set()
+
+    def _refused(self, reason: str) -> None:
+        self.stats['models_rejected'] += 1
 
     def _request_solve(self) -> None:
         if not self._is_stale(self._now()):
@@ -469,6 +486,7 @@ class MpcNode(Node):
             self._log.warn('command', str(error))
             return
         self.last_command = command
+        self.gate.recent.add_command(self._now(), command)
         self.stats['commands'] += 1
         self._tick('command')
 
@@ -490,9 +508,12 @@ class MpcNode(Node):
             level, message = DiagnosticStatus.WARN, 'no plan yet: safe command'
         elif self.plan_expired:
             level, message = DiagnosticStatus.WARN, 'solver too slow, plan ended: safe command'
+        elif self.gate.warning:
+            level, message = DiagnosticStatus.WARN, self.gate.warning
         else:
             level, message = DiagnosticStatus.OK, f'{self.config.controller} running'
-        values = {**self.stats, 'state_age_s': age, 'stale': self.stale,
+        values = {**self.stats, **self.gate.diagnostics(), 'state_age_s': age,
+                  'stale': self.stale,
                   'plan_expired': self.plan_expired,
                   'solve_rate_hz': self._rate('solve'), 'command_rate_hz': self._rate('command'),
                   'controller': self.config.controller, 'dropped_messages': self._log.total}
@@ -507,6 +528,7 @@ class MpcNode(Node):
         """Stop the solver thread, then destroy the node (its handles die with it)."""
         self._stop.set()
         self._solve_event.set()
+        self.gate.close()
         if self._worker is not None and self._worker.is_alive() \
                 and self._worker is not threading.current_thread():
             self._worker.join(timeout=10.0)

@@ -9,15 +9,53 @@ Robots: ``qube`` (Quanser QUBE-Servo 2 Furuta pendulum), ``cartpole`` (Quanser I
 >>> robots.get('qube').command_unit
 'V'
 >>> xml = robots.urdf_string('panda')   # diffsim_ros.core.load_urdf(xml=xml)
+>>> qube = robots.interface('qube')      # nominal model, command map, limits, bounds
 
-Standard library only (no torch, no ROS), so it is cheap to import anywhere.
+The catalog is standard library only (no torch, no ROS), so ``robots.get`` is cheap to
+import anywhere; :func:`interface` (:mod:`diffsim_ros.robots.interface`, torch) is imported
+on first use.
 """
 
+import importlib
 from pathlib import Path
+import sys
+import types
 
 from .catalog import RobotInfo, ROBOTS
 
-__all__ = ['RobotInfo', 'get', 'names', 'urdf_path', 'urdf_string']
+__all__ = ['RobotInfo', 'RobotInterface', 'get', 'interface', 'names', 'urdf_path',
+           'urdf_string']
+_LAZY = ('interface', 'RobotInterface', 'model_parameters')
+
+
+def __getattr__(name: str):
+    """
+    Import the torch-based robot interface on first use.
+
+    :param name: attribute name.
+    :return: ``interface``, ``RobotInterface`` or ``model_parameters``.
+    :raises AttributeError: any other name.
+    """
+    if name not in _LAZY:
+        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    module = importlib.import_module('.interface', __name__)
+    for key in _LAZY:
+        globals()[key] = getattr(module, key)
+    return globals()[name]
+
+
+class _Package(types.ModuleType):
+    """This package, whose ``interface`` stays the function when its submodule is imported."""
+
+    def __setattr__(self, name: str, value) -> None:
+        """Bind ``interface`` to the function, not the submodule of the same name."""
+        if name == 'interface' and isinstance(value, types.ModuleType):
+            value = value.interface   # the import system binds a loaded submodule here
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
 
 _URDF_DIR = Path(__file__).resolve().parent / 'urdf'
 

@@ -18,6 +18,11 @@ Conventions
   prismatic joint) that belongs on the diagonal of the mass matrix but is not in the URDF.
 * ``motor['driver_adds_gravity']`` tells whether the robot's driver adds gravity compensation
   to the commanded effort by itself (libfranka does: commands exclude gravity).
+* ``plausibility`` overrides the factors and absolute bounds that
+  ``diffsim_ros.robots.interface`` turns into a plausible range per named parameter (keys
+  and defaults: :data:`PLAUSIBILITY_DEFAULTS`).  Joint-level absolute bounds are tuples
+  with one entry per joint, for joints whose nominal value is 0 or far below what a
+  refit may legitimately find (the Qube's identified damping is 300x below Quanser's).
 
 Only the standard library is used here so that the catalog is cheap to import.
 """
@@ -27,7 +32,20 @@ import math
 from types import MappingProxyType
 from typing import Any, Mapping
 
-__all__ = ['RobotInfo', 'ROBOTS']
+__all__ = ['PLAUSIBILITY_DEFAULTS', 'RobotInfo', 'ROBOTS']
+
+#: Default plausibility factors (dimensionless) and absolute bounds; see the interface.
+PLAUSIBILITY_DEFAULTS = MappingProxyType({
+    'mass_factor': 3.0,        # body mass within [m0 / f, m0 f]
+    'inertia_factor': 10.0,    # inertia diagonal within [d0 / f, d0 f] (about the body origin)
+    'friction_factor': 10.0,   # damping, Coulomb, armature within [0, max(f x0, absolute)]
+    'actuator_factor': 2.0,    # DC-motor k_m and R_m within [x0 / f, x0 f]
+    'origin_shift_m': 0.02,    # identified joint origins within this of the nominal, m
+    'origin_turn_rad': 0.05,   # and this in roll, pitch and yaw, rad
+    'damping_max': (),         # per joint, N m s/rad or N s/m (empty: no absolute bound)
+    'coulomb_max': (),         # per joint, N m or N
+    'armature_max': (),        # per joint, kg m^2 or kg
+})
 
 
 def _frozen(mapping: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -62,6 +80,7 @@ class RobotInfo:
     :param sensor: encoder and velocity-estimation facts of the driver.
     :param citations: sources of the numbers in this entry and in the URDF.
     :param description: one-line description.
+    :param plausibility: overrides of :data:`PLAUSIBILITY_DEFAULTS` (module docstring).
     :raises ValueError: inconsistent lengths or unknown command joints.
     """
 
@@ -80,6 +99,7 @@ class RobotInfo:
     sensor: Mapping[str, Any] = field(default_factory=dict, hash=False)
     citations: tuple[str, ...] = ()
     description: str = ''
+    plausibility: Mapping[str, Any] = field(default_factory=dict, hash=False)
 
     def __post_init__(self) -> None:
         """Validate lengths and freeze the mappings."""
@@ -98,6 +118,16 @@ class RobotInfo:
         if len(armature) != n:
             raise ValueError(f"{self.name}: motor['armature'] has {len(armature)} entries, "
                              f'expected {n}')
+        unknown = sorted(set(self.plausibility) - set(PLAUSIBILITY_DEFAULTS))
+        if unknown:
+            raise ValueError(f'{self.name}: unknown plausibility keys {unknown}; valid: '
+                             f'{", ".join(PLAUSIBILITY_DEFAULTS)}')
+        for key in ('damping_max', 'coulomb_max', 'armature_max'):
+            if len(self.plausibility.get(key, ())) not in (0, n):
+                raise ValueError(f"{self.name}: plausibility['{key}'] needs one entry per "
+                                 f'joint ({n})')
+        object.__setattr__(self, 'plausibility',
+                           _frozen({**PLAUSIBILITY_DEFAULTS, **self.plausibility}))
         for key in ('motor', 'friction', 'sensor'):
             object.__setattr__(self, key, _frozen(getattr(self, key)))
 
@@ -232,6 +262,11 @@ QUBE = RobotInfo(
     },
     citations=(_PYRADO, _QUBE_MANUAL, _NPDR),
     description='Quanser QUBE-Servo 2 rotary (Furuta) pendulum, voltage-commanded.',
+    # 10x Quanser's nominal damping (the URDF's identified values are 300x below it); the
+    # arm's Coulomb friction up to the torque of 1 V, the pendulum bearing's a tenth of it.
+    plausibility={'damping_max': (0.015, 0.005),
+                  'coulomb_max': (_QUBE_KM / _QUBE_RM, 0.1 * _QUBE_KM / _QUBE_RM),
+                  'armature_max': (1e-4, 1e-5)},
 )
 
 # --------------------------------------------------------------------------------------

@@ -228,24 +228,28 @@ def _load(urdf: str) -> RobotModel:
 
 def nominal_model(robot: str = '', urdf: Optional[str] = None) -> RobotModel:
     """
-    Return the nominal model of a robot: its URDF plus the catalog's rotor armature.
+    Return the nominal model of a robot, from its robot interface.
+
+    A catalog robot's model is ``robots.interface(robot).nominal_model()`` itself.
 
     :param robot: catalog name (``diffsim_ros.robots.names()``); may be empty when ``urdf``
         is given (then the armature stays zero).
-    :param urdf: URDF XML overriding the catalog's file.
+    :param urdf: URDF XML overriding the catalog's file (a tool attached, a custom robot);
+        a catalog robot's armature is copied onto its joints by name.
     :return: float64 model on the CPU.
     :raises ValueError: neither given, or unknown robot.
     """
     if not robot and urdf is None:
         raise ValueError('nominal_model needs a robot name or a URDF string')
-    model = _load(urdf if urdf is not None else robots.urdf_string(robot))
+    if urdf is None:
+        return robots.interface(robot).nominal_model()
+    model = _load(urdf)
     if robot:
-        info = robots.get(robot)
-        armature = info.motor.get('armature', (0.0,) * info.n_joints)
+        nominal = robots.interface(robot).nominal_model()
         values = model.armature.clone()
-        for name, value in zip(info.joint_names, armature):
+        for name, value in zip(nominal.joint_names, nominal.armature.tolist()):
             if name in model.joint_names:
-                values[model.joint_index(name)] = float(value)
+                values[model.joint_index(name)] = value
         model = model.replace(armature=values)
     return model
 

@@ -125,7 +125,7 @@ class MujocoPlant:
         self._setup_actuators()
         self.gravity_compensation = bool(
             config.gravity_compensation if config.gravity_compensation is not None
-            else (self.info is not None and self.info.motor.get('driver_adds_gravity', False)))
+            else (self.info is not None and robots.interface(self.info.name).driver_adds_gravity))
         if self.gravity_compensation and len(self.command_joints) != model.n:
             raise ValueError('gravity_compensation needs every joint actuated; passive joints: '
                              f'{sorted(set(model.joint_names) - set(self.command_joints))}')
