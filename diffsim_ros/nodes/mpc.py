@@ -20,19 +20,30 @@ Adaptive MPC node: commands the robot with a controller running on the newest mo
   the constructor before any timer exists (compiling takes 20 s with a warm Inductor
   cache, 1-2 min cold): a compiled Qube tick costs 1.2 ms instead of 3.8 ms eager (p50,
   loaded machine).
-* A timer at ``command_rate`` evaluates the newest :class:`FeedbackPolicy` on the newest state
-  and publishes ``std_msgs/Float64MultiArray`` on ``/<controller_name>/commands`` in the
-  catalog's ``command_joints`` order, clipped to the command limits and always finite.
+* A command thread (:class:`~diffsim_ros.nodes.command_loop.DeadlineLoop`) wakes at the
+  deadlines ``k / command_rate`` of the node clock, takes the waiting ``joint_states`` itself
+  (at most the sensor-data queue depth; the executor never runs that subscription, so a
+  message burst costs no Python work and cannot delay a command), passes each through the
+  input gate (:class:`~diffsim_ros.nodes.gates.StateGate`, parameters ``gate.*``: future or
+  backward stamps, states beyond the joint or velocity limits are refused and counted),
+  evaluates the newest :class:`FeedbackPolicy` on the newest accepted state and publishes
+  ``std_msgs/Float64MultiArray`` on ``/<controller_name>/commands`` in the catalog's
+  ``command_joints`` order, clipped to the command limits and always finite.  Under
+  ``use_sim_time`` it runs once per deadline the simulated clock reaches (one command per
+  driver tick in lockstep).
 * Watchdog: with ``joint_states`` older than ``stale_timeout`` (or none yet), a plan that
   ended more than ``plan_timeout`` ago, or a non-finite command, it publishes
   ``safe_command`` (zero effort by default); stale data raise ``/diagnostics`` to ERROR,
   and control resumes when fresh data return.
-* ``/diagnostics``: solve time, solve and command rates, state age, model updates.
+* ``/diagnostics``: solve time, solve and command rates (the command rate on the node clock;
+  WARN below 95 % of ``command_rate``), missed command deadlines, state age, model updates,
+  refused ``joint_states`` per reason (WARN while refusals are recent).
 
 Time is the node clock (simulated time under ``use_sim_time``), counted from the first
 accepted state, which is also the time origin of tracking references.
 """
 
+from collections import deque
 from dataclasses import dataclass, field
 import math
 import threading
@@ -48,7 +59,9 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, Header, String
 import torch
 
-from .convert import commands_msg, joint_state_arrays, MessageError, ThrottledLogger
+from .command_loop import DeadlineLoop, PolledGroup, take_messages
+from .convert import commands_msg, MessageError, ThrottledLogger
+from .gates import GateConfig, StateGate
 from .monitor import MODEL_QOS, validated_model
 from .params import declare_config, declare_robot
 from .runtime import configure_interpreter, run_node
@@ -123,6 +136,9 @@ class MpcConfig:
         'a plan that ended more than this long ago (s) is not applied'))
     diagnostics_period: float = field(default=1.0, metadata=_meta(
         'period of /diagnostics, s'))
+    command_priority: int = field(default=50, metadata=_meta(
+        'SCHED_FIFO priority of the command thread on the wall clock (1-99, needs rtprio or '
+        'root; refused: normal priority and a warning); 0 = normal scheduling'))
 
     def __post_init__(self) -> None:
         """Reject unknown choices and non-positive or negative values."""
@@ -138,6 +154,8 @@ class MpcConfig:
                      'mppi_lambda', 'mppi_noise'):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise ValueError(f'{name} must be > 0, got {getattr(self, name)}')
+        if not 0 <= self.command_priority <= 99:
+            raise ValueError(f'command_priority must be in [0, 99], got {self.command_priority}')
         if any(not (math.isfinite(v) and v >= 0) for v in self.command_limit):
             raise ValueError(f'command_limit must be finite and >= 0, got {self.command_limit}')
 
@@ -242,6 +260,7 @@ class MpcNode(Node):
         robot, defaults = declare_robot(self)
         self.info = info = robots.get(robot)
         self.config = config = declare_config(self, MpcConfig, defaults=defaults)
+        gate_config = declare_config(self, GateConfig, 'gate.', defaults)
         self.model = nominal_model(robot)
         self.controller, control_rate = make_controller(info, self.model, config)
         # A baseline is solved inline at every command tick (see the module docstring).
@@ -256,6 +275,12 @@ class MpcNode(Node):
             not getattr(self.controller, 'gravity_in_command', False)
         self._lock = threading.Lock()
         self._log = ThrottledLogger(self.get_logger())
+        # limits from the robot description the node starts with, never from a model update
+        self._gate = StateGate(self.model.joint_names, self.model.lower, self.model.upper,
+                               self.model.velocity_limit, gate_config, self._log,
+                               config.joint_states_topic, strictly_increasing=False)
+        self._command_period = 1.0 / (config.command_rate or info.driver_rate_hz)
+        self._command_times: deque = deque()   # node-clock ns of the last second's commands
         self._x: Optional[np.ndarray] = None
         self._stamp = self._received = self._origin = None
         self._policy, self._reset = None, False
@@ -279,12 +304,12 @@ class MpcNode(Node):
         topic = config.command_topic or f'/{info.controller_name}/commands'
         self.command_pub = self.create_publisher(Float64MultiArray, topic, 10)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        self.create_subscription(JointState, config.joint_states_topic, self._on_joint_state,
-                                 qos_profile_sensor_data)
+        # polled by the command thread (module docstring): the executor never runs it
+        self._states = self.create_subscription(
+            JointState, config.joint_states_topic, lambda msg: None, qos_profile_sensor_data,
+            callback_group=PolledGroup())
         self.create_subscription(String, config.model_topic, self._on_model, MODEL_QOS)
         timers = MutuallyExclusiveCallbackGroup()
-        self.create_timer(1.0 / (config.command_rate or info.driver_rate_hz), self._on_command,
-                          callback_group=timers)
         if not self._inline:
             self.create_timer(1.0 / control_rate, self._request_solve, callback_group=timers)
         self.create_timer(config.diagnostics_period, self.publish_diagnostics,
@@ -295,6 +320,9 @@ class MpcNode(Node):
             self._worker = threading.Thread(target=self._solve_loop, name='mpc-solver',
                                             daemon=True)
             self._worker.start()
+        self._started_ns = self.get_clock().now().nanoseconds
+        self._loop = DeadlineLoop(self, self._command_period, self._on_command, 'mpc-commands',
+                                  config.command_priority)
 
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
@@ -302,22 +330,24 @@ class MpcNode(Node):
     def _is_stale(self, now: float) -> bool:
         return self._received is None or now - self._received > self.config.stale_timeout
 
-    def _on_joint_state(self, msg: JointState) -> None:
-        try:
-            stamp, q, qd, _ = joint_state_arrays(msg, self.model.joint_names)
-        except MessageError as error:
-            self._log.warn(self.config.joint_states_topic, f'dropped message: {error}')
+    def take_states(self) -> None:
+        """Take the waiting ``joint_states``, gate them and keep the newest accepted one."""
+        now_ns = self.get_clock().now().nanoseconds
+        newest = None
+        for msg in take_messages(self._states, self._states.qos_profile.depth):
+            sample = self._gate.admit(msg, now_ns)
+            if sample is None:
+                continue
+            if sample.restart:   # time started over (simulation reset): plan from scratch
+                with self._lock:
+                    self._origin, self._policy, self._reset = None, None, True
+            newest = sample
+        if newest is None:
             return
-        now = self._now()
+        now = now_ns * 1e-9
         with self._lock:
-            # Out-of-order stamps are dropped, unless the data went stale (driver restart).
-            if self._stamp is not None and stamp < self._stamp and not self._is_stale(now):
-                self._log.warn(self.config.joint_states_topic, 'dropped out-of-order message')
-                return
-            if self._received is not None and now < self._received:
-                # The clock jumped back (bag or simulation restarted): plan from scratch.
-                self._origin, self._policy, self._reset = None, None, True
-            self._x, self._stamp, self._received = np.concatenate((q, qd)), stamp, now
+            self._x = np.concatenate((newest.q, newest.qd))
+            self._stamp, self._received = newest.t, now
             if self._origin is None:
                 self._origin = now
 
@@ -462,6 +492,7 @@ class MpcNode(Node):
         return np.clip(u, -self._limit, self._limit)
 
     def _on_command(self) -> None:
+        self.take_states()
         command = self.compute_command()
         try:
             self.command_pub.publish(commands_msg(command))
@@ -470,7 +501,22 @@ class MpcNode(Node):
             return
         self.last_command = command
         self.stats['commands'] += 1
-        self._tick('command')
+        now_ns = self.get_clock().now().nanoseconds
+        times = self._command_times
+        times.append(now_ns)
+        while times and times[0] <= now_ns - 1_000_000_000:
+            times.popleft()
+
+    def command_rate(self) -> float:
+        """
+        Return the commands per second of the node clock over the last second.
+
+        :return: Hz (over the time since start while that is shorter than a second).
+        """
+        now_ns = self.get_clock().now().nanoseconds
+        span = min(1e9, now_ns - self._started_ns)
+        recent = sum(1 for t in list(self._command_times) if now_ns - t < 1_000_000_000)
+        return recent * 1e9 / span if span > 0 else 0.0
 
     def _rate(self, what: str) -> float:
         times = self._rates[what]
@@ -480,10 +526,15 @@ class MpcNode(Node):
 
     def publish_diagnostics(self) -> None:
         """Publish the node's status on ``/diagnostics`` (ERROR while the state is stale)."""
-        now = self._now()
+        now_ns = self.get_clock().now().nanoseconds
+        now = now_ns * 1e-9
         with self._lock:
             age = math.inf if self._received is None else now - self._received
             planned = self._policy is not None
+        rate, nominal = self.command_rate(), 1.0 / self._command_period
+        # a second of commands is needed to tell a slow loop from a young one
+        slow = now_ns - self._started_ns >= 1e9 and rate < 0.95 * nominal
+        refused = self._gate.status(now_ns)
         if self.stale:
             level, message = DiagnosticStatus.ERROR, 'joint_states stale: safe command'
         elif not planned:
@@ -492,10 +543,20 @@ class MpcNode(Node):
             level, message = DiagnosticStatus.WARN, 'solver too slow, plan ended: safe command'
         else:
             level, message = DiagnosticStatus.OK, f'{self.config.controller} running'
+        warnings = [text for text in (
+            f'command rate {rate:.0f} Hz below 95 % of {nominal:.0f} Hz' if slow else None,
+            refused) if text]
+        if warnings and level == DiagnosticStatus.OK:
+            level, message = DiagnosticStatus.WARN, '; '.join(warnings)
+        elif warnings:
+            message = '; '.join([message] + warnings)
         values = {**self.stats, 'state_age_s': age, 'stale': self.stale,
                   'plan_expired': self.plan_expired,
-                  'solve_rate_hz': self._rate('solve'), 'command_rate_hz': self._rate('command'),
-                  'controller': self.config.controller, 'dropped_messages': self._log.total}
+                  'solve_rate_hz': self._rate('solve'), 'command_rate_hz': rate,
+                  'command_rate_nominal_hz': nominal, 'missed_deadlines': self._loop.missed,
+                  'realtime_priority': self._loop.realtime,
+                  'controller': self.config.controller, 'dropped_messages': self._log.total,
+                  **self._gate.values()}
         status = DiagnosticStatus(level=level, name=f'{self.get_name()}: control',
                                   message=message, hardware_id=self.info.name,
                                   values=[KeyValue(key=k, value=str(v))
@@ -504,7 +565,8 @@ class MpcNode(Node):
             header=Header(stamp=self.get_clock().now().to_msg()), status=[status]))
 
     def destroy_node(self) -> None:
-        """Stop the solver thread, then destroy the node (its handles die with it)."""
+        """Stop the command and solver threads, then destroy the node."""
+        self._loop.stop()
         self._stop.set()
         self._solve_event.set()
         if self._worker is not None and self._worker.is_alive() \
