@@ -41,9 +41,9 @@ from typing import Dict, NamedTuple, Optional, Sequence
 import numpy as np
 from sensor_msgs.msg import JointState
 
-from .convert import joint_state_arrays, MessageError, ThrottledLogger
+from .convert import joint_state_arrays, MessageError, stamp_to_ns, ThrottledLogger
 
-__all__ = ['GateConfig', 'REASONS', 'StateGate', 'StateSample', 'stamp_ns']
+__all__ = ['GateConfig', 'REASONS', 'StateGate', 'StateSample']
 
 #: Refusal reasons, in the order the gate checks them.
 REASONS = ('invalid', 'future_stamp', 'position_limit', 'velocity_limit', 'duplicate_stamp',
@@ -87,17 +87,6 @@ class GateConfig:
                              f'{self.position_margin!r}')
         if self.resync_messages < 1:
             raise ValueError(f'resync_messages must be >= 1, got {self.resync_messages}')
-
-
-def stamp_ns(stamp) -> int:
-    """
-    Return a ``builtin_interfaces/Time`` (or a header holding one) as integer nanoseconds.
-
-    :param stamp: a ``Time`` message or a ``std_msgs/Header``.
-    :return: ``sec * 10**9 + nanosec`` (exact: no float rounding).
-    """
-    stamp = getattr(stamp, 'stamp', stamp)
-    return int(stamp.sec) * 1_000_000_000 + int(stamp.nanosec)
 
 
 class StateSample(NamedTuple):
@@ -178,7 +167,7 @@ class StateGate:
                                                   require_velocity=self._require_velocity)
         except MessageError as error:
             return self._refuse('invalid', str(error), now_ns)
-        stamp = stamp_ns(msg.header)
+        stamp = stamp_to_ns(msg.header)
         if stamp > now_ns + self._lead_ns:
             return self._refuse('future_stamp', f'stamp {stamp * 1e-9:.6f} s is '
                                 f'{(stamp - now_ns) * 1e-9:.3f} s ahead of the clock', now_ns)
