@@ -39,8 +39,8 @@ from std_msgs.msg import String
 import torch
 from visualization_msgs.msg import Marker, MarkerArray
 
-from .convert import commands_array, joint_state_arrays, joint_state_msg, MessageError
-from .convert import ThrottledLogger
+from .convert import commands_array, joint_state_msg, MessageError, ThrottledLogger
+from .gates import GateConfig, StateGate
 from .params import declare_config, declare_robot
 from .runtime import configure_interpreter, run_node
 from .. import robots
@@ -276,6 +276,7 @@ class MonitorNode(Node):
         robot, defaults = declare_robot(self)
         self.info = robots.get(robot)
         self.config = declare_config(self, MonitorConfig, defaults=defaults)
+        gate_config = declare_config(self, GateConfig, 'gate.', defaults)
         self.model = nominal_model(self.info.name)
         self._names = self.model.joint_names
         self._lock = threading.Lock()
@@ -283,6 +284,10 @@ class MonitorNode(Node):
         self._states = deque(maxlen=keep)
         self._commands = deque(maxlen=keep)
         self._log = ThrottledLogger(self.get_logger())
+        # joint_states pass the input gate (nodes/gates.py), limits of the nominal model
+        self._gate = StateGate(self._names, self.model.lower, self.model.upper,
+                               self.model.velocity_limit, gate_config, self._log,
+                               self.config.joint_states_topic)
         self.last_prediction: Optional[Dict[str, Any]] = None
         #: Largest state variances of a window so far, ``(2 n,)`` (the NMSE's floor).
         self._scale_floor: Optional[torch.Tensor] = None
@@ -312,23 +317,20 @@ class MonitorNode(Node):
         return self._now()
 
     def _on_joint_state(self, msg: JointState, info=None) -> None:
-        try:
-            stamp, q, qd, _ = joint_state_arrays(msg, self._names)
-        except MessageError as error:
-            self._log.warn(self.config.joint_states_topic, f'dropped message: {error}')
+        sample = self._gate.admit(msg, self.get_clock().now().nanoseconds)
+        if sample is None:
             return
         now = self._arrival(info)
-        if abs(stamp - now) > self.config.max_stamp_offset:
-            stamp = now
+        stamp = sample.t if abs(sample.t - now) <= self.config.max_stamp_offset else now
         with self._lock:
-            if self._states and stamp < self._states[-1][0] - self.config.max_stamp_offset:
-                self._states.clear()   # the clock jumped back (bag restarted): start over
+            if sample.restart:   # time started over (bag or simulation restarted)
+                self._states.clear()
                 self._commands.clear()
                 self._scale_floor = None
             elif self._states and stamp <= self._states[-1][0]:
                 self._log.warn(self.config.joint_states_topic, 'dropped out-of-order message')
                 return
-            self._states.append((stamp, q, qd))
+            self._states.append((stamp, sample.q, sample.qd))
 
     def _on_command(self, msg: Float64MultiArray, info=None) -> None:
         try:
@@ -418,14 +420,18 @@ class MonitorNode(Node):
                 label=label, size=len(values), stride=len(values))]),
             data=[float(v) for v in values]))
         level = DiagnosticStatus.OK if result['finite'] else DiagnosticStatus.WARN
+        message = 'prediction ok' if result['finite'] else 'rollout diverged'
+        refused = self._gate.status(self.get_clock().now().nanoseconds)
+        if refused:
+            level, message = DiagnosticStatus.WARN, f'{message}; {refused}'
         status = DiagnosticStatus(
             level=level, name=f'{self.get_name()}: prediction', hardware_id=self.info.name,
-            message='prediction ok' if result['finite'] else 'rollout diverged',
+            message=message,
             values=[KeyValue(key=k, value=str(v)) for k, v in (
                 ('prediction_nmse', result['nmse']), ('horizon_s', self.config.horizon),
                 ('models_accepted', self.models_accepted),
                 ('models_rejected', self.models_rejected),
-                ('dropped_messages', self._log.total))])
+                ('dropped_messages', self._log.total), *self._gate.values().items())])
         self._diagnostics_pub.publish(DiagnosticArray(header=Header(stamp=stamp),
                                                       status=[status]))
 
