@@ -4,10 +4,12 @@ import dataclasses
 from dataclasses import dataclass, field
 import math
 
+from builtin_interfaces.msg import Time
 from diffsim_ros import robots
 from diffsim_ros.nodes.convert import (commands_array, commands_msg, joint_state_arrays,
                                        joint_state_msg, MessageError, pose_matrix, pose_msg,
-                                       sec_to_stamp, stamp_to_sec, ThrottledLogger)
+                                       sec_to_stamp, stamp_to_ns, stamp_to_sec,
+                                       ThrottledLogger)
 from diffsim_ros.nodes.params import (config_path, declare_config, declare_robot,
                                       load_yaml_params, parameter_overrides)
 import numpy as np
@@ -116,6 +118,14 @@ def test_stamps():
     for bad in (-1.0, float('nan')):
         with pytest.raises(MessageError):
             sec_to_stamp(bad)
+    # integer nanoseconds are exact where float epoch seconds are not
+    first, second = Time(sec=1_795_000_000, nanosec=999_500_000), \
+        Time(sec=1_795_000_001, nanosec=500_000)
+    assert stamp_to_ns(second) - stamp_to_ns(first) == 1_000_000
+    assert stamp_to_sec(second) - stamp_to_sec(first) != 1e-3
+    header = _state(NAMES, [0.0] * 3).header
+    header.stamp = second
+    assert stamp_to_ns(header) == 1_795_000_001_000_500_000
 
 
 class _Recorder:
