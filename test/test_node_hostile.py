@@ -19,6 +19,7 @@ import time
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
 from diffsim_ros import robots
+from diffsim_ros.nodes.command_loop import DeadlineLoop
 from diffsim_ros.nodes.convert import joint_state_msg, ThrottledLogger
 from diffsim_ros.nodes.gates import GateConfig, REASONS, StateGate
 from diffsim_ros.sim.parameters import nominal_model
@@ -27,8 +28,10 @@ import pytest
 from rcl_interfaces.msg import Log
 import rclpy
 import rclpy.executors
+import rclpy.parameter
 from rclpy.qos import qos_profile_sensor_data
 from ros_helpers import wait_for
+from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
@@ -424,7 +427,12 @@ def test_case5_a_10khz_burst_leaves_the_500hz_command_rate(launch, observer):
         gaps_ms = np.diff(times) * 1e-6
         stats[name] = ((len(times) - 1) / ((times[-1] - times[0]) * 1e-9),
                        np.percentile(gaps_ms, 99), gaps_ms.max())
-        print('{}: {:.1f} Hz, gap p99 {:.2f} ms, max {:.2f} ms'.format(name, *stats[name]))
+        print('{}: {:.1f} Hz, gap p99 {:.2f} ms, max {:.2f} ms'.format(name, *stats[name]),
+              f'at {(times[np.argmax(gaps_ms)] - start_ns) * 1e-9:.3f} s from the burst start')
+    node_gaps = [float(values['command_gap_max_ms']) for _, _, values in robot.diagnostics
+                 if 'command_gap_max_ms' in values]
+    print(f'node-side longest gap in a diagnostics second: {max(node_gaps):.2f} ms; missed '
+          f'deadlines {robot.latest("missed_deadlines")}')
     measured, p99, _ = stats['burst']
     assert abs(measured - rate) <= 0.05 * rate, stats
     assert p99 <= 2.0 * 1e3 / rate, stats   # a fresh command for (nearly) every driver tick
@@ -511,3 +519,27 @@ def test_case6_the_identifier_keeps_every_sample_of_an_exact_1khz_stream(launch,
         return tuple(int(values[key]) for key in ('received', 'decimated', 'window_samples',
                                                   'refused'))
     assert wait_for(lambda: counts() == (count, 0, count, 0), 10.0), counts()
+
+
+def test_deadline_loop_ticks_once_per_simulated_deadline_and_follows_a_reset(executor):
+    context = executor.executor.context
+    node = executor.add_node(rclpy.create_node(
+        'paced', context=context, parameter_overrides=[
+            rclpy.parameter.Parameter('use_sim_time', value=True)]))
+    source = executor.add_node(rclpy.create_node('clock_source', context=context))
+    clock = source.create_publisher(Clock, '/clock', 10)
+    ticks = []
+    loop = DeadlineLoop(node, 0.002, lambda: ticks.append(node.get_clock().now().nanoseconds),
+                        'test-loop', priority=50)
+    try:
+        assert wait_for(lambda: clock.get_subscription_count() > 0)
+        assert not loop.realtime   # simulated time: no real-time scheduling
+        for k in list(range(1, 51)) + list(range(1, 11)):   # then a reset to t = 0
+            count = len(ticks)
+            clock.publish(Clock(clock=Time(sec=0, nanosec=k * 2_000_000 + 10)))
+            assert wait_for(lambda: len(ticks) == count + 1, 5.0), (k, ticks[-3:])
+        time.sleep(0.1)
+        assert len(ticks) == 60 and loop.missed == 0   # one tick per step, none in between
+        assert ticks[49] == 50 * 2_000_000 + 10 and ticks[-1] == 10 * 2_000_000 + 10
+    finally:
+        loop.stop()

@@ -53,7 +53,8 @@ class PolledGroup(CallbackGroup):
         return False
 
     def ending_execution(self, entity: Any) -> None:
-        """Do nothing (never executed).
+        """
+        Do nothing (never executed).
 
         :param entity: a subscription of the group.
         """
@@ -126,12 +127,23 @@ class DeadlineLoop:
         return bool(getattr(self._clock, 'ros_time_is_active', False))
 
     def _sleep_until(self, deadline: int) -> Optional[int]:
-        """Wait until the clock reaches ``deadline``; return the time, None when stopping."""
+        """
+        Wait until the clock reaches ``deadline``.
+
+        A clock that jumps back (simulation reset, ROS time switched on) moves the deadline to
+        the grid time just reached on the new timeline: the loop ticks at once.
+
+        :return: the deadline reached (as moved), None when the loop stops.
+        """
+        period = self._period_ns
         with self._wake:
             while not self._stop:
                 now = self._now()
                 if now >= deadline:
-                    return now
+                    return deadline
+                if now < deadline - 2 * period:
+                    deadline = (now // period) * period   # a tick at once for the new time
+                    continue
                 if self._simulated():
                     self._wake.wait(0.1)   # woken by the clock's jumps (each /clock step)
                 else:
@@ -157,24 +169,20 @@ class DeadlineLoop:
         deadline = (self._now() // period + 1) * period
         try:
             while True:
-                now = self._sleep_until(deadline)
-                if now is None:
-                    return
-                if self._stop:
+                deadline = self._sleep_until(deadline)
+                if deadline is None:
                     return
                 self._tick()
+                now = self._now()
                 if self._simulated():
-                    deadline = (self._now() // period + 1) * period
+                    deadline = (now // period + 1) * period   # one tick per deadline reached
                     continue
                 deadline += period
-                now = self._now()
                 if now - deadline >= period:
                     # more than a period late: run once for the newest deadline, skip the rest
                     skipped = (now - deadline) // period
                     self.missed += int(skipped)
                     deadline += skipped * period
-                elif now < deadline - 2 * period:
-                    deadline = (now // period + 1) * period   # the clock jumped back
         except Exception as error:  # noqa: B902 - report, then end the loop
             if self._node.context.ok():
                 self._node.get_logger().error(f'command loop stopped: {error!r}')

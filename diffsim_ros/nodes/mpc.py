@@ -507,16 +507,18 @@ class MpcNode(Node):
         while times and times[0] <= now_ns - 1_000_000_000:
             times.popleft()
 
-    def command_rate(self) -> float:
+    def command_rate(self) -> tuple:
         """
-        Return the commands per second of the node clock over the last second.
+        Return the command rate and the longest gap between commands over the last second.
 
-        :return: Hz (over the time since start while that is shorter than a second).
+        :return: ``(Hz, ms)`` on the node clock (the rate over the time since start while that
+            is shorter than a second; the gap 0 with fewer than two commands).
         """
         now_ns = self.get_clock().now().nanoseconds
         span = min(1e9, now_ns - self._started_ns)
-        recent = sum(1 for t in list(self._command_times) if now_ns - t < 1_000_000_000)
-        return recent * 1e9 / span if span > 0 else 0.0
+        recent = np.array([t for t in list(self._command_times) if now_ns - t < 1_000_000_000])
+        gap = float(np.diff(recent).max()) * 1e-6 if len(recent) > 1 else 0.0
+        return (len(recent) * 1e9 / span if span > 0 else 0.0), gap
 
     def _rate(self, what: str) -> float:
         times = self._rates[what]
@@ -531,7 +533,7 @@ class MpcNode(Node):
         with self._lock:
             age = math.inf if self._received is None else now - self._received
             planned = self._policy is not None
-        rate, nominal = self.command_rate(), 1.0 / self._command_period
+        (rate, gap), nominal = self.command_rate(), 1.0 / self._command_period
         # a second of commands is needed to tell a slow loop from a young one
         slow = now_ns - self._started_ns >= 1e9 and rate < 0.95 * nominal
         refused = self._gate.status(now_ns)
@@ -553,6 +555,7 @@ class MpcNode(Node):
         values = {**self.stats, 'state_age_s': age, 'stale': self.stale,
                   'plan_expired': self.plan_expired,
                   'solve_rate_hz': self._rate('solve'), 'command_rate_hz': rate,
+                  'command_gap_max_ms': gap,
                   'command_rate_nominal_hz': nominal, 'missed_deadlines': self._loop.missed,
                   'realtime_priority': self._loop.realtime,
                   'controller': self.config.controller, 'dropped_messages': self._log.total,
