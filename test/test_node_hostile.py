@@ -248,6 +248,11 @@ class Observer:
             next_time += 0.002
             time.sleep(max(0.0, next_time - time.monotonic()))
 
+    def wait_commands(self, until_ns):
+        """Wait until a command received after ``until_ns`` (DDS time) was processed."""
+        return wait_for(lambda: self.commands and self.commands[-1][0] > until_ns,
+                        (until_ns - time.time_ns()) * 1e-9 + 10.0)
+
     def latest(self, key):
         return self.diagnostics[-1][2].get(key) if self.diagnostics else None
 
@@ -337,7 +342,8 @@ def test_case3_a_future_stamp_never_pins_the_mpc(launch, observer):
     assert wait_for(lambda: robot.latest('refused/future_stamp') == '2', 5.0), \
         robot.diagnostics[-1]
     assert wait_for(lambda: warned(robot, since, 'future_stamp'), 5.0)
-    time.sleep(max(0.0, (last + 1e9 - time.time_ns()) * 1e-9))   # real states keep coming
+    # the real states keep coming: 1 s of commands after the injection
+    assert robot.wait_commands(last + 1e9), mpc.output()[-3000:]
     after = [(t, u) for t, u in robot.commands if first <= t <= last + 1e9]
     assert len(after) > 400 and not at_limit(after), at_limit(after)[:5]
     assert all(abs(u - after[-1][1]) < 0.2 for _, u in after[-200:])   # the real state's law
@@ -390,7 +396,7 @@ def test_case4_absurd_states_are_refused_counted_and_flagged(launch, observer):
         return (values['refused/position_limit'], values['refused/velocity_limit'])
     assert wait_for(lambda: counted() == ('2', '1'), 5.0), robot.diagnostics[-1]
     assert wait_for(lambda: warned(robot, since, 'position_limit'), 5.0)
-    time.sleep(max(0.0, (last + 0.5e9 - time.time_ns()) * 1e-9))
+    assert robot.wait_commands(last + 0.5e9), mpc.output()[-3000:]
     after = [(t, u) for t, u in robot.commands if first <= t <= last + 0.5e9]
     assert len(after) > 200 and not at_limit(after), at_limit(after)[:5]
     values = robot.diagnostics[-1][2]

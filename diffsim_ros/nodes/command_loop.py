@@ -20,6 +20,7 @@ dependency of the command rate on the message rate:
   priority and says so once.
 """
 
+from collections import deque
 import os
 import threading
 from typing import Any, Callable, List, Optional
@@ -110,6 +111,9 @@ class DeadlineLoop:
         self._wake = threading.Condition()
         self._stop = False
         self.missed = 0
+        self._started = self._clock.now().nanoseconds
+        self._ticks: deque = deque()   # node-clock ns at which the last second's ticks ended
+        self._ticks_lock = threading.Lock()   # rate() reads them from another thread
         threshold = JumpThreshold(min_forward=Duration(nanoseconds=1),
                                   min_backward=Duration(nanoseconds=-1), on_clock_change=True)
         self._jumps = self._clock.create_jump_callback(threshold, post_callback=self._on_jump)
@@ -174,6 +178,7 @@ class DeadlineLoop:
                     return
                 self._tick()
                 now = self._now()
+                self._record(now)
                 if self._simulated():
                     deadline = (now // period + 1) * period   # one tick per deadline reached
                     continue
@@ -186,6 +191,27 @@ class DeadlineLoop:
         except Exception as error:  # noqa: B902 - report, then end the loop
             if self._node.context.ok():
                 self._node.get_logger().error(f'command loop stopped: {error!r}')
+
+    def _record(self, now: int) -> None:
+        with self._ticks_lock:
+            ticks = self._ticks
+            ticks.append(now)
+            while ticks and ticks[0] <= now - 1_000_000_000:
+                ticks.popleft()
+
+    def rate(self) -> tuple:
+        """
+        Return the tick rate and the longest gap between ticks over the last second.
+
+        :return: ``(Hz, ms)`` on the node clock (the rate over the time since the start while
+            that is shorter than a second; the gap 0 with fewer than two ticks).
+        """
+        now = self._now()
+        span = min(1_000_000_000, now - self._started)
+        with self._ticks_lock:
+            recent = [t for t in self._ticks if now - t < 1_000_000_000]
+        gap = max((b - a for a, b in zip(recent, recent[1:])), default=0) * 1e-6
+        return (len(recent) * 1e9 / span if span > 0 else 0.0), gap
 
     def stop(self, timeout: float = 5.0) -> None:
         """

@@ -18,7 +18,11 @@ receive time, or the node clock under ``use_sim_time``).  It publishes
   over less than the largest window variances seen so far: a balanced pendulum's window is
   nearly still), ``inf`` when the rollout diverged; also on ``/diagnostics``.
 
-Rollouts run on a worker thread, so a slow prediction never delays the subscriptions.
+Every ``joint_states`` message passes the input gate (:mod:`diffsim_ros.nodes.gates`,
+parameters ``gate.*``: stamps ahead of the clock or behind the last one, states beyond the
+joint or velocity limits of the nominal model are refused, counted and shown on
+``/diagnostics``, WARN while recent).  Rollouts run on a worker thread, so a slow prediction
+never delays the subscriptions.
 """
 
 from collections import deque

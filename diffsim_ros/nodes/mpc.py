@@ -43,7 +43,6 @@ Time is the node clock (simulated time under ``use_sim_time``), counted from the
 accepted state, which is also the time origin of tracking references.
 """
 
-from collections import deque
 from dataclasses import dataclass, field
 import math
 import threading
@@ -138,7 +137,8 @@ class MpcConfig:
         'period of /diagnostics, s'))
     command_priority: int = field(default=50, metadata=_meta(
         'SCHED_FIFO priority of the command thread on the wall clock (1-99, needs rtprio or '
-        'root; refused: normal priority and a warning); 0 = normal scheduling'))
+        'root; refused: normal priority and a warning); 0 = normal scheduling. A controller '
+        'slower than the command period then keeps a core busy: diagnostics WARN on the rate'))
 
     def __post_init__(self) -> None:
         """Reject unknown choices and non-positive or negative values."""
@@ -280,7 +280,6 @@ class MpcNode(Node):
                                self.model.velocity_limit, gate_config, self._log,
                                config.joint_states_topic, strictly_increasing=False)
         self._command_period = 1.0 / (config.command_rate or info.driver_rate_hz)
-        self._command_times: deque = deque()   # node-clock ns of the last second's commands
         self._x: Optional[np.ndarray] = None
         self._stamp = self._received = self._origin = None
         self._policy, self._reset = None, False
@@ -501,24 +500,6 @@ class MpcNode(Node):
             return
         self.last_command = command
         self.stats['commands'] += 1
-        now_ns = self.get_clock().now().nanoseconds
-        times = self._command_times
-        times.append(now_ns)
-        while times and times[0] <= now_ns - 1_000_000_000:
-            times.popleft()
-
-    def command_rate(self) -> tuple:
-        """
-        Return the command rate and the longest gap between commands over the last second.
-
-        :return: ``(Hz, ms)`` on the node clock (the rate over the time since start while that
-            is shorter than a second; the gap 0 with fewer than two commands).
-        """
-        now_ns = self.get_clock().now().nanoseconds
-        span = min(1e9, now_ns - self._started_ns)
-        recent = np.array([t for t in list(self._command_times) if now_ns - t < 1_000_000_000])
-        gap = float(np.diff(recent).max()) * 1e-6 if len(recent) > 1 else 0.0
-        return (len(recent) * 1e9 / span if span > 0 else 0.0), gap
 
     def _rate(self, what: str) -> float:
         times = self._rates[what]
@@ -533,7 +514,7 @@ class MpcNode(Node):
         with self._lock:
             age = math.inf if self._received is None else now - self._received
             planned = self._policy is not None
-        (rate, gap), nominal = self.command_rate(), 1.0 / self._command_period
+        (rate, gap), nominal = self._loop.rate(), 1.0 / self._command_period
         # a second of commands is needed to tell a slow loop from a young one
         slow = now_ns - self._started_ns >= 1e9 and rate < 0.95 * nominal
         refused = self._gate.status(now_ns)
