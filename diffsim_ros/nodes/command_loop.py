@@ -92,8 +92,8 @@ class DeadlineLoop:
 
     :param node: the node whose clock paces the loop.
     :param period: seconds between ticks.
-    :param tick: the function called at each deadline (its exceptions are the caller's to
-        handle; one that escapes stops the loop and is logged).
+    :param tick: the function called at each deadline; an exception it raises is counted in
+        :attr:`errors` and logged (throttled), and the loop goes on.
     :param name: thread name.
     :param priority: ``SCHED_FIFO`` priority (1-99) of the thread on the wall clock; 0 keeps
         normal scheduling (and so does simulated time, where the loop follows ``/clock``).
@@ -111,6 +111,7 @@ class DeadlineLoop:
         self._wake = threading.Condition()
         self._stop = False
         self.missed = 0
+        self.errors = 0
         self._started = self._clock.now().nanoseconds
         self._ticks: deque = deque()   # node-clock ns at which the last second's ticks ended
         self._ticks_lock = threading.Lock()   # rate() reads them from another thread
@@ -176,7 +177,12 @@ class DeadlineLoop:
                 deadline = self._sleep_until(deadline)
                 if deadline is None:
                     return
-                self._tick()
+                try:
+                    self._tick()
+                except Exception as error:  # noqa: B902 - a failed tick must not end the loop
+                    self.errors += 1
+                    self._node.get_logger().error(f'command tick failed: {error!r}',
+                                                  throttle_duration_sec=2.0)
                 now = self._now()
                 self._record(now)
                 if self._simulated():

@@ -538,6 +538,7 @@ class MpcNode(Node):
                   'solve_rate_hz': self._rate('solve'), 'command_rate_hz': rate,
                   'command_gap_max_ms': gap,
                   'command_rate_nominal_hz': nominal, 'missed_deadlines': self._loop.missed,
+                  'command_errors': self._loop.errors,
                   'realtime_priority': self._loop.realtime,
                   'controller': self.config.controller, 'dropped_messages': self._log.total,
                   **self._gate.values()}
