@@ -151,6 +151,23 @@ def test_throttled_logger_logs_once_per_period_and_counts():
     assert throttled.drops == {'joint_states': 6, 'commands': 1} and throttled.total == 7
 
 
+def test_deferred_throttled_logger_logs_only_when_flushed():
+    now = [0.0]
+    recorder = _Recorder()
+    deferred = ThrottledLogger(recorder, period=1.0, clock=lambda: now[0], deferred=True)
+    for _ in range(3):
+        deferred.warn('joint_states', 'bad')
+    assert recorder.lines == [] and deferred.drops == {'joint_states': 3}
+    deferred.flush()
+    assert recorder.lines == ['joint_states: bad']
+    now[0] = 1.5
+    deferred.warn('joint_states', 'bad')
+    deferred.flush()
+    deferred.flush()
+    assert recorder.lines[-1] == 'joint_states: bad (2 similar suppressed)'
+    assert len(recorder.lines) == 2
+
+
 # -- parameters ----------------------------------------------------------------------------
 def test_load_yaml_params_wildcards_namespaces_and_nesting(tmp_path):
     path = tmp_path / 'params.yaml'

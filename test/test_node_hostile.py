@@ -437,6 +437,7 @@ def test_case5_a_10khz_burst_leaves_the_500hz_command_rate(launch, observer):
               f'at {(times[np.argmax(gaps_ms)] - start_ns) * 1e-9:.3f} s from the burst start')
     node_gaps = [float(values['command_gap_max_ms']) for _, _, values in robot.diagnostics
                  if 'command_gap_max_ms' in values]
+    print(f"refused {robot.latest('refused')}: stamp_back {robot.latest('refused/stamp_back')}")
     print(f'node-side longest gap in a diagnostics second: {max(node_gaps):.2f} ms; missed '
           f'deadlines {robot.latest("missed_deadlines")}')
     measured, p99, _ = stats['burst']

@@ -274,7 +274,8 @@ class MpcNode(Node):
         self._subtract_gravity = bool(info.motor.get('driver_adds_gravity', False)) and \
             not getattr(self.controller, 'gravity_in_command', False)
         self._lock = threading.Lock()
-        self._log = ThrottledLogger(self.get_logger())
+        # lines logged by the executor thread: the command thread never waits on logging
+        self._log = ThrottledLogger(self.get_logger(), deferred=True)
         # limits from the robot description the node starts with, never from a model update
         self._gate = StateGate(self.model.joint_names, self.model.lower, self.model.upper,
                                self.model.velocity_limit, gate_config, self._log,
@@ -309,6 +310,7 @@ class MpcNode(Node):
             callback_group=PolledGroup())
         self.create_subscription(String, config.model_topic, self._on_model, MODEL_QOS)
         timers = MutuallyExclusiveCallbackGroup()
+        self.create_timer(0.1, self._log.flush, callback_group=timers)
         if not self._inline:
             self.create_timer(1.0 / control_rate, self._request_solve, callback_group=timers)
         self.create_timer(config.diagnostics_period, self.publish_diagnostics,
