@@ -9,7 +9,7 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from diffsim_ros import robots
 from diffsim_ros.core import rollout
 from diffsim_ros.nodes.mpc import make_controller, MpcConfig, MpcNode
-from diffsim_ros.robots.gate import GateConfig, judge_model, ModelGate, RecentData
+from diffsim_ros.robots.gate import judge_model, ModelGate, ModelGateConfig, RecentData
 from diffsim_ros.robots.message import load_model_message, model_message, ModelMessageError
 import numpy as np
 import pytest
@@ -141,7 +141,7 @@ def test_gate_compares_predictions_of_recent_data():
     qube = robots.interface('qube')
     true = with_pendulum_mass(qube.nominal_model(), 1.3)
     data = recorded(true)
-    config = GateConfig()
+    config = ModelGateConfig()
     nominal = qube.nominal_model()
     # the true model predicts its own data better than the nominal one: accepted
     better = judge_model(qube, true, None, nominal, None, data, config)
@@ -165,14 +165,14 @@ def test_gate_says_when_recent_data_cannot_tell():
     nominal = qube.nominal_model()
     candidate = with_pendulum_mass(nominal, 2.0)
     short = recorded(nominal, seconds=0.5)
-    decision = judge_model(qube, candidate, None, nominal, None, short, GateConfig())
+    decision = judge_model(qube, candidate, None, nominal, None, short, ModelGateConfig())
     assert decision.accepted and not decision.compared
     assert 'bounds and consistency only' in decision.note and '0.50 s' in decision.note
     still = RecentData(3.0, 500.0)
     for k in range(1000):
         still.add_state(0.002 * k, np.array([0.0, 0.0]), np.array([0.0, 0.0]))
     decision = judge_model(qube, candidate, None, nominal, None, still.snapshot(1),
-                           GateConfig())
+                           ModelGateConfig())
     assert decision.accepted and not decision.compared and 'held still' in decision.note
 
 
@@ -186,7 +186,7 @@ def test_model_gate_thread_counts_logs_and_keeps_the_warning():
         def warn(self, key, text):
             warnings.append((key, text))
     now = [0.0]
-    gate = ModelGate(qube, GateConfig(warn_hold=5.0), 500.0, Log(), clock=lambda: now[0])
+    gate = ModelGate(qube, ModelGateConfig(warn_hold=5.0), 500.0, Log(), clock=lambda: now[0])
     try:
         heavy = json.dumps(model_message(with_pendulum_mass(nominal, 1000.0), qube))
         gate.submit(heavy, nominal, None, lambda *a: accepted.append(a), refused.append)
@@ -211,7 +211,7 @@ def test_gate_config_rejects_bad_values():
     for bad in ({'margin': -0.1}, {'dt': 0.0}, {'horizon': math.nan}, {'dt': 0.5},
                 {'min_duration': 5.0}):
         with pytest.raises(ValueError, match='model gate'):
-            GateConfig(**bad)
+            ModelGateConfig(**bad)
     with pytest.raises(ValueError, match='model gate'):
         MpcConfig(model_margin=-1.0)
 
@@ -294,14 +294,14 @@ def test_mpc_refuses_implausible_models_and_keeps_commanding_with_the_last_good_
             volts = [abs(c[0]) for c in commands[sent:]]
             assert all(math.isfinite(v) for v in volts) and max(volts) < 1.0, (label, volts)
             assert mpc.model is nominal and mpc.stats['models_accepted'] == 0
-        assert mpc.gate.refused == 4
+        assert mpc.model_gate.refused == 4
         # a correct model (5 % heavier pendulum) is accepted; the data are still, so on
         # bounds and consistency alone, and the diagnostics say so
         correct = with_pendulum_mass(nominal, 1.05)
         models.publish(String(data=json.dumps(model_message(correct, interface))))
         assert wait_for(lambda: mpc.stats['models_accepted'] == 1, 10.0)
         assert torch.equal(mpc.model.inertial, correct.inertial)
-        assert 'bounds and consistency only' in mpc.gate.diagnostics()['model_gate']
+        assert 'bounds and consistency only' in mpc.model_gate.diagnostics()['model_gate']
         sent = len(commands)
         assert wait_for(lambda: len(commands) >= sent + 30, 10.0)
         assert max(abs(c[0]) for c in commands[sent:]) < 1.0

@@ -4,10 +4,12 @@ import dataclasses
 from dataclasses import dataclass, field
 import math
 
+from builtin_interfaces.msg import Time
 from diffsim_ros import robots
 from diffsim_ros.nodes.convert import (commands_array, commands_msg, joint_state_arrays,
                                        joint_state_msg, MessageError, pose_matrix, pose_msg,
-                                       sec_to_stamp, stamp_to_sec, ThrottledLogger)
+                                       sec_to_stamp, stamp_to_ns, stamp_to_sec,
+                                       ThrottledLogger)
 from diffsim_ros.nodes.params import (config_path, declare_config, declare_robot,
                                       load_yaml_params, parameter_overrides)
 import numpy as np
@@ -116,6 +118,14 @@ def test_stamps():
     for bad in (-1.0, float('nan')):
         with pytest.raises(MessageError):
             sec_to_stamp(bad)
+    # integer nanoseconds are exact where float epoch seconds are not
+    first, second = Time(sec=1_795_000_000, nanosec=999_500_000), \
+        Time(sec=1_795_000_001, nanosec=500_000)
+    assert stamp_to_ns(second) - stamp_to_ns(first) == 1_000_000
+    assert stamp_to_sec(second) - stamp_to_sec(first) != 1e-3
+    header = _state(NAMES, [0.0] * 3).header
+    header.stamp = second
+    assert stamp_to_ns(header) == 1_795_000_001_000_500_000
 
 
 class _Recorder:
@@ -139,6 +149,23 @@ def test_throttled_logger_logs_once_per_period_and_counts():
     assert throttled.warn('joint_states', 'bad')
     assert recorder.lines[-1] == 'joint_states: bad (4 similar suppressed)'
     assert throttled.drops == {'joint_states': 6, 'commands': 1} and throttled.total == 7
+
+
+def test_deferred_throttled_logger_logs_only_when_flushed():
+    now = [0.0]
+    recorder = _Recorder()
+    deferred = ThrottledLogger(recorder, period=1.0, clock=lambda: now[0], deferred=True)
+    for _ in range(3):
+        deferred.warn('joint_states', 'bad')
+    assert recorder.lines == [] and deferred.drops == {'joint_states': 3}
+    deferred.flush()
+    assert recorder.lines == ['joint_states: bad']
+    now[0] = 1.5
+    deferred.warn('joint_states', 'bad')
+    deferred.flush()
+    deferred.flush()
+    assert recorder.lines[-1] == 'joint_states: bad (2 similar suppressed)'
+    assert len(recorder.lines) == 2
 
 
 # -- parameters ----------------------------------------------------------------------------

@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import math
+import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from diffsim_ros import robots
@@ -125,7 +126,10 @@ def test_fuzzed_input_is_dropped_and_the_node_stays_alive(executor):
     # one at a time: the sensor-data QoS (best effort, depth 5) may drop a fast series
     for count, msg in enumerate(bad + [good(2.0), good(1.5)], 1):   # + duplicate, old stamp
         states.publish(msg)
-        assert wait_for(lambda: node.warnings.drops.get('joint_states', 0) == count), msg
+        assert wait_for(lambda: sum(node.state_gate.refused.values()) == count), msg
+    assert {key: n for key, n in node.state_gate.refused.items() if n} == {
+        'invalid': len(bad), 'duplicate_stamp': 1, 'stamp_back': 1}
+    assert node.warnings.drops['joint_states/invalid'] == len(bad)   # logged, throttled
     for count, data in enumerate(([float('nan')], [1.0, 2.0], []), 1):
         commands.publish(Float64MultiArray(data=data))
         assert wait_for(lambda: node.warnings.drops.get('commands', 0) == count), data
@@ -248,9 +252,16 @@ def test_refits_keep_the_informative_past_once_the_robot_holds_still(executor, m
     assert past and all(float(run.t[0]) < 4.0 for run in node.memory.runs(before=4.9)), spans
     assert [name for name in seen[-1] if name.startswith('memory/')] == past
     assert node.publish_diagnostics() is None
-    # a time jump back (bag loop) or ~/reset forgets them before the next refit
+    # one message far behind (a hostile peer) is refused and forgets nothing
     node._on_joint_state(joint_state_msg(JOINTS, np.zeros(2), np.zeros(2), np.zeros(2), 0.5))
+    assert node.state_gate.refused['stamp_back'] == 1 and node.state_gate.restarts == 0
+    assert len(node._states) > 100
+    # a new timeline behind the old one once that went silent (bag loop, driver restart:
+    # gate.resync_time of silence, then gate.resync_messages messages) forgets them, as would
+    # a clock jump back or ~/reset, before the next refit
+    time.sleep(node.state_gate.config.resync_time)
     feed(node, plant_run(2.5))
+    assert node.state_gate.restarts == 1
     node.refit()
     assert all(start < 4.0 for start, _ in node.memory.spans())
     assert not [name for name in seen[-1] if name.startswith('memory/')]
@@ -273,8 +284,12 @@ def test_identifier_converges_on_sim_driver_data(executor):
     probe.create_timer(0.01, excite)
     assert wait_for(lambda: node.stats['accepted'] >= 2, timeout=40.0), node.stats
     assert node.best is not None
-    assert node.best_loss < 0.5 * node.last.get('nominal_heldout_loss', math.inf) or \
-        node.last['candidate_heldout_loss'] < 0.5 * node.last['nominal_heldout_loss']
+    # the model in use after the last refit, on that refit's held-out data: at least twice as
+    # good as the nominal model
+    last = node.last
+    in_use = last['candidate_heldout_loss'] if last['status'] == 'refit accepted' \
+        else last['current_heldout_loss']
+    assert in_use < 0.5 * last['nominal_heldout_loss'], last
 
 
 def test_svgd_estimator_publishes_std_per_parameter(executor):
@@ -292,9 +307,9 @@ def test_svgd_estimator_publishes_std_per_parameter(executor):
     assert wait_for(lambda: inbox and json.loads(inbox[-1].data)['method'] == 'svgd'), \
         [m.data[:200] for m in inbox]
     parameters = json.loads(inbox[-1].data)['parameters']
+    # every inertial parameter is learned: the particles spread along each of them
     for name in node.nominal.inertial_parameter_names():
-        assert parameters[name]['std'] >= 0.0, name
-    assert parameters['arm_link/m']['std'] > 0.0
+        assert parameters[name]['std'] > 0.0, name
 
 
 def test_limit_free_runs_leave_out_the_stops_and_their_filter_transient():

@@ -33,8 +33,11 @@ def simulate(robot, steps, constant=False, seed=0):
     info, model = robots.get(robot), robots.interface(robot).nominal_model()
     limit = torch.tensor([info.command_limit[i] for i in info.command_indices],
                          dtype=torch.float64)
-    if constant:   # insensitive to when the commands of a live test arrive
-        u = 0.3 * limit.expand(steps, len(limit))
+    if constant:   # slow: insensitive to when the commands of a live test arrive
+        # (a constant 0.3 x limit drove the Qube's arm to 16 rad, past its +-2 rad stops,
+        # which the monitor's input gate refuses; this cosine stays within +-1.1 rad)
+        phase = 2.0 * math.pi * DT * torch.arange(steps, dtype=torch.float64)[:, None]
+        u = 0.3 * limit * torch.cos(phase)
     else:
         generator = torch.Generator().manual_seed(seed)
         u = 0.3 * limit * (2.0 * torch.rand(steps, len(limit), generator=generator,
@@ -176,7 +179,7 @@ def test_publishes_markers_ghost_states_and_nmse(ros_context, executor):
     models.publish(String(data=json.dumps(model_message(
         monitor.model.replace(inertial=absurd), robots.interface(robot)))))
     assert wait_for(lambda: monitor.models_rejected == 1, 10.0)
-    assert torch.equal(monitor.model.inertial, heavier) and monitor.gate.refused == 1
+    assert torch.equal(monitor.model.inertial, heavier) and monitor.model_gate.refused == 1
     play_thread = threading.Thread(target=play, daemon=True)   # new data: a new prediction
     stop.clear()
     play_thread.start()

@@ -19,7 +19,11 @@ receive time, or the node clock under ``use_sim_time``).  It publishes
   over less than the largest window variances seen so far: a balanced pendulum's window is
   nearly still), ``inf`` when the rollout diverged; also on ``/diagnostics``.
 
-Rollouts run on a worker thread, so a slow prediction never delays the subscriptions.
+Every ``joint_states`` message passes the input gate (:mod:`diffsim_ros.nodes.gates`,
+parameters ``gate.*``: stamps ahead of the clock or behind the last one, states beyond the
+joint or velocity limits of the nominal model are refused, counted and shown on
+``/diagnostics``, WARN while recent).  Rollouts run on a worker thread, so a slow prediction
+never delays the subscriptions.
 """
 
 from collections import deque
@@ -40,13 +44,13 @@ from std_msgs.msg import String
 import torch
 from visualization_msgs.msg import Marker, MarkerArray
 
-from .convert import commands_array, joint_state_arrays, joint_state_msg, MessageError
-from .convert import ThrottledLogger
+from .convert import commands_array, joint_state_msg, MessageError, ThrottledLogger
+from .gates import StateGate, StateGateConfig
 from .params import declare_config, declare_robot
 from .runtime import configure_interpreter, run_node
 from .. import robots
 from ..core import forward_kinematics, INTEGRATORS, RobotModel, rollout
-from ..robots.gate import GateConfig, mean_commands, ModelGate
+from ..robots.gate import mean_commands, ModelGate, ModelGateConfig
 from ..sysid.losses import normalized_mse, state_scale, wrap_angle_error
 
 __all__ = ['MonitorConfig', 'MonitorNode', 'end_effector_path', 'main',
@@ -104,8 +108,8 @@ class MonitorConfig:
         if self.buffer_duration < self.horizon:
             raise ValueError(f'buffer_duration ({self.buffer_duration}) must be >= horizon '
                              f'({self.horizon})')
-        GateConfig(margin=self.model_margin, duration=self.model_test_duration,
-                   min_duration=min(1.0, self.model_test_duration))
+        ModelGateConfig(margin=self.model_margin, duration=self.model_test_duration,
+                        min_duration=min(1.0, self.model_test_duration))
         if self.integrator not in INTEGRATORS:
             raise ValueError(f'unknown integrator {self.integrator!r}; valid: '
                              f'{", ".join(INTEGRATORS)}')
@@ -209,6 +213,7 @@ class MonitorNode(Node):
         robot, defaults = declare_robot(self)
         self.info = robots.get(robot)
         self.config = declare_config(self, MonitorConfig, defaults=defaults)
+        gate_config = declare_config(self, StateGateConfig, 'gate.', defaults)
         interface = robots.interface(self.info.name)
         self.model, self.actuator = interface.nominal_model(), None   # None: nominal motor
         self._names = self.model.joint_names
@@ -217,10 +222,14 @@ class MonitorNode(Node):
         self._states = deque(maxlen=keep)
         self._commands = deque(maxlen=keep)
         self._log = ThrottledLogger(self.get_logger())
-        self.gate = ModelGate(interface, GateConfig(
+        self.model_gate = ModelGate(interface, ModelGateConfig(
             margin=self.config.model_margin, duration=self.config.model_test_duration,
             min_duration=min(1.0, self.config.model_test_duration)),
             self.info.driver_rate_hz, self._log)
+        # joint_states pass the input gate (nodes/gates.py), limits of the nominal model
+        self.state_gate = StateGate(self._names, self.model.lower, self.model.upper,
+                                    self.model.velocity_limit, gate_config, self._log,
+                                    self.config.joint_states_topic)
         self.last_prediction: Optional[Dict[str, Any]] = None
         #: Largest state variances of a window so far, ``(2 n,)`` (the NMSE's floor).
         self._scale_floor: Optional[torch.Tensor] = None
@@ -250,24 +259,21 @@ class MonitorNode(Node):
         return self._now()
 
     def _on_joint_state(self, msg: JointState, info=None) -> None:
-        try:
-            stamp, q, qd, _ = joint_state_arrays(msg, self._names)
-        except MessageError as error:
-            self._log.warn(self.config.joint_states_topic, f'dropped message: {error}')
+        sample = self.state_gate.admit(msg, self.get_clock().now().nanoseconds)
+        if sample is None:
             return
         now = self._arrival(info)
-        if abs(stamp - now) > self.config.max_stamp_offset:
-            stamp = now
+        stamp = sample.t if abs(sample.t - now) <= self.config.max_stamp_offset else now
         with self._lock:
-            if self._states and stamp < self._states[-1][0] - self.config.max_stamp_offset:
-                self._states.clear()   # the clock jumped back (bag restarted): start over
+            if sample.restart:   # time started over (bag or simulation restarted)
+                self._states.clear()
                 self._commands.clear()
                 self._scale_floor = None
             elif self._states and stamp <= self._states[-1][0]:
                 self._log.warn(self.config.joint_states_topic, 'dropped out-of-order message')
                 return
-            self._states.append((stamp, q, qd))
-        self.gate.recent.add_state(stamp, q, qd)
+            self._states.append((stamp, sample.q, sample.qd))
+        self.model_gate.recent.add_state(stamp, sample.q, sample.qd)
 
     def _on_command(self, msg: Float64MultiArray, info=None) -> None:
         try:
@@ -279,13 +285,13 @@ class MonitorNode(Node):
         with self._lock:
             if not self._commands or arrival >= self._commands[-1][0]:
                 self._commands.append((arrival, u))
-        self.gate.recent.add_command(arrival, u)
+        self.model_gate.recent.add_command(arrival, u)
 
     def _on_model(self, msg: String) -> None:
         """Hand a model document to the gate (robots/gate.py), which judges it on its thread."""
         with self._lock:
             model, actuator = self.model, self.actuator
-        self.gate.submit(msg.data, model, actuator, self._use_model, self._refused)
+        self.model_gate.submit(msg.data, model, actuator, self._use_model, self._refused)
 
     def _use_model(self, model: RobotModel, actuator, decision) -> None:
         with self._lock:
@@ -363,23 +369,26 @@ class MonitorNode(Node):
             data=[float(v) for v in values]))
         level = DiagnosticStatus.OK if result['finite'] else DiagnosticStatus.WARN
         message = 'prediction ok' if result['finite'] else 'rollout diverged'
-        if self.gate.warning:
-            level, message = DiagnosticStatus.WARN, self.gate.warning
+        if self.model_gate.warning:
+            level, message = DiagnosticStatus.WARN, self.model_gate.warning
+        refused = self.state_gate.status(self.get_clock().now().nanoseconds)
+        if refused:
+            level, message = DiagnosticStatus.WARN, f'{message}; {refused}'
         status = DiagnosticStatus(
             level=level, name=f'{self.get_name()}: prediction', hardware_id=self.info.name,
             message=message, values=[KeyValue(key=k, value=str(v)) for k, v in (
                 ('prediction_nmse', result['nmse']), ('horizon_s', self.config.horizon),
                 ('models_accepted', self.models_accepted),
                 ('models_rejected', self.models_rejected),
-                *self.gate.diagnostics().items(),
-                ('dropped_messages', self._log.total))])
+                *self.model_gate.diagnostics().items(),
+                ('dropped_messages', self._log.total), *self.state_gate.values().items())])
         self._diagnostics_pub.publish(DiagnosticArray(header=Header(stamp=stamp),
                                                       status=[status]))
 
     def destroy_node(self) -> None:
         """Stop the prediction thread, then destroy the node (its handles die with it)."""
         self._stop.set()
-        self.gate.close()
+        self.model_gate.close()
         if self._worker.is_alive() and self._worker is not threading.current_thread():
             self._worker.join(timeout=10.0)
         super().destroy_node()

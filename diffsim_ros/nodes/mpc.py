@@ -24,14 +24,24 @@ Adaptive MPC node: commands the robot with a controller running on the newest mo
   the constructor before any timer exists (compiling takes 20 s with a warm Inductor
   cache, 1-2 min cold): a compiled Qube tick costs 1.2 ms instead of 3.8 ms eager (p50,
   loaded machine).
-* A timer at ``command_rate`` evaluates the newest :class:`FeedbackPolicy` on the newest state
-  and publishes ``std_msgs/Float64MultiArray`` on ``/<controller_name>/commands`` in the
-  catalog's ``command_joints`` order, clipped to the command limits and always finite.
+* A command thread (:class:`~diffsim_ros.nodes.command_loop.DeadlineLoop`) wakes at the
+  deadlines ``k / command_rate`` of the node clock, takes the waiting ``joint_states`` itself
+  (at most the sensor-data queue depth; the executor never runs that subscription, so a
+  message burst costs no Python work and cannot delay a command), passes each through the
+  input gate (:class:`~diffsim_ros.nodes.gates.StateGate`, parameters ``gate.*``: future or
+  backward stamps, states beyond the joint or velocity limits are refused and counted),
+  evaluates the newest :class:`FeedbackPolicy` on the newest accepted state and publishes
+  ``std_msgs/Float64MultiArray`` on ``/<controller_name>/commands`` in the catalog's
+  ``command_joints`` order, clipped to the command limits and always finite.  Under
+  ``use_sim_time`` it runs once per deadline the simulated clock reaches (one command per
+  driver tick in lockstep).
 * Watchdog: with ``joint_states`` older than ``stale_timeout`` (or none yet), a plan that
   ended more than ``plan_timeout`` ago, or a non-finite command, it publishes
   ``safe_command`` (zero effort by default); stale data raise ``/diagnostics`` to ERROR,
   and control resumes when fresh data return.
-* ``/diagnostics``: solve time, solve and command rates, state age, model updates.
+* ``/diagnostics``: solve time, solve and command rates (the command rate on the node clock;
+  WARN below 95 % of ``command_rate``), missed command deadlines, state age, model updates,
+  refused ``joint_states`` per reason (WARN while refusals are recent).
 
 Time is the node clock (simulated time under ``use_sim_time``), counted from the first
 accepted state, which is also the time origin of tracking references.
@@ -47,12 +57,14 @@ from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
 from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
-from rclpy.qos import qos_profile_sensor_data
+from rclpy.qos import qos_profile_sensor_data, QoSProfile
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, Header, String
 import torch
 
-from .convert import commands_msg, joint_state_arrays, MessageError, ThrottledLogger
+from .command_loop import DeadlineLoop, PolledGroup, take_messages
+from .convert import commands_msg, MessageError, ThrottledLogger
+from .gates import StateGate, StateGateConfig
 from .monitor import MODEL_QOS
 from .params import declare_config, declare_robot
 from .runtime import configure_interpreter, run_node
@@ -64,7 +76,7 @@ from ..control.ilqr import ILQR, ILQRConfig
 from ..control.mppi import MPPI, MPPIConfig
 from ..control.tasks import get_task, make_cost, make_ilqr, reference, task_names
 from ..core import rnea, RobotModel
-from ..robots.gate import GateConfig, ModelGate
+from ..robots.gate import ModelGate, ModelGateConfig
 
 __all__ = ['CONTROLLERS', 'MpcConfig', 'MpcNode', 'main', 'make_controller']
 
@@ -133,6 +145,10 @@ class MpcConfig:
         'a plan that ended more than this long ago (s) is not applied'))
     diagnostics_period: float = field(default=1.0, metadata=_meta(
         'period of /diagnostics, s'))
+    command_priority: int = field(default=50, metadata=_meta(
+        'SCHED_FIFO priority of the command thread on the wall clock (1-99, needs rtprio or '
+        'root; refused: normal priority and a warning); 0 = normal scheduling. A controller '
+        'slower than the command period then keeps a core busy: diagnostics WARN on the rate'))
 
     def __post_init__(self) -> None:
         """Reject unknown choices and non-positive or negative values."""
@@ -148,8 +164,10 @@ class MpcConfig:
                      'mppi_lambda', 'mppi_noise'):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise ValueError(f'{name} must be > 0, got {getattr(self, name)}')
-        GateConfig(margin=self.model_margin, duration=self.model_test_duration,
-                   min_duration=min(1.0, self.model_test_duration))
+        ModelGateConfig(margin=self.model_margin, duration=self.model_test_duration,
+                        min_duration=min(1.0, self.model_test_duration))
+        if not 0 <= self.command_priority <= 99:
+            raise ValueError(f'command_priority must be in [0, 99], got {self.command_priority}')
         if any(not (math.isfinite(v) and v >= 0) for v in self.command_limit):
             raise ValueError(f'command_limit must be finite and >= 0, got {self.command_limit}')
 
@@ -254,6 +272,7 @@ class MpcNode(Node):
         robot, defaults = declare_robot(self)
         self.info = info = robots.get(robot)
         self.config = config = declare_config(self, MpcConfig, defaults=defaults)
+        gate_config = declare_config(self, StateGateConfig, 'gate.', defaults)
         self.model = robots.interface(robot).nominal_model()
         self.controller, control_rate = make_controller(info, self.model, config)
         # A baseline is solved inline at every command tick (see the module docstring).
@@ -267,11 +286,17 @@ class MpcNode(Node):
         self._subtract_gravity = robots.interface(robot).driver_adds_gravity and \
             not getattr(self.controller, 'gravity_in_command', False)
         self._lock = threading.Lock()
-        self._log = ThrottledLogger(self.get_logger())
-        self.gate = ModelGate(robots.interface(robot), GateConfig(
+        # lines logged by the executor thread: the command thread never waits on logging
+        self._log = ThrottledLogger(self.get_logger(), deferred=True)
+        self.model_gate = ModelGate(robots.interface(robot), ModelGateConfig(
             margin=config.model_margin, duration=config.model_test_duration,
             min_duration=min(1.0, config.model_test_duration)),
             max(config.command_rate, info.driver_rate_hz), self._log, use_actuator=False)
+        # limits from the robot description the node starts with, never from a model update
+        self.state_gate = StateGate(self.model.joint_names, self.model.lower, self.model.upper,
+                                    self.model.velocity_limit, gate_config, self._log,
+                                    config.joint_states_topic, strictly_increasing=False)
+        self._command_period = 1.0 / (config.command_rate or info.driver_rate_hz)
         self._x: Optional[np.ndarray] = None
         self._stamp = self._received = self._origin = None
         self._policy, self._reset = None, False
@@ -295,12 +320,19 @@ class MpcNode(Node):
         topic = config.command_topic or f'/{info.controller_name}/commands'
         self.command_pub = self.create_publisher(Float64MultiArray, topic, 10)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
-        self.create_subscription(JointState, config.joint_states_topic, self._on_joint_state,
-                                 qos_profile_sensor_data)
+        # polled by the command thread (module docstring): the executor never runs it.  The
+        # queue holds the driver's states of one command period and two more (a late tick);
+        # a burst beyond that is dropped by the middleware, so a tick's work does not grow
+        # with it (with the sensor-data depth of 5 a 10 kHz burst cost 477-499 Hz, 3 with 3)
+        depth = math.ceil(info.driver_rate_hz * self._command_period - 1e-9) + 2
+        self._states = self.create_subscription(
+            JointState, config.joint_states_topic, lambda msg: None,
+            QoSProfile(depth=depth, reliability=qos_profile_sensor_data.reliability,
+                       durability=qos_profile_sensor_data.durability),
+            callback_group=PolledGroup())
         self.create_subscription(String, config.model_topic, self._on_model, MODEL_QOS)
         timers = MutuallyExclusiveCallbackGroup()
-        self.create_timer(1.0 / (config.command_rate or info.driver_rate_hz), self._on_command,
-                          callback_group=timers)
+        self.create_timer(0.1, self._log.flush, callback_group=timers)
         if not self._inline:
             self.create_timer(1.0 / control_rate, self._request_solve, callback_group=timers)
         self.create_timer(config.diagnostics_period, self.publish_diagnostics,
@@ -311,6 +343,9 @@ class MpcNode(Node):
             self._worker = threading.Thread(target=self._solve_loop, name='mpc-solver',
                                             daemon=True)
             self._worker.start()
+        self._started_ns = self.get_clock().now().nanoseconds
+        self._loop = DeadlineLoop(self, self._command_period, self._on_command, 'mpc-commands',
+                                  config.command_priority)
 
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
@@ -318,29 +353,32 @@ class MpcNode(Node):
     def _is_stale(self, now: float) -> bool:
         return self._received is None or now - self._received > self.config.stale_timeout
 
-    def _on_joint_state(self, msg: JointState) -> None:
-        try:
-            stamp, q, qd, _ = joint_state_arrays(msg, self.model.joint_names)
-        except MessageError as error:
-            self._log.warn(self.config.joint_states_topic, f'dropped message: {error}')
+    def take_states(self) -> None:
+        """Take the waiting ``joint_states``, gate them and keep the newest accepted one."""
+        now_ns = self.get_clock().now().nanoseconds
+        newest = None
+        for msg in take_messages(self._states, self._states.qos_profile.depth):
+            sample = self.state_gate.admit(msg, now_ns)
+            if sample is None:
+                continue
+            if sample.restart:   # time started over (simulation reset): plan from scratch
+                with self._lock:
+                    self._origin, self._policy, self._reset = None, None, True
+            # every accepted state, on its stamp: the model gate replays the recent seconds
+            self.model_gate.recent.add_state(sample.t, sample.q, sample.qd)
+            newest = sample
+        if newest is None:
             return
-        now = self._now()
+        now = now_ns * 1e-9
         with self._lock:
-            # Out-of-order stamps are dropped, unless the data went stale (driver restart).
-            if self._stamp is not None and stamp < self._stamp and not self._is_stale(now):
-                self._log.warn(self.config.joint_states_topic, 'dropped out-of-order message')
-                return
-            if self._received is not None and now < self._received:
-                # The clock jumped back (bag or simulation restarted): plan from scratch.
-                self._origin, self._policy, self._reset = None, None, True
-            self._x, self._stamp, self._received = np.concatenate((q, qd)), stamp, now
+            self._x = np.concatenate((newest.q, newest.qd))
+            self._stamp, self._received = newest.t, now
             if self._origin is None:
                 self._origin = now
-        self.gate.recent.add_state(now, q, qd)
 
     def _on_model(self, msg: String) -> None:
         """Hand a model document to the gate (robots/gate.py), which judges it on its thread."""
-        self.gate.submit(msg.data, self.model, None, self._use_model, self._refused)
+        self.model_gate.submit(msg.data, self.model, None, self._use_model, self._refused)
 
     def _use_model(self, model: RobotModel, actuator, decision) -> None:
         with self._lock:
@@ -479,6 +517,7 @@ class MpcNode(Node):
         return np.clip(u, -self._limit, self._limit)
 
     def _on_command(self) -> None:
+        self.take_states()
         command = self.compute_command()
         try:
             self.command_pub.publish(commands_msg(command))
@@ -486,9 +525,8 @@ class MpcNode(Node):
             self._log.warn('command', str(error))
             return
         self.last_command = command
-        self.gate.recent.add_command(self._now(), command)
+        self.model_gate.recent.add_command(self._now(), command)
         self.stats['commands'] += 1
-        self._tick('command')
 
     def _rate(self, what: str) -> float:
         times = self._rates[what]
@@ -498,25 +536,42 @@ class MpcNode(Node):
 
     def publish_diagnostics(self) -> None:
         """Publish the node's status on ``/diagnostics`` (ERROR while the state is stale)."""
-        now = self._now()
+        now_ns = self.get_clock().now().nanoseconds
+        now = now_ns * 1e-9
         with self._lock:
             age = math.inf if self._received is None else now - self._received
             planned = self._policy is not None
+        (rate, gap), nominal = self._loop.rate(), 1.0 / self._command_period
+        # a second of commands is needed to tell a slow loop from a young one
+        slow = now_ns - self._started_ns >= 1e9 and rate < 0.95 * nominal
+        refused = self.state_gate.status(now_ns)
         if self.stale:
             level, message = DiagnosticStatus.ERROR, 'joint_states stale: safe command'
         elif not planned:
             level, message = DiagnosticStatus.WARN, 'no plan yet: safe command'
         elif self.plan_expired:
             level, message = DiagnosticStatus.WARN, 'solver too slow, plan ended: safe command'
-        elif self.gate.warning:
-            level, message = DiagnosticStatus.WARN, self.gate.warning
+        elif self.model_gate.warning:
+            level, message = DiagnosticStatus.WARN, self.model_gate.warning
         else:
             level, message = DiagnosticStatus.OK, f'{self.config.controller} running'
-        values = {**self.stats, **self.gate.diagnostics(), 'state_age_s': age,
+        warnings = [text for text in (
+            f'command rate {rate:.0f} Hz below 95 % of {nominal:.0f} Hz' if slow else None,
+            refused) if text]
+        if warnings and level == DiagnosticStatus.OK:
+            level, message = DiagnosticStatus.WARN, '; '.join(warnings)
+        elif warnings:
+            message = '; '.join([message] + warnings)
+        values = {**self.stats, **self.model_gate.diagnostics(), 'state_age_s': age,
                   'stale': self.stale,
                   'plan_expired': self.plan_expired,
-                  'solve_rate_hz': self._rate('solve'), 'command_rate_hz': self._rate('command'),
-                  'controller': self.config.controller, 'dropped_messages': self._log.total}
+                  'solve_rate_hz': self._rate('solve'), 'command_rate_hz': rate,
+                  'command_gap_max_ms': gap,
+                  'command_rate_nominal_hz': nominal, 'missed_deadlines': self._loop.missed,
+                  'command_errors': self._loop.errors,
+                  'realtime_priority': self._loop.realtime,
+                  'controller': self.config.controller, 'dropped_messages': self._log.total,
+                  **self.state_gate.values()}
         status = DiagnosticStatus(level=level, name=f'{self.get_name()}: control',
                                   message=message, hardware_id=self.info.name,
                                   values=[KeyValue(key=k, value=str(v))
@@ -525,10 +580,11 @@ class MpcNode(Node):
             header=Header(stamp=self.get_clock().now().to_msg()), status=[status]))
 
     def destroy_node(self) -> None:
-        """Stop the solver thread, then destroy the node (its handles die with it)."""
+        """Stop the command and solver threads, then destroy the node."""
+        self._loop.stop()
         self._stop.set()
         self._solve_event.set()
-        self.gate.close()
+        self.model_gate.close()
         if self._worker is not None and self._worker.is_alive() \
                 and self._worker is not threading.current_thread():
             self._worker.join(timeout=10.0)

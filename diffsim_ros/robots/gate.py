@@ -46,14 +46,14 @@ from ..core.integrators import rollout
 from ..core.model import RobotModel
 from ..sysid.losses import normalized_mse, state_scale, wrap_angle_error
 
-__all__ = ['GateConfig', 'GateDecision', 'ModelGate', 'RecentData', 'judge_model',
+__all__ = ['ModelGateConfig', 'GateDecision', 'ModelGate', 'RecentData', 'judge_model',
            'mean_commands', 'prediction_error']
 
 Accept = Callable[[RobotModel, Optional[nn.Module], 'GateDecision'], None]
 
 
 @dataclass(frozen=True)
-class GateConfig:
+class ModelGateConfig:
     """
     Settings of the model gate (module docstring).
 
@@ -250,7 +250,7 @@ def prediction_error(interface: RobotInterface, model: RobotModel,
 def judge_model(interface: RobotInterface, candidate: RobotModel,
                 candidate_actuator: Optional[nn.Module], current: RobotModel,
                 current_actuator: Optional[nn.Module], data: Dict[str, np.ndarray],
-                config: GateConfig, use_actuator: bool = True) -> GateDecision:
+                config: ModelGateConfig, use_actuator: bool = True) -> GateDecision:
     """
     Decide whether a candidate model may replace the current one (module docstring).
 
@@ -307,7 +307,7 @@ class ModelGate:
     :param clock: monotonic clock for :attr:`warning`'s hold time.
     """
 
-    def __init__(self, interface: RobotInterface, config: GateConfig, rate_hz: float,
+    def __init__(self, interface: RobotInterface, config: ModelGateConfig, rate_hz: float,
                  log: Any, use_actuator: bool = True,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.interface = interface
