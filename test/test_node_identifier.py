@@ -7,6 +7,7 @@ import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from diffsim_ros import robots
+from diffsim_ros.control.adaptive import parameter_error
 from diffsim_ros.core import load_urdf
 from diffsim_ros.nodes.convert import joint_state_msg, pose_msg, sec_to_stamp
 from diffsim_ros.nodes.identifier import Identifier
@@ -168,6 +169,9 @@ def test_commands_are_held_onto_joint_state_stamps(executor):
         commands.publish(Float64MultiArray(data=[u]))
         assert wait_for(lambda: node.engine.window.commands
                         and node.engine.window.commands[-1][1][0] == u)
+    # the states come after the clock passed their stamps (the gate refuses future stamps)
+    clock.publish(Clock(clock=sec_to_stamp(3.5)))
+    assert wait_for(lambda: node.get_clock().now().nanoseconds == int(3.5e9))
     for k in range(300):
         t = 0.5 + k * 0.01
         node._on_joint_state(joint_state_msg(JOINTS, [math.sin(t), 0.0], [math.cos(t), 0.0],
@@ -255,7 +259,7 @@ def test_refits_keep_the_informative_past_once_the_robot_holds_still(executor, m
     # one message far behind (a hostile peer) is refused and forgets nothing
     node._on_joint_state(joint_state_msg(JOINTS, np.zeros(2), np.zeros(2), np.zeros(2), 0.5))
     assert node.state_gate.refused['stamp_back'] == 1 and node.state_gate.restarts == 0
-    assert len(node._states) > 100
+    assert len(node.engine.window) > 100
     # a new timeline behind the old one once that went silent (bag loop, driver restart:
     # gate.resync_time of silence, then gate.resync_messages messages) forgets them, as would
     # a clock jump back or ~/reset, before the next refit
@@ -283,13 +287,11 @@ def test_identifier_converges_on_sim_driver_data(executor):
             2.0 * math.sin(2 * math.pi * 0.7 * t) + 1.5 * math.sin(2 * math.pi * 1.9 * t + 1)]))
     probe.create_timer(0.01, excite)
     assert wait_for(lambda: node.stats['accepted'] >= 2, timeout=40.0), node.stats
-    assert node.best is not None
-    # the model in use after the last refit, on that refit's held-out data: at least twice as
-    # good as the nominal model
-    last = node.last
-    in_use = last['candidate_heldout_loss'] if last['status'] == 'refit accepted' \
-        else last['current_heldout_loss']
-    assert in_use < 0.5 * last['nominal_heldout_loss'], last
+    # the model in use is at least twice as close to the hidden plant as the nominal one is
+    # (whatever refit the machine's speed let the last one be)
+    truth = driver.plant.true_model
+    error = parameter_error(node.best.model, truth)
+    assert error < 0.5 * parameter_error(node.nominal, truth), (error, node.last)
 
 
 def test_svgd_estimator_publishes_std_per_parameter(executor):

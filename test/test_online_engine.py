@@ -155,8 +155,17 @@ class _Planner:
         pass
 
 
+@pytest.fixture
+def one_thread():
+    """Fit on one torch thread, as the node's refit process does (sysid/online.py)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.mark.ros
-def test_node_and_adaptive_paths_take_the_same_decisions(executor, run):
+def test_node_and_adaptive_paths_take_the_same_decisions(executor, run, one_thread):
     node = executor.add_node(Identifier(
         context=executor.executor.context, node_name='identifier_same',
         parameter_overrides=parameter_overrides({
@@ -191,9 +200,10 @@ def test_node_and_adaptive_paths_take_the_same_decisions(executor, run):
             node_status.append(node.last)
             adaptive_status.append(adaptive.decisions[-1])
     assert len(adaptive_status) >= 5
-    outcomes = [(d.outcome, d.reason) for d in adaptive_status]
-    assert outcomes == [(s['status'].split(':')[0].split()[1], s['status'].split(': ', 1)[1])
-                        for s in node_status]
+    # the same decisions for the same reasons, to the bit: the same engine on the same data
+    assert [(d.outcome, d.reason) for d in adaptive_status] == [
+        (s['status'].split(':')[0].split()[1], s['status'].split(': ', 1)[1])
+        for s in node_status]
     for decision, status in zip(adaptive_status, node_status):
         for key, value in decision.losses.items():
             assert status[f'{key}_heldout_loss'] == pytest.approx(value, rel=1e-9)

@@ -37,7 +37,9 @@ def stamp_to_sec(stamp) -> float:
     stamp = getattr(stamp, 'stamp', stamp)
     if hasattr(stamp, 'nanoseconds'):
         return stamp.nanoseconds * 1e-9
-    return float(stamp.sec) + float(stamp.nanosec) * 1e-9
+    # one rounding, the same as the input gate's (nodes/gates.py): a stamp converted here and
+    # there is the same float
+    return stamp_to_ns(stamp) * 1e-9
 
 
 def stamp_to_ns(stamp) -> int:
