@@ -42,6 +42,7 @@ import numpy as np
 from sensor_msgs.msg import JointState
 
 from .convert import joint_state_arrays, MessageError, stamp_to_ns, ThrottledLogger
+from .params import meta
 
 __all__ = ['StateGateConfig', 'REASONS', 'StateGate', 'StateSample']
 
@@ -50,29 +51,25 @@ REASONS = ('invalid', 'future_stamp', 'position_limit', 'velocity_limit', 'dupli
            'stamp_back')
 
 
-def _meta(description: str) -> dict:
-    return {'description': description}
-
-
 @dataclass(frozen=True)
 class StateGateConfig:
     """Parameters of the ``joint_states`` gate (``gate.*`` of each node; module docstring)."""
 
-    max_stamp_lead: float = field(default=0.1, metadata=_meta(
+    max_stamp_lead: float = field(default=0.1, metadata=meta(
         'joint_states stamped further ahead of this node clock (s) are refused (sync the '
         "clocks of the driver's and this machine, e.g. chrony)"))
-    position_margin: float = field(default=0.1, metadata=_meta(
+    position_margin: float = field(default=0.1, metadata=meta(
         'positions beyond a joint limit by more than this fraction of its travel are refused'))
-    velocity_factor: float = field(default=2.0, metadata=_meta(
+    velocity_factor: float = field(default=2.0, metadata=meta(
         'speeds above this multiple of the velocity limit are refused'))
-    unlimited_velocity: float = field(default=100.0, metadata=_meta(
+    unlimited_velocity: float = field(default=100.0, metadata=meta(
         'velocity limit (rad/s or m/s) of joints whose description has none'))
-    resync_time: float = field(default=0.5, metadata=_meta(
+    resync_time: float = field(default=0.5, metadata=meta(
         'silence (s, node clock) of the accepted stream after which a new timeline of stamps '
         'behind it may be adopted'))
-    resync_messages: int = field(default=10, metadata=_meta(
+    resync_messages: int = field(default=10, metadata=meta(
         'consecutive plausible messages with increasing stamps a new timeline needs'))
-    refusal_hold: float = field(default=5.0, metadata=_meta(
+    refusal_hold: float = field(default=5.0, metadata=meta(
         'diagnostics stay WARN this long (s, node clock) after a refused joint_states'))
 
     def __post_init__(self) -> None:

@@ -57,7 +57,7 @@ import yaml
 
 from .convert import commands_array, MessageError, pose_matrix, stamp_to_sec, ThrottledLogger
 from .gates import StateGate, StateGateConfig
-from .params import declare_config, declare_robot
+from .params import declare_config, declare_robot, meta
 from .runtime import configure_interpreter, run_node
 from .. import robots
 from ..io.urdf_export import model_to_urdf
@@ -73,59 +73,60 @@ __all__ = ['Identifier', 'IdentifierConfig', 'main']
 PHYSICAL_ESTIMATORS = ('nea', 'diffnea', 'svgd')
 
 
-def _meta(description: str) -> dict:
-    return {'description': description}
-
-
 @dataclass(frozen=True)
 class IdentifierConfig:
     """Parameters of the identifier node (see the module docstring)."""
 
-    estimator: str = field(default='diffnea', metadata=_meta(
+    estimator: str = field(default='diffnea', metadata=meta(
         "estimator: 'nea', 'diffnea' or 'svgd'; its settings are the parameters "
         "'<estimator>.*'"))
-    refit_period: float = field(default=1.0, metadata=_meta('seconds between refits'))
-    window: float = field(default=5.0, metadata=_meta('sliding window length, s'))
-    min_window: float = field(default=1.0, metadata=_meta('data needed before a refit, s'))
-    holdout_fraction: float = field(default=0.25, metadata=_meta(
+    refit_period: float = field(default=1.0, metadata=meta('seconds between refits',
+                                                           range=(0.0, 3600.0)))
+    window: float = field(default=5.0, metadata=meta('sliding window length, s',
+                                                     range=(0.0, 3600.0)))
+    min_window: float = field(default=1.0, metadata=meta('data needed before a refit, s',
+                                                         range=(0.0, 3600.0)))
+    holdout_fraction: float = field(default=0.25, metadata=meta(
         'last fraction of the window held out to accept or reject a refit'))
-    min_improvement: float = field(default=0.0, metadata=_meta(
+    min_improvement: float = field(default=0.0, metadata=meta(
         'relative improvement of the held-out prediction error a refit needs to replace the '
         'current model'))
-    prediction_steps: int = field(default=10, metadata=_meta(
+    prediction_steps: int = field(default=10, metadata=meta(
         'open-loop steps of the held-out prediction error that accepts or refuses a refit'))
-    max_unexplained: float = field(default=1.0, metadata=_meta(
+    max_unexplained: float = field(default=1.0, metadata=meta(
         'refuse refits on data whose commands leave more than this normalised residual in a '
         'block under every plausible model (1 = worse than no commands at all)'))
-    velocity_source: str = field(default='auto', metadata=_meta(
+    velocity_source: str = field(default='auto', metadata=meta(
         "'auto' (message velocity when every sample has one), 'message' or 'differentiate'"))
-    derivative_cutoff_hz: float = field(default=20.0, metadata=_meta(
-        'low-pass cutoff of the zero-phase differentiation, Hz'))
-    limit_margin: float = field(default=0.05, metadata=_meta(
+    derivative_cutoff_hz: float = field(default=20.0, metadata=meta(
+        'low-pass cutoff of the zero-phase differentiation, Hz', range=(0.0, 10000.0)))
+    limit_margin: float = field(default=0.05, metadata=meta(
         'samples this close to a position limit (rad or m), or beyond it, are left out of '
         'refits, with the filter transient around them; negative keeps every sample'))
-    min_sample_interval: float = field(default=0.0, metadata=_meta(
+    min_sample_interval: float = field(default=0.0, metadata=meta(
         'joint states closer than this (s) to the last kept one are skipped; 0 = half the '
-        "driver's period"))
-    joint_states_topic: str = field(default='joint_states', metadata=_meta(
+        "driver's period", range=(0.0, 10.0)))
+    joint_states_topic: str = field(default='joint_states', metadata=meta(
         'sensor_msgs/JointState input'))
-    command_topic: str = field(default='', metadata=_meta(
+    command_topic: str = field(default='', metadata=meta(
         "std_msgs/Float64MultiArray commands; '' = /<controller_name>/commands"))
-    mocap_bodies: tuple[str, ...] = field(default=(), metadata=_meta(
+    mocap_bodies: tuple[str, ...] = field(default=(), metadata=meta(
         'links with motion-capture poses on <mocap_topic_prefix>/<link>'))
-    mocap_topic_prefix: str = field(default='mocap', metadata=_meta('mocap topic prefix'))
-    save_directory: str = field(default='', metadata=_meta(
+    mocap_topic_prefix: str = field(default='mocap', metadata=meta('mocap topic prefix'))
+    save_directory: str = field(default='', metadata=meta(
         "where ~/save writes the URDF and parameter YAML; '' = ./diffsim_identified"))
-    diagnostics_period: float = field(default=1.0, metadata=_meta(
-        'seconds between /diagnostics messages'))
-    memory_segments: int = field(default=4, metadata=_meta(
+    diagnostics_period: float = field(default=1.0, metadata=meta(
+        'seconds between /diagnostics messages', range=(0.0, 3600.0)))
+    memory_segments: int = field(default=4, metadata=meta(
         'past cells of data kept beyond the window for their information about the base '
-        'parameters (a robot holding still must not make refits forget); 0 = window only'))
-    memory_segment: float = field(default=1.0, metadata=_meta('memory cell length, s'))
-    memory_max_age: float = field(default=120.0, metadata=_meta(
+        'parameters (a robot holding still must not make refits forget); 0 = window only',
+        range=(0, 1000)))
+    memory_segment: float = field(default=1.0, metadata=meta('memory cell length, s',
+                                                             range=(0.0, 3600.0)))
+    memory_max_age: float = field(default=120.0, metadata=meta(
         'memory cells older than this (s) are forgotten (a changed robot, e.g. a new payload, '
-        'is then fit on its own data); 0 = never'))
-    refit_process: bool = field(default=True, metadata=_meta(
+        'is then fit on its own data); 0 = never', range=(0.0, 1000000.0)))
+    refit_process: bool = field(default=True, metadata=meta(
         'run each fit in a child process, so that it never holds the lock of the '
         'interpreter taking joint_states (False: on a thread of this process)'))
 

@@ -46,7 +46,7 @@ from visualization_msgs.msg import Marker, MarkerArray
 
 from .convert import commands_array, joint_state_msg, MessageError, ThrottledLogger
 from .gates import StateGate, StateGateConfig
-from .params import declare_config, declare_robot
+from .params import declare_config, declare_robot, meta
 from .runtime import configure_interpreter, run_node
 from .. import robots
 from ..core import forward_kinematics, INTEGRATORS, RobotModel, rollout
@@ -61,40 +61,38 @@ MODEL_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 MEASURED_NS, PREDICTED_NS = 'measured_path', 'predicted_path'
 
 
-def _describe(text: str, **extra) -> Dict[str, Any]:
-    """Return dataclass field metadata holding a parameter description."""
-    return {'description': text, **extra}
-
-
 @dataclass(frozen=True)
 class MonitorConfig:
     """Parameters of the monitor node (``monitor:`` section of ``config/<robot>.yaml``)."""
 
-    joint_states_topic: str = field(default='joint_states', metadata=_describe(
+    joint_states_topic: str = field(default='joint_states', metadata=meta(
         'sensor_msgs/JointState topic of the robot'))
-    command_topic: str = field(default='', metadata=_describe(
+    command_topic: str = field(default='', metadata=meta(
         'commands sent to the robot; empty: /<controller_name>/commands of the catalog'))
-    model_topic: str = field(default='/identifier/model', metadata=_describe(
+    model_topic: str = field(default='/identifier/model', metadata=meta(
         'std_msgs/String JSON document of the identified model (transient-local, '
         'diffsim_ros.robots.message), judged by the model gate before use'))
-    model_margin: float = field(default=0.25, metadata=_describe(
+    model_margin: float = field(default=0.25, metadata=meta(
         'model gate: a new model may predict the recent data this fraction worse than the '
         'model in use'))
-    model_test_duration: float = field(default=3.0, metadata=_describe(
+    model_test_duration: float = field(default=3.0, metadata=meta(
         'model gate: seconds of recent data a new model must predict'))
-    horizon: float = field(default=1.0, metadata=_describe(
-        'prediction horizon: the model is rolled out from the state this long ago, s'))
-    dt: float = field(default=0.01, metadata=_describe('rollout step, s'))
-    integrator: str = field(default='rk4', metadata=_describe(
+    horizon: float = field(default=1.0, metadata=meta(
+        'prediction horizon: the model is rolled out from the state this long ago, s',
+        range=(0.0, 60.0)))
+    dt: float = field(default=0.01, metadata=meta('rollout step, s', range=(0.0, 1.0)))
+    integrator: str = field(default='rk4', metadata=meta(
         'rollout integrator: rk4 or semi_implicit_euler (needs a smaller dt)'))
-    period: float = field(default=1.0, metadata=_describe('time between two predictions, s'))
-    buffer_duration: float = field(default=5.0, metadata=_describe(
-        'measured states and commands kept, s (>= horizon)'))
-    line_width: float = field(default=0.005, metadata=_describe('path marker width, m'))
-    max_stamp_offset: float = field(default=0.5, metadata=_describe(
+    period: float = field(default=1.0, metadata=meta('time between two predictions, s',
+                                                     range=(0.0, 3600.0)))
+    buffer_duration: float = field(default=5.0, metadata=meta(
+        'measured states and commands kept, s (>= horizon)', range=(0.0, 3600.0)))
+    line_width: float = field(default=0.005, metadata=meta('path marker width, m',
+                                                           range=(0.0, 1.0)))
+    max_stamp_offset: float = field(default=0.5, metadata=meta(
         "joint_states are timed by their header stamps (the driver's sample times) unless "
         'a stamp is this far (s) from the arrival time (unset or unsynchronised clock): then '
-        'by arrival, like the commands'))
+        'by arrival, like the commands', range=(0.0, 3600.0)))
 
     def __post_init__(self) -> None:
         """Reject non-positive durations and unknown integrators."""

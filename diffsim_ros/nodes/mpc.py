@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import math
 import threading
 import time
-from typing import Any, Dict, Optional
+from typing import Optional
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 import numpy as np
@@ -66,7 +66,7 @@ from .command_loop import DeadlineLoop, PolledGroup, take_messages
 from .convert import commands_msg, MessageError, ThrottledLogger
 from .gates import StateGate, StateGateConfig
 from .monitor import MODEL_QOS
-from .params import declare_config, declare_robot
+from .params import declare_config, declare_robot, meta
 from .runtime import configure_interpreter, run_node
 from .. import robots
 from ..control.baselines import PDGravity, SwingUpLQR
@@ -83,69 +83,70 @@ __all__ = ['CONTROLLERS', 'MpcConfig', 'MpcNode', 'main', 'make_controller']
 CONTROLLERS = ('ilqr', 'mppi', 'baseline')
 
 
-def _meta(description: str) -> Dict[str, Any]:
-    return {'description': description}
-
-
 @dataclass(frozen=True)
 class MpcConfig:
     """Parameters of the mpc node (``mpc:`` section of ``config/<robot>.yaml``)."""
 
-    controller: str = field(default='ilqr', metadata=_meta(
+    controller: str = field(default='ilqr', metadata=meta(
         "'ilqr', 'mppi' or 'baseline' (energy swing-up + LQR, or PD + gravity for arms)"))
-    control_rate: float = field(default=0.0, metadata=_meta(
-        "replanning rate, Hz; 0 = the robot task's rate (50 Hz without a task)"))
-    command_rate: float = field(default=0.0, metadata=_meta(
-        "command publishing rate, Hz; 0 = the robot's driver rate"))
-    dt: float = field(default=0.0, metadata=_meta("model step, s; 0 = the task's mpc_dt"))
-    horizon: int = field(default=0, metadata=_meta("steps per plan; 0 = the task's horizon"))
-    iterations: int = field(default=0, metadata=_meta(
-        "iLQR iterations / MPPI rounds per solve; 0 = the task's"))
-    dtype: str = field(default='float64', metadata=_meta("solver dtype: 'float64'/'float32'"))
-    predict_latency: bool = field(default=True, metadata=_meta(
+    control_rate: float = field(default=0.0, metadata=meta(
+        "replanning rate, Hz; 0 = the robot task's rate (50 Hz without a task)",
+        range=(0.0, 1000.0)))
+    command_rate: float = field(default=0.0, metadata=meta(
+        "command publishing rate, Hz; 0 = the robot's driver rate", range=(0.0, 10000.0)))
+    dt: float = field(default=0.0, metadata=meta("model step, s; 0 = the task's mpc_dt",
+                                                 range=(0.0, 1.0)))
+    horizon: int = field(default=0, metadata=meta("steps per plan; 0 = the task's horizon",
+                                                  range=(0, 10000)))
+    iterations: int = field(default=0, metadata=meta(
+        "iLQR iterations / MPPI rounds per solve; 0 = the task's", range=(0, 1000)))
+    dtype: str = field(default='float64', metadata=meta("solver dtype: 'float64'/'float32'"))
+    predict_latency: bool = field(default=True, metadata=meta(
         'baseline: roll the state forward with the model and the last command over its age '
         '(at most 4 driver ticks) plus one tick before solving (the energy law loses the '
         'swing at 2 ms delay)'))
-    compile: bool = field(default=True, metadata=_meta(  # noqa: A003 (the option's name)
+    compile: bool = field(default=True, metadata=meta(  # noqa: A003 (the option's name)
         'torch.compile the iLQR rollouts / the baseline model steps where the native kernel '
         'does not run, warmed up before the first plan or command (logged)'))
-    native: bool = field(default=True, metadata=_meta(
+    native: bool = field(default=True, metadata=meta(
         'roll out iLQR / MPPI / the baseline model steps in the C++ kernel (one call per '
         'horizon; falls back to compile where it does not apply)'))
-    mppi_samples: int = field(default=256, metadata=_meta('MPPI samples per round'))
-    mppi_lambda: float = field(default=1.0, metadata=_meta('MPPI temperature, cost units'))
-    mppi_noise: float = field(default=0.3, metadata=_meta(
-        'MPPI noise std as a fraction of the command limit'))
-    seed: int = field(default=0, metadata=_meta('seed of the MPPI generator'))
-    goal: tuple[float, ...] = field(default=(), metadata=_meta(
+    mppi_samples: int = field(default=256, metadata=meta('MPPI samples per round',
+                                                         range=(1, 1000000)))
+    mppi_lambda: float = field(default=1.0, metadata=meta('MPPI temperature, cost units'))
+    mppi_noise: float = field(default=0.3, metadata=meta(
+        'MPPI noise std as a fraction of the command limit', range=(0.0, 10.0)))
+    seed: int = field(default=0, metadata=meta('seed of the MPPI generator'))
+    goal: tuple[float, ...] = field(default=(), metadata=meta(
         'goal positions (model joint order) for robots without a task; empty = zeros'))
-    state_weight: tuple[float, ...] = field(default=(), metadata=_meta(
+    state_weight: tuple[float, ...] = field(default=(), metadata=meta(
         'diagonal of Q (2 n) for robots without a task; empty = 100 per q, 1 per qd'))
-    control_weight: tuple[float, ...] = field(default=(), metadata=_meta(
+    control_weight: tuple[float, ...] = field(default=(), metadata=meta(
         'diagonal of R (one per command) for robots without a task; empty = 1e-3'))
-    joint_states_topic: str = field(default='joint_states', metadata=_meta(
+    joint_states_topic: str = field(default='joint_states', metadata=meta(
         'sensor_msgs/JointState topic'))
-    model_topic: str = field(default='/identifier/model', metadata=_meta(
+    model_topic: str = field(default='/identifier/model', metadata=meta(
         'std_msgs/String JSON document of the identified model (transient-local, '
         'diffsim_ros.robots.message), judged by the model gate before use'))
-    model_margin: float = field(default=0.25, metadata=_meta(
+    model_margin: float = field(default=0.25, metadata=meta(
         'model gate: a new model may predict the recent data this fraction worse than the '
         'model in use'))
-    model_test_duration: float = field(default=3.0, metadata=_meta(
+    model_test_duration: float = field(default=3.0, metadata=meta(
         'model gate: seconds of recent states and commands a new model must predict'))
-    command_topic: str = field(default='', metadata=_meta(
+    command_topic: str = field(default='', metadata=meta(
         "Float64MultiArray command topic; '' = /<controller_name>/commands"))
-    command_limit: tuple[float, ...] = field(default=(), metadata=_meta(
+    command_limit: tuple[float, ...] = field(default=(), metadata=meta(
         "symmetric limit per command joint; empty = the catalog's command_limit"))
-    safe_command: tuple[float, ...] = field(default=(), metadata=_meta(
+    safe_command: tuple[float, ...] = field(default=(), metadata=meta(
         'command sent on stale data or a stalled solver; empty = zero effort'))
-    stale_timeout: float = field(default=0.1, metadata=_meta(
-        'joint_states older than this (s) stop control: safe command, diagnostics ERROR'))
-    plan_timeout: float = field(default=0.5, metadata=_meta(
-        'a plan that ended more than this long ago (s) is not applied'))
-    diagnostics_period: float = field(default=1.0, metadata=_meta(
-        'period of /diagnostics, s'))
-    command_priority: int = field(default=50, metadata=_meta(
+    stale_timeout: float = field(default=0.1, metadata=meta(
+        'joint_states older than this (s) stop control: safe command, diagnostics ERROR',
+        range=(0.0, 10.0)))
+    plan_timeout: float = field(default=0.5, metadata=meta(
+        'a plan that ended more than this long ago (s) is not applied', range=(0.0, 60.0)))
+    diagnostics_period: float = field(default=1.0, metadata=meta(
+        'period of /diagnostics, s', range=(0.0, 3600.0)))
+    command_priority: int = field(default=50, metadata=meta(
         'SCHED_FIFO priority of the command thread on the wall clock (1-99, needs rtprio or '
         'root; refused: normal priority and a warning); 0 = normal scheduling. A controller '
         'slower than the command period then keeps a core busy: diagnostics WARN on the rate'))

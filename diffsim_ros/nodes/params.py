@@ -34,7 +34,7 @@ import yaml
 
 from .. import robots
 
-__all__ = ['ParameterError', 'RobotSelection', 'check_unknown_parameters', 'config_path',
+__all__ = ['ParameterError', 'meta', 'RobotSelection', 'check_unknown_parameters', 'config_path',
            'declare_config', 'declare_robot', 'describe_parameters', 'docstring_params',
            'executable_name', 'flatten', 'load_yaml_params', 'parameter_overrides',
            'parameter_sections']
@@ -52,6 +52,17 @@ _TYPE_NAMES = {Parameter.Type.BOOL: 'bool', Parameter.Type.INTEGER: 'integer',
                Parameter.Type.DOUBLE_ARRAY: 'double[]', Parameter.Type.STRING_ARRAY: 'string[]'}
 #: Marks a mapping field: a STRING parameter holding YAML (flow style) text.
 _MAPPING = 'mapping'
+
+
+def meta(description: str, **extra: Any) -> Dict[str, Any]:
+    """
+    Return the metadata of a node config field: its description and optional range.
+
+    :param description: what the parameter means, with its unit (``--help``, descriptors).
+    :param extra: ``range=(low, high)``, inclusive, None for an open side.
+    :return: the ``dataclasses.field(metadata=...)`` mapping.
+    """
+    return {'description': description, **extra}
 
 
 def _parameter_type(annotation) -> tuple:
