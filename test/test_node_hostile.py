@@ -1,5 +1,7 @@
 """
-Hostile and unusual joint_states against the nodes (issue 14, cases 3-6), and the gate's rules.
+Hostile input against the nodes (issue 14: text as a path, case 1; joint_states, 3-6).
+
+And the rules of the joint_states gate.
 
 The node tests run the nodes as a user does (``main()`` of the executable in a subprocess,
 parameters on the command line) on real DDS; the hostile peer is this test process or a
@@ -22,6 +24,7 @@ from diffsim_ros import robots
 from diffsim_ros.nodes.command_loop import DeadlineLoop
 from diffsim_ros.nodes.convert import joint_state_msg, ThrottledLogger
 from diffsim_ros.nodes.gates import REASONS, StateGate, StateGateConfig
+from diffsim_ros.nodes.monitor import MODEL_QOS
 from diffsim_ros.sim.parameters import nominal_model
 import numpy as np
 import pytest
@@ -33,7 +36,7 @@ from rclpy.qos import qos_profile_sensor_data
 from ros_helpers import wait_for
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
+from std_msgs.msg import Float64MultiArray, String
 
 pytest_plugins = ['ros_helpers']
 
@@ -550,3 +553,38 @@ def test_deadline_loop_ticks_once_per_simulated_deadline_and_follows_a_reset(exe
         assert ticks[49] == 50 * 2_000_000 + 10 and ticks[-1] == 10 * 2_000_000 + 10
     finally:
         loop.stop()
+
+
+def _rss_mb(pid):
+    for line in Path(f'/proc/{pid}/status').read_text().splitlines():
+        if line.startswith('VmRSS:'):
+            return int(line.split()[1]) / 1024.0
+    return math.nan
+
+
+def test_case1_text_on_the_model_topic_is_never_opened_as_a_path(launch, observer, tmp_path):
+    # issue 14, case 1: a FIFO froze the mpc for 5 s and /dev/zero grew it to 1.8 GB, when
+    # a URDF string that did not start with '<' was opened as a file
+    mpc = start_mpc(launch)
+    robot = observer('mpc')
+    robot.real.set()
+    wait_running(robot, mpc)
+    fifo = tmp_path / 'model.urdf'
+    os.mkfifo(fifo)
+    publisher = robot.node.create_publisher(String, '/identifier/model', MODEL_QOS)
+    assert wait_for(lambda: publisher.get_subscription_count() > 0, 10.0)
+    before = _rss_mb(mpc.process.pid)
+    first = time.time_ns()
+    texts = ('/dev/zero', str(fifo), robots.urdf_string('qube'), str(robots.urdf_path('qube')))
+    for text in texts:
+        publisher.publish(String(data=text))
+        time.sleep(0.1)
+    assert wait_for(lambda: robot.latest('models_rejected') == str(len(texts)), 10.0), \
+        (robot.diagnostics[-1:], mpc.output()[-2000:])
+    # commands never stopped: 1 s after the last text, no gap longer than 4 driver periods
+    assert robot.wait_commands(time.time_ns() + 1e9), mpc.output()[-3000:]
+    stamps = np.array([t for t, _ in robot.commands if t >= first])
+    assert len(stamps) > 500 and np.diff(stamps).max() < 20e6, np.diff(stamps).max()
+    assert _rss_mb(mpc.process.pid) < before + 50.0
+    assert mpc.process.poll() is None
+    assert robot.latest('models_accepted') == '0', robot.diagnostics[-1][2]
