@@ -25,7 +25,9 @@ Publications:
   "heldout_loss", "refits", "parameters": {name: {"value", "unit"[, "std"]}}}`` with the
   standard deviation wherever the estimator is Bayesian;
 * ``/diagnostics`` (``diagnostic_msgs/DiagnosticArray``): refit losses, refit rate, window
-  fill, dropped messages.
+  fill, dropped messages;
+* ``/lockstep`` under ``use_sim_time`` only: each refit's due time holds a lockstep
+  simulated plant until the refit has finished (:mod:`diffsim_ros.nodes.lockstep`).
 
 Services (``std_srvs``): ``~/reset`` (Trigger: empty window, nominal model), ``~/save``
 (Trigger: URDF and parameter YAML into ``save_directory``), ``~/freeze`` (SetBool: stop or
@@ -54,6 +56,7 @@ import yaml
 
 from .convert import (commands_array, joint_state_arrays, MessageError, pose_matrix,
                       stamp_to_sec, ThrottledLogger)
+from .lockstep import LockstepPeer
 from .params import declare_config, declare_robot
 from .refit import RefitPool, score_refit
 from .runtime import configure_interpreter, run_node
@@ -190,6 +193,8 @@ class Identifier(Node):
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
         self.description_pub = self.create_publisher(String, '~/robot_description', latched)
         self.parameters_pub = self.create_publisher(String, '~/parameters', latched)
+        # simulation: refits hold the plant's clock at their due time (nodes/lockstep.py)
+        self._lockstep = LockstepPeer(self)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.command_topic = config.command_topic or f'/{self.info.controller_name}/commands'
         # sensor-data QoS, but a deeper queue: a burst from the driver or a pause of this
@@ -211,7 +216,8 @@ class Identifier(Node):
         self._wake, self._stop = threading.Event(), threading.Event()
         self._worker = threading.Thread(target=self._work, daemon=True)
         self._worker.start()
-        self.create_timer(config.refit_period, self._wake.set)
+        self._refit_timer = self.create_timer(config.refit_period, self._wake.set)
+        self._lockstep.hold_until_next_call(self._refit_timer)
         self.create_timer(config.diagnostics_period, self.publish_diagnostics)
         self._publish_model()
 
@@ -364,6 +370,7 @@ class Identifier(Node):
             self._wake.clear()
             if not self.frozen and not self._stop.is_set():
                 self.refit()
+            self._lockstep.hold_until_next_call(self._refit_timer)   # this one is done
 
     def refit(self) -> bool:
         """
@@ -444,7 +451,7 @@ class Identifier(Node):
         best = self.best
         try:
             model = best.model if best is not None else self.nominal
-            self.description_pub.publish(String(data=model_to_urdf(model)))
+            self._lockstep.publish(self.description_pub, String(data=model_to_urdf(model)))
         except ValueError as error:
             self.warnings.warn('robot_description', f'not published: {error}')
         payload = best.to_dict() if best is not None else {'parameters': {}}

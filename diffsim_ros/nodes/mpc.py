@@ -28,6 +28,8 @@ Adaptive MPC node: commands the robot with a controller running on the newest mo
   ``safe_command`` (zero effort by default); stale data raise ``/diagnostics`` to ERROR,
   and control resumes when fresh data return.
 * ``/diagnostics``: solve time, solve and command rates, state age, model updates.
+* Under ``use_sim_time`` it tells a lockstep simulated plant on ``/lockstep`` which model it
+  has taken, so that the plant waits for each new model (:mod:`diffsim_ros.nodes.lockstep`).
 
 Time is the node clock (simulated time under ``use_sim_time``), counted from the first
 accepted state, which is also the time origin of tracking references.
@@ -49,6 +51,7 @@ from std_msgs.msg import Float64MultiArray, Header, String
 import torch
 
 from .convert import commands_msg, joint_state_arrays, MessageError, ThrottledLogger
+from .lockstep import LockstepPeer
 from .monitor import MODEL_QOS, validated_model
 from .params import declare_config, declare_robot
 from .runtime import configure_interpreter, run_node
@@ -281,7 +284,11 @@ class MpcNode(Node):
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.create_subscription(JointState, config.joint_states_topic, self._on_joint_state,
                                  qos_profile_sensor_data)
-        self.create_subscription(String, config.model_topic, self._on_model, MODEL_QOS)
+        # simulation: a lockstep plant waits until this node has taken each published model
+        self._lockstep = LockstepPeer(self)
+        self.create_subscription(String, config.model_topic,
+                                 self._lockstep.taking(config.model_topic, self._on_model),
+                                 MODEL_QOS)
         timers = MutuallyExclusiveCallbackGroup()
         self.create_timer(1.0 / (config.command_rate or info.driver_rate_hz), self._on_command,
                           callback_group=timers)

@@ -15,12 +15,23 @@ Clock modes (``clock_mode``):
   times real time), publishes ``/clock`` with the plant time before each tick's messages and
   stamps them with it.  Run every other node with ``use_sim_time:=true`` so that their
   clocks, timers and command timeouts follow the plant; tests and the laptop demo use it.
-  With ``command_wait`` > 0 the driver also waits, after each tick, up to that many wall
-  seconds for the controller's next command (the lockstep of PX4's and Gazebo's simulators):
-  the controller then sees every state and the plant gets every command one tick later,
-  whatever the load of the machine, so a closed loop in simulated time does not depend on how
-  fast the computer is.  Until the first command, and after three ticks in a row without one,
-  it steps without waiting (a controller that is not running does not stall the plant).
+  Simulated time then waits for the work due in it, so that a closed loop in simulated time
+  does not depend on how fast or busy the computer is (the lockstep of PX4's and Gazebo's
+  simulators):
+
+  - after each tick the driver waits for the controller's command answering it: the
+    controller sees every state and the plant gets every command one tick later.  It waits
+    only once a controller has commanded, only while the command topic has a publisher
+    (one gone for :data:`~diffsim_ros.nodes.lockstep.GRAPH_GRACE_S` s is not waited for),
+    and at most ``command_wait`` wall seconds, a safety timeout that logs an error and
+    stops the waits until the next command arrives;
+  - before each tick it waits for the peers of the lockstep protocol
+    (:mod:`diffsim_ros.nodes.lockstep`): no tick passes an identifier's due refit until the
+    refit has finished and the mpc has the model it produced; at most ``peer_timeout`` wall
+    seconds per hold (then an error), and never for a peer that left the ROS graph.
+
+  ``real_time_factor`` paces the ticks in between; time spent holding for peers is not
+  made up afterwards.
 
 A bad command (wrong length, NaN/Inf) is dropped with a throttled warning and the last valid
 command stays; after ``command_timeout`` s without a valid command the driver applies zero,
@@ -43,6 +54,7 @@ import yaml
 
 from .convert import (commands_array, joint_state_msg, MessageError, pose_msg, sec_to_stamp,
                       ThrottledLogger)
+from .lockstep import GRAPH_GRACE_S, PeerWaiter, POLL_S
 from .params import declare_config, declare_robot
 from .runtime import configure_interpreter, run_node
 from .. import robots
@@ -66,9 +78,13 @@ class SimDriverConfig:
         'possible; other nodes need use_sim_time)'))
     real_time_factor: float = field(default=0.0, metadata=_meta(
         'lockstep only: pace the plant at this multiple of real time; 0 = as fast as possible'))
-    command_wait: float = field(default=0.0, metadata=_meta(
-        'lockstep only: wall seconds to wait after each tick for the next command (the '
-        'controller in lockstep with the plant); 0 = do not wait'))
+    command_wait: float = field(default=10.0, metadata=_meta(
+        "lockstep only: safety timeout, wall s, of each tick's wait for the controller's "
+        'command (an error, then no waits until the next command); 0 = never wait'))
+    peer_timeout: float = field(default=120.0, metadata=_meta(
+        'lockstep only: safety timeout, wall s, of a hold by a /lockstep peer (a due refit, '
+        'a model not yet taken); then an error and the peer is ignored until it announces '
+        'again; 0 = never wait for peers'))
     rate_hz: float = field(default=0.0, metadata=_meta(
         "joint_states and command-loop rate, Hz; 0 = the robot's driver rate"))
     joint_states_topic: str = field(default='joint_states', metadata=_meta(
@@ -100,8 +116,8 @@ class SimDriverConfig:
         """Validate choices and ranges."""
         if self.clock_mode not in _CLOCK_MODES:
             raise ValueError(f'clock_mode must be one of {_CLOCK_MODES}, got {self.clock_mode!r}')
-        for name in ('real_time_factor', 'command_wait', 'rate_hz', 'command_timeout',
-                     'mocap_rate_hz'):
+        for name in ('real_time_factor', 'command_wait', 'peer_timeout', 'rate_hz',
+                     'command_timeout', 'mocap_rate_hz'):
             value = getattr(self, name)
             if not (np.isfinite(value) and value >= 0.0):
                 raise ValueError(f'{name} must be finite and >= 0, got {value!r}')
@@ -146,8 +162,8 @@ class SimDriver(Node):
         self._command_time = None
         self._timed_out = False
         self._new_command = threading.Event()
-        self._missed_commands = 0
-        self.stats = {'ticks': 0, 'command_waits_timed_out': 0}
+        self._commanded = False   # a controller commanded: lockstep waits for its commands
+        self.stats = {'ticks': 0, 'command_waits_timed_out': 0, 'controller_lost': 0}
         self.command_topic = config.command_topic or f'/{self.info.controller_name}/commands'
         self.joint_states_pub = self.create_publisher(
             JointState, config.joint_states_topic, qos_profile_sensor_data)
@@ -159,6 +175,8 @@ class SimDriver(Node):
         self.create_subscription(Float64MultiArray, self.command_topic, self._on_command, 10)
         self.lockstep = config.clock_mode == 'lockstep'
         self.clock_pub = self.create_publisher(ClockMsg, '/clock', 10) if self.lockstep else None
+        self.peers = PeerWaiter(self, config.peer_timeout, self.warnings.warn) \
+            if self.lockstep else None
         self._stop = threading.Event()
         self._thread = None
         self._timer = None
@@ -191,7 +209,7 @@ class SimDriver(Node):
             return
         with self._lock:
             self._command, self._command_time, self._timed_out = u, self.now(), False
-            self._missed_commands = 0   # a controller that went quiet is back: wait again
+            self._commanded = True   # (again): lockstep waits for its next commands
         self._new_command.set()
 
     def _current_command(self) -> np.ndarray:
@@ -234,16 +252,21 @@ class SimDriver(Node):
             self.tick()
 
     def _run_lockstep(self) -> None:
-        """Lockstep: step in a loop, paced by ``real_time_factor`` when it is set."""
-        factor, start = self.config.real_time_factor, time.monotonic()
+        """Lockstep: hold for peers, tick, wait for the command, pace; until stopped."""
+        factor, origin = self.config.real_time_factor, time.monotonic()
         try:
             while not self._stop.is_set() and self.context.ok():
+                next_ns = int(round((self.plant.tick + 1) * self.plant.period * 1e9))
+                # a hold is not made up for afterwards by stepping faster than the pace
+                origin += self.peers.wait(next_ns, self._stop)
+                if self._stop.is_set():
+                    break
                 self._new_command.clear()
                 self.tick()
                 self.stats['ticks'] += 1
                 self._wait_for_command()
                 if factor > 0:
-                    ahead = self.plant.time / factor - (time.monotonic() - start)
+                    ahead = self.plant.time / factor - (time.monotonic() - origin)
                     if ahead > 0:
                         self._stop.wait(ahead)
                 else:
@@ -253,18 +276,35 @@ class SimDriver(Node):
                 self.get_logger().error(f'lockstep loop stopped: {error!r}')
 
     def _wait_for_command(self) -> None:
-        """Lockstep with ``command_wait``: wait for the command answering this tick."""
+        """Lockstep: wait for the command answering this tick (module docstring)."""
         wait = self.config.command_wait
-        if wait <= 0 or self._command_time is None or self._missed_commands >= 3:
-            return   # no controller yet, or it went quiet (its next command re-arms)
-        if self._new_command.wait(wait):
-            self._missed_commands = 0
-            return
-        self._missed_commands += 1
-        self.stats['command_waits_timed_out'] += 1
-        self.warnings.warn('command_wait', f'no command within {wait} s of a tick; '
-                           'stepping on' + (' without waiting until commands return'
-                                            if self._missed_commands >= 3 else ''))
+        if wait <= 0 or not self._commanded:
+            return   # no controller yet, or it timed out or left (its next command re-arms)
+        started, missing = time.monotonic(), None
+        while not self._new_command.wait(POLL_S):
+            now = time.monotonic()
+            if self._stop.is_set():
+                return
+            if self.count_publishers(self.command_topic) > 0:
+                missing = None
+            elif missing is None:
+                missing = now
+            elif now - missing > GRAPH_GRACE_S:
+                self._commanded = False
+                self.stats['controller_lost'] += 1
+                self.get_logger().warning(
+                    f'no publisher on {self.command_topic} any more: stepping on without '
+                    'waiting for commands until one arrives')
+                return
+            if now - started > wait:
+                self._commanded = False
+                self.stats['command_waits_timed_out'] += 1
+                self.get_logger().error(
+                    f'no command within {wait:g} s (wall) of the tick at '
+                    f'{self.plant.time:.3f} s although {self.command_topic} has a '
+                    'publisher: stepping on without waiting for commands until the next '
+                    'one arrives (does the controller command at the driver rate?)')
+                return
 
     def stop(self) -> None:
         """Stop stepping the plant (lockstep thread or real-time timer); the node stays up."""
