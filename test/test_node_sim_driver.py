@@ -146,7 +146,6 @@ def test_use_sim_time_nodes_follow_the_lockstep_clock(executor):
     assert -0.01 <= lag < 1.5   # plant seconds; the follower sees /clock with some delay
 
 
-
 def answering_controller(executor, name, delay):
     """
     Return a node that commands once per ``/clock`` tick, as the mpc's timer does.

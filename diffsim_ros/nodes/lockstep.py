@@ -72,6 +72,8 @@ LISTEN_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=100,
 GRAPH_GRACE_S = 2.0
 #: Wall seconds between liveness checks while the driver waits.
 POLL_S = 0.05
+#: Wall seconds between the log lines that say what a long hold is waiting for.
+REPORT_S = 30.0
 #: Longest announcement accepted, characters (a handful of topics).
 MAX_ANNOUNCEMENT = 4096
 _KEEP = object()   # LockstepPeer._announce: leave 'until' as it is
@@ -308,6 +310,7 @@ class PeerWaiter:
         if self._timeout <= 0:
             return 0.0
         started, held = time.monotonic(), False
+        report = started + REPORT_S
         while not stop.is_set():
             with self._lock:
                 self._changed.clear()
@@ -316,6 +319,11 @@ class PeerWaiter:
                     break
                 held, now = True, time.monotonic()
                 self._forget_missing(list(reasons), now)
+                if now > report:   # a busy machine: say why simulated time stands still
+                    report += REPORT_S
+                    self._node.get_logger().info(
+                        f'lockstep: holding at {next_ns * 1e-9:.3f} s for {now - started:.0f} s: '
+                        + '; '.join(f'{name} {why}' for name, why in reasons.items()))
                 if now - started > self._timeout:
                     for name, reason in holding(self.peers, next_ns).items():
                         self.peers.pop(name, None)

@@ -81,7 +81,7 @@ class SimDriverConfig:
     command_wait: float = field(default=10.0, metadata=_meta(
         "lockstep only: safety timeout, wall s, of each tick's wait for the controller's "
         'command (an error, then no waits until the next command); 0 = never wait'))
-    peer_timeout: float = field(default=120.0, metadata=_meta(
+    peer_timeout: float = field(default=600.0, metadata=_meta(
         'lockstep only: safety timeout, wall s, of a hold by a /lockstep peer (a due refit, '
         'a model not yet taken); then an error and the peer is ignored until it announces '
         'again; 0 = never wait for peers'))
