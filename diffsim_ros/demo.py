@@ -6,7 +6,10 @@ The closed-loop demo: simulated driver, identifier, MPC and monitor talking over
 
 * ``sim_driver``: a MuJoCo plant whose hidden true parameters are ``--param-error`` off the
   URDF (and which has Coulomb friction and motor effects the model lacks), in lockstep mode:
-  it publishes ``/clock`` and every other node runs on simulated time;
+  it publishes ``/clock``, every other node runs on simulated time, and the plant waits for
+  the mpc's command at every tick and, at each refit's due time, for the refit and for the
+  mpc to take the model it produced (:mod:`diffsim_ros.nodes.lockstep`), so that the outcome
+  does not depend on how fast or busy the machine is;
 * ``identifier``: refits the model from ``joint_states`` and the commands every
   ``refit_period`` and publishes it as URDF;
 * ``mpc``: starts from the nominal (wrong) model, swaps in every model the identifier
@@ -57,8 +60,6 @@ DEFAULT_SEED = 7
 #: up after 3.2-4.8 s in three runs, and the task asks for 1 s of balance after it).
 IDENTIFY_S = 2.0
 
-#: Wall seconds the simulated driver waits after each tick for the mpc's command.
-COMMAND_WAIT_S = 0.2
 #: Wall seconds to wait for the mpc node's warm-up (compiling the iLQR) before the plant starts.
 MPC_READY_TIMEOUT_S = 180.0
 
@@ -116,7 +117,10 @@ class _Observer:
         self.joint_names = list(joint_names)
         self.lock = threading.Lock()
         self.urdf: Optional[str] = None
+        #: Models the identifier published beyond the nominal one (its accepted refits),
+        #: counted as they arrive on ~/parameters, and their (simulated) publication times.
         self.models = 0
+        self.model_times: list = []
         self.parameters: Dict[str, Any] = {}
         self.nmse: Optional[float] = None
         self.q: Optional[np.ndarray] = None
@@ -129,17 +133,29 @@ class _Observer:
         node.create_subscription(JointState, 'joint_states', self._on_state,
                                  qos_profile_sensor_data)
 
+    def snapshot(self) -> Dict[str, Any]:
+        """Return what was observed so far, read at one instant."""
+        with self.lock:
+            return {'urdf': self.urdf, 'parameters': dict(self.parameters),
+                    'models_accepted': self.models, 'model_times_s': list(self.model_times),
+                    'prediction_nmse': self.nmse, 'q': self.q}
+
     def _on_model(self, msg) -> None:
         with self.lock:
-            self.urdf, self.models = msg.data, self.models + 1
+            self.urdf = msg.data
 
     def _on_parameters(self, msg) -> None:
         try:
             parameters = json.loads(msg.data)
         except ValueError:
             return
+        if not isinstance(parameters, dict):
+            return
         with self.lock:
             self.parameters = parameters
+            if parameters.get('method', 'nominal') != 'nominal':
+                self.models += 1
+                self.model_times.append(parameters.get('stamp'))
 
     def _on_nmse(self, msg) -> None:
         if len(msg.data) and math.isfinite(msg.data[0]):
@@ -160,19 +176,41 @@ def _true_upright(task: tasks.Task, true_model: RobotModel) -> Optional[float]:
     return tasks.upright_angle(true_model, task.pendulum_joint)
 
 
-def _progress(observer: _Observer, task: tasks.Task, model: RobotModel, t: float,
+def _progress(seen: Dict[str, Any], task: tasks.Task, model: RobotModel, t: float,
               upright: Optional[float]) -> str:
-    with observer.lock:
-        q, nmse, parameters = observer.q, observer.nmse, dict(observer.parameters)
+    """Return one progress line from an observer's :meth:`_Observer.snapshot`."""
+    q, nmse, models = seen['q'], seen['prediction_nmse'], seen['models_accepted']
     parts = [f't = {t:5.1f} s']
     if q is not None and upright is not None:
         angle = q[model.joint_index(task.pendulum_joint)]
         error = abs(math.remainder(angle - upright, 2 * math.pi))
         parts.append(f'pendulum {error:4.2f} rad from upright')
-    parts.append(f'models accepted {parameters.get("refits", 0)}')
+    parts.append(f'models accepted {models}')
     if nmse is not None:
         parts.append(f'1 s prediction NMSE {nmse:.3g}')
     return ', '.join(parts)
+
+
+def _lockstep_identifier(robot: str) -> list:
+    """
+    Return the identifier parameters for refits that hold simulated time.
+
+    In lockstep a refit holds the plant until it has finished, so (1) a wall-clock budget of
+    its estimator would only make its result, and the demo's, depend on how busy the
+    machine is: it is lifted; (2) the fit runs on the identifier's worker thread rather than
+    in a child process at a lower priority (that process keeps a real robot's 1 kHz stream
+    flowing during a fit; here nothing flows during one, and on a busy machine the niced
+    child's start took over two minutes).
+
+    :param robot: catalog robot name.
+    :return: ``Parameter`` overrides.
+    """
+    from rclpy.parameter import Parameter
+    from .nodes.params import config_path, load_yaml_params
+    params = load_yaml_params(config_path(robot), 'identifier')
+    budget = f'{params.get("estimator", "diffnea")}.max_seconds'
+    return [Parameter('refit_process', value=False)] + (
+        [Parameter(budget, value=0.0)] if budget in params else [])
 
 
 def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str, Any]:
@@ -219,10 +257,11 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
         # the plant's streams are subscribed before the plant starts: nothing is lost
         early = {'/joint_states': 'sensor_msgs/msg/JointState',
                  f'/{info.controller_name}/commands': 'std_msgs/msg/Float64MultiArray'}
-        recorder = Recorder(bag, types=early, exclude=('/clock',), context=context,
+        recorder = Recorder(bag, types=early, exclude=('/clock', '/lockstep'), context=context,
                             parameter_overrides=sim_time)
         spin(recorder)
-        spin(Identifier(context=context, parameter_overrides=robot + sim_time))
+        refits = _lockstep_identifier(args.robot)
+        spin(Identifier(context=context, parameter_overrides=robot + sim_time + refits))
         chosen = args.controller or load_yaml_params(config_path(args.robot), 'mpc').get(
             'controller')
         # in lockstep the baseline's latency does not matter: skip its compile (1-2 min cold)
@@ -245,9 +284,6 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
         driver = SimDriver(context=context, parameter_overrides=robot + [
             Parameter('clock_mode', value='lockstep'),
             Parameter('real_time_factor', value=float(args.real_time_factor)),
-            # every tick waits for the mpc's answer: on a loaded 2-core laptop the Python
-            # nodes share one interpreter, and late commands would decide the swing-up
-            Parameter('command_wait', value=COMMAND_WAIT_S),
             Parameter('param_error', value=float(args.param_error)),
             Parameter('seed', value=int(args.seed))])
         spin(driver)
@@ -259,12 +295,11 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
             if not all(thread.is_alive() for _, _, thread in spinning):
                 raise RuntimeError('an executor stopped unexpectedly')
             if driver.plant.time >= next_print:
-                print('  ' + _progress(observer, task, model, driver.plant.time, upright),
-                      flush=True)
+                seen = observer.snapshot()
+                print('  ' + _progress(seen, task, model, driver.plant.time, upright), flush=True)
                 next_print += 1.0
             time.sleep(0.05)
         driver.stop()
-        print('  ' + _progress(observer, task, model, duration, upright), flush=True)
         # let the recorder write what is still queued (it may lag behind the plant)
         previous, deadline = -1, time.monotonic() + 10.0
         while time.monotonic() < deadline:
@@ -274,9 +309,10 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
             previous = total
             time.sleep(0.5)
         true_model = driver.plant.true_model
-        with observer.lock:
-            result = {'urdf': observer.urdf, 'parameters': dict(observer.parameters),
-                      'prediction_nmse': observer.nmse, 'true_model': true_model}
+        # the last line and the report show the same instant
+        result = observer.snapshot()
+        print('  ' + _progress(result, task, model, duration, upright), flush=True)
+        result.update(lockstep={**driver.stats, **driver.peers.stats}, true_model=true_model)
         recorded = dict(recorder.counts)
     finally:
         for _, executor, _ in spinning:
@@ -395,6 +431,11 @@ def plot_prediction(path: Path, study: Dict[str, Any], model: RobotModel, title:
     plt.close(fig)
 
 
+def _number(value: Optional[float]) -> str:
+    """Format a measured number with 3 significant digits ('n/a' when there is none)."""
+    return 'n/a' if value is None else f'{value:.3g}'
+
+
 def _model_from(urdf: Optional[str], nominal: RobotModel) -> Optional[RobotModel]:
     if not urdf:
         return None
@@ -423,8 +464,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f'{duration:g} s simulated at {args.real_time_factor:g}x real time', flush=True)
     graph = run_graph(args, bag, duration)
     command_topic = f'/{info.controller_name}/commands'
+    held = graph['lockstep']
     print(f'[2/{steps}] recorded {sum(graph["recorded"].values())} messages on '
-          f'{len(graph["recorded"])} topics to {bag}', flush=True)
+          f'{len(graph["recorded"])} topics to {bag}; simulated time waited '
+          f'{held["peer_hold_s"]:.1f} s (wall) for {held["peer_holds"]} refits and models',
+          flush=True)
     (run,) = read_bag(bag, command_topic=command_topic, joint_names=info.joint_names,
                       command_joints=info.command_joints)[:1]
     nominal = nominal_model(args.robot)
@@ -469,7 +513,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         'prediction_nmse': nmse.get('identified'),
         'prediction_nmse_nominal': nmse.get('nominal'),
         'monitor_prediction_nmse': graph['prediction_nmse'],
-        'models_accepted': graph['parameters'].get('refits'),
+        'models_accepted': graph['models_accepted'],
+        'model_times_s': graph['model_times_s'],
         'median_parameter_error': errors[len(errors) // 2] if errors else None,
         'offline_fit_median_parameter_error':
             offline_errors[len(offline_errors) // 2] if offline_errors else None,
@@ -477,6 +522,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         'identifier_parameters': graph['parameters'].get('parameters', {}),
         'recorded_messages': graph['recorded'],
         'graph_wall_time_s': graph['wall_time_s'],
+        'lockstep': graph['lockstep'],
         'wall_time_s': time.perf_counter() - start,
         'outputs': {'bag': str(bag), 'plot': str(args.out / 'prediction.png'),
                     'fit': None if args.no_fit else str(fit_dir)},
@@ -489,8 +535,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         verdict = f'tracking RMS {report["tracking_rms"]:.3g} rad'
     print(f'  task: {verdict}')
-    print(f'  1 s prediction NMSE: identified {nmse.get("identified")}, nominal '
-          f'{nmse.get("nominal")}; models accepted online: {report["models_accepted"]}')
+    print(f'  1 s prediction NMSE: identified {_number(nmse.get("identified"))}, nominal '
+          f'{_number(nmse.get("nominal"))}; models accepted online: '
+          f'{report["models_accepted"]}')
     if errors:
         nominal_errors = _sorted_errors(parameters, 'nominal_relative_error')
         offline = (f', offline fit of the bag {offline_errors[len(offline_errors) // 2]:.1%}'
