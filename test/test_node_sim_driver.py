@@ -191,6 +191,16 @@ def test_each_tick_waits_for_the_command_however_late_it_comes(executor):
     assert not driver._commanded
 
 
+def test_a_controller_already_listening_answers_every_tick_from_the_first(executor):
+    # the ticks before a controller's first command would depend on how fast it answers
+    _, answered, _ = answering_controller(executor, 'early_controller', lambda _: 0.01)
+    driver = make_driver(executor, real_time_factor=0.0, command_wait=5.0)
+    assert wait_for(lambda: len(answered) > 50, timeout=20.0)
+    ticks = np.round(np.array(answered) * 500).astype(int)
+    assert ticks[:50].tolist() == list(range(1, 51))
+    assert driver.stats['command_waits_timed_out'] == 0
+
+
 def test_a_controller_that_left_is_not_waited_for(executor):
     # the safety timeout is long: what frees the plant is the controller leaving the graph
     driver = make_driver(executor, real_time_factor=0.0, command_wait=600.0)

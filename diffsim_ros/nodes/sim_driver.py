@@ -12,16 +12,23 @@ Clock modes (``clock_mode``):
 
 * ``realtime``: a wall-clock timer steps the plant at its rate; stamps are the node's clock.
 * ``lockstep``: a thread steps the plant as fast as it can (or at ``real_time_factor``
-  times real time), publishes ``/clock`` with the plant time before each tick's messages and
-  stamps them with it.  Run every other node with ``use_sim_time:=true`` so that their
+  times real time), publishes each tick's messages stamped with the plant time and then
+  ``/clock`` at that time.  Run every other node with ``use_sim_time:=true`` so that their
   clocks, timers and command timeouts follow the plant; tests and the laptop demo use it.
+  The state comes first so that a node's timer firing at ``t_k`` finds the state of
+  ``t_k`` already taken (rclpy runs a node's subscriptions, ``/clock``'s first, before
+  the timers the new time makes ready): a controller commanding on its timer answers the
+  newest state, not the one before it depending on the machine's speed, and a refit due at
+  ``t_k`` has that state in its window.  Such a state is stamped one period ahead of the
+  receiving node's clock until ``/clock`` arrives.
   Simulated time then waits for the work due in it, so that a closed loop in simulated time
   does not depend on how fast or busy the computer is (the lockstep of PX4's and Gazebo's
   simulators):
 
   - after each tick the driver waits for the controller's command answering it: the
     controller sees every state and the plant gets every command one tick later.  It waits
-    only once a controller has commanded, only while the command topic has a publisher
+    only once a controller has commanded (or from the first tick, when the command topic
+    already has a publisher then), only while the command topic has a publisher
     (one gone for :data:`~diffsim_ros.nodes.lockstep.GRAPH_GRACE_S` s is not waited for),
     and at most ``command_wait`` wall seconds, a safety timeout that logs an error and
     stops the waits until the next command arrives;
@@ -63,6 +70,10 @@ from ..sim import MujocoPlant, PlantConfig, TrueParameters
 __all__ = ['SimDriver', 'SimDriverConfig', 'main']
 
 _CLOCK_MODES = ('realtime', 'lockstep')
+#: Lockstep: wall seconds at most to wait, before the first tick, for the readers the ROS
+#: graph knows of to match the state and clock publishers (a first tick they miss would
+#: leave a controller that is already there without the state it must answer).
+LISTENER_WAIT_S = 5.0
 
 
 def _meta(description: str) -> dict:
@@ -227,11 +238,8 @@ class SimDriver(Node):
     def tick(self) -> None:
         """Advance the plant one period and publish its measurement."""
         measurement = self.plant.step(self._current_command())
-        if self.lockstep:
-            stamp = sec_to_stamp(measurement.t)
-            self.clock_pub.publish(ClockMsg(clock=stamp))
-        else:
-            stamp = self.get_clock().now().to_msg()
+        stamp = sec_to_stamp(measurement.t) if self.lockstep else \
+            self.get_clock().now().to_msg()
         effort = measurement.tau_applied
         self.joint_states_pub.publish(joint_state_msg(
             self.plant.joint_names, measurement.q, measurement.qd, effort, stamp))
@@ -239,6 +247,8 @@ class SimDriver(Node):
             for body, publisher in self.mocap_pubs.items():
                 publisher.publish(pose_msg(measurement.poses[body], self.config.world_frame,
                                            stamp))
+        if self.lockstep:   # after the state: see the module docstring
+            self.clock_pub.publish(ClockMsg(clock=stamp))
 
     def _on_timer(self) -> None:
         """Real time: run the ticks that are due (at most 5 at once, then skip ahead)."""
@@ -253,7 +263,12 @@ class SimDriver(Node):
 
     def _run_lockstep(self) -> None:
         """Lockstep: hold for peers, tick, wait for the command, pace; until stopped."""
-        factor, origin = self.config.real_time_factor, time.monotonic()
+        factor = self.config.real_time_factor
+        # a controller already listening is waited for from the first tick on: the ticks
+        # before its first command would otherwise depend on how fast it starts answering
+        self._await_listeners()
+        self._commanded = self.count_publishers(self.command_topic) > 0
+        origin = time.monotonic()
         try:
             while not self._stop.is_set() and self.context.ok():
                 next_ns = int(round((self.plant.tick + 1) * self.plant.period * 1e9))
@@ -274,6 +289,16 @@ class SimDriver(Node):
         except Exception as error:  # noqa: B902 - shutdown races end the loop, quietly
             if self.context.ok():
                 self.get_logger().error(f'lockstep loop stopped: {error!r}')
+
+    def _await_listeners(self) -> None:
+        """Before the first tick: wait until the known readers of the state and clock match."""
+        deadline = time.monotonic() + LISTENER_WAIT_S
+        while not self._stop.is_set() and time.monotonic() < deadline:
+            if all(publisher.get_subscription_count() >= self.count_subscribers(
+                    publisher.topic_name) for publisher in (self.joint_states_pub,
+                                                            self.clock_pub)):
+                return
+            self._stop.wait(POLL_S)
 
     def _wait_for_command(self) -> None:
         """Lockstep: wait for the command answering this tick (module docstring)."""
