@@ -181,14 +181,14 @@ def test_each_tick_waits_for_the_command_however_late_it_comes(executor):
     ticks = np.round(np.array(answered[count:]) * 500).astype(int)
     assert np.all(np.diff(ticks) == 1), ticks   # one command per tick, none skipped
     assert sum(tick % 25 == 0 for tick in ticks) >= 4   # answers that took 0.3 s
-    assert driver.stats['command_waits_timed_out'] == 0
+    assert driver.commands.stats['command_waits_timed_out'] == 0
     # a controller that stays but goes quiet costs one safety timeout, logged as an error;
     # then the plant steps on without waiting
     answering[0] = False
     quiet = driver.stats['ticks']
     assert wait_for(lambda: driver.stats['ticks'] > quiet + 200, timeout=20.0)
-    assert driver.stats['command_waits_timed_out'] == 1
-    assert not driver._commanded
+    assert driver.commands.stats['command_waits_timed_out'] == 1
+    assert not driver.commands.armed
 
 
 def test_a_controller_already_listening_answers_every_tick_from_the_first(executor):
@@ -198,7 +198,7 @@ def test_a_controller_already_listening_answers_every_tick_from_the_first(execut
     assert wait_for(lambda: len(answered) > 50, timeout=20.0)
     ticks = np.round(np.array(answered) * 500).astype(int)
     assert ticks[:50].tolist() == list(range(1, 51))
-    assert driver.stats['command_waits_timed_out'] == 0
+    assert driver.commands.stats['command_waits_timed_out'] == 0
 
 
 def test_a_controller_that_left_is_not_waited_for(executor):
@@ -212,8 +212,8 @@ def test_a_controller_that_left_is_not_waited_for(executor):
     gone, start = driver.stats['ticks'], time.monotonic()
     assert wait_for(lambda: driver.stats['ticks'] > gone + 200, timeout=20.0)
     assert time.monotonic() - start < 10.0
-    assert driver.stats['controller_lost'] == 1
-    assert driver.stats['command_waits_timed_out'] == 0
+    assert driver.commands.stats['controller_lost'] == 1
+    assert driver.commands.stats['command_waits_timed_out'] == 0
 
 
 class FakeRefitPeer:
@@ -286,7 +286,7 @@ def test_the_plant_holds_for_a_due_refit_and_for_its_model_to_be_taken(executor)
     for k, (text, seen) in enumerate(taken[:3]):
         assert text == f'model {k + 1}'
         assert set(seen) == {(k + 1) * 500_000_000}, (k, sorted(set(seen)))
-    assert driver.stats['command_waits_timed_out'] == 0
+    assert driver.commands.stats['command_waits_timed_out'] == 0
     # (the third hold is counted when it ends, just after the third model was taken)
     assert wait_for(lambda: driver.peers.stats['peer_holds'] >= 3)
     assert driver.peers.stats['peer_timeouts'] == 0

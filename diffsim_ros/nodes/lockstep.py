@@ -7,8 +7,10 @@ clock runs on, a busy machine changes the simulated outcome: a refit lands later
 simulated time, a model reaches the controller ticks after it was published.  Two waits
 remove that dependence on the machine's speed:
 
-* **Commands** (``nodes/sim_driver.py``): after each tick the driver waits for the
-  controller's command, once a controller has sent one and while its publisher exists.
+* **Commands** (:class:`CommandWaiter`): after each tick the driver waits for the
+  controller's command answering it, once a controller has sent one (or from the first
+  tick, when one already publishes on the command topic) and while the command topic has
+  a publisher; a safety timeout logs an error and stops the waits until the next command.
 * **Peers** (this module): a node whose work is due at simulated times announces itself on
   ``/lockstep`` (``std_msgs/String``, reliable, transient local, the newest message of each
   sender kept), one JSON object per change of its state::
@@ -55,8 +57,8 @@ from std_msgs.msg import String
 
 from .convert import MessageError
 
-__all__ = ['GRAPH_GRACE_S', 'LockstepPeer', 'PeerState', 'PeerWaiter', 'TOPIC', 'holding',
-           'message_id', 'parse_announcement']
+__all__ = ['CommandWaiter', 'GRAPH_GRACE_S', 'LockstepPeer', 'PeerState', 'PeerWaiter', 'TOPIC',
+           'await_matched', 'holding', 'message_id', 'parse_announcement']
 
 #: The protocol's topic.
 TOPIC = '/lockstep'
@@ -338,3 +340,91 @@ class PeerWaiter:
             self.stats['peer_holds'] += 1
             self.stats['peer_hold_s'] += waited
         return waited
+
+
+class CommandWaiter:
+    """
+    The driver's wait for the controller's command answering each tick (module docstring).
+
+    :param node: the driver node.
+    :param topic: the resolved command topic.
+    :param timeout: safety timeout of one wait, wall s; 0 = never wait.
+    """
+
+    def __init__(self, node, topic: str, timeout: float) -> None:
+        """Start unarmed: nobody has commanded yet."""
+        self._node, self._topic, self._timeout = node, topic, float(timeout)
+        self._answer = threading.Event()
+        #: True while a controller is waited for (set by a command, cleared by a timeout or
+        #: the controller's leaving).
+        self.armed = False
+        self.stats = {'command_waits_timed_out': 0, 'controller_lost': 0}
+
+    def arm_if_listening(self) -> None:
+        """Wait from now on if a controller already publishes on the command topic."""
+        self.armed = self._node.count_publishers(self._topic) > 0
+
+    def expect(self) -> None:
+        """Call before publishing a tick: only a command after it answers the tick."""
+        self._answer.clear()
+
+    def answered(self) -> None:
+        """Call on each valid command: it answers the tick and (re-)arms the waits."""
+        self.armed = True
+        self._answer.set()
+
+    def wait(self, t: float, stop: threading.Event) -> None:
+        """
+        Wait for the command answering the tick at ``t`` (returns at once when unarmed).
+
+        :param t: simulated time of the tick, s (for the log).
+        :param stop: ends the wait early (node shutting down).
+        """
+        if self._timeout <= 0 or not self.armed:
+            return
+        started, missing = time.monotonic(), None
+        while not self._answer.wait(POLL_S):
+            now = time.monotonic()
+            if stop.is_set():
+                return
+            if self._node.count_publishers(self._topic) > 0:
+                missing = None
+            elif missing is None:
+                missing = now
+            elif now - missing > GRAPH_GRACE_S:
+                self.armed = False
+                self.stats['controller_lost'] += 1
+                self._node.get_logger().warning(
+                    f'no publisher on {self._topic} any more: stepping on without waiting '
+                    'for commands until one arrives')
+                return
+            if now - started > self._timeout:
+                self.armed = False
+                self.stats['command_waits_timed_out'] += 1
+                self._node.get_logger().error(
+                    f'no command within {self._timeout:g} s (wall) of the tick at {t:.3f} s '
+                    f'although {self._topic} has a publisher: stepping on without waiting '
+                    'for commands until the next one arrives (does the controller command '
+                    'at the driver rate?)')
+                return
+
+
+def await_matched(node, publishers, timeout: float, stop: threading.Event) -> bool:
+    """
+    Wait until each publisher has matched every reader the ROS graph knows on its topic.
+
+    :param node: the publishers' node.
+    :param publishers: ``rclpy`` publishers.
+    :param timeout: wall seconds at most.
+    :param stop: ends the wait early.
+    :return: True when all were matched in time.
+    """
+    deadline = time.monotonic() + timeout
+    while not stop.is_set():
+        if all(publisher.get_subscription_count() >= node.count_subscribers(
+                publisher.topic_name) for publisher in publishers):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        stop.wait(POLL_S)
+    return False

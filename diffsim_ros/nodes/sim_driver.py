@@ -61,7 +61,7 @@ import yaml
 
 from .convert import (commands_array, joint_state_msg, MessageError, pose_msg, sec_to_stamp,
                       ThrottledLogger)
-from .lockstep import GRAPH_GRACE_S, PeerWaiter, POLL_S
+from .lockstep import await_matched, CommandWaiter, PeerWaiter
 from .params import declare_config, declare_robot
 from .runtime import configure_interpreter, run_node
 from .. import robots
@@ -172,9 +172,7 @@ class SimDriver(Node):
         self._command = np.zeros(len(self.plant.command_joints))
         self._command_time = None
         self._timed_out = False
-        self._new_command = threading.Event()
-        self._commanded = False   # a controller commanded: lockstep waits for its commands
-        self.stats = {'ticks': 0, 'command_waits_timed_out': 0, 'controller_lost': 0}
+        self.stats = {'ticks': 0}
         self.command_topic = config.command_topic or f'/{self.info.controller_name}/commands'
         self.joint_states_pub = self.create_publisher(
             JointState, config.joint_states_topic, qos_profile_sensor_data)
@@ -188,6 +186,8 @@ class SimDriver(Node):
         self.clock_pub = self.create_publisher(ClockMsg, '/clock', 10) if self.lockstep else None
         self.peers = PeerWaiter(self, config.peer_timeout, self.warnings.warn) \
             if self.lockstep else None
+        self.commands = CommandWaiter(self, self.resolve_topic_name(self.command_topic),
+                                      config.command_wait if self.lockstep else 0.0)
         self._stop = threading.Event()
         self._thread = None
         self._timer = None
@@ -220,8 +220,7 @@ class SimDriver(Node):
             return
         with self._lock:
             self._command, self._command_time, self._timed_out = u, self.now(), False
-            self._commanded = True   # (again): lockstep waits for its next commands
-        self._new_command.set()
+        self.commands.answered()
 
     def _current_command(self) -> np.ndarray:
         """Return the command to apply now (zero after the timeout)."""
@@ -264,22 +263,23 @@ class SimDriver(Node):
     def _run_lockstep(self) -> None:
         """Lockstep: hold for peers, tick, wait for the command, pace; until stopped."""
         factor = self.config.real_time_factor
-        # a controller already listening is waited for from the first tick on: the ticks
-        # before its first command would otherwise depend on how fast it starts answering
-        self._await_listeners()
-        self._commanded = self.count_publishers(self.command_topic) > 0
-        origin = time.monotonic()
         try:
+            # a controller already listening is waited for from the first tick on: the
+            # ticks before its first command would otherwise depend on how fast it answers
+            await_matched(self, (self.joint_states_pub, self.clock_pub), LISTENER_WAIT_S,
+                          self._stop)
+            self.commands.arm_if_listening()
+            origin = time.monotonic()
             while not self._stop.is_set() and self.context.ok():
                 next_ns = int(round((self.plant.tick + 1) * self.plant.period * 1e9))
                 # a hold is not made up for afterwards by stepping faster than the pace
                 origin += self.peers.wait(next_ns, self._stop)
                 if self._stop.is_set():
                     break
-                self._new_command.clear()
+                self.commands.expect()
                 self.tick()
                 self.stats['ticks'] += 1
-                self._wait_for_command()
+                self.commands.wait(self.plant.time, self._stop)
                 if factor > 0:
                     ahead = self.plant.time / factor - (time.monotonic() - origin)
                     if ahead > 0:
@@ -289,47 +289,6 @@ class SimDriver(Node):
         except Exception as error:  # noqa: B902 - shutdown races end the loop, quietly
             if self.context.ok():
                 self.get_logger().error(f'lockstep loop stopped: {error!r}')
-
-    def _await_listeners(self) -> None:
-        """Before the first tick: wait until the known readers of the state and clock match."""
-        deadline = time.monotonic() + LISTENER_WAIT_S
-        while not self._stop.is_set() and time.monotonic() < deadline:
-            if all(publisher.get_subscription_count() >= self.count_subscribers(
-                    publisher.topic_name) for publisher in (self.joint_states_pub,
-                                                            self.clock_pub)):
-                return
-            self._stop.wait(POLL_S)
-
-    def _wait_for_command(self) -> None:
-        """Lockstep: wait for the command answering this tick (module docstring)."""
-        wait = self.config.command_wait
-        if wait <= 0 or not self._commanded:
-            return   # no controller yet, or it timed out or left (its next command re-arms)
-        started, missing = time.monotonic(), None
-        while not self._new_command.wait(POLL_S):
-            now = time.monotonic()
-            if self._stop.is_set():
-                return
-            if self.count_publishers(self.command_topic) > 0:
-                missing = None
-            elif missing is None:
-                missing = now
-            elif now - missing > GRAPH_GRACE_S:
-                self._commanded = False
-                self.stats['controller_lost'] += 1
-                self.get_logger().warning(
-                    f'no publisher on {self.command_topic} any more: stepping on without '
-                    'waiting for commands until one arrives')
-                return
-            if now - started > wait:
-                self._commanded = False
-                self.stats['command_waits_timed_out'] += 1
-                self.get_logger().error(
-                    f'no command within {wait:g} s (wall) of the tick at '
-                    f'{self.plant.time:.3f} s although {self.command_topic} has a '
-                    'publisher: stepping on without waiting for commands until the next '
-                    'one arrives (does the controller command at the driver rate?)')
-                return
 
     def stop(self) -> None:
         """Stop stepping the plant (lockstep thread or real-time timer); the node stays up."""
