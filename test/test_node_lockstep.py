@@ -1,14 +1,20 @@
 """The lockstep protocol: announcements, the hold rule, and peers that stay out of it."""
 
 import json
+import time
 
-from diffsim_ros.nodes.convert import MessageError
+from diffsim_ros.nodes.convert import joint_state_msg, MessageError, sec_to_stamp
 from diffsim_ros.nodes.lockstep import (holding, LockstepPeer, message_id, parse_announcement,
                                         PeerState, TOPIC)
+from diffsim_ros.nodes.mpc import MpcNode
 from diffsim_ros.nodes.params import parameter_overrides
 import pytest
 from rclpy.node import Node
-from std_msgs.msg import String
+from rclpy.qos import qos_profile_sensor_data
+from ros_helpers import wait_for
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray, String
 
 pytest_plugins = ['ros_helpers']
 
@@ -114,3 +120,37 @@ def test_with_sim_time_a_peer_announces_what_it_published_and_took(ros_context):
         assert parse_announcement(peer.state.to_json()) == peer.state
     finally:
         node.destroy_node()
+
+
+def test_the_mpc_watchdog_runs_on_simulated_time(executor):
+    # under use_sim_time a state goes stale after stale_timeout simulated seconds, however
+    # long the wall clock waits meanwhile (a lockstep plant holding for a refit)
+    context = executor.executor.context
+    mpc = executor.add_node(MpcNode(context=context, parameter_overrides=parameter_overrides(
+        {'robot': 'qube', 'controller': 'baseline', 'compile': False, 'use_sim_time': True,
+         'stale_timeout': 0.1})))
+    probe = executor.add_node(Node('sim_clock', context=context))
+    clock = probe.create_publisher(Clock, '/clock', 10)
+    states = probe.create_publisher(JointState, '/joint_states', qos_profile_sensor_data)
+
+    def at(seconds: float) -> None:
+        clock.publish(Clock(clock=sec_to_stamp(seconds)))
+        assert wait_for(lambda: mpc.get_clock().now().nanoseconds == round(seconds * 1e9))
+
+    commands = []
+    probe.create_subscription(Float64MultiArray, '/effort_controller/commands',
+                              lambda msg: commands.append(list(msg.data)), 10)
+    at(1.0)
+    assert wait_for(lambda: states.get_subscription_count() > 0)
+    states.publish(joint_state_msg(('arm_joint', 'pendulum_joint'), [0.0, 0.1], [0.0, 0.0],
+                                   None, 1.0))
+    time.sleep(0.2)
+    at(1.002)   # the command timer fires: a fresh state, control runs
+    assert wait_for(lambda: not mpc.stale, timeout=10.0)
+    time.sleep(0.5)   # five stale timeouts of wall time, none of simulated time
+    sent = len(commands)
+    at(1.05)
+    assert wait_for(lambda: len(commands) > sent) and not mpc.stale
+    at(1.2)   # 0.2 simulated seconds after the state: stale, the safe command goes out
+    assert wait_for(lambda: mpc.stale)
+    assert wait_for(lambda: commands[-1] == mpc.safe_command.tolist())
