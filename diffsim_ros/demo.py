@@ -58,8 +58,8 @@ DEFAULT_SEED = 7
 #: Simulated seconds the demo adds to the task's episode: the first model is published at
 #: 2.5 s (the first refit with 2 s of data, at its due time: lockstep holds simulated time
 #: for it), and on a plant the nominal model cannot balance the swing-up waits for it (seed
-#: 7 swung up after 3.5-3.8 s in six runs at load 11-22, and the task asks for 1 s of
-#: balance after it).
+#: 7 swung up after 3.5-3.8 s in six runs beside four busy processes, load 7-22, and the
+#: task asks for 1 s of balance after it).
 IDENTIFY_S = 2.0
 
 #: Wall seconds to wait for the mpc node's warm-up (compiling the iLQR) before the plant starts.
