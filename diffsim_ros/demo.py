@@ -6,7 +6,10 @@ The closed-loop demo: simulated driver, identifier, MPC and monitor talking over
 
 * ``sim_driver``: a MuJoCo plant whose hidden true parameters are ``--param-error`` off the
   URDF (and which has Coulomb friction and motor effects the model lacks), in lockstep mode:
-  it publishes ``/clock`` and every other node runs on simulated time;
+  it publishes ``/clock``, every other node runs on simulated time, and the plant waits for
+  the mpc's command at every tick and, at each refit's due time, for the refit and for the
+  mpc to take the model it produced (:mod:`diffsim_ros.nodes.lockstep`), so that the outcome
+  does not depend on how fast or busy the machine is;
 * ``identifier``: refits the model from ``joint_states`` and the commands every
   ``refit_period`` and publishes it as URDF;
 * ``mpc``: starts from the nominal (wrong) model, swaps in every model the identifier
@@ -41,6 +44,7 @@ from .control import tasks
 from .core import load_urdf, RobotModel
 from .io import read_bag
 from .io.fit_cli import main as fit_main
+from .robots.message import load_model_message
 from .sysid.losses import state_scale
 from .sysid.nea import base_parameters
 
@@ -51,13 +55,13 @@ DEMO_ROBOTS = ('qube', 'cartpole', 'wam4', 'panda')
 #: model (the README lists the other seeds measured).
 DEFAULT_SEED = 7
 
-#: Simulated seconds the demo adds to the task's episode: the first refits land after 2-3 s,
-#: and on a plant the nominal model cannot balance the swing-up waits for them (seed 7 swung
-#: up after 3.2-4.8 s in three runs, and the task asks for 1 s of balance after it).
+#: Simulated seconds the demo adds to the task's episode: the first model is published at
+#: 2.5 s (the first refit with 2 s of data, at its due time: lockstep holds simulated time
+#: for it), and on a plant the nominal model cannot balance the swing-up waits for it (seed
+#: 7 swung up after 3.5-3.8 s in six runs beside four busy processes, load 7-22, and the
+#: task asks for 1 s of balance after it).
 IDENTIFY_S = 2.0
 
-#: Wall seconds the simulated driver waits after each tick for the mpc's command.
-COMMAND_WAIT_S = 0.2
 #: Wall seconds to wait for the mpc node's warm-up (compiling the iLQR) before the plant starts.
 MPC_READY_TIMEOUT_S = 180.0
 
@@ -114,31 +118,48 @@ class _Observer:
         self.node = node
         self.joint_names = list(joint_names)
         self.lock = threading.Lock()
-        self.urdf: Optional[str] = None
+        #: The identifier's newest whole-model document (robots/message.py), as published.
+        self.model: Optional[str] = None
+        #: Models the identifier published beyond the nominal one (its accepted refits),
+        #: counted as they arrive on ~/parameters, and their (simulated) publication times.
         self.models = 0
+        self.model_times: list = []
         self.parameters: Dict[str, Any] = {}
         self.nmse: Optional[float] = None
         self.q: Optional[np.ndarray] = None
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
-        node.create_subscription(String, '/identifier/robot_description', self._on_model,
-                                 latched)
+        node.create_subscription(String, '/identifier/model', self._on_model, latched)
         node.create_subscription(String, '/identifier/parameters', self._on_parameters, latched)
         node.create_subscription(Float64MultiArray, '/monitor/prediction_nmse', self._on_nmse,
                                  10)
         node.create_subscription(JointState, 'joint_states', self._on_state,
                                  qos_profile_sensor_data)
 
+    def snapshot(self) -> Dict[str, Any]:
+        """Return what was observed so far, read at one instant."""
+        with self.lock:
+            return {'model': self.model, 'parameters': dict(self.parameters),
+                    'models_accepted': self.models, 'model_times_s': list(self.model_times),
+                    'prediction_nmse': self.nmse, 'q': self.q}
+
     def _on_model(self, msg) -> None:
         with self.lock:
-            self.urdf, self.models = msg.data, self.models + 1
+            self.model = msg.data
 
     def _on_parameters(self, msg) -> None:
         try:
             parameters = json.loads(msg.data)
         except ValueError:
             return
+        if not isinstance(parameters, dict):
+            return
         with self.lock:
             self.parameters = parameters
+            if parameters.get('method', 'nominal') != 'nominal':
+                self.models += 1
+                stamp = parameters.get('stamp')
+                self.model_times.append(round(float(stamp), 9)
+                                        if isinstance(stamp, (int, float)) else None)
 
     def _on_nmse(self, msg) -> None:
         if len(msg.data) and math.isfinite(msg.data[0]):
@@ -159,19 +180,41 @@ def _true_upright(task: tasks.Task, true_model: RobotModel) -> Optional[float]:
     return tasks.upright_angle(true_model, task.pendulum_joint)
 
 
-def _progress(observer: _Observer, task: tasks.Task, model: RobotModel, t: float,
+def _progress(seen: Dict[str, Any], task: tasks.Task, model: RobotModel, t: float,
               upright: Optional[float]) -> str:
-    with observer.lock:
-        q, nmse, parameters = observer.q, observer.nmse, dict(observer.parameters)
+    """Return one progress line from an observer's :meth:`_Observer.snapshot`."""
+    q, nmse, models = seen['q'], seen['prediction_nmse'], seen['models_accepted']
     parts = [f't = {t:5.1f} s']
     if q is not None and upright is not None:
         angle = q[model.joint_index(task.pendulum_joint)]
         error = abs(math.remainder(angle - upright, 2 * math.pi))
         parts.append(f'pendulum {error:4.2f} rad from upright')
-    parts.append(f'models accepted {parameters.get("refits", 0)}')
+    parts.append(f'models accepted {models}')
     if nmse is not None:
         parts.append(f'1 s prediction NMSE {nmse:.3g}')
     return ', '.join(parts)
+
+
+def _lockstep_identifier(robot: str) -> list:
+    """
+    Return the identifier parameters for refits that hold simulated time.
+
+    In lockstep a refit holds the plant until it has finished, so (1) a wall-clock budget of
+    its estimator would only make its result, and the demo's, depend on how busy the
+    machine is: it is lifted; (2) the fit runs on the identifier's worker thread rather than
+    in a child process at a lower priority (that process keeps a real robot's 1 kHz stream
+    flowing during a fit; here nothing flows during one, and on a busy machine the niced
+    child's start took over two minutes).
+
+    :param robot: catalog robot name.
+    :return: ``Parameter`` overrides.
+    """
+    from rclpy.parameter import Parameter
+    from .nodes.params import config_path, load_yaml_params
+    params = load_yaml_params(config_path(robot), 'identifier')
+    budget = f'{params.get("estimator", "diffnea")}.max_seconds'
+    return [Parameter('refit_process', value=False)] + (
+        [Parameter(budget, value=0.0)] if budget in params else [])
 
 
 def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str, Any]:
@@ -218,10 +261,11 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
         # the plant's streams are subscribed before the plant starts: nothing is lost
         early = {'/joint_states': 'sensor_msgs/msg/JointState',
                  f'/{info.controller_name}/commands': 'std_msgs/msg/Float64MultiArray'}
-        recorder = Recorder(bag, types=early, exclude=('/clock',), context=context,
+        recorder = Recorder(bag, types=early, exclude=('/clock', '/lockstep'), context=context,
                             parameter_overrides=sim_time)
         spin(recorder)
-        spin(Identifier(context=context, parameter_overrides=robot + sim_time))
+        refits = _lockstep_identifier(args.robot)
+        spin(Identifier(context=context, parameter_overrides=robot + sim_time + refits))
         chosen = args.controller or load_yaml_params(config_path(args.robot), 'mpc').get(
             'controller')
         # in lockstep the baseline's latency does not matter: skip its compile (1-2 min cold)
@@ -244,9 +288,6 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
         driver = SimDriver(context=context, parameter_overrides=robot + [
             Parameter('clock_mode', value='lockstep'),
             Parameter('real_time_factor', value=float(args.real_time_factor)),
-            # every tick waits for the mpc's answer: on a loaded 2-core laptop the Python
-            # nodes share one interpreter, and late commands would decide the swing-up
-            Parameter('command_wait', value=COMMAND_WAIT_S),
             Parameter('param_error', value=float(args.param_error)),
             Parameter('seed', value=int(args.seed))])
         spin(driver)
@@ -258,12 +299,11 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
             if not all(thread.is_alive() for _, _, thread in spinning):
                 raise RuntimeError('an executor stopped unexpectedly')
             if driver.plant.time >= next_print:
-                print('  ' + _progress(observer, task, model, driver.plant.time, upright),
-                      flush=True)
+                seen = observer.snapshot()
+                print('  ' + _progress(seen, task, model, driver.plant.time, upright), flush=True)
                 next_print += 1.0
             time.sleep(0.05)
         driver.stop()
-        print('  ' + _progress(observer, task, model, duration, upright), flush=True)
         # let the recorder write what is still queued (it may lag behind the plant)
         previous, deadline = -1, time.monotonic() + 10.0
         while time.monotonic() < deadline:
@@ -273,9 +313,11 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
             previous = total
             time.sleep(0.5)
         true_model = driver.plant.true_model
-        with observer.lock:
-            result = {'urdf': observer.urdf, 'parameters': dict(observer.parameters),
-                      'prediction_nmse': observer.nmse, 'true_model': true_model}
+        # the last line and the report show the same instant
+        result = observer.snapshot()
+        print('  ' + _progress(result, task, model, duration, upright), flush=True)
+        result.update(lockstep={**driver.stats, **driver.commands.stats, **driver.peers.stats},
+                      true_model=true_model)
         recorded = dict(recorder.counts)
     finally:
         for _, executor, _ in spinning:
@@ -394,10 +436,13 @@ def plot_prediction(path: Path, study: Dict[str, Any], model: RobotModel, title:
     plt.close(fig)
 
 
-def _model_from(urdf: Optional[str], nominal: RobotModel) -> Optional[RobotModel]:
-    if not urdf:
-        return None
-    # URDF has no rotor inertia: the catalog's armature stays, as in the mpc node
+def _number(value: Optional[float]) -> str:
+    """Format a measured number with 3 significant digits ('n/a' when there is none)."""
+    return 'n/a' if value is None else f'{value:.3g}'
+
+
+def _urdf_model(urdf: str, nominal: RobotModel) -> RobotModel:
+    # diffsim-fit's URDF has no rotor inertia: the catalog's armature stays
     return load_urdf(xml=urdf).replace(armature=nominal.armature)
 
 
@@ -422,8 +467,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
           f'{duration:g} s simulated at {args.real_time_factor:g}x real time', flush=True)
     graph = run_graph(args, bag, duration)
     command_topic = f'/{info.controller_name}/commands'
+    held = graph['lockstep']
     print(f'[2/{steps}] recorded {sum(graph["recorded"].values())} messages on '
-          f'{len(graph["recorded"])} topics to {bag}', flush=True)
+          f'{len(graph["recorded"])} topics to {bag}; simulated time waited '
+          f'{held["peer_hold_s"]:.1f} s (wall) for {held["peer_holds"]} refits and models',
+          flush=True)
     (run,) = read_bag(bag, command_topic=command_topic, joint_names=info.joint_names,
                       command_joints=info.command_joints)[:1]
     nominal = robots.interface(args.robot).nominal_model()
@@ -431,7 +479,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     outcome = tasks.evaluate(task, nominal, run.t, run.q, run.qd, run.u,
                              upright=_true_upright(task, true))
     estimates = {}
-    online = _model_from(graph['urdf'], nominal)
+    # the model exactly as the mpc and monitor received it (robots/message.py)
+    online = load_model_message(graph['model'], robots.interface(args.robot))[0] \
+        if graph['model'] else None
     if online is not None:
         estimates['estimate'] = online
     fit_dir = args.out / 'fit'
@@ -442,7 +492,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         code = fit_main([str(bag), '--robot', args.robot, '--command-topic', command_topic,
                          '--out', str(fit_dir), '--seed', str(args.seed), '--cutoff', '0'])
         if code == 0:
-            estimates['offline_fit'] = _model_from(
+            estimates['offline_fit'] = _urdf_model(
                 (fit_dir / 'model.urdf').read_text(encoding='utf-8'), nominal)
         else:
             print(f'diffsim-fit failed with exit code {code}', file=sys.stderr)
@@ -468,7 +518,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         'prediction_nmse': nmse.get('identified'),
         'prediction_nmse_nominal': nmse.get('nominal'),
         'monitor_prediction_nmse': graph['prediction_nmse'],
-        'models_accepted': graph['parameters'].get('refits'),
+        'models_accepted': graph['models_accepted'],
+        'model_times_s': graph['model_times_s'],
         'median_parameter_error': errors[len(errors) // 2] if errors else None,
         'offline_fit_median_parameter_error':
             offline_errors[len(offline_errors) // 2] if offline_errors else None,
@@ -476,6 +527,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         'identifier_parameters': graph['parameters'].get('parameters', {}),
         'recorded_messages': graph['recorded'],
         'graph_wall_time_s': graph['wall_time_s'],
+        'lockstep': graph['lockstep'],
         'wall_time_s': time.perf_counter() - start,
         'outputs': {'bag': str(bag), 'plot': str(args.out / 'prediction.png'),
                     'fit': None if args.no_fit else str(fit_dir)},
@@ -488,8 +540,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     else:
         verdict = f'tracking RMS {report["tracking_rms"]:.3g} rad'
     print(f'  task: {verdict}')
-    print(f'  1 s prediction NMSE: identified {nmse.get("identified")}, nominal '
-          f'{nmse.get("nominal")}; models accepted online: {report["models_accepted"]}')
+    print(f'  1 s prediction NMSE: identified {_number(nmse.get("identified"))}, nominal '
+          f'{_number(nmse.get("nominal"))}; models accepted online: '
+          f'{report["models_accepted"]}')
     if errors:
         nominal_errors = _sorted_errors(parameters, 'nominal_relative_error')
         offline = (f', offline fit of the bag {offline_errors[len(offline_errors) // 2]:.1%}'

@@ -3,9 +3,11 @@
 import json
 import math
 import os
+import re
 
 from diffsim_ros import demo
 from diffsim_ros.io import bag_topics, read_bag
+from diffsim_ros.nodes.params import config_path, load_yaml_params
 import pytest
 
 
@@ -47,8 +49,28 @@ def test_demo_swings_up_with_the_identified_model_and_writes_bag_report_and_plot
     assert bool(run.u.isfinite().all()) and float(run.u.abs().max()) <= 10.0
     assert (out / 'prediction.png').stat().st_size > 0
     assert (out / 'fit' / 'model.urdf').is_file()
+    # in lockstep simulated time waited for every command and every due refit: each model
+    # was published at a refit's due time, whatever the load of the machine
+    lockstep = report['lockstep']
+    assert lockstep['command_waits_timed_out'] == 0 and lockstep['controller_lost'] == 0
+    assert lockstep['peer_timeouts'] == 0 and lockstep['peers_lost'] == 0
+    assert lockstep['peer_holds'] >= report['models_accepted']
+    period = load_yaml_params(config_path('qube'), 'identifier')['refit_period']
+    for stamp in report['model_times_s']:
+        assert abs(stamp / period - round(stamp / period)) < 1e-6, report['model_times_s']
+    assert len(report['model_times_s']) == report['models_accepted']
     printed = capsys.readouterr().out
     assert 't =   2.0 s' in printed and 'report.json' in printed
+    # progress and result lines: numbers rounded, models counted as the identifier published
+    shown = [line for line in printed.splitlines()
+             if line.startswith(('  t =', '  task:', '  1 s prediction'))]
+    # at most 4 significant digits (a raw float such as 2.21705596560012 has 15)
+    digits = [number.replace('.', '').lstrip('0') for line in shown
+              for number in re.findall(r'\d+\.\d+', line)]
+    assert digits and max(len(d) for d in digits) <= 4, shown
+    counts = [int(n) for line in shown for n in re.findall(r'models accepted (\d+)', line)]
+    assert counts == sorted(counts) and counts[-1] == report['models_accepted'], shown
+    assert f'models accepted online: {report["models_accepted"]}' in printed
 
 
 @pytest.mark.parametrize('argv', [

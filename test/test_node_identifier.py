@@ -275,7 +275,8 @@ def test_identifier_converges_on_sim_driver_data(executor):
     driver = executor.add_node(SimDriver(
         context=executor.executor.context, parameter_overrides=parameter_overrides(
             {'robot': 'qube', 'clock_mode': 'lockstep', 'real_time_factor': 2.0,
-             'rate_hz': 100.0, 'param_error': 0.3, 'seed': 1})))
+             'rate_hz': 100.0, 'param_error': 0.3, 'seed': 1,
+             'command_wait': 0.0})))   # the exciter is a wall-clock signal, not a controller
     node = make_identifier(executor, use_sim_time=True, refit_period=1.0, window=4.0,
                            min_window=2.0)
     probe = executor.add_node(Node('exciter', context=executor.executor.context))

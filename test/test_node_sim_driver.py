@@ -1,9 +1,12 @@
 """The simulated driver node over real DDS (loopback): interfaces, rates, commands, clock."""
 
+import math
+import threading
 import time
 
 from diffsim_ros import robots
 from diffsim_ros.nodes.convert import stamp_to_sec
+from diffsim_ros.nodes.lockstep import ANNOUNCE_QOS, LockstepPeer
 from diffsim_ros.nodes.params import parameter_overrides
 from diffsim_ros.nodes.sim_driver import SimDriver
 from geometry_msgs.msg import PoseStamped
@@ -14,7 +17,7 @@ from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, ReliabilityPoli
 from ros_helpers import own_endpoints, wait_for
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
+from std_msgs.msg import Float64MultiArray, String
 import torch
 
 pytest_plugins = ['ros_helpers']
@@ -94,7 +97,8 @@ def test_realtime_mode_keeps_the_wall_clock_rate(executor):
 
 
 def test_commands_apply_bad_ones_are_dropped_and_timeout_zeroes(executor):
-    driver = make_driver(executor, command_timeout=0.3)
+    # command_wait 0: the plant steps on without this probe's answers
+    driver = make_driver(executor, command_timeout=0.3, command_wait=0.0)
     probe, inbox = make_probe(executor, {'/joint_states': JointState,
                                          '/mocap/pendulum_tip': PoseStamped})
     publisher = probe.create_publisher(Float64MultiArray, '/effort_controller/commands', 10)
@@ -142,34 +146,177 @@ def test_use_sim_time_nodes_follow_the_lockstep_clock(executor):
     assert -0.01 <= lag < 1.5   # plant seconds; the follower sees /clock with some delay
 
 
-def test_command_wait_keeps_the_plant_in_lockstep_with_the_controller(executor):
-    # as fast as possible, but every tick waits for the controller's answer
-    driver = make_driver(executor, real_time_factor=0.0, command_wait=1.0)
-    probe = executor.add_node(Node('answering_controller', context=executor.executor.context))
-    publisher = probe.create_publisher(Float64MultiArray, '/effort_controller/commands', 10)
-    answering, answered = [True], []
+def answering_controller(executor, name, delay):
+    """
+    Return a node that commands once per ``/clock`` tick, as the mpc's timer does.
 
-    def answer(msg: JointState) -> None:
+    :param delay: ``delay(stamp)`` -> wall seconds the answer takes.
+    :return: ``(node, answered stamps, answering flag list)``.
+    """
+    node = executor.add_node(Node(name, context=executor.executor.context))
+    publisher = node.create_publisher(Float64MultiArray, '/effort_controller/commands', 10)
+    answered, answering = [], [True]
+
+    def answer(msg: Clock) -> None:
         if answering[0]:
-            time.sleep(0.002)   # a controller slower than the plant
+            stamp = stamp_to_sec(msg.clock)
+            time.sleep(delay(stamp))
             publisher.publish(Float64MultiArray(data=[0.5]))
-            answered.append(stamp_to_sec(msg.header.stamp))
+            answered.append(stamp)
 
-    probe.create_subscription(JointState, '/joint_states', answer, qos_profile_sensor_data)
+    node.create_subscription(Clock, '/clock', answer, 10)
+    return node, answered, answering
+
+
+def test_each_tick_waits_for_the_command_however_late_it_comes(executor):
+    # as fast as possible, but every tick waits for the controller's answer, here slower
+    # than the 0.2 s after which the driver used to step on (issue 14, case 9)
+    driver = make_driver(executor, real_time_factor=0.0, command_wait=2.0)
+    _, answered, answering = answering_controller(
+        executor, 'slow_controller',
+        lambda stamp: 0.3 if round(stamp * 500) % 25 == 0 else 0.002)
     assert wait_for(lambda: len(answered) > 20, timeout=20.0)
-    ticks, count = driver.stats['ticks'], len(answered)
-    assert wait_for(lambda: len(answered) > count + 100, timeout=20.0)
-    # one tick per answer: the answered stamps are consecutive ticks (a best-effort state can
-    # be lost: then that tick's wait times out and leaves one gap of two periods); compared on
-    # the stamps, since the tick counter and the answer list cannot be read at one instant
-    assert driver.stats['ticks'] - ticks >= 90   # about 100: the plant kept stepping
-    gaps = np.round(np.diff(answered[count:]) / driver.plant.period).astype(int)
-    assert gaps.min() >= 1 and gaps.max() <= 2 and int((gaps == 2).sum()) <= 1, gaps
-    assert driver.stats['command_waits_timed_out'] <= 1
-    # a controller that goes quiet does not stall the plant: three waits, then free running
-    timed_out = driver.stats['command_waits_timed_out']
+    count = len(answered)
+    assert wait_for(lambda: len(answered) > count + 120, timeout=30.0)
+    ticks = np.round(np.array(answered[count:]) * 500).astype(int)
+    assert np.all(np.diff(ticks) == 1), ticks   # one command per tick, none skipped
+    assert sum(tick % 25 == 0 for tick in ticks) >= 4   # answers that took 0.3 s
+    assert driver.commands.stats['command_waits_timed_out'] == 0
+    # a controller that stays but goes quiet costs one safety timeout, logged as an error;
+    # then the plant steps on without waiting
     answering[0] = False
     quiet = driver.stats['ticks']
     assert wait_for(lambda: driver.stats['ticks'] > quiet + 200, timeout=20.0)
-    assert driver.stats['command_waits_timed_out'] - timed_out == 3
-    assert driver.warnings.drops.get('command_wait', 0) >= 1
+    assert driver.commands.stats['command_waits_timed_out'] == 1
+    assert not driver.commands.armed
+
+
+def test_a_controller_already_listening_answers_every_tick_from_the_first(executor):
+    # the ticks before a controller's first command would depend on how fast it answers
+    _, answered, _ = answering_controller(executor, 'early_controller', lambda _: 0.01)
+    driver = make_driver(executor, real_time_factor=0.0, command_wait=5.0)
+    assert wait_for(lambda: len(answered) > 50, timeout=20.0)
+    ticks = np.round(np.array(answered) * 500).astype(int)
+    assert ticks[:50].tolist() == list(range(1, 51))
+    assert driver.commands.stats['command_waits_timed_out'] == 0
+
+
+def test_a_controller_that_left_is_not_waited_for(executor):
+    # the safety timeout is long: what frees the plant is the controller leaving the graph
+    driver = make_driver(executor, real_time_factor=0.0, command_wait=600.0)
+    node, answered, _ = answering_controller(executor, 'leaving_controller', lambda _: 0.0)
+    assert wait_for(lambda: len(answered) > 20, timeout=20.0)
+    executor.nodes.remove(node)
+    executor.executor.remove_node(node)
+    node.destroy_node()
+    gone, start = driver.stats['ticks'], time.monotonic()
+    assert wait_for(lambda: driver.stats['ticks'] > gone + 200, timeout=20.0)
+    assert time.monotonic() - start < 10.0
+    assert driver.commands.stats['controller_lost'] == 1
+    assert driver.commands.stats['command_waits_timed_out'] == 0
+
+
+class FakeRefitPeer:
+    """
+    A slow identifier stand-in speaking the lockstep protocol.
+
+    Every ``period`` simulated seconds its timer wakes a worker that "refits" for ``work_s``
+    wall seconds, sampling the plant's time meanwhile, publishes a "model" and holds the
+    plant at its next due time.  ``work_s`` = inf: a refit that never ends.
+    """
+
+    def __init__(self, executor, driver_ref, name, period, work_s) -> None:
+        """Create the node, announce the first due time and start the worker."""
+        self.node = executor.add_node(Node(
+            name, context=executor.executor.context,
+            parameter_overrides=parameter_overrides({'use_sim_time': True})))
+        self.lockstep = LockstepPeer(self.node)
+        self.model_pub = self.node.create_publisher(String, '~/model', ANNOUNCE_QOS)
+        self.driver_ref, self.work_s = driver_ref, work_s
+        self.refits = []   # (announced due time ns, plant times ns seen during the work)
+        self.wake, self.stop = threading.Event(), threading.Event()
+        self.timer = self.node.create_timer(period, self.wake.set)
+        self.lockstep.hold_until_next_call(self.timer)
+        self.thread = threading.Thread(target=self._work, daemon=True)
+        self.thread.start()
+
+    def _work(self) -> None:
+        while not self.stop.is_set():
+            if not self.wake.wait(0.05):
+                continue
+            self.wake.clear()
+            due, seen = self.lockstep.state.until, []
+            end = time.monotonic() + self.work_s
+            while time.monotonic() < end and not self.stop.is_set():
+                seen.append(round(self.driver_ref[0].plant.time * 1e9))
+                time.sleep(0.01)
+            if self.stop.is_set():
+                return
+            self.refits.append((due, seen))
+            self.lockstep.publish(self.model_pub, String(data=f'model {len(self.refits)}'))
+            self.lockstep.hold_until_next_call(self.timer)
+
+
+def test_the_plant_holds_for_a_due_refit_and_for_its_model_to_be_taken(executor):
+    # peers first, then the driver (it reads their latched announcements)
+    driver_ref = [None]
+    refitter = FakeRefitPeer(executor, driver_ref, 'fake_identifier', period=0.5, work_s=0.4)
+    user = executor.add_node(Node('fake_mpc', context=executor.executor.context,
+                                  parameter_overrides=parameter_overrides(
+                                      {'use_sim_time': True})))
+    user_peer, taken = LockstepPeer(user), []
+
+    def take(msg: String) -> None:   # a slow model swap
+        seen = []
+        for _ in range(20):
+            seen.append(round(driver_ref[0].plant.time * 1e9))
+            time.sleep(0.01)
+        taken.append((msg.data, seen))
+
+    user.create_subscription(String, '/fake_identifier/model',
+                             user_peer.taking('/fake_identifier/model', take), ANNOUNCE_QOS)
+    driver_ref[0] = driver = make_driver(executor, real_time_factor=0.5)
+    assert wait_for(lambda: len(taken) >= 3, timeout=30.0), (refitter.refits, taken)
+    assert driver.peers.peers.keys() >= {'/fake_identifier', '/fake_mpc'}
+    # every refit ran with the plant held exactly at its due time (0.5 s, 1.0 s, ...), and
+    # each model was taken before the plant moved on
+    for k, (due, seen) in enumerate(refitter.refits[:3]):
+        assert due == (k + 1) * 500_000_000
+        assert set(seen) == {due}, (k, sorted(set(seen)))
+    for k, (text, seen) in enumerate(taken[:3]):
+        assert text == f'model {k + 1}'
+        assert set(seen) == {(k + 1) * 500_000_000}, (k, sorted(set(seen)))
+    assert driver.commands.stats['command_waits_timed_out'] == 0
+    # (the third hold is counted when it ends, just after the third model was taken)
+    assert wait_for(lambda: driver.peers.stats['peer_holds'] >= 3)
+    assert driver.peers.stats['peer_timeouts'] == 0
+    refitter.stop.set()
+
+
+def test_a_dead_or_stuck_peer_does_not_hang_the_plant(executor):
+    driver_ref = [None]
+    stuck = FakeRefitPeer(executor, driver_ref, 'stuck_identifier', period=0.2,
+                          work_s=math.inf)
+    driver_ref[0] = driver = make_driver(executor, real_time_factor=0.0, peer_timeout=600.0)
+    # held at the refit that never ends
+    assert wait_for(lambda: driver.plant.tick == 100, timeout=10.0)
+    time.sleep(1.0)
+    assert driver.plant.tick == 100
+    # the peer dies (its node leaves the graph): the plant goes on within the grace period
+    stuck.stop.set()
+    executor.nodes.remove(stuck.node)
+    executor.executor.remove_node(stuck.node)
+    stuck.node.destroy_node()
+    start = time.monotonic()
+    assert wait_for(lambda: driver.plant.tick > 500, timeout=20.0)
+    assert time.monotonic() - start < 10.0
+    assert driver.peers.stats['peers_lost'] == 1 and driver.peers.stats['peer_timeouts'] == 0
+
+
+def test_a_peer_that_never_finishes_ends_in_an_error_after_peer_timeout(executor):
+    driver_ref = [None]
+    stuck = FakeRefitPeer(executor, driver_ref, 'hung_identifier', period=0.2, work_s=math.inf)
+    driver_ref[0] = driver = make_driver(executor, real_time_factor=0.0, peer_timeout=1.0)
+    assert wait_for(lambda: driver.plant.tick > 500, timeout=20.0)
+    assert driver.peers.stats['peer_timeouts'] == 1 and driver.peers.stats['peers_lost'] == 0
+    stuck.stop.set()

@@ -30,7 +30,9 @@ Publications:
   "heldout_loss", "refits", "parameters": {name: {"value", "unit"[, "std"]}}}`` with the
   standard deviation wherever the estimator is Bayesian;
 * ``/diagnostics`` (``diagnostic_msgs/DiagnosticArray``): refit losses, refit rate, window
-  fill, dropped messages.
+  fill, dropped messages;
+* ``/lockstep`` under ``use_sim_time`` only: each refit's due time holds a lockstep
+  simulated plant until the refit has finished (:mod:`diffsim_ros.nodes.lockstep`).
 
 Services (``std_srvs``): ``~/reset`` (Trigger: empty window, nominal model), ``~/save``
 (Trigger: URDF and parameter YAML into ``save_directory``), ``~/freeze`` (SetBool: stop or
@@ -57,6 +59,7 @@ import yaml
 
 from .convert import commands_array, MessageError, pose_matrix, stamp_to_sec, ThrottledLogger
 from .gates import StateGate, StateGateConfig
+from .lockstep import LockstepPeer
 from .params import declare_config, declare_robot, meta
 from .runtime import configure_interpreter, run_node
 from .. import robots
@@ -229,6 +232,8 @@ class Identifier(Node):
         self.description_pub = self.create_publisher(String, '~/robot_description', latched)
         self.model_pub = self.create_publisher(String, '~/model', latched)   # sent whole
         self.parameters_pub = self.create_publisher(String, '~/parameters', latched)
+        # simulation: refits hold the plant's clock at their due time (nodes/lockstep.py)
+        self._lockstep = LockstepPeer(self)
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         self.command_topic = config.command_topic or f'/{self.info.controller_name}/commands'
         # sensor-data QoS, but a deeper queue: a burst from the driver or a pause of this
@@ -249,7 +254,8 @@ class Identifier(Node):
         self._wake, self._stop = threading.Event(), threading.Event()
         self._worker = threading.Thread(target=self._work, daemon=True)
         self._worker.start()
-        self.create_timer(config.refit_period, self._wake.set)
+        self._refit_timer = self.create_timer(config.refit_period, self._wake.set)
+        self._lockstep.hold_until_next_call(self._refit_timer)
         self.create_timer(config.diagnostics_period, self.publish_diagnostics)
         self._publish_model()
 
@@ -308,6 +314,7 @@ class Identifier(Node):
             self._wake.clear()
             if not self.frozen and not self._stop.is_set():
                 self.refit()
+            self._lockstep.hold_until_next_call(self._refit_timer)   # this one is done
 
     def refit(self) -> bool:
         """
@@ -353,7 +360,8 @@ class Identifier(Node):
         best = self.best
         try:
             model = best.model if best is not None else self.nominal
-            self.model_pub.publish(String(data=json.dumps(model_message(
+            # the whole model is what the mpc and monitor take: a lockstep plant waits for it
+            self._lockstep.publish(self.model_pub, String(data=json.dumps(model_message(
                 best if best is not None else model, robots.interface(self.robot)))))
             self.description_pub.publish(String(data=model_to_urdf(model)))
         except ValueError as error:

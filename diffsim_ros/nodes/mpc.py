@@ -42,6 +42,8 @@ Adaptive MPC node: commands the robot with a controller running on the newest mo
 * ``/diagnostics``: solve time, solve and command rates (the command rate on the node clock;
   WARN below 95 % of ``command_rate``), missed command deadlines, state age, model updates,
   refused ``joint_states`` per reason (WARN while refusals are recent).
+* Under ``use_sim_time`` it tells a lockstep simulated plant on ``/lockstep`` which model it
+  has judged, so that the plant waits for each new model (:mod:`diffsim_ros.nodes.lockstep`).
 
 Time is the node clock (simulated time under ``use_sim_time``), counted from the first
 accepted state, which is also the time origin of tracking references.
@@ -65,6 +67,7 @@ import torch
 from .command_loop import DeadlineLoop, PolledGroup, take_messages
 from .convert import commands_msg, MessageError, ThrottledLogger
 from .gates import StateGate, StateGateConfig
+from .lockstep import LockstepPeer
 from .monitor import MODEL_QOS
 from .params import declare_config, declare_robot, meta
 from .runtime import configure_interpreter, run_node
@@ -331,6 +334,9 @@ class MpcNode(Node):
             QoSProfile(depth=depth, reliability=qos_profile_sensor_data.reliability,
                        durability=qos_profile_sensor_data.durability),
             callback_group=PolledGroup())
+        # simulation: a lockstep plant waits until this node has judged each published model
+        self._lockstep = LockstepPeer(self)
+        self._model_judged = self._lockstep.uses(config.model_topic)
         self.create_subscription(String, config.model_topic, self._on_model, MODEL_QOS)
         timers = MutuallyExclusiveCallbackGroup()
         self.create_timer(0.1, self._log.flush, callback_group=timers)
@@ -379,16 +385,17 @@ class MpcNode(Node):
 
     def _on_model(self, msg: String) -> None:
         """Hand a model document to the gate (robots/gate.py), which judges it on its thread."""
-        self.model_gate.submit(msg.data, self.model, None, self._use_model, self._refused)
+        def use(model: RobotModel, actuator, decision) -> None:
+            with self._lock:
+                self._pending_model = model
+            self._model_judged(msg)
+            if not self._inline:
+                self._solve_event.set()
 
-    def _use_model(self, model: RobotModel, actuator, decision) -> None:
-        with self._lock:
-            self._pending_model = model
-        if not self._inline:
-            self._solve_event.set()
-
-    def _refused(self, reason: str) -> None:
-        self.stats['models_rejected'] += 1
+        def refused(reason: str) -> None:
+            self.stats['models_rejected'] += 1
+            self._model_judged(msg)
+        self.model_gate.submit(msg.data, self.model, None, use, refused)
 
     def _request_solve(self) -> None:
         if not self._is_stale(self._now()):

@@ -12,15 +12,33 @@ Clock modes (``clock_mode``):
 
 * ``realtime``: a wall-clock timer steps the plant at its rate; stamps are the node's clock.
 * ``lockstep``: a thread steps the plant as fast as it can (or at ``real_time_factor``
-  times real time), publishes ``/clock`` with the plant time before each tick's messages and
-  stamps them with it.  Run every other node with ``use_sim_time:=true`` so that their
+  times real time), publishes each tick's messages stamped with the plant time and then
+  ``/clock`` at that time.  Run every other node with ``use_sim_time:=true`` so that their
   clocks, timers and command timeouts follow the plant; tests and the laptop demo use it.
-  With ``command_wait`` > 0 the driver also waits, after each tick, up to that many wall
-  seconds for the controller's next command (the lockstep of PX4's and Gazebo's simulators):
-  the controller then sees every state and the plant gets every command one tick later,
-  whatever the load of the machine, so a closed loop in simulated time does not depend on how
-  fast the computer is.  Until the first command, and after three ticks in a row without one,
-  it steps without waiting (a controller that is not running does not stall the plant).
+  The state comes first so that a node's timer firing at ``t_k`` finds the state of
+  ``t_k`` already taken (rclpy runs a node's subscriptions, ``/clock``'s first, before
+  the timers the new time makes ready): a controller commanding on its timer answers the
+  newest state, not the one before it depending on the machine's speed, and a refit due at
+  ``t_k`` has that state in its window.  Such a state is stamped one period ahead of the
+  receiving node's clock until ``/clock`` arrives.
+  Simulated time then waits for the work due in it, so that a closed loop in simulated time
+  does not depend on how fast or busy the computer is (the lockstep of PX4's and Gazebo's
+  simulators):
+
+  - after each tick the driver waits for the controller's command answering it: the
+    controller sees every state and the plant gets every command one tick later.  It waits
+    only once a controller has commanded (or from the first tick, when the command topic
+    already has a publisher then), only while the command topic has a publisher
+    (one gone for :data:`~diffsim_ros.nodes.lockstep.GRAPH_GRACE_S` s is not waited for),
+    and at most ``command_wait`` wall seconds, a safety timeout that logs an error and
+    stops the waits until the next command arrives;
+  - before each tick it waits for the peers of the lockstep protocol
+    (:mod:`diffsim_ros.nodes.lockstep`): no tick passes an identifier's due refit until the
+    refit has finished and the mpc has the model it produced; at most ``peer_timeout`` wall
+    seconds per hold (then an error), and never for a peer that left the ROS graph.
+
+  ``real_time_factor`` paces the ticks in between; time spent holding for peers is not
+  made up afterwards.
 
 A bad command (wrong length, NaN/Inf) is dropped with a throttled warning and the last valid
 command stays; after ``command_timeout`` s without a valid command the driver applies zero,
@@ -43,7 +61,8 @@ import yaml
 
 from .convert import (commands_array, joint_state_msg, MessageError, pose_msg, sec_to_stamp,
                       ThrottledLogger)
-from .params import declare_config, declare_robot
+from .lockstep import await_matched, CommandWaiter, PeerWaiter
+from .params import declare_config, declare_robot, meta
 from .runtime import configure_interpreter, run_node
 from .. import robots
 from ..sim import MujocoPlant, PlantConfig, TrueParameters
@@ -51,57 +70,68 @@ from ..sim import MujocoPlant, PlantConfig, TrueParameters
 __all__ = ['SimDriver', 'SimDriverConfig', 'main']
 
 _CLOCK_MODES = ('realtime', 'lockstep')
-
-
-def _meta(description: str) -> dict:
-    return {'description': description}
+#: Lockstep: wall seconds at most to wait, before the first tick, for the readers the ROS
+#: graph knows of to match the state and clock publishers (a first tick they miss would
+#: leave a controller that is already there without the state it must answer).
+LISTENER_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
 class SimDriverConfig:
     """Parameters of the simulated driver (see the module docstring)."""
 
-    clock_mode: str = field(default='realtime', metadata=_meta(
+    clock_mode: str = field(default='realtime', metadata=meta(
         "'realtime' (wall-clock timer) or 'lockstep' (publish /clock, step as fast as "
         'possible; other nodes need use_sim_time)'))
-    real_time_factor: float = field(default=0.0, metadata=_meta(
-        'lockstep only: pace the plant at this multiple of real time; 0 = as fast as possible'))
-    command_wait: float = field(default=0.0, metadata=_meta(
-        'lockstep only: wall seconds to wait after each tick for the next command (the '
-        'controller in lockstep with the plant); 0 = do not wait'))
-    rate_hz: float = field(default=0.0, metadata=_meta(
-        "joint_states and command-loop rate, Hz; 0 = the robot's driver rate"))
-    joint_states_topic: str = field(default='joint_states', metadata=_meta(
+    real_time_factor: float = field(default=0.0, metadata=meta(
+        'lockstep only: pace the plant at this multiple of real time; 0 = as fast as possible',
+        range=(0.0, 1000.0)))
+    command_wait: float = field(default=10.0, metadata=meta(
+        "lockstep only: safety timeout, wall s, of each tick's wait for the controller's "
+        'command (an error, then no waits until the next command); 0 = never wait',
+        range=(0.0, 3600.0)))
+    peer_timeout: float = field(default=600.0, metadata=meta(
+        'lockstep only: safety timeout, wall s, of a hold by a /lockstep peer (a due refit, '
+        'a model not yet taken); then an error and the peer is ignored until it announces '
+        'again; 0 = never wait for peers', range=(0.0, 86400.0)))
+    rate_hz: float = field(default=0.0, metadata=meta(
+        "joint_states and command-loop rate, Hz; 0 = the robot's driver rate",
+        range=(0.0, 10000.0)))
+    joint_states_topic: str = field(default='joint_states', metadata=meta(
         'topic of the published sensor_msgs/JointState'))
-    command_topic: str = field(default='', metadata=_meta(
+    command_topic: str = field(default='', metadata=meta(
         "std_msgs/Float64MultiArray command topic; '' = /<controller_name>/commands"))
-    command_timeout: float = field(default=0.5, metadata=_meta(
-        'seconds without a valid command after which zero is applied; 0 = hold forever'))
-    mocap_bodies: tuple[str, ...] = field(default=(), metadata=_meta(
+    command_timeout: float = field(default=0.5, metadata=meta(
+        'seconds without a valid command after which zero is applied; 0 = hold forever',
+        range=(0.0, 3600.0)))
+    mocap_bodies: tuple[str, ...] = field(default=(), metadata=meta(
         "links whose world poses are published; empty = the robot's end-effector link"))
-    mocap_topic_prefix: str = field(default='mocap', metadata=_meta(
+    mocap_topic_prefix: str = field(default='mocap', metadata=meta(
         'poses go to <prefix>/<link> as geometry_msgs/PoseStamped'))
-    mocap_rate_hz: float = field(default=100.0, metadata=_meta(
-        'motion-capture rate, Hz (rounded to a divider of rate_hz); 0 = no mocap'))
-    world_frame: str = field(default='world', metadata=_meta('frame_id of the mocap poses'))
-    param_error: float = field(default=0.3, metadata=_meta(
+    mocap_rate_hz: float = field(default=100.0, metadata=meta(
+        'motion-capture rate, Hz (rounded to a divider of rate_hz); 0 = no mocap',
+        range=(0.0, 10000.0)))
+    world_frame: str = field(default='world', metadata=meta('frame_id of the mocap poses'))
+    param_error: float = field(default=0.3, metadata=meta(
         'relative error of the hidden true parameters (0.3 = 30 %), seeded by seed'))
-    actuator_error: float = field(default=0.0, metadata=_meta(
+    actuator_error: float = field(default=0.0, metadata=meta(
         'relative error of the true actuator gains / motor constants'))
-    seed: int = field(default=0, metadata=_meta('seed of the true parameters and the noise'))
-    true_parameters_file: str = field(default='', metadata=_meta(
+    seed: int = field(default=0, metadata=meta('seed of the true parameters and the noise'))
+    true_parameters_file: str = field(default='', metadata=meta(
         "YAML file of explicit TrueParameters (replaces param_error); '' = sampled"))
-    q_noise_std: float = field(default=0.0, metadata=_meta('position noise std, rad or m'))
-    qd_noise_std: float = field(default=0.0, metadata=_meta('velocity noise std'))
-    q0: tuple[float, ...] = field(default=(), metadata=_meta(
+    q_noise_std: float = field(default=0.0, metadata=meta('position noise std, rad or m',
+                                                          range=(0.0, 10.0)))
+    qd_noise_std: float = field(default=0.0, metadata=meta('velocity noise std',
+                                                           range=(0.0, 100.0)))
+    q0: tuple[float, ...] = field(default=(), metadata=meta(
         'initial positions in joint order; empty = home'))
 
     def __post_init__(self) -> None:
         """Validate choices and ranges."""
         if self.clock_mode not in _CLOCK_MODES:
             raise ValueError(f'clock_mode must be one of {_CLOCK_MODES}, got {self.clock_mode!r}')
-        for name in ('real_time_factor', 'command_wait', 'rate_hz', 'command_timeout',
-                     'mocap_rate_hz'):
+        for name in ('real_time_factor', 'command_wait', 'peer_timeout', 'rate_hz',
+                     'command_timeout', 'mocap_rate_hz'):
             value = getattr(self, name)
             if not (np.isfinite(value) and value >= 0.0):
                 raise ValueError(f'{name} must be finite and >= 0, got {value!r}')
@@ -145,9 +175,7 @@ class SimDriver(Node):
         self._command = np.zeros(len(self.plant.command_joints))
         self._command_time = None
         self._timed_out = False
-        self._new_command = threading.Event()
-        self._missed_commands = 0
-        self.stats = {'ticks': 0, 'command_waits_timed_out': 0}
+        self.stats = {'ticks': 0}
         self.command_topic = config.command_topic or f'/{self.info.controller_name}/commands'
         self.joint_states_pub = self.create_publisher(
             JointState, config.joint_states_topic, qos_profile_sensor_data)
@@ -159,6 +187,10 @@ class SimDriver(Node):
         self.create_subscription(Float64MultiArray, self.command_topic, self._on_command, 10)
         self.lockstep = config.clock_mode == 'lockstep'
         self.clock_pub = self.create_publisher(ClockMsg, '/clock', 10) if self.lockstep else None
+        self.peers = PeerWaiter(self, config.peer_timeout, self.warnings.warn) \
+            if self.lockstep else None
+        self.commands = CommandWaiter(self, self.resolve_topic_name(self.command_topic),
+                                      config.command_wait if self.lockstep else 0.0)
         self._stop = threading.Event()
         self._thread = None
         self._timer = None
@@ -191,8 +223,7 @@ class SimDriver(Node):
             return
         with self._lock:
             self._command, self._command_time, self._timed_out = u, self.now(), False
-            self._missed_commands = 0   # a controller that went quiet is back: wait again
-        self._new_command.set()
+        self.commands.answered()
 
     def _current_command(self) -> np.ndarray:
         """Return the command to apply now (zero after the timeout)."""
@@ -209,11 +240,8 @@ class SimDriver(Node):
     def tick(self) -> None:
         """Advance the plant one period and publish its measurement."""
         measurement = self.plant.step(self._current_command())
-        if self.lockstep:
-            stamp = sec_to_stamp(measurement.t)
-            self.clock_pub.publish(ClockMsg(clock=stamp))
-        else:
-            stamp = self.get_clock().now().to_msg()
+        stamp = sec_to_stamp(measurement.t) if self.lockstep else \
+            self.get_clock().now().to_msg()
         effort = measurement.tau_applied
         self.joint_states_pub.publish(joint_state_msg(
             self.plant.joint_names, measurement.q, measurement.qd, effort, stamp))
@@ -221,6 +249,8 @@ class SimDriver(Node):
             for body, publisher in self.mocap_pubs.items():
                 publisher.publish(pose_msg(measurement.poses[body], self.config.world_frame,
                                            stamp))
+        if self.lockstep:   # after the state: see the module docstring
+            self.clock_pub.publish(ClockMsg(clock=stamp))
 
     def _on_timer(self) -> None:
         """Real time: run the ticks that are due (at most 5 at once, then skip ahead)."""
@@ -234,16 +264,27 @@ class SimDriver(Node):
             self.tick()
 
     def _run_lockstep(self) -> None:
-        """Lockstep: step in a loop, paced by ``real_time_factor`` when it is set."""
-        factor, start = self.config.real_time_factor, time.monotonic()
+        """Lockstep: hold for peers, tick, wait for the command, pace; until stopped."""
+        factor = self.config.real_time_factor
         try:
+            # a controller already listening is waited for from the first tick on: the
+            # ticks before its first command would otherwise depend on how fast it answers
+            await_matched(self, (self.joint_states_pub, self.clock_pub), LISTENER_WAIT_S,
+                          self._stop)
+            self.commands.arm_if_listening()
+            origin = time.monotonic()
             while not self._stop.is_set() and self.context.ok():
-                self._new_command.clear()
+                next_ns = int(round((self.plant.tick + 1) * self.plant.period * 1e9))
+                # a hold is not made up for afterwards by stepping faster than the pace
+                origin += self.peers.wait(next_ns, self._stop)
+                if self._stop.is_set():
+                    break
+                self.commands.expect()
                 self.tick()
                 self.stats['ticks'] += 1
-                self._wait_for_command()
+                self.commands.wait(self.plant.time, self._stop)
                 if factor > 0:
-                    ahead = self.plant.time / factor - (time.monotonic() - start)
+                    ahead = self.plant.time / factor - (time.monotonic() - origin)
                     if ahead > 0:
                         self._stop.wait(ahead)
                 else:
@@ -251,20 +292,6 @@ class SimDriver(Node):
         except Exception as error:  # noqa: B902 - shutdown races end the loop, quietly
             if self.context.ok():
                 self.get_logger().error(f'lockstep loop stopped: {error!r}')
-
-    def _wait_for_command(self) -> None:
-        """Lockstep with ``command_wait``: wait for the command answering this tick."""
-        wait = self.config.command_wait
-        if wait <= 0 or self._command_time is None or self._missed_commands >= 3:
-            return   # no controller yet, or it went quiet (its next command re-arms)
-        if self._new_command.wait(wait):
-            self._missed_commands = 0
-            return
-        self._missed_commands += 1
-        self.stats['command_waits_timed_out'] += 1
-        self.warnings.warn('command_wait', f'no command within {wait} s of a tick; '
-                           'stepping on' + (' without waiting until commands return'
-                                            if self._missed_commands >= 3 else ''))
 
     def stop(self) -> None:
         """Stop stepping the plant (lockstep thread or real-time timer); the node stays up."""
