@@ -21,8 +21,8 @@ import sys
 from typing import Tuple
 
 from diffsim_ros.nodes.params import (check_unknown_parameters, config_path, declare_config,
-                                      declare_robot, load_yaml_params, parameter_overrides,
-                                      parameter_sections, ParameterError)
+                                      declare_robot, describe_parameters, load_yaml_params,
+                                      parameter_overrides, parameter_sections, ParameterError)
 import pytest
 from rclpy.node import Node
 from ros_helpers import domain_id_for
@@ -155,6 +155,27 @@ def test_shipped_configs_hold_only_known_names(ros_context, robot, executable):
         with pytest.raises(ParameterError, match='no such parameter'):
             check_unknown_parameters(node, {**given, 'not_a_parameter': 1},
                                      parameter_sections(node_cls))
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize('executable', ('identifier', 'monitor', 'mpc'))
+def test_every_parameter_a_node_declares_is_in_its_help_and_accepted_when_given(
+        ros_context, executable):
+    """A section declared outside PARAMETERS would be missing from --help and refused."""
+    module = __import__(f'diffsim_ros.nodes.{executable}', fromlist=['main'])
+    (node_cls,) = {value for value in vars(module).values() if isinstance(value, type)
+                   and issubclass(value, Node) and value.__module__ == module.__name__}
+    overrides = {'robot': 'qube'}
+    if executable == 'mpc':
+        overrides.update(controller='baseline', compile=False)
+    node = node_cls(context=ros_context, parameter_overrides=parameter_overrides(overrides))
+    try:
+        declared = set(node._parameters) - {'use_sim_time', 'start_type_description_service'}
+        listed = {name for prefix, config_cls in parameter_sections(node_cls)
+                  for name in describe_parameters([(prefix, config_cls)]).split()}
+        assert declared - listed == set()
+        check_unknown_parameters(node, dict.fromkeys(declared, 0), parameter_sections(node_cls))
     finally:
         node.destroy_node()
 

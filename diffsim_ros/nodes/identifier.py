@@ -190,8 +190,8 @@ class Identifier(Node):
     :param kwargs: ``rclpy.node.Node`` arguments (``context``, ``parameter_overrides``, ...).
     """
 
-    PARAMETERS = {'': IdentifierConfig,   # and each estimator's settings under its name
-                  **{f'{e}.': ESTIMATORS[e][1] for e in PHYSICAL_ESTIMATORS}}
+    PARAMETERS = {'': IdentifierConfig, 'gate.': StateGateConfig,   # and each estimator's
+                  **{f'{e}.': ESTIMATORS[e][1] for e in PHYSICAL_ESTIMATORS}}   # under its name
 
     def __init__(self, **kwargs) -> None:
         """Declare parameters, load the nominal model and create the interfaces."""

@@ -204,6 +204,9 @@ class MonitorNode(Node):
     :param kwargs: passed to ``rclpy.node.Node`` (``context``, ``parameter_overrides``...).
     """
 
+    #: Parameter sections (``--help``, the unknown-name check): the input gate's under gate.
+    PARAMETERS = {'': MonitorConfig, 'gate.': StateGateConfig}
+
     def __init__(self, node_name: str = 'monitor', **kwargs) -> None:
         """Declare parameters, load the nominal model, start the prediction thread."""
         super().__init__(node_name, **kwargs)

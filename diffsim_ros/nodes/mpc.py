@@ -269,6 +269,9 @@ class MpcNode(Node):
     :param kwargs: passed to ``rclpy.node.Node`` (``context``, ``parameter_overrides``...).
     """
 
+    #: Parameter sections (``--help``, the unknown-name check): the input gate's under gate.
+    PARAMETERS = {'': MpcConfig, 'gate.': StateGateConfig}
+
     def __init__(self, node_name: str = 'mpc', **kwargs) -> None:
         """Declare parameters, build the controller, start the timers and the solver thread."""
         super().__init__(node_name, **kwargs)
