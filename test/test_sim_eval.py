@@ -123,7 +123,9 @@ def test_adaptive_mpc_identifies_the_panda_behind_its_gravity_compensating_drive
 def test_the_panda_plans_without_gravity_since_its_driver_adds_it():
     model = control_model('panda', nominal_model('panda'))
     torch.testing.assert_close(model.gravity, torch.zeros(3, dtype=model.dtype))
-    assert control_model('wam4', nominal_model('wam4')) is not None
+    wam = nominal_model('wam4')   # its driver adds nothing: the model keeps its gravity
+    torch.testing.assert_close(control_model('wam4', wam).gravity, wam.gravity)
+    assert float(wam.gravity.norm()) == pytest.approx(9.81)
 
 
 @pytest.mark.slow
