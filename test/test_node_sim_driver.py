@@ -174,10 +174,12 @@ def answering_controller(executor, name, delay, hear_after=1):
 def test_each_tick_waits_for_the_command_however_late_it_comes(executor):
     # as fast as possible, but every tick waits for the controller's answer, here slower
     # than the 0.2 s after which the driver used to step on (issue 14, case 9)
-    driver = make_driver(executor, real_time_factor=0.0, command_wait=2.0)
+    # the controller listens before the plant starts, as the demo's mpc does: one that joins
+    # a running plant first answers a backlog of old ticks (its /clock queue drops some)
     _, answered, answering = answering_controller(
         executor, 'slow_controller',
         lambda stamp: 0.3 if round(stamp * 500) % 25 == 0 else 0.002)
+    driver = make_driver(executor, real_time_factor=0.0, command_wait=2.0)
     assert wait_for(lambda: len(answered) > 20, timeout=20.0)
     count = len(answered)
     assert wait_for(lambda: len(answered) > count + 120, timeout=30.0)
@@ -192,18 +194,6 @@ def test_each_tick_waits_for_the_command_however_late_it_comes(executor):
     assert wait_for(lambda: driver.stats['ticks'] > quiet + 200, timeout=20.0)
     assert driver.commands.stats['command_waits_timed_out'] == 1
     assert not driver.commands.armed
-
-
-def test_a_lost_clock_message_is_published_again_while_the_plant_waits(executor):
-    # rclpy's /clock subscription is best effort: a controller that missed a tick's time
-    # would never answer it, and the plant waited its whole safety timeout for each loss
-    _, answered, _ = answering_controller(executor, 'deaf_controller', lambda _: 0.0,
-                                          hear_after=2)
-    driver = make_driver(executor, real_time_factor=0.0, command_wait=5.0)
-    assert wait_for(lambda: len(answered) > 40, timeout=30.0)
-    ticks = np.round(np.array(answered[-30:]) * 500).astype(int)
-    assert np.all(np.diff(ticks) == 1), ticks
-    assert driver.commands.stats['command_waits_timed_out'] == 0
 
 
 def test_a_controller_already_listening_answers_every_tick_from_the_first(executor):

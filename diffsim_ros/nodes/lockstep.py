@@ -279,15 +279,11 @@ class PeerWaiter:
     :param node: the driver node (subscribes ``/lockstep``).
     :param timeout: wall seconds one hold may last before an error; 0 = no peers waited for.
     :param warn: throttled warning ``warn(key, message)`` for refused announcements.
-    :param resend: called every :data:`POLL_S` of a hold, to publish the plant's time again
-        (see :class:`CommandWaiter`).
     """
 
-    def __init__(self, node, timeout: float, warn: Callable[[str, str], object],
-                 resend: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, node, timeout: float, warn: Callable[[str, str], object]) -> None:
         """Subscribe to the announcements."""
         self._node, self._timeout, self._warn = node, float(timeout), warn
-        self._resend = resend
         self._lock, self._changed = threading.Lock(), threading.Event()
         self.peers: Dict[str, PeerState] = {}
         self._missing_since: Dict[str, float] = {}
@@ -353,8 +349,7 @@ class PeerWaiter:
                             f'lockstep: {name} held the plant at {next_ns * 1e-9:.3f} s for '
                             f'{now - started:.0f} s ({reason}); ignoring it until it '
                             'announces again')
-            if not self._changed.wait(POLL_S):
-                self._resend()   # a peer may hold because it missed the last /clock
+            self._changed.wait(POLL_S)
         waited = time.monotonic() - started
         if held:
             self.stats['peer_holds'] += 1
@@ -369,17 +364,19 @@ class CommandWaiter:
     :param node: the driver node.
     :param topic: the resolved command topic.
     :param timeout: safety timeout of one wait, wall s; 0 = never wait.
-    :param resend: called every :data:`POLL_S` of a wait to publish the plant's time again.
-        The nodes' ``/clock`` subscription (rclpy's time source) is best effort: on a busy
-        machine a ``/clock`` message can be lost, and a controller that never saw the tick's
-        time would never answer it (the 0.2 s, later 10 s, waits of issue 14, case 9).
+    :param kick: called every :data:`POLL_S` of a wait to wake the executor that takes the
+        commands (a guard condition of the driver node).  On a loaded machine the mpc had
+        answered a tick (its command loop was waiting for the next one) while the driver's
+        executor slept on with no command taken: the middleware's wake-up was lost, and
+        nothing came to wake it, since the controller waits for the next tick.  The whole
+        safety timeout passed each time (the 0.2 s, later 10 s, waits of issue 14, case 9).
     """
 
     def __init__(self, node, topic: str, timeout: float,
-                 resend: Callable[[], None] = lambda: None) -> None:
+                 kick: Callable[[], None] = lambda: None) -> None:
         """Start unarmed: nobody has commanded yet."""
         self._node, self._topic, self._timeout = node, topic, float(timeout)
-        self._resend = resend
+        self._kick = kick
         self._answer = threading.Event()
         #: True while a controller is waited for (set by a command, cleared by a timeout or
         #: the controller's leaving).
@@ -413,7 +410,7 @@ class CommandWaiter:
             now = time.monotonic()
             if stop.is_set():
                 return
-            self._resend()
+            self._kick()
             if self._node.count_publishers(self._topic) > 0:
                 missing = None
             elif missing is None:

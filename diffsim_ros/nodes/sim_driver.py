@@ -187,11 +187,11 @@ class SimDriver(Node):
         self.create_subscription(Float64MultiArray, self.command_topic, self._on_command, 10)
         self.lockstep = config.clock_mode == 'lockstep'
         self.clock_pub = self.create_publisher(ClockMsg, '/clock', 10) if self.lockstep else None
-        self.peers = PeerWaiter(self, config.peer_timeout, self.warnings.warn,
-                                self._publish_clock) if self.lockstep else None
+        self.peers = PeerWaiter(self, config.peer_timeout, self.warnings.warn) \
+            if self.lockstep else None
         self.commands = CommandWaiter(self, self.resolve_topic_name(self.command_topic),
                                       config.command_wait if self.lockstep else 0.0,
-                                      self._publish_clock)
+                                      self.create_guard_condition(lambda: None).trigger)
         self._stop = threading.Event()
         self._thread = None
         self._timer = None
@@ -251,11 +251,7 @@ class SimDriver(Node):
                 publisher.publish(pose_msg(measurement.poses[body], self.config.world_frame,
                                            stamp))
         if self.lockstep:   # after the state: see the module docstring
-            self._publish_clock()
-
-    def _publish_clock(self) -> None:
-        """Publish the plant's time on ``/clock`` (again, while a wait goes on)."""
-        self.clock_pub.publish(ClockMsg(clock=sec_to_stamp(self.plant.time)))
+            self.clock_pub.publish(ClockMsg(clock=stamp))
 
     def _on_timer(self) -> None:
         """Real time: run the ticks that are due (at most 5 at once, then skip ahead)."""
