@@ -572,6 +572,36 @@ def test_deadline_loop_ticks_once_per_simulated_deadline_and_follows_a_reset(exe
         loop.stop()
 
 
+def test_deadline_loop_serves_a_tick_whose_time_came_while_it_ticked(executor):
+    # a lockstep plant that receives a tick's command steps at once; on a loaded machine the
+    # loop's thread read the next tick's time after its own tick, took its next deadline from
+    # that reading, skipped that tick, and the plant waited 10 s for its command
+    context = executor.executor.context
+    node = executor.add_node(rclpy.create_node(
+        'raced', context=context, parameter_overrides=[
+            rclpy.parameter.Parameter('use_sim_time', value=True)]))
+    source = executor.add_node(rclpy.create_node('plant_clock', context=context))
+    clock = source.create_publisher(Clock, '/clock', 10)
+    ticks = []
+
+    def tick():
+        now = node.get_clock().now().nanoseconds
+        ticks.append(now)
+        if len(ticks) == 1:   # the plant steps before this thread reads the clock again
+            clock.publish(Clock(clock=Time(sec=0, nanosec=now + 2_000_000)))
+            wait_for(lambda: node.get_clock().now().nanoseconds == now + 2_000_000, 5.0)
+    assert wait_for(lambda: clock.get_subscription_count() > 0)
+    clock.publish(Clock(clock=Time(sec=0, nanosec=2_000_000)))
+    assert wait_for(lambda: node.get_clock().now().nanoseconds == 2_000_000, 5.0)
+    loop = DeadlineLoop(node, 0.002, tick, 'raced-loop')
+    try:
+        clock.publish(Clock(clock=Time(sec=0, nanosec=4_000_000)))
+        assert wait_for(lambda: len(ticks) >= 2, 5.0), ticks
+        assert ticks[:2] == [4_000_000, 6_000_000]
+    finally:
+        loop.stop()
+
+
 def _rss_mb(pid):
     for line in Path(f'/proc/{pid}/status').read_text().splitlines():
         if line.startswith('VmRSS:'):

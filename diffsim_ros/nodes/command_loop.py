@@ -145,6 +145,8 @@ class DeadlineLoop:
             while not self._stop:
                 now = self._now()
                 if now >= deadline:
+                    if self._simulated():   # once, for the newest grid time reached
+                        return max(deadline, (now // period) * period)
                     return deadline
                 if now < deadline - 2 * period:
                     deadline = (now // period) * period   # a tick at once for the new time
@@ -186,7 +188,11 @@ class DeadlineLoop:
                 now = self._now()
                 self._record(now)
                 if self._simulated():
-                    deadline = (now // period + 1) * period   # one tick per deadline reached
+                    # the deadline after the one served, not after the clock read now: a
+                    # lockstep plant that got this tick's command may already have stepped
+                    # (a preempted thread reads the next tick's time here), and a grid taken
+                    # from that reading skipped a tick the plant then waited for in vain
+                    deadline += period
                     continue
                 deadline += period
                 if now - deadline >= period:

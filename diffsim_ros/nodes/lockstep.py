@@ -364,19 +364,11 @@ class CommandWaiter:
     :param node: the driver node.
     :param topic: the resolved command topic.
     :param timeout: safety timeout of one wait, wall s; 0 = never wait.
-    :param kick: called every :data:`POLL_S` of a wait to wake the executor that takes the
-        commands (a guard condition of the driver node).  On a loaded machine the mpc had
-        answered a tick (its command loop was waiting for the next one) while the driver's
-        executor slept on with no command taken: the middleware's wake-up was lost, and
-        nothing came to wake it, since the controller waits for the next tick.  The whole
-        safety timeout passed each time (the 0.2 s, later 10 s, waits of issue 14, case 9).
     """
 
-    def __init__(self, node, topic: str, timeout: float,
-                 kick: Callable[[], None] = lambda: None) -> None:
+    def __init__(self, node, topic: str, timeout: float) -> None:
         """Start unarmed: nobody has commanded yet."""
         self._node, self._topic, self._timeout = node, topic, float(timeout)
-        self._kick = kick
         self._answer = threading.Event()
         #: True while a controller is waited for (set by a command, cleared by a timeout or
         #: the controller's leaving).
@@ -410,7 +402,6 @@ class CommandWaiter:
             now = time.monotonic()
             if stop.is_set():
                 return
-            self._kick()
             if self._node.count_publishers(self._topic) > 0:
                 missing = None
             elif missing is None:

@@ -190,8 +190,7 @@ class SimDriver(Node):
         self.peers = PeerWaiter(self, config.peer_timeout, self.warnings.warn) \
             if self.lockstep else None
         self.commands = CommandWaiter(self, self.resolve_topic_name(self.command_topic),
-                                      config.command_wait if self.lockstep else 0.0,
-                                      self.create_guard_condition(lambda: None).trigger)
+                                      config.command_wait if self.lockstep else 0.0)
         self._stop = threading.Event()
         self._thread = None
         self._timer = None
