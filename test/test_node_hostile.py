@@ -352,9 +352,10 @@ def test_case3_a_future_stamp_never_pins_the_mpc(launch, observer):
     since = len(robot.diagnostics)
     # both states would put the command at the -4 V limit, were they used; the first one is
     # plausible (only its stamp, 1000 s ahead, is wrong)
-    first, last = hostile([(0.0, 1000.0, (1.5, 0.3), (20.0, 0.0)),
-                           (0.05, 1000.0, (0.0, 0.0), (0.0, 1e6))])
-    assert wait_for(lambda: robot.latest('refused/future_stamp') == '2', 5.0), \
+    # each three times: a best-effort copy can be overwritten unseen on a loaded machine
+    injected = (((1.5, 0.3), (20.0, 0.0)), ((0.0, 0.0), (0.0, 1e6)))
+    first, last = hostile([(0.02, 1000.0, q, qd) for q, qd in injected for _ in range(3)])
+    assert wait_for(lambda: 1 <= int(robot.latest('refused/future_stamp')) <= 6, 5.0), \
         robot.diagnostics[-1]
     assert wait_for(lambda: warned(robot, since, 'future_stamp'), 5.0)
     # the real states keep coming: 1 s of commands after the injection
