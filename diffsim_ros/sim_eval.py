@@ -51,7 +51,7 @@ import numpy as np
 import torch
 
 from . import robots
-from .control.adaptive import AdaptiveMPC, default_estimator_config, parameter_error
+from .control.adaptive import AdaptiveMPC, parameter_error
 from .control.baselines import ComputedTorque, SwingUpLQR
 from .control.dynamics import ModelDynamics
 from .control.ilqr import ILQRConfig
@@ -59,8 +59,8 @@ from .control.tasks import evaluate, get_task, make_ilqr, reference, start_state
     Task, task_names, upright_angle
 from .core import RobotModel
 from .core.native import native_available
+from .nodes.identifier import engine_options, PHYSICAL_ESTIMATORS
 from .sim import MujocoPlant, PlantConfig
-from .sysid import estimators
 
 CONTROLLERS = ('nominal-mpc', 'adaptive-mpc', 'baseline', 'adaptive-baseline')
 PARAM_ERROR_DEFINITION = (
@@ -97,8 +97,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help='cheaper MPC (shorter horizon, one iteration) for smoke tests')
     parser.add_argument('--duration', type=float,
                         help="episode length in s (default: the task's)")
-    parser.add_argument('--estimator', default='nea', choices=estimators.names(),
-                        help='estimator of the adaptive MPC (default nea)')
+    parser.add_argument('--estimator', choices=PHYSICAL_ESTIMATORS,
+                        help="estimator of the adaptive MPC (default: the identifier node's, "
+                             'config/<robot>.yaml)')
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error('--episodes must be >= 1')
@@ -133,7 +134,7 @@ def control_model(robot: str, model: RobotModel) -> RobotModel:
 
 
 def make_controller(kind: str, task: Task, model: RobotModel, rate_hz: float, quick: bool,
-                    estimator: str = 'nea', truth=None) -> tuple:
+                    estimator: Optional[str] = None, truth=None) -> tuple:
     """
     Build a controller and the number of driver ticks between its solves.
 
@@ -142,7 +143,7 @@ def make_controller(kind: str, task: Task, model: RobotModel, rate_hz: float, qu
     :param model: the nominal (control) model.
     :param rate_hz: driver rate, Hz.
     :param quick: cheaper MPC settings.
-    :param estimator: estimator of the adaptive MPC.
+    :param estimator: estimator of the adaptive MPC (None: the identifier node's).
     :param truth: callable returning the true model (adaptive history).
     :return: ``(controller, replan_every_ticks)``.
     """
@@ -179,13 +180,29 @@ def make_controller(kind: str, task: Task, model: RobotModel, rate_hz: float, qu
     return controller, replan
 
 
-def _adaptive(controller: Any, robot: str, estimator: str, rate_hz: float,
+def _adaptive(controller: Any, robot: str, estimator: Optional[str], rate_hz: float,
               truth: Any) -> AdaptiveMPC:
-    """Wrap a controller in the adaptive loop: refit every 0.5 s on the last 1.5 s."""
-    return AdaptiveMPC(
-        controller, estimator, refit_every=int(round(0.5 * rate_hz)),
-        min_samples=int(round(0.2 * rate_hz)), buffer_size=int(round(1.5 * rate_hz)),
-        estimator_config=default_estimator_config(robot, estimator), truth=truth)
+    """
+    Wrap a controller in the loop the identifier node runs on the robot: its engine options
+    and refit period from ``config/<robot>.yaml`` (:func:`~diffsim_ros.nodes.identifier.
+    engine_options`, time simulated), and the robot's plausibility and consistency checks on
+    every candidate.  ``estimator`` replaces the configured estimator when given.
+    """
+    online, period = engine_options(robot, {'estimator': estimator} if estimator else None,
+                                    simulated=True)
+    interface = robots.interface(robot)
+    gravity = interface.nominal_model().gravity
+
+    def check(result) -> list:
+        # a gravity-adding driver's control model is the gravity-free view of the robot
+        # (control_model): the checks judge the physical model it stands for
+        model = result.model.replace(gravity=gravity.to(result.model.gravity)) \
+            if interface.driver_adds_gravity else result.model
+        return interface.check_model(model, result.actuator)
+
+    return AdaptiveMPC(controller, online.estimator,
+                       refit_every=max(1, int(round(period * rate_hz))), online=online,
+                       check=check, truth=truth)
 
 
 def run_episode(plant: MujocoPlant, task: Task, controller: Any, replan_every: int,
@@ -286,7 +303,9 @@ def evaluate_controller(args: argparse.Namespace) -> Dict[str, Any]:
         summary['tracking_rms'] = float(np.mean([e['tracking_rms'] for e in episodes]))
     if isinstance(controller, AdaptiveMPC):
         summary['refit_history'] = controller.history
-        summary['estimator'] = args.estimator
+        summary['estimator'] = controller.engine.config.estimator
+        summary['refused_candidates'] = sum(
+            1 for d in controller.decisions if d.checks)
     return summary
 
 
@@ -365,7 +384,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _start_line(args: argparse.Namespace) -> str:
     """Return what the run is about to do, in one line."""
     duration = episode_duration(args, get_task(args.robot))
-    estimator = f' (estimator {args.estimator})' if args.controller.startswith('adaptive') \
+    estimator = f' (estimator {args.estimator or "of the identifier node"})' if args.controller.startswith('adaptive') \
         else ''
     return (f'diffsim-sim-eval: {args.controller}{estimator} on one simulated {args.robot} '
             f'(MuJoCo), parameters {args.param_error:.0%} off nominal (seed {args.seed}): '

@@ -10,7 +10,10 @@ import json
 import re
 
 from diffsim_ros.sim import nominal_model
-from diffsim_ros.sim_eval import control_model, main, PARAM_ERROR_DEFINITION
+from diffsim_ros import robots
+from diffsim_ros.control.tasks import get_task
+from diffsim_ros.sim_eval import control_model, main, make_controller, PARAM_ERROR_DEFINITION
+from diffsim_ros.sysid.result import IdentificationResult
 import pytest
 import torch
 
@@ -74,13 +77,40 @@ def _assert_rounded(lines):
 
 
 def test_adaptive_mpc_refits_during_a_short_episode(tmp_path):
+    # the identifier's Qube settings (config/qube.yaml): DiffNEA, first refit after 2 s of
+    # data, then every 0.5 s
     path = tmp_path / 'adaptive.json'
     assert main(['--robot', 'qube', '--controller', 'adaptive-mpc', '--episodes', '1',
-                 '--duration', '0.6', '--quick', '--seed', '4', '--json', str(path)]) == 0
+                 '--duration', '2.6', '--quick', '--seed', '4', '--json', str(path)]) == 0
     record = json.loads(path.read_text())
-    assert record['refits'] >= 1 and record['refit_history']
-    assert record['final_param_error'] < record['nominal_param_error']
+    assert record['estimator'] == 'diffnea'
+    fits = [entry['t'] for entry in record['refit_history']]
+    assert fits and min(fits) >= 2.0 - 0.01   # nothing fit before 2 s of data
+    assert record['refits'] >= 1
+    assert record['final_param_error'] < 0.5 * record['nominal_param_error']
     assert record['episodes'][0]['refits'] == record['refits']
+
+
+def _result(model):
+    return IdentificationResult(method='diffnea', model=model, parameters={}, std={},
+                                history={}, metrics={})
+
+
+@pytest.mark.parametrize('robot', ['qube', 'panda'])
+def test_adaptive_mpc_refuses_what_the_robot_interface_refuses(robot):
+    # sim-eval's loop gates candidates with the robot's checks, as the identifier node does
+    task = get_task(robot)
+    nominal = robots.interface(robot).nominal_model()
+    model = control_model(robot, nominal)
+    controller, _ = make_controller('adaptive-mpc', task, model, 500.0, quick=True)
+    check = controller.engine.check
+    # the Panda's control model is gravity-free (its driver adds gravity): not a reason
+    assert check(_result(model)) == []
+    heavy = model.replace(inertial=model.inertial * torch.tensor(
+        [1000.0] + [1.0] * 9, dtype=model.dtype))
+    reasons = check(_result(heavy))
+    assert reasons and all('/m' in reason or 'mass' in reason for reason in reasons), reasons
+    assert robots.interface(robot).check_model(heavy.replace(gravity=nominal.gravity))
 
 
 def test_energy_baseline_swings_up_the_nominal_mujoco_qube(tmp_path, capsys):
@@ -108,10 +138,11 @@ def test_tracking_json_has_the_rms(tmp_path):
 
 def test_adaptive_mpc_identifies_the_panda_behind_its_gravity_compensating_driver(tmp_path):
     # the driver adds the plant's gravity to every command, so the loop fits the
-    # gravity-free control model from the commands (seed 101: not one of the reported seeds)
+    # gravity-free control model from the commands (seed 101: not one of the reported seeds);
+    # the identifier's Panda settings refit every 1 s once 3 s of data are (fits at 4, 5 and 6 s)
     path = tmp_path / 'panda.json'
     assert main(['--robot', 'panda', '--controller', 'adaptive-mpc', '--episodes', '1',
-                 '--duration', '1.5', '--quick', '--seed', '101', '--json', str(path)]) == 0
+                 '--duration', '6.2', '--quick', '--seed', '101', '--json', str(path)]) == 0
     record = json.loads(path.read_text())
     assert record['refits'] >= 2 and record['success_rate'] == 1.0
     assert record['final_param_error'] < 0.25 * record['nominal_param_error']

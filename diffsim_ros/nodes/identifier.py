@@ -40,12 +40,14 @@ resume refitting; data keep flowing into the window).
 """
 
 from collections import deque
+import dataclasses
 from dataclasses import dataclass, field
 import json
 import math
 from pathlib import Path
 import threading
 import time
+from typing import Any, Mapping, Optional, Tuple
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
 from geometry_msgs.msg import PoseStamped
@@ -60,7 +62,7 @@ import yaml
 from .convert import commands_array, MessageError, pose_matrix, stamp_to_sec, ThrottledLogger
 from .gates import StateGate, StateGateConfig
 from .lockstep import LockstepPeer
-from .params import declare_config, declare_robot, meta
+from .params import build_config, config_path, declare_config, declare_robot, load_yaml_params, meta
 from .runtime import configure_interpreter, run_node
 from .. import robots
 from ..io.urdf_export import model_to_urdf
@@ -68,7 +70,7 @@ from ..robots.message import model_message
 from ..sysid.estimators import ESTIMATORS
 from ..sysid.online import Decision, OnlineConfig, OnlineEngine
 
-__all__ = ['Identifier', 'IdentifierConfig', 'main']
+__all__ = ['Identifier', 'IdentifierConfig', 'engine_options', 'main']
 
 
 #: Estimators whose result is a physical model ('svgd': the posterior-mean model, with a
@@ -98,7 +100,8 @@ class IdentifierConfig:
         'open-loop steps of the held-out prediction error that accepts or refuses a refit'))
     max_unexplained: float = field(default=1.0, metadata=meta(
         'refuse refits on data whose commands leave more than this normalised residual in a '
-        'block under every plausible model (1 = worse than no commands at all)'))
+        'block under every plausible model (0 explained, 1 unrelated, above 1 pushing against '
+        'the motion, 2 opposed)'))
     velocity_source: str = field(default='auto', metadata=meta(
         "'auto' (message velocity when every sample has one), 'message' or 'differentiate'"))
     derivative_cutoff_hz: float = field(default=20.0, metadata=meta(
@@ -181,6 +184,40 @@ class IdentifierConfig:
             memory_max_age=self.memory_max_age or math.inf,
             max_unexplained=self.max_unexplained,
             execution='process' if self.refit_process else 'inline')
+
+
+def engine_options(robot: str, overrides: Optional[Mapping[str, Any]] = None,
+                   simulated: bool = False) -> Tuple[OnlineConfig, float]:
+    """
+    Return the engine options and refit period this node runs with for a robot, without a
+    node: ``config/<robot>.yaml`` (its ``identifier`` section), then ``overrides``.
+
+    ``diffsim-sim-eval --controller adaptive-mpc`` runs the engine with them, so that it
+    measures the loop the identifier runs on the robot.
+
+    :param robot: catalog robot name.
+    :param overrides: parameter values by name (``{'estimator': 'nea', 'nea.source': 'u'}``).
+    :param simulated: time is simulated and a refit holds it (as in lockstep): the
+        estimator's wall-clock budget (``max_seconds``), which would make results depend on
+        the machine's speed, is lifted, and fits run in place.
+    :return: ``(OnlineConfig, refit_period in s)``.
+    :raises ParameterError: a value the node would refuse.
+    """
+    params = {**load_yaml_params(config_path(robot), 'identifier'), **dict(overrides or {})}
+    config = build_config(IdentifierConfig, params)
+    _, config_cls = ESTIMATORS[config.estimator]
+    estimator = build_config(config_cls, params, f'{config.estimator}.', skip_unsupported=True)
+    changes = {}
+    if not estimator.command_joints:   # commands drive the catalog's command joints
+        changes['command_joints'] = list(robots.get(robot).command_joints)
+    if simulated and getattr(estimator, 'max_seconds', 0.0):
+        changes['max_seconds'] = 0.0
+    if changes:
+        estimator = config_cls.from_dict({**estimator.to_dict(), **changes})
+    online = config.online(estimator)
+    if simulated:
+        online = dataclasses.replace(online, execution='inline')
+    return online, config.refit_period
 
 
 class Identifier(Node):

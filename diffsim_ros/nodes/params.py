@@ -34,8 +34,8 @@ import yaml
 
 from .. import robots
 
-__all__ = ['ParameterError', 'meta', 'RobotSelection', 'check_unknown_parameters', 'config_path',
-           'declare_config', 'declare_robot', 'describe_parameters', 'docstring_params',
+__all__ = ['ParameterError', 'meta', 'RobotSelection', 'build_config', 'check_unknown_parameters',
+           'config_path', 'declare_config', 'declare_robot', 'describe_parameters', 'docstring_params',
            'executable_name', 'flatten', 'load_yaml_params', 'parameter_overrides',
            'parameter_sections']
 
@@ -359,6 +359,52 @@ def declare_config(node, config_cls, prefix: str = '',
             raise ParameterError(prefix.rstrip('.') or config_cls.__name__, None,
                                  _reason(error)) from None
         raise ParameterError(prefix + field_name, values[field_name], _reason(error)) from None
+
+
+def build_config(config_cls, values: Mapping[str, Any], prefix: str = '',
+                 skip_unsupported: bool = False):
+    """
+    Build a config dataclass from parameter values the way :func:`declare_config` does,
+    without a node (tools that run a node's loop offline, e.g. ``diffsim-sim-eval``).
+
+    :param config_cls: a dataclass type whose ``__post_init__`` validates the values.
+    :param values: values by parameter name (with prefix), e.g. :func:`load_yaml_params`;
+        names of other sections are ignored, absent fields take their dataclass default.
+    :param prefix: parameter-name prefix, e.g. ``'diffnea.'``.
+    :param skip_unsupported: leave fields without a ROS parameter type at their defaults.
+    :return: the validated ``config_cls`` instance.
+    :raises ParameterError: a value of the wrong type, out of its range or refused.
+    """
+    hints = typing.get_type_hints(config_cls)
+    built = {}
+    for item in dataclasses.fields(config_cls):
+        if not item.init or not item.metadata.get('ros', True):
+            continue
+        name = prefix + item.name
+        try:
+            _, element = _parameter_type(hints[item.name])
+        except TypeError:
+            if skip_unsupported and _field_default(item) is not dataclasses.MISSING:
+                continue
+            raise
+        value = values.get(name, dataclasses.MISSING)
+        if value is dataclasses.MISSING and element == _MAPPING:
+            value = _mapping_default(values, name)
+        if value is dataclasses.MISSING:
+            continue   # the dataclass default
+        try:
+            value = _check_type(_coerce(value, hints[item.name]), hints[item.name])
+            _check_range(value, _field_range(item, config_cls))
+        except (ValueError, yaml.YAMLError) as error:
+            raise ParameterError(name, value, _reason(error)) from None
+        built[item.name] = value
+    try:
+        return config_cls(**built)
+    except ValueError as error:
+        field_name = _named_field(str(error), built)
+        raise ParameterError(prefix + field_name if field_name else
+                             prefix.rstrip('.') or config_cls.__name__,
+                             built.get(field_name), _reason(error)) from None
 
 
 def parameter_sections(node_cls) -> List[Tuple[str, type]]:
