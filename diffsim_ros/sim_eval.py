@@ -183,10 +183,12 @@ def make_controller(kind: str, task: Task, model: RobotModel, rate_hz: float, qu
 def _adaptive(controller: Any, robot: str, estimator: Optional[str], rate_hz: float,
               truth: Any) -> AdaptiveMPC:
     """
-    Wrap a controller in the loop the identifier node runs on the robot: its engine options
-    and refit period from ``config/<robot>.yaml`` (:func:`~diffsim_ros.nodes.identifier.
-    engine_options`, time simulated), and the robot's plausibility and consistency checks on
-    every candidate.  ``estimator`` replaces the configured estimator when given.
+    Wrap a controller in the loop the identifier node runs on the robot.
+
+    That is its engine options and refit period from ``config/<robot>.yaml``
+    (:func:`~diffsim_ros.nodes.identifier.engine_options`, time simulated) and the robot's
+    plausibility and consistency checks on every candidate.  ``estimator`` replaces the
+    configured estimator when given.
     """
     online, period = engine_options(robot, {'estimator': estimator} if estimator else None,
                                     simulated=True)
@@ -384,8 +386,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 def _start_line(args: argparse.Namespace) -> str:
     """Return what the run is about to do, in one line."""
     duration = episode_duration(args, get_task(args.robot))
-    estimator = f' (estimator {args.estimator or "of the identifier node"})' if args.controller.startswith('adaptive') \
-        else ''
+    estimator = f' (estimator {args.estimator or "of the identifier node"})' \
+        if args.controller.startswith('adaptive') else ''
     return (f'diffsim-sim-eval: {args.controller}{estimator} on one simulated {args.robot} '
             f'(MuJoCo), parameters {args.param_error:.0%} off nominal (seed {args.seed}): '
             f'{args.episodes} episode(s) of {duration:.3g} s simulated'

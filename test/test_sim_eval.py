@@ -9,9 +9,9 @@ nominal MPC fails or is clearly worse) on seeds that are not the ones reported.
 import json
 import re
 
-from diffsim_ros.sim import nominal_model
 from diffsim_ros import robots
 from diffsim_ros.control.tasks import get_task
+from diffsim_ros.sim import nominal_model
 from diffsim_ros.sim_eval import control_model, main, make_controller, PARAM_ERROR_DEFINITION
 from diffsim_ros.sysid.result import IdentificationResult
 import pytest

@@ -62,7 +62,8 @@ import yaml
 from .convert import commands_array, MessageError, pose_matrix, stamp_to_sec, ThrottledLogger
 from .gates import StateGate, StateGateConfig
 from .lockstep import LockstepPeer
-from .params import build_config, config_path, declare_config, declare_robot, load_yaml_params, meta
+from .params import (build_config, config_path, declare_config, declare_robot, load_yaml_params,
+                     meta)
 from .runtime import configure_interpreter, run_node
 from .. import robots
 from ..io.urdf_export import model_to_urdf
@@ -189,8 +190,10 @@ class IdentifierConfig:
 def engine_options(robot: str, overrides: Optional[Mapping[str, Any]] = None,
                    simulated: bool = False) -> Tuple[OnlineConfig, float]:
     """
-    Return the engine options and refit period this node runs with for a robot, without a
-    node: ``config/<robot>.yaml`` (its ``identifier`` section), then ``overrides``.
+    Return the engine options and refit period this node runs with for a robot.
+
+    They are read without a node: ``config/<robot>.yaml`` (its ``identifier`` section), then
+    ``overrides``.
 
     ``diffsim-sim-eval --controller adaptive-mpc`` runs the engine with them, so that it
     measures the loop the identifier runs on the robot.

@@ -34,8 +34,8 @@ import yaml
 
 from .. import robots
 
-__all__ = ['ParameterError', 'meta', 'RobotSelection', 'build_config', 'check_unknown_parameters',
-           'config_path', 'declare_config', 'declare_robot', 'describe_parameters', 'docstring_params',
+__all__ = ['ParameterError', 'meta', 'RobotSelection', 'build_config',
+           'check_unknown_parameters', 'config_path', 'declare_config', 'declare_robot', 'describe_parameters', 'docstring_params',
            'executable_name', 'flatten', 'load_yaml_params', 'parameter_overrides',
            'parameter_sections']
 
@@ -364,8 +364,9 @@ def declare_config(node, config_cls, prefix: str = '',
 def build_config(config_cls, values: Mapping[str, Any], prefix: str = '',
                  skip_unsupported: bool = False):
     """
-    Build a config dataclass from parameter values the way :func:`declare_config` does,
-    without a node (tools that run a node's loop offline, e.g. ``diffsim-sim-eval``).
+    Build a config dataclass from parameter values the way :func:`declare_config` does.
+
+    No node is needed: tools run a node's loop offline with it (``diffsim-sim-eval``).
 
     :param config_cls: a dataclass type whose ``__post_init__`` validates the values.
     :param values: values by parameter name (with prefix), e.g. :func:`load_yaml_params`;
