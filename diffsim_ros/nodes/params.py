@@ -35,7 +35,8 @@ import yaml
 from .. import robots
 
 __all__ = ['ParameterError', 'meta', 'RobotSelection', 'build_config',
-           'check_unknown_parameters', 'config_path', 'declare_config', 'declare_robot', 'describe_parameters', 'docstring_params',
+           'check_unknown_parameters', 'config_path', 'declare_config', 'declare_robot',
+           'describe_parameters', 'docstring_params',
            'executable_name', 'flatten', 'load_yaml_params', 'parameter_overrides',
            'parameter_sections']
 
