@@ -146,9 +146,10 @@ def test_adaptive_mpc_identifies_the_panda_behind_its_gravity_compensating_drive
     record = json.loads(path.read_text())
     assert record['refits'] >= 2 and record['success_rate'] == 1.0
     assert record['final_param_error'] < 0.25 * record['nominal_param_error']
+    # every model the loop accepted (judged by its held-out prediction, not by this error)
     model_error = [entry['param_error'] for entry in record['refit_history']
                    if entry['accepted']]
-    assert model_error[-1] < model_error[0]
+    assert max(model_error) < 0.25 * record['nominal_param_error']
 
 
 def test_the_panda_plans_without_gravity_since_its_driver_adds_it():

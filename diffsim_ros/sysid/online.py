@@ -411,7 +411,11 @@ def window_runs(window: SampleWindow, joint_names: Sequence[str],
 def usable_runs(runs: Sequence[Trajectory], model: RobotModel,
                 config: OnlineConfig) -> List[Trajectory]:
     """
-    Return the stretches of some runs away from the joint limits (step 3).
+    Return the stretches of some runs away from the joint limits and the window's edges.
+
+    The zero-phase derivative filter has no data beyond a run's ends, so its first and last
+    ``2 / derivative_cutoff_hz`` s carry its transient (accelerations opposite to the true
+    ones were seen there): they are left out, like the transient around a limit (step 3).
 
     :param runs: runs of the window.
     :param model: the robot (its position limits).
@@ -419,7 +423,15 @@ def usable_runs(runs: Sequence[Trajectory], model: RobotModel,
     :return: their :func:`~diffsim_ros.sysid.preprocess.limit_free_runs`.
     """
     pad = 2.0 / config.derivative_cutoff_hz
-    return [part for traj in runs for part in limit_free_runs(
+    inner = []
+    for traj in runs:
+        if len(traj) < 2:
+            continue
+        t = traj.t
+        keep = torch.nonzero((t >= t[0] + pad) & (t <= t[-1] - pad)).flatten()
+        if len(keep):
+            inner.append(traj.crop(int(keep[0]), int(keep[-1]) + 1))
+    return [part for traj in inner for part in limit_free_runs(
         traj, model.lower, model.upper, config.limit_margin, pad)]
 
 
