@@ -23,7 +23,7 @@ the simulated plants, whose true model is known).
 
 from dataclasses import dataclass
 import math
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
