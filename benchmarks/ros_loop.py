@@ -267,13 +267,13 @@ def _probed_identifier_class():
 
         def _on_joint_state(self, msg) -> None:
             start = time.perf_counter()
-            before = self._last_t
+            before = self._last_ns
             super()._on_joint_state(msg)
             end = time.perf_counter()
             probe = self.probe
             self.call_s[probe['received'] % RING] = end - start
             probe['received'] += 1
-            probe['accepted'] += self._last_t is not before
+            probe['accepted'] += self._last_ns != before
             probe['busy_s'] += end - start
             probe['max_call_s'] = max(probe['max_call_s'], end - start)
             if probe['last'] is not None:

@@ -10,10 +10,12 @@ import dataclasses
 import math
 
 from diffsim_ros.control.adaptive import (AdaptiveConfig, AdaptiveMPC,
-                                          default_estimator_config, parameter_error)
+                                          default_estimator_config, parameter_error,
+                                          SAMPLE_LOOP)
 from diffsim_ros.control.baselines import SwingUpLQR
 from diffsim_ros.control.dynamics import ModelDynamics
 from diffsim_ros.sim import MujocoPlant, nominal_model, PlantConfig
+from diffsim_ros.sysid import estimators
 import pytest
 import torch
 
@@ -58,7 +60,8 @@ def _qube_loop(seed, **kwargs):
     dynamics = ModelDynamics.for_robot('qube', model, 1.0 / plant.rate_hz)
     baseline = SwingUpLQR(dynamics, 'pendulum_joint', 'arm_joint', energy_gain=150.0,
                           max_acceleration=60.0, centering=(1.0, 0.3), energy_target=0.2)
-    adaptive = AdaptiveMPC(baseline, 'nea', refit_every=200, min_samples=150, buffer_size=500,
+    kwargs = {'min_samples': 150, 'max_samples': 500, **kwargs}
+    adaptive = AdaptiveMPC(baseline, 'nea', refit_every=200,
                            estimator_config=default_estimator_config('qube', 'nea'),
                            truth=lambda: plant.true_model, **kwargs)
     return plant, model, adaptive
@@ -84,15 +87,14 @@ def test_a_wrong_candidate_is_refused_and_a_good_one_accepted(monkeypatch):
     # in use does (three times the rotational inertias; a third of the pendulum, what a
     # hostile peer's commands made the identifier accept).  Only the engine's judgement on
     # the simulated data decides.
-    from diffsim_ros.control import adaptive as adaptive_module
     plant, model, adaptive = _qube_loop(seed=22)
     offered = []
 
     def offer(name, model, train, validation, config, warm_start=None):
         result = real_fit(name, model, train, validation, config, warm_start=warm_start)
         return dataclasses.replace(result, model=offered[-1])
-    real_fit = adaptive_module.estimators.fit
-    monkeypatch.setattr(adaptive_module.estimators, 'fit', offer)
+    real_fit = estimators.fit
+    monkeypatch.setattr(estimators, 'fit', offer)
     truth = plant.true_model
     offered.append(truth)
     _drive(plant, adaptive, 0.45)               # one refit, at 200 samples
@@ -115,7 +117,7 @@ def test_window_runs_episodes_and_split():
     model = nominal_model('qube')
     dynamics = ModelDynamics.for_robot('qube', model, 0.002)
     adaptive = AdaptiveMPC(Recorder(dynamics), refit_every=10 ** 6, min_samples=10,
-                           buffer_size=500, validation_fraction=0.25)
+                           max_samples=500, holdout_fraction=0.25)
     for episode in range(2):
         adaptive.reset()
         for k in range(300):
@@ -151,16 +153,14 @@ def test_window_runs_episodes_and_split():
 
 
 def test_informative_cells_outlive_the_buffer_and_join_the_fits(monkeypatch):
-    from diffsim_ros.control import adaptive as adaptive_module
-    plant, model, adaptive = _qube_loop(seed=21, config=AdaptiveConfig(
-        estimator='nea', memory_segments=2, memory_segment=0.5))
+    plant, model, adaptive = _qube_loop(seed=21, memory_segments=2, memory_segment=0.5)
     seen = []
-    real_fit = adaptive_module.estimators.fit
+    real_fit = estimators.fit
 
     def recording(name, model, train, validation, config, warm_start=None):
         seen.append([run.run for run in train])
         return real_fit(name, model, train, validation, config, warm_start=warm_start)
-    monkeypatch.setattr(adaptive_module.estimators, 'fit', recording)
+    monkeypatch.setattr(estimators, 'fit', recording)
     _drive(plant, adaptive, 1.5)                  # the swing-up: informative
     swing_end = adaptive.engine.window.states[-1][0]
     assert len(adaptive.memory) == 2
@@ -178,12 +178,19 @@ def test_informative_cells_outlive_the_buffer_and_join_the_fits(monkeypatch):
 
 
 def test_background_refit_swaps_the_model_later():
-    plant, model, adaptive = _qube_loop(seed=21, config=AdaptiveConfig(
-        estimator='nea', estimator_config=default_estimator_config('qube', 'nea'),
-        refit_every=200, min_samples=150, buffer_size=500, background=True))
-    _drive(plant, adaptive, 0.6)
+    plant, model, adaptive = _qube_loop(seed=21, execution='thread')
+    measurement = plant.reset()
+    for k in range(300):
+        x = torch.cat((torch.tensor(measurement.q), torch.tensor(measurement.qd)))
+        u = adaptive.solve(x, measurement.t)(measurement.t, x)
+        adaptive.observe(measurement.t, x[:plant.n], x[plant.n:], u)
+        if k == 199:
+            # the refit due now (refit_every) was handed to the worker thread: its decision
+            # is taken at a later observe or solve, never in the call that started it
+            assert adaptive.engine.busy and adaptive.attempts == 0
+        measurement = plant.step(u.numpy())
     adaptive.close()
-    assert adaptive.attempts >= 1
+    assert not adaptive.engine.busy and adaptive.attempts >= 1
     assert adaptive.refits >= 1 and adaptive.current_model is not model
 
 
@@ -195,17 +202,30 @@ def test_parameter_error_is_zero_for_the_truth_and_scales_with_the_error():
 
 
 def test_invalid_options_raise():
-    with pytest.raises(ValueError, match='unknown estimator'):
-        AdaptiveConfig(estimator='magic')
     with pytest.raises(ValueError, match='refit_every'):
         AdaptiveConfig(refit_every=0)
-    with pytest.raises(ValueError, match='validation_fraction'):
-        AdaptiveConfig(validation_fraction=1.0)
-    with pytest.raises(ValueError, match='buffer_size'):
-        AdaptiveConfig(min_samples=100, buffer_size=50)
-    with pytest.raises(ValueError):
-        AdaptiveConfig(estimator='nea', estimator_config={'no_such_key': 1})
-    with pytest.raises(ValueError, match='memory_segments'):
-        AdaptiveConfig(memory_segments=-1)
-    with pytest.raises(ValueError, match='memory_segment'):
-        AdaptiveConfig(memory_segment=0.0)
+    with pytest.raises(ValueError, match='OnlineConfig'):
+        AdaptiveConfig(online={'window': 5.0})
+    # the engine's options given to the loop reach the engine's own checks
+    dynamics = ModelDynamics.for_robot('qube', nominal_model('qube'), 0.002)
+    for options, message in (({'estimator': 'magic'}, 'unknown estimator'),
+                             ({'holdout_fraction': 1.0}, 'holdout_fraction'),
+                             ({'min_samples': 100, 'max_samples': 50}, 'max_samples'),
+                             ({'estimator_config': {'no_such_key': 1}}, 'no_such_key'),
+                             ({'memory_segments': -1}, 'memory_segments'),
+                             ({'memory_segment': 0.0}, 'memory_segment')):
+        with pytest.raises(ValueError, match=message):
+            AdaptiveMPC(Recorder(dynamics), **options)
+    with pytest.raises(TypeError, match='buffer_size'):   # not an option of the engine
+        AdaptiveMPC(Recorder(dynamics), buffer_size=500)
+
+
+def test_the_loop_runs_the_engine_options_it_is_given():
+    dynamics = ModelDynamics.for_robot('qube', nominal_model('qube'), 0.002)
+    adaptive = AdaptiveMPC(Recorder(dynamics))
+    assert adaptive.engine.config == SAMPLE_LOOP and adaptive.config.refit_every == 100
+    # another estimator starts from its own defaults, not from the configuration of 'nea'
+    other = AdaptiveMPC(Recorder(dynamics), 'diffnea', refit_every=7, max_samples=300)
+    assert other.engine.config == SAMPLE_LOOP.replace(estimator='diffnea',
+                                                      estimator_config=None, max_samples=300)
+    assert other.config.refit_every == 7

@@ -180,8 +180,9 @@ def test_node_and_adaptive_paths_take_the_same_decisions(executor, run, one_thre
     config = node.engine.config
     # the adaptive MPC runs exactly the node's engine configuration
     dynamics = ModelDynamics.for_robot('qube', node.nominal, 0.01)
-    adaptive = AdaptiveMPC(_Planner(dynamics), 'diffnea', refit_every=100, min_samples=100,
-                           online=config, check=node.engine.check)
+    adaptive = AdaptiveMPC(_Planner(dynamics), refit_every=100, online=config,
+                           check=node.engine.check)
+    assert adaptive.engine.config == config
     clock = node.get_clock()
     node_status, adaptive_status = [], []
     for k in range(len(run)):

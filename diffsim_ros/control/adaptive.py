@@ -6,26 +6,24 @@ identification engine, :class:`~diffsim_ros.sysid.online.OnlineEngine`, that the
 node runs on the robot: what ``diffsim-sim-eval --controller adaptive-mpc`` measures is the
 loop of the ROS graph.  Every step the wrapped controller acts on the newest accepted model;
 :meth:`AdaptiveMPC.observe` puts the measured state and the applied command into the
-engine's window (``buffer_size`` states); every ``refit_every`` observed steps (once
-``min_samples`` are there) the engine refits: derivatives from the measured velocities,
-stretches near a joint limit left out, informative older cells kept
-(:class:`~diffsim_ros.sysid.memory.SegmentMemory`: without them the refits during a balance
-accepted models thousands of percent off on the Qube), data whose commands the driver model
-cannot explain refused, and a candidate accepted only if its ``prediction_steps``-step
-open-loop prediction of the held-out newest data beats the model in use by
-``accept_margin``.  An accepted model is handed to ``controller.set_model``, which keeps the
-warm start, so there is no gap.  With ``background=True`` the fit runs on a worker thread and
-is swapped in at the first ``observe``/``solve`` after it finished (what a ROS node does);
-the default runs it in place, which keeps simulations deterministic.  Episodes restart the
-clock; the window sees one increasing time and never differentiates across episodes.
+engine's window; every ``refit_every`` observed steps (once the engine's ``min_samples`` are
+there) the engine refits, with the options of an
+:class:`~diffsim_ros.sysid.online.OnlineConfig` (its module docstring says what a refit
+does; :data:`SAMPLE_LOOP` by default, the identifier node's own for ``diffsim-sim-eval``).
+An accepted model is handed to ``controller.set_model``, which keeps the warm start, so
+there is no gap.  With the engine's ``execution`` ``'thread'`` (or ``'process'``) the fit
+runs in the background and is swapped in at the first ``observe``/``solve`` after it
+finished (what a ROS node does); ``'inline'`` runs it in place, which keeps simulations
+deterministic.  Episodes restart the clock; the window sees one increasing time and never
+differentiates across episodes.
 
 :func:`parameter_error` scores a model against a known truth in a unit-free way (used with
 the simulated plants, whose true model is known).
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 import math
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -36,102 +34,45 @@ from .. import robots
 from ..core.integrators import joint_friction
 from ..core.model import RobotModel
 from ..core.rnea import rnea
-from ..sysid import estimators
 from ..sysid.online import Decision, OnlineConfig, OnlineEngine
 from ..sysid.result import IdentificationResult
 
 Tensor = torch.Tensor
 TruthFn = Callable[[], RobotModel]
 
-__all__ = ['AdaptiveConfig', 'AdaptiveMPC', 'default_estimator_config', 'parameter_error']
+__all__ = ['AdaptiveConfig', 'AdaptiveMPC', 'SAMPLE_LOOP', 'default_estimator_config',
+           'parameter_error']
+
+
+#: The engine's options for a loop counted in samples (a simulation at a known rate): the
+#: newest 2000 states without a time limit, a refit once 100 are there, the newest 30 % held
+#: out, runs cut at steps over three median intervals, half-second memory cells (without them
+#: the refits during a balance accepted models thousands of percent off on the Qube), 'nea'
+#: with its defaults, fits in place.
+SAMPLE_LOOP = OnlineConfig(window=math.inf, max_samples=2000, min_window=0.0, min_samples=100,
+                           holdout_fraction=0.3, max_gap=3.0, memory_segment=0.5)
 
 
 @dataclass(frozen=True)
 class AdaptiveConfig:
     """
-    Options of :class:`AdaptiveMPC`.
+    Options of :class:`AdaptiveMPC`: its refit trigger, and the engine's options.
 
-    :param estimator: estimator name (``diffsim_ros.sysid.estimators.names()``).
-    :param estimator_config: its configuration mapping (see the estimator's config class).
     :param refit_every: observed steps between refits, >= 1.
-    :param buffer_size: transitions kept (oldest dropped first), >= ``min_samples``.
-    :param min_samples: transitions needed before the first refit, >= 10.
-    :param validation_fraction: newest fraction of the buffer held out for acceptance.
-    :param prediction_steps: open-loop steps of the held-out prediction error, >= 1.
-    :param accept_margin: relative improvement of the held-out error a fit needs.
-    :param max_gap: a time step larger than this many median steps starts a new segment.
-    :param limit_margin: samples closer than this to a joint position limit are not used
-        (the model has no joint-stop forces), rad or m.
-    :param warm_start: pass the previously accepted result to the estimator.
-    :param background: fit in a worker thread (swap in when done) instead of in place.
-    :param memory_segments: cells of older data kept beyond the buffer for their information
-        about the base parameters (:class:`~diffsim_ros.sysid.memory.SegmentMemory`) and fit
-        with it; 0 fits on the buffer alone.
-    :param memory_segment: length of a memory cell, s.
-    :param max_unexplained: the engine's driver check threshold
-        (:func:`~diffsim_ros.sysid.online.driver_check`).
+    :param online: the engine's options (window, estimator, acceptance, execution).
     :raises ValueError: invalid values.
     """
 
-    estimator: str = 'nea'
-    estimator_config: Mapping[str, Any] = field(default_factory=dict)
     refit_every: int = 100
-    buffer_size: int = 2000
-    min_samples: int = 100
-    validation_fraction: float = 0.3
-    prediction_steps: int = 10
-    accept_margin: float = 0.0
-    max_gap: float = 3.0
-    limit_margin: float = 0.05
-    warm_start: bool = True
-    background: bool = False
-    memory_segments: int = 4
-    memory_segment: float = 0.5
-    max_unexplained: float = 1.0
+    online: OnlineConfig = SAMPLE_LOOP
 
     def __post_init__(self) -> None:
-        """Validate the options."""
-        if self.estimator not in estimators.names():
-            raise ValueError(f'unknown estimator {self.estimator!r}; valid names: '
-                             f'{", ".join(estimators.names())}')
-        estimators.make_config(self.estimator, dict(self.estimator_config))
-        for name, low in (('refit_every', 1), ('min_samples', 10), ('prediction_steps', 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ValueError(f'{name} must be an int >= {low}, got {value!r}')
-        if not isinstance(self.buffer_size, int) or self.buffer_size < self.min_samples:
-            raise ValueError(f'buffer_size must be an int >= min_samples ({self.min_samples}), '
-                             f'got {self.buffer_size!r}')
-        if not 0.0 < self.validation_fraction < 1.0:
-            raise ValueError(f'validation_fraction must be in (0, 1), got '
-                             f'{self.validation_fraction!r}')
-        if isinstance(self.memory_segments, bool) or not isinstance(self.memory_segments, int) \
-                or self.memory_segments < 0:
-            raise ValueError(f'memory_segments must be an int >= 0, got {self.memory_segments!r}')
-        if not (math.isfinite(self.memory_segment) and self.memory_segment > 0):
-            raise ValueError(f'memory_segment must be > 0, got {self.memory_segment!r}')
-        for name in ('accept_margin', 'max_gap', 'limit_margin'):
-            value = getattr(self, name)
-            if not (math.isfinite(value) and value >= 0.0):
-                raise ValueError(f'{name} must be finite and >= 0, got {value!r}')
-        self.online()   # the engine's own checks
-
-    def online(self) -> OnlineConfig:
-        """
-        Return the options of the online engine these options stand for.
-
-        :return: a window of ``buffer_size`` states without a time limit, the estimator and
-            acceptance settings, and in-place or thread execution (``background``).
-        """
-        return OnlineConfig(
-            estimator=self.estimator, estimator_config=dict(self.estimator_config),
-            window=math.inf, max_samples=self.buffer_size, min_window=0.0,
-            min_samples=self.min_samples, holdout_fraction=self.validation_fraction,
-            prediction_steps=self.prediction_steps, accept_margin=self.accept_margin,
-            limit_margin=self.limit_margin, max_gap=self.max_gap or math.inf,
-            memory_segments=self.memory_segments, memory_segment=self.memory_segment,
-            warm_start=self.warm_start, max_unexplained=self.max_unexplained,
-            execution='thread' if self.background else 'inline')
+        """Validate the options (the engine's are validated by :class:`OnlineConfig`)."""
+        if isinstance(self.refit_every, bool) or not isinstance(self.refit_every, int) \
+                or self.refit_every < 1:
+            raise ValueError(f'refit_every must be an int >= 1, got {self.refit_every!r}')
+        if not isinstance(self.online, OnlineConfig):
+            raise ValueError(f'online must be an OnlineConfig, got {type(self.online).__name__}')
 
 
 def default_estimator_config(robot: str, estimator: str = 'nea') -> Dict[str, Any]:
@@ -207,39 +148,33 @@ class AdaptiveMPC:
     per applied command.
 
     :param controller: the wrapped controller (iLQR, MPPI or a baseline).
-    :param estimator: estimator name (overrides ``config.estimator`` when given).
-    :param refit_every: overrides ``config.refit_every`` when given.
-    :param buffer_size: overrides ``config.buffer_size`` when given.
-    :param min_samples: overrides ``config.min_samples`` when given.
-    :param estimator_config: overrides ``config.estimator_config`` when given.
-    :param validation_fraction: overrides ``config.validation_fraction`` when given.
-    :param config: all options at once.
+    :param estimator: the engine's estimator, replacing that of ``online`` or ``config``
+        (with its default configuration unless ``estimator_config`` is given).
+    :param refit_every: replaces ``config.refit_every`` when given.
+    :param config: the trigger and the engine's options at once (default
+        :class:`AdaptiveConfig`).
     :param truth: callable returning the true model (simulations): ``history`` then records
         :func:`parameter_error` of the model in use after every refit.
-    :param online: the engine's options, replacing those ``config`` stands for (e.g. the
-        identifier node's, to run exactly its loop); ``refit_every`` still sets the trigger.
+    :param online: the engine's options, replacing ``config.online`` (e.g. the identifier
+        node's, to run exactly its loop).
     :param check: candidate checks handed to the engine (reasons to refuse a candidate).
+    :param options: further fields of the engine's options to change, by their
+        :class:`~diffsim_ros.sysid.online.OnlineConfig` names (``max_samples=500``,
+        ``estimator_config={...}``); validated by it.
     """
 
     def __init__(self, controller: Any, estimator: Optional[str] = None,
-                 refit_every: Optional[int] = None, buffer_size: Optional[int] = None,
-                 min_samples: Optional[int] = None,
-                 estimator_config: Optional[Mapping[str, Any]] = None,
-                 validation_fraction: Optional[float] = None,
-                 config: Optional[AdaptiveConfig] = None,
+                 refit_every: Optional[int] = None, config: Optional[AdaptiveConfig] = None,
                  truth: Optional[TruthFn] = None, online: Optional[OnlineConfig] = None,
-                 check: Optional[Callable[[IdentificationResult], Sequence[str]]] = None
-                 ) -> None:
-        base = config if config is not None else AdaptiveConfig(
-            estimator=estimator or 'nea', estimator_config=dict(estimator_config or {}))
-        changes = {key: value for key, value in (
-            ('estimator', estimator), ('refit_every', refit_every),
-            ('buffer_size', buffer_size), ('min_samples', min_samples),
-            ('estimator_config', estimator_config),
-            ('validation_fraction', validation_fraction)) if value is not None}
-        fields = {**base.__dict__, **changes}
-        fields['estimator_config'] = dict(fields['estimator_config'])
-        self.config = AdaptiveConfig(**fields)
+                 check: Optional[Callable[[IdentificationResult], Sequence[str]]] = None,
+                 **options: Any) -> None:
+        base = config if config is not None else AdaptiveConfig()
+        engine = online if online is not None else base.online
+        if estimator is not None and estimator != engine.estimator:
+            options = {'estimator_config': None, **options, 'estimator': estimator}
+        self.config = AdaptiveConfig(
+            base.refit_every if refit_every is None else refit_every,
+            engine.replace(**options) if options else engine)
         self.controller = controller
         self.nominal_model: RobotModel = controller.dynamics.model
         #: The model the controller plans with (the nominal one until a fit is accepted).
@@ -254,7 +189,7 @@ class AdaptiveMPC:
         self.decisions: List[Decision] = []
         self.truth = truth
         #: The loop itself: window, memory, refits, acceptance (shared with the node).
-        self.engine = OnlineEngine(self.nominal_model, online or self.config.online(), check)
+        self.engine = OnlineEngine(self.nominal_model, self.config.online, check)
         self.memory = self.engine.memory
         # Episodes restart the clock; the window and the memory see one increasing time.
         self._offset, self._last_time = 0.0, None
@@ -329,7 +264,7 @@ class AdaptiveMPC:
         self._since_refit += 1
         accepted = self._collect()
         if (self._since_refit >= self.config.refit_every
-                and len(self.engine.window) >= self.config.min_samples
+                and len(self.engine.window) >= self.engine.config.min_samples
                 and not self.engine.busy):
             self._since_refit = 0
             accepted = self.refit() or accepted
@@ -348,7 +283,7 @@ class AdaptiveMPC:
         :return: whether a new model was accepted (always False when started in the
             background; the swap happens in a later :meth:`observe` / :meth:`solve`).
         """
-        if self.config.background:
+        if self.engine.config.execution != 'inline':   # in the background
             decision = self.engine.start()
             return self._record(decision) if decision is not None else False
         return self._record(self.engine.refit())

@@ -1,9 +1,11 @@
 """Write an identified :class:`RobotModel` back into its URDF (inertials, origins, friction)."""
 
-from typing import Optional
+from pathlib import Path
+from typing import Any, Mapping, Optional, Tuple, Union
 import xml.etree.ElementTree as ET
 
 import torch
+import yaml
 
 from ..core.errors import URDFError
 from ..core.model import RobotModel
@@ -85,3 +87,25 @@ def model_to_urdf(model: RobotModel, source: Optional[str] = None) -> str:
             joint.append(ET.Comment(f' armature (reflected rotor inertia): {armature!r} '))
     ET.indent(root)
     return ET.tostring(root, encoding='unicode') + '\n'
+
+
+def write_identified(directory: Union[str, Path], name: str, model: RobotModel,
+                     parameters: Mapping[str, Any]) -> Tuple[Path, Path]:
+    """
+    Write a model's URDF and its parameters as ``<name>_identified.urdf`` / ``.yaml``.
+
+    :param directory: the folder (created, parents included).
+    :param name: file name stem (the robot's name).
+    :param model: the model (see :func:`model_to_urdf`).
+    :param parameters: the YAML document (an identification result's ``to_dict()``).
+    :return: the URDF and YAML paths.
+    :raises OSError: the folder or a file cannot be written.
+    :raises URDFError: the model cannot be exported.
+    """
+    directory = Path(directory).expanduser()
+    urdf_text = model_to_urdf(model)   # before touching the file system
+    directory.mkdir(parents=True, exist_ok=True)
+    urdf, params = directory / f'{name}_identified.urdf', directory / f'{name}_identified.yaml'
+    urdf.write_text(urdf_text, encoding='utf-8')
+    params.write_text(yaml.safe_dump(dict(parameters), sort_keys=False), encoding='utf-8')
+    return urdf, params

@@ -39,7 +39,7 @@ from ..core.integrators import FRICTION_VELOCITY_SCALE
 from ..core.model import RobotModel
 
 __all__ = ['MAX_MESSAGE_CHARS', 'ModelMessageError', 'SCHEMA', 'VERSION',
-           'load_model_message', 'model_message']
+           'load_model_message', 'model_message', 'parameters_message']
 
 SCHEMA = 'diffsim_ros/model'
 VERSION = 1
@@ -190,3 +190,24 @@ def load_model_message(document: Union[str, Mapping[str, Any]], interface: Robot
                             if 'log' in parameters[name] else math.log(value))
             getattr(motor, f'log_{key}').copy_(torch.tensor(logs, dtype=torch.float64))
     return model, motor
+
+
+def parameters_message(result: Any, heldout_loss: float, stamp: float,
+                       refits: int) -> Dict[str, Any]:
+    """
+    Return the identifier's ``~/parameters`` document: the estimate, for people and plots.
+
+    ``{"stamp", "method", "heldout_loss", "refits", "parameters": {name: {"value", "unit"[,
+    "std"]}}}``, with the standard deviation wherever the estimator is Bayesian.  Unlike the
+    model document it is not meant to be loaded back.
+
+    :param result: the identification result in use (None: the nominal model).
+    :param heldout_loss: its held-out prediction error (not finite: none yet, ``null``).
+    :param stamp: the time it is sent, s.
+    :param refits: accepted refits so far.
+    :return: the JSON-ready document.
+    """
+    return {'stamp': stamp, 'method': result.method if result is not None else 'nominal',
+            'heldout_loss': heldout_loss if math.isfinite(heldout_loss) else None,
+            'refits': refits,
+            'parameters': result.to_dict()['parameters'] if result is not None else {}}

@@ -75,7 +75,7 @@ from ..core.rnea import rnea
 Tensor = torch.Tensor
 CheckFn = Callable[[IdentificationResult], Sequence[str]]
 
-__all__ = ['Decision', 'DriverCheck', 'EXECUTIONS', 'OnlineConfig', 'OnlineEngine',
+__all__ = ['Decision', 'DecisionLog', 'DriverCheck', 'EXECUTIONS', 'OnlineConfig', 'OnlineEngine',
            'RefitJob', 'RefitPool', 'SampleWindow', 'driver_check', 'evaluate',
            'nominal_result', 'prediction_error', 'usable_runs', 'window_runs']
 
@@ -728,6 +728,72 @@ class Decision:
         out.update({f'{key}_heldout_loss': value for key, value in self.losses.items()})
         out.update(self.durations)
         return out
+
+
+class DecisionLog:
+    """
+    What a caller reports of an engine's decisions: the last one, the loss, the refit rate.
+
+    The identifier node turns it into diagnostics; it keeps no model (the engine's
+    :attr:`OnlineEngine.current` is the model in use) and no counts (``OnlineEngine.counts``).
+
+    :param rate_window: finished refits the refit rate is measured over.
+    """
+
+    def __init__(self, rate_window: int = 20) -> None:
+        """Start collecting data, with the nominal model in use."""
+        self._finished: deque = deque(maxlen=rate_window)
+        self.clear()
+
+    def clear(self) -> None:
+        """Forget the last decision and the loss (back to the nominal model)."""
+        #: Held-out prediction error of the model in use at the last refit (inf: none yet).
+        self.heldout_loss = math.inf
+        #: The last decision: ``status`` (one line), ``warn`` and its :meth:`Decision.to_dict`
+        #: fields (losses as ``<which>_heldout_loss``, durations, ``duration_s``).
+        self.last: Dict[str, Any] = {'status': 'collecting data', 'warn': False}
+
+    def record(self, decision: Decision, now: float) -> None:
+        """
+        Take one decision.
+
+        :param decision: the engine's decision.
+        :param now: a monotonic time, s (the refit rate's clock).
+        """
+        if decision.outcome == 'waiting':
+            self.last = {'status': decision.reason, 'warn': decision.warn}
+            return
+        report = {key: value for key, value in decision.to_dict().items()
+                  if key not in ('outcome', 'accepted', 'reason')}
+        report.update(status=f'refit {decision.outcome}: {decision.reason}',
+                      warn=decision.warn, duration_s=decision.durations.get('total_s', 0.0))
+        if decision.accepted:
+            self.heldout_loss = decision.losses['candidate']
+        elif 'current' in decision.losses:
+            self.heldout_loss = decision.losses['current']
+        self._finished.append(float(now))
+        self.last = report
+
+    def rate_hz(self) -> float:
+        """
+        Return the rate of the recent refits that reached a decision on data, Hz.
+
+        :return: 0 with fewer than two.
+        """
+        finished = list(self._finished)
+        if len(finished) < 2 or not finished[-1] > finished[0]:
+            return 0.0
+        return (len(finished) - 1) / (finished[-1] - finished[0])
+
+    def values(self) -> Dict[str, Any]:
+        """
+        Return the diagnostics values: the last decision's fields, the loss and the rate.
+
+        :return: ``{'refit_rate_hz', 'heldout_loss', ...}`` (``status`` and ``warn`` left out).
+        """
+        return {'refit_rate_hz': self.rate_hz(), 'heldout_loss': self.heldout_loss,
+                **{key: value for key, value in self.last.items()
+                   if key not in ('status', 'warn')}}
 
 
 # -- execution strategies --------------------------------------------------------------------
