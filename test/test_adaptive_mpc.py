@@ -134,9 +134,15 @@ def test_window_runs_episodes_and_split():
     for run in runs:
         torch.testing.assert_close(run.qdd[:, 0], torch.ones(len(run), dtype=F64))
         torch.testing.assert_close(run.u, torch.full((len(run), 1), 0.5, dtype=F64))
-    train, heldout = split_newest(usable_runs(runs, model, config), 0.25, 11)
+    usable = usable_runs(runs, model, config)
+    # the derivative filter's edge transient (2 / cutoff s) is left out at both ends of a run
+    pad = 2.0 / config.derivative_cutoff_hz
+    for run, part in zip(runs, usable):
+        assert float(part.t[0]) - float(run.t[0]) == pytest.approx(pad, abs=0.0021)
+        assert float(run.t[-1]) - float(part.t[-1]) == pytest.approx(pad, abs=0.0021)
+    train, heldout = split_newest(usable, 0.25, 11)
     assert float(heldout[0].t[0]) > float(train[-1].t[-1])
-    assert sum(len(r) for r in heldout) == round(0.25 * sum(len(r) for r in runs))
+    assert sum(len(r) for r in heldout) == round(0.25 * sum(len(r) for r in usable))
     # non-finite samples are not buffered; a sample at a joint limit is, but refits leave
     # it out with the filter transient around it
     adaptive.observe(1.0, torch.tensor([math.nan, 0.0]), torch.zeros(2), torch.zeros(1))
