@@ -21,8 +21,8 @@ from pathlib import Path
 from diffsim_ros import robots
 from diffsim_ros.core import load_urdf, rnea
 from diffsim_ros.io import load_qube_runs, write_bag, write_csv, write_npz
-from diffsim_ros.io.fit_cli import (away_from_limits, EXIT_NOT_EXCITED, EXIT_USAGE, main,
-                                    MAX_CONDITION, Progress, split)
+from diffsim_ros.io.fit_cli import (away_from_limits, EXIT_NOT_EXCITED, EXIT_USAGE,
+                                    EXIT_WORSE, main, MAX_CONDITION, Progress, split)
 from diffsim_ros.sim import excitation_for, MujocoPlant, PlantConfig
 from diffsim_ros.sim.parameters import nominal_model
 from diffsim_ros.sysid.dataset import Trajectory
@@ -98,7 +98,11 @@ def _check_outputs(out: Path, method: str, joints) -> dict:
     for key in ('torque', 'acceleration', 'rollout', 'nominal', 'wall_time_s', 'iterations',
                 'method', 'versions', 'urdf', 'runs', 'preprocessing'):
         assert key in metrics, key
-    assert set(metrics['rollout']) == {'1s', '2s'}
+    assert set(metrics['rollout']) == {'0.5s', '1s'} and metrics['horizons_s'] == [0.5, 1.0]
+    # a fit that simulates the held-out data better than the catalogue model says so
+    assert metrics['better_than_nominal'] == {'torque': True, 'rollout_0.5s': True,
+                                              'rollout_1s': True}
+    assert metrics['exit_status'] == 0 and metrics['worse_than_nominal'] is None
     assert metrics['wall_time_s']['total'] >= metrics['wall_time_s']['fit'] > 0
     # the recordings are excited: no warning, and the measure is in the metrics
     assert metrics['warning'] is None and metrics['excitation']['sufficient']
@@ -146,7 +150,7 @@ def test_nea_on_a_bag_of_the_voltage_driven_qube(qube, tmp_path, capsys):
                                'validation': ['qube#validation1']}
     # the bag has velocities: accelerations come from them, the commands filtered alike
     assert metrics['preprocessing']['derivatives'] == 'filtfilt of measured qd'
-    for horizon in ('1s', '2s'):
+    for horizon in ('0.5s', '1s'):
         fitted = metrics['rollout'][horizon]['nmse']
         assert fitted is not None
         assert fitted < 0.2 * metrics['nominal']['rollout'][horizon]['nmse']
@@ -279,9 +283,9 @@ def test_help_exits_zero_and_says_what_the_exit_statuses_mean(capsys):
     assert main(['--help']) == 0
     text = capsys.readouterr().out
     assert 'diffsim-fit' in text and 'exit status' in text
-    for status in (0, EXIT_USAGE, EXIT_NOT_EXCITED, 130):
+    for status in (0, EXIT_USAGE, EXIT_NOT_EXCITED, EXIT_WORSE, 130):
         assert f'\n  {status} ' in text, status
-    assert '--max-condition' in text
+    assert '--max-condition' in text and '--allow-worse' in text
 
 
 # --------------------------------------------------------------------------------------
