@@ -253,3 +253,16 @@ def test_options_parse_into_the_namespace():
     assert isinstance(args, argparse.Namespace)
     assert args.horizons == (0.5, 1.0) and args.input_delay == (0.008, 's')
     assert args.robot is None and args.format == 'auto'
+
+
+def test_early_stopping_data_never_include_the_validation_runs_unless_asked():
+    from diffsim_ros.io.selection import early_stopping_split
+    train, validation = split(RUNS, 'swingup')
+    fitted, stopping = early_stopping_split(train, validation, 'train')
+    assert [r.run[-2:] for r in fitted] == ['r0'] and [r.run[-2:] for r in stopping] == ['r1']
+    assert early_stopping_split(train, validation, 'validation') == (train, validation)
+    assert early_stopping_split(train, validation, 'none') == (train, [])
+    fitted, stopping = early_stopping_split(RUNS[:1], [], 'train')
+    assert fitted[0].run.endswith('#train') and stopping[0].run.endswith('#validation')
+    with pytest.raises(SelectionError, match='valid: validation, train, none'):
+        early_stopping_split(train, validation, 'best')

@@ -125,7 +125,8 @@ from .loss_options import apply_loss, horizon_steps, LOSS_CHOICES
 from .report import (evaluate, export_urdf, parameter_table, predictors, ROLLOUT_HORIZONS,
                      score, stribeck_levels, write_metrics_json, write_params_yaml,
                      write_report_png)
-from .selection import select_runs, SelectionError, split as split_runs_or_blocks
+from .selection import (EARLY_STOPPING, early_stopping_split, select_runs, SelectionError,
+                        split as split_runs_or_blocks)
 from .tables import TableError
 from .verdict import better_than_nominal, worse_message, worse_rollouts
 from .. import __version__, robots
@@ -318,6 +319,10 @@ def build_parser() -> argparse.ArgumentParser:
                         'a fraction in [0, 1) of the runs, or last:F (the trailing fraction F '
                         'of every run) (default 0.2, a single run gives 2 s blocks in turn; '
                         'data sets: swingup, or last:0.3 for single recordings)')
+    parser.add_argument('--early-stopping', choices=EARLY_STOPPING, default='validation',
+                        help='data that stop the optimiser: the validation runs (which then '
+                        'take part in choosing the model), the last training run (not fitted; '
+                        'the validation runs stay unseen) or none (default: %(default)s)')
     parser.add_argument('--input-delay', type=_delay, default=None,
                         help='delay of the commands u: whole samples of the recording (2) or '
                         'a time (0.008s, 8ms), applied before fitting and validating '
@@ -1149,7 +1154,8 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
     train = [run.to(device=device) for run in train]
     validation = [run.to(device=device) for run in validation]
     fit_start = time.perf_counter()
-    result = run_fit(args.method, model, train, validation, config, progress)
+    fitted_runs, stopping = early_stopping_split(train, validation, args.early_stopping)
+    result = run_fit(args.method, model, fitted_runs, stopping, config, progress)
     fit_seconds = time.perf_counter() - fit_start
     progress.stage(f'fit done in {fit_seconds:.1f} s: {_fit_summary(result.metrics)}')
 
@@ -1182,6 +1188,8 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
             **_header(args, robot_label, nominal, result, config, source),
             'runs': {'train': [run.run for run in train],
                      'validation': [run.run for run in validation]},
+            'early_stopping': {'mode': args.early_stopping,
+                               'runs': [run.run for run in stopping]},
             'samples': {'train': sum(len(run) for run in train),
                         'validation': sum(len(run) for run in validation)},
             'preprocessing': prep,

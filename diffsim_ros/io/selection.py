@@ -25,7 +25,11 @@ from ..core.errors import DiffsimError
 from ..sysid.dataset import Trajectory
 from ..sysid.preprocess import split_blocks, split_runs, split_time
 
-__all__ = ['SelectionError', 'matches', 'parse_validation', 'select_runs', 'split']
+__all__ = ['EARLY_STOPPING', 'SelectionError', 'early_stopping_split', 'matches',
+           'parse_validation', 'select_runs', 'split']
+
+#: Choices of ``--early-stopping``: which data stop the optimiser.
+EARLY_STOPPING = ('validation', 'train', 'none')
 
 #: A parsed validation specification: a fraction, ``('last', F)`` or run names.
 Validation = Union[float, Tuple[str, float], List[str]]
@@ -167,3 +171,35 @@ def split(runs: Sequence[Trajectory], spec: Union[str, float, None], block_s: fl
     except (TypeError, ValueError) as exc:
         raise SelectionError(f'--validation: {" ".join(str(exc).split())}') from None
     return list(parts.train), list(parts.validation)
+
+
+def early_stopping_split(train: Sequence[Trajectory], validation: Sequence[Trajectory],
+                         mode: str) -> Tuple[List[Trajectory], List[Trajectory]]:
+    """
+    Choose the data the estimator fits and the data that stop it early.
+
+    ``'validation'``: the validation runs stop the fit (they then took part in choosing the
+    model); ``'train'``: the last training run (of a single run: its last 20 %) stops it and
+    is not fitted, so the validation runs stay unseen, as ``benchmarks/identification.py``
+    does; ``'none'``: no early stopping.
+
+    :param train: training runs.
+    :param validation: validation runs.
+    :param mode: one of :data:`EARLY_STOPPING`.
+    :return: ``(runs to fit, runs for early stopping)``.
+    :raises SelectionError: an unknown mode.
+    """
+    if mode not in EARLY_STOPPING:
+        raise SelectionError(f'unknown --early-stopping {mode!r}; valid: '
+                             f'{", ".join(EARLY_STOPPING)}')
+    if mode == 'validation':
+        return list(train), list(validation)
+    if mode == 'none' or not train:
+        return list(train), []
+    names = list(dict.fromkeys(run.run for run in train))
+    if len(names) > 1:
+        return ([run for run in train if run.run != names[-1]],
+                [run for run in train if run.run == names[-1]])
+    parts = [split_time(run, 0.2) for run in train]
+    return ([t for part in parts for t in part.train],
+            [v for part in parts for v in part.validation])
