@@ -13,7 +13,7 @@ import math
 from diffsim_ros.io import run_kind
 from diffsim_ros.io.conventions import (delay_commands, delay_samples, offset_angles,
                                         parse_delay, parse_offsets)
-from diffsim_ros.io.fit_cli import _exit_status, EXIT_NOT_EXCITED, EXIT_WORSE, Progress
+from diffsim_ros.io.fit_cli import _exit_status, EXIT_NOT_EXCITED, EXIT_WORSE
 from diffsim_ros.io.formats import FormatError, FORMATS, in_model_order, LoadOptions, resolve
 from diffsim_ros.io.loss_options import apply_loss, horizon_steps
 from diffsim_ros.io.selection import parse_validation, select_runs, SelectionError, split
@@ -218,22 +218,13 @@ def test_better_than_nominal_per_metric():
     assert worse_rollouts(better_than_nominal(scores)) == ['1s']
 
 
-class _Sink:
-
-    def write(self, text: str) -> None:
-        pass
-
-    def flush(self) -> None:
-        pass
-
-
 @pytest.mark.parametrize('allow,warning,expected', [
     (False, None, EXIT_WORSE), (True, None, 0), (False, 'not excited', EXIT_NOT_EXCITED)])
 def test_worse_rollouts_exit_4_unless_allowed(allow, warning, expected):
     metrics = _scores({'0.5s': 0.3, '1s': 0.8}, {'0.5s': 0.4, '1s': 0.5})
     metrics['better_than_nominal'] = better_than_nominal(metrics)
     metrics['warning'] = warning
-    assert _exit_status(metrics, allow, Progress(_Sink())) == expected
+    assert _exit_status(metrics, allow) == expected
     assert 'rollout 1s NMSE 0.8 vs nominal 0.5' in metrics['worse_than_nominal']
     assert ('--allow-worse' in metrics['worse_than_nominal']) == allow
 
@@ -242,7 +233,7 @@ def test_worse_torques_alone_warn_without_changing_the_exit_status():
     metrics = _scores({'1s': 0.3}, {'1s': 0.5}, torque=(0.9, 0.2))
     metrics['better_than_nominal'] = better_than_nominal(metrics)
     metrics['warning'] = None
-    assert _exit_status(metrics, False, Progress(_Sink())) == 0
+    assert _exit_status(metrics, False) == 0
     assert 'torque NMSE 0.9 vs nominal 0.2' in metrics['worse_than_nominal']
 
 

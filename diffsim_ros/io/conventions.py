@@ -15,14 +15,15 @@ never modify their input.
 
 import math
 import re
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import torch
 
 from ..sysid.dataset import Trajectory
+from ..sysid.preprocess import unwrap_angles
 
-__all__ = ['Delay', 'delay_commands', 'delay_samples', 'offset_angles', 'parse_delay',
-           'parse_offsets']
+__all__ = ['Delay', 'apply_conventions', 'delay_commands', 'delay_samples', 'offset_angles',
+           'parse_delay', 'parse_offsets']
 
 #: ``--input-delay`` as ``(value, unit)``, unit ``'samples'`` or ``'s'``.
 Delay = Tuple[float, str]
@@ -124,3 +125,32 @@ def offset_angles(traj: Trajectory, offsets: Mapping[str, float]) -> Trajectory:
             raise KeyError(f'run {traj.run!r} has no joint {name!r}')
         shift[traj.joint_names.index(name)] = value
     return traj.replace(q=traj.q + shift)
+
+
+def apply_conventions(runs: Sequence[Trajectory], joints: Sequence[str],
+                      delay: Optional[Delay] = None, offsets: Sequence[str] = (),
+                      unwrap: Sequence[str] = ()) -> Tuple[List[Trajectory], Dict[str, Any]]:
+    """
+    Unwrap, offset and delay every run (``--unwrap``, ``--offset``, ``--input-delay``).
+
+    :param runs: the runs, joints named.
+    :param joints: the model's joints (names are checked against them).
+    :param delay: the parsed input delay or ``None``.
+    :param offsets: ``JOINT=VALUE`` entries.
+    :param unwrap: joints to unwrap.
+    :return: ``(runs, {'offsets', 'unwrapped', 'input_delay'})`` for ``metrics.json``.
+    :raises ValueError: unknown joints, malformed offsets, a delay without commands.
+    """
+    shifts = parse_offsets(offsets, joints)
+    unknown = [j for j in unwrap if j not in joints]
+    if unknown:
+        raise ValueError(f'--unwrap: unknown joint(s) {", ".join(unknown)}; the robot has '
+                         f'{", ".join(joints)}')
+    delays = [delay_samples(delay, run) for run in runs]
+    if any(delays) and all(run.u is None for run in runs):
+        raise ValueError('--input-delay delays the commands u, but the data carry none')
+    out = [delay_commands(offset_angles(unwrap_angles(run, unwrap), shifts), samples)
+           for run, samples in zip(runs, delays)]
+    return out, {'offsets': shifts, 'unwrapped': list(unwrap),
+                 'input_delay': None if delay is None else {
+                     'value': delay[0], 'unit': delay[1], 'samples': sorted(set(delays))}}

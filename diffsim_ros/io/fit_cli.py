@@ -117,8 +117,7 @@ import torch
 import yaml
 
 from .bags import bag_topics, BagError, COMMAND, STORAGE_SUFFIXES
-from .conventions import (delay_commands, delay_samples, offset_angles, parse_delay,
-                          parse_offsets)
+from .conventions import apply_conventions, parse_delay
 from .datasets import DatasetError
 from .formats import DataFormat, FormatError, FORMATS, in_model_order, LoadOptions, resolve
 from .loss_options import apply_loss, horizon_steps, LOSS_CHOICES
@@ -128,7 +127,7 @@ from .report import (evaluate, export_urdf, parameter_table, predictors, ROLLOUT
 from .selection import (EARLY_STOPPING, early_stopping_split, select_runs, SelectionError,
                         split as split_runs_or_blocks)
 from .tables import TableError
-from .verdict import better_than_nominal, worse_message, worse_rollouts
+from .verdict import better_than_nominal, verdict
 from .. import __version__, robots
 from ..core.errors import URDFError
 from ..core.model import PRISMATIC, RobotModel
@@ -139,7 +138,7 @@ from ..sysid.excitation import Excitation, excitation
 from ..sysid.filters import accelerations_from_velocity, estimate_derivatives
 from ..sysid.losses import command_joints_for, DT_TOLERANCE, resolve_source
 from ..sysid.nea import RegressorColumns
-from ..sysid.preprocess import limit_free_runs, resample, unwrap_angles
+from ..sysid.preprocess import limit_free_runs, resample
 from ..sysid.result import IdentificationResult
 
 PROG = 'diffsim-fit'
@@ -707,27 +706,12 @@ def conventions(runs: Sequence[Trajectory], args: argparse.Namespace, model: Rob
     :raises UsageError: a selector that picks nothing, unknown joints, a delay without
         commands.
     """
-    if args.runs is not None:
-        with reported('', SelectionError):
+    with reported('', SelectionError, ValueError):
+        if args.runs is not None:
             runs = select_runs(runs, args.runs)
-    with reported('--offset', ValueError):
-        offsets = parse_offsets(args.offset, model.joint_names)
-    unknown = [j for j in args.unwrap if j not in model.joint_names]
-    if unknown:
-        raise UsageError(f'--unwrap: unknown joint(s) {", ".join(unknown)}; the robot has '
-                         f'{", ".join(model.joint_names)}')
-    delays = [delay_samples(args.input_delay, run) for run in runs]
-    if any(delays) and all(run.u is None for run in runs):
-        raise UsageError('--input-delay delays the commands u, but the data carry none')
-    out = []
-    for run, samples in zip(runs, delays):
-        run = offset_angles(unwrap_angles(run, args.unwrap), offsets)
-        out.append(delay_commands(run, samples))
-    info = {'runs': args.runs, 'offsets': offsets, 'unwrapped': list(args.unwrap),
-            'input_delay': None if args.input_delay is None else {
-                'value': args.input_delay[0], 'unit': args.input_delay[1],
-                'samples': sorted(set(delays))}}
-    return out, info
+        runs, info = apply_conventions(runs, model.joint_names, args.input_delay, args.offset,
+                                       args.unwrap)
+    return runs, {'runs': args.runs, **info}
 
 
 def _sample_rate(run: Trajectory) -> float:
@@ -1213,7 +1197,7 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
             'versions': _versions(),
         }
         del metrics['armature']
-        metrics['exit_status'] = _exit_status(metrics, args.allow_worse, progress)
+        metrics['exit_status'] = _exit_status(metrics, args.allow_worse)
         plot_run = validation[0] if validation else train[0]
         run_label = f'validation run {plot_run.run}' if validation else \
             f'training run {plot_run.run} (no validation data)'
@@ -1234,20 +1218,10 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
     return metrics
 
 
-def _exit_status(metrics: Dict[str, Any], allow_worse: bool, progress: Progress) -> int:
+def _exit_status(metrics: Dict[str, Any], allow_worse: bool) -> int:
     """Set ``metrics['worse_than_nominal']`` and return the exit status of the outputs."""
-    better = metrics['better_than_nominal']
-    lost = worse_rollouts(better)
-    message = worse_message(metrics, better)
-    if not message:
-        metrics['worse_than_nominal'] = None
-    elif lost:
-        status = 'allowed by --allow-worse' if allow_worse else f'exit status {EXIT_WORSE}'
-        metrics['worse_than_nominal'] = (f'on the validation runs the fit simulates worse than '
-                                         f'the nominal model: {message} ({status})')
-    else:
-        metrics['worse_than_nominal'] = (f'on the validation runs the fit is worse than the '
-                                         f'nominal model: {message}')
+    metrics['worse_than_nominal'], lost = verdict(metrics, metrics['better_than_nominal'],
+                                                  allow_worse, EXIT_WORSE)
     if metrics['warning'] is not None:
         return EXIT_NOT_EXCITED
     return EXIT_WORSE if lost and not allow_worse else 0

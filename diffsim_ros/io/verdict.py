@@ -6,9 +6,9 @@ and the open-loop rollout error at each validation horizon, both on the validati
 only.  A rollout that diverged loses to one that did not.
 """
 
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
-__all__ = ['better_than_nominal', 'worse_message', 'worse_rollouts']
+__all__ = ['better_than_nominal', 'verdict', 'worse_message', 'worse_rollouts']
 
 
 def _rollout_better(fitted: Mapping[str, Any], nominal: Mapping[str, Any]) -> Optional[bool]:
@@ -79,3 +79,27 @@ def worse_message(scores: Mapping[str, Any], better: Mapping[str, Optional[bool]
         parts.append(f'torque NMSE {scores["torque"]["validation"]["nmse_mean"]:.3g} vs '
                      f'nominal {nominal["torque"]["validation"]["nmse_mean"]:.3g}')
     return '; '.join(parts)
+
+
+def verdict(scores: Mapping[str, Any], better: Mapping[str, Optional[bool]], allow_worse: bool,
+            worse_status: int) -> Tuple[Optional[str], bool]:
+    """
+    Return the warning line of a fit that lost to the nominal model, and whether it lost.
+
+    :param scores: as for :func:`better_than_nominal`.
+    :param better: its result.
+    :param allow_worse: ``--allow-worse`` (the line says so instead of the exit status).
+    :param worse_status: the exit status of a lost rollout comparison.
+    :return: ``(line or None, whether a held-out rollout lost)``; worse torques alone give a
+        line without losing.
+    """
+    lost = worse_rollouts(better)
+    message = worse_message(scores, better)
+    if not message:
+        return None, False
+    if not lost:
+        return f'on the validation runs the fit is worse than the nominal model: {message}', \
+            False
+    status = 'allowed by --allow-worse' if allow_worse else f'exit status {worse_status}'
+    return (f'on the validation runs the fit simulates worse than the nominal model: '
+            f'{message} ({status})'), True
