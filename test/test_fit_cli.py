@@ -273,6 +273,24 @@ def test_nea_on_npz_with_a_urdf_file_uses_the_measured_torques(pendulum, tmp_pat
                         'double_pendulum')
 
 
+def test_multistep_loss_refines_the_inverse_fit_on_rollouts(qube, tmp_path, capsys):
+    out = tmp_path / 'multistep'
+    code, err = _run(capsys, qube['csv'], '--robot', 'qube', '--out', out, '--max-iter', '10',
+                     '--loss', 'multistep', '--horizon', '0.1', '--quiet')
+    assert code in (0, EXIT_WORSE), err
+    config = json.loads((out / 'metrics.json').read_text())['config']
+    # 0.1 s at 100 Hz: 10-step shooting windows after an inverse-dynamics warm start
+    assert config['loss'] == 'rollout' and config['horizon'] == 10
+    assert [(s['loss'], s['horizon']) for s in config['stages']][-1] == ('rollout', 10)
+    assert {s['loss'] for s in config['stages'][:-1]} == {'inverse_dynamics'}
+    message = _error(capsys, qube['csv'], '--robot', 'qube', '--method', 'nea', '--loss',
+                     'multistep', '--out', tmp_path / 'nea')
+    assert 'nea is least squares' in message
+    message = _error(capsys, qube['csv'], '--robot', 'qube', '--loss', 'multistep',
+                     '--horizon', '60', '--out', tmp_path / 'long')
+    assert 'shortest training run' in message
+
+
 def test_ffnn_writes_the_nominal_urdf(qube, tmp_path, capsys):
     out = tmp_path / 'ffnn'
     # five iterations of a black box do not simulate better than the catalogue model
