@@ -44,7 +44,10 @@ Pipeline:
    with a force the model lacks);
 4. the fit (:func:`diffsim_ros.sysid.estimators.fit`) with the configuration of
    ``--config FILE.yaml`` (estimator keys; unknown keys are an error) and the options below;
-   ``--loss`` and ``--horizon`` choose the loss (:mod:`diffsim_ros.io.loss_options`).
+   ``--loss`` and ``--horizon`` choose the loss (:mod:`diffsim_ros.io.loss_options`);
+   ``--early-stopping`` the data that stop the optimiser (by default the validation runs,
+   which then take part in choosing the model; ``train``: the last training run, so that
+   the validation runs stay unseen).
    Voltage-commanded robots (catalog ``command_unit`` ``'V'``: Qube, cart-pole) are fitted
    on their commands ``u`` through the catalogued DC motor model; other robots on the measured
    joint efforts ``tau`` (or on ``u`` as joint torques when the data has no efforts).
