@@ -53,7 +53,10 @@ def test_qube_data_set_command(data_dir, tmp_path, capsys):
     assert metrics['robot'] == 'qube' and metrics['method'] == 'diffnea'
     assert metrics['data']['format'] == 'quanser'
     assert metrics['data']['defaults'] == {'validation': 'swingup', 'input_delay': '2',
-                                           'derivatives': 'filter', 'cutoff': 20.0}
+                                           'derivatives': 'filter', 'cutoff': 20.0,
+                                           'early_stopping': 'train'}
+    # the last chirp stops the fit; the swing-ups are never seen by it
+    assert metrics['early_stopping']['runs'] == metrics['runs']['train'][-1:]
     assert metrics['preprocessing']['input_delay']['samples'] == [2]
     assert {run_kind(r) for r in metrics['runs']['train']} == {'chirp'}
     assert {run_kind(r) for r in metrics['runs']['validation']} == {'swingup'}
@@ -78,7 +81,8 @@ def test_panda_data_set_command(data_dir, tmp_path, capsys, allow_worse):
     metrics = _metrics(out)
     assert metrics['robot'] == 'panda' and metrics['input'] == 'tau'
     assert metrics['data']['defaults'] == {'validation': 'last:0.3', 'rate': 200.0,
-                                           'derivatives': 'filter', 'cutoff': 5.0}
+                                           'derivatives': 'filter', 'cutoff': 5.0,
+                                           'early_stopping': 'train'}
     assert metrics['preprocessing']['resampled_hz'] == 200.0
     assert [r.rsplit('#', 1)[1] for r in metrics['runs']['validation']] == ['validation']
     # the trailing 30 % of 21 s at 200 Hz

@@ -16,7 +16,7 @@ specification of :mod:`diffsim_ros.io.tables` (``t``, ``q:<joint>``, optional
 data set read in place (:mod:`diffsim_ros.io.formats`: the Pyrado Quanser rollouts, Gaz et
 al.'s Panda excitation, the DFKI pendulums), whose robot, split and conventions
 (``config/README.md``) become the defaults of ``--robot``, ``--runs``, ``--validation``,
-``--input-delay``, ``--rate``, ``--derivatives`` and ``--cutoff``.  ``--format auto``
+``--input-delay``, ``--rate``, ``--derivatives``, ``--cutoff`` and ``--early-stopping``.  ``--format auto``
 detects the format from the path.  Data conventions
 (:mod:`diffsim_ros.io.conventions`): ``--input-delay`` delays the commands, ``--offset``
 shifts joint zeros, ``--unwrap`` makes wrapped angles continuous; ``--runs`` picks runs by
@@ -46,8 +46,8 @@ Pipeline:
    ``--config FILE.yaml`` (estimator keys; unknown keys are an error) and the options below;
    ``--loss`` and ``--horizon`` choose the loss (:mod:`diffsim_ros.io.loss_options`);
    ``--early-stopping`` the data that stop the optimiser (by default the validation runs,
-   which then take part in choosing the model; ``train``: the last training run, so that
-   the validation runs stay unseen).
+   which then take part in choosing the model; ``train``, the default of the data set
+   formats: the last training run, so that the validation runs stay unseen).
    Voltage-commanded robots (catalog ``command_unit`` ``'V'``: Qube, cart-pole) are fitted
    on their commands ``u`` through the catalogued DC motor model; other robots on the measured
    joint efforts ``tau`` (or on ``u`` as joint torques when the data has no efforts).
@@ -159,7 +159,7 @@ EXIT_NOT_EXCITED = 3
 EXIT_WORSE = 4
 #: Built-in values of the options a data format may set (None: unset).
 OPTION_DEFAULTS = {'runs': None, 'validation': None, 'input_delay': None, 'rate': None,
-                   'derivatives': 'auto', 'cutoff': 20.0}
+                   'derivatives': 'auto', 'cutoff': 20.0, 'early_stopping': 'validation'}
 #: Default ``--max-condition``.  Measured (sysid/excitation.py): chirps, multisines and the
 #: recorded Qube, cart-pole and Panda excitations 3-40; robots at rest or at constant velocity
 #: with sensor noise 650 and more; this lies a factor 3-5 from both.
@@ -177,7 +177,7 @@ data:
             (rows sharing a run name form one run); lines starting with # are comments
   NPZ       arrays t, q, joint_names, optional qd, qdd, tau, u, run
   data sets (read in place; --robot, split and conventions default to the data set's,
-  see config/README.md; options given win):
+  see config/README.md; --early-stopping train; options given win):
   quanser   quanser_qube_pyrado / quanser_cartpole_pyrado folder, a group or a rollout CSV:
             train on chirps, validate on swing-ups; Qube: --input-delay 2, 250 Hz runs
   panda-gaz panda_gaz2019_excitation folder: --validation last:0.3 --rate 200 --cutoff 5
@@ -321,10 +321,11 @@ def build_parser() -> argparse.ArgumentParser:
                         'a fraction in [0, 1) of the runs, or last:F (the trailing fraction F '
                         'of every run) (default 0.2, a single run gives 2 s blocks in turn; '
                         'data sets: swingup, or last:0.3 for single recordings)')
-    parser.add_argument('--early-stopping', choices=EARLY_STOPPING, default='validation',
+    parser.add_argument('--early-stopping', choices=EARLY_STOPPING, default=None,
                         help='data that stop the optimiser: the validation runs (which then '
                         'take part in choosing the model), the last training run (not fitted; '
-                        'the validation runs stay unseen) or none (default: %(default)s)')
+                        'the validation runs stay unseen) or none (default: validation; '
+                        'data sets: train, as benchmarks/identification.py)')
     parser.add_argument('--input-delay', type=_delay, default=None,
                         help='delay of the commands u: whole samples of the recording (2) or '
                         'a time (0.008s, 8ms), applied before fitting and validating '

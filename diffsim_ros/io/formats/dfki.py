@@ -12,7 +12,8 @@ Defaults, as ``benchmarks/identification.py`` treats the data: resampled at 250 
 (``--rate 250``; the records run at 400 to 670 Hz with jitter), velocities and accelerations
 from the positions with a 10 Hz zero-phase filter (``--derivatives filter --cutoff 10``);
 double pendulum: validate on the three pendubot swing-ups (``--validation swingup``),
-simple pendulum (one 3.9 s record): on its last 30 % (``--validation last:0.3``).
+simple pendulum (one 3.9 s record): on its last 30 % (``--validation last:0.3``); training
+data stop the fit (``--early-stopping train``).
 """
 
 from pathlib import Path
@@ -25,7 +26,7 @@ __all__ = ['FORMAT']
 
 DESIGN = 'A.0'
 SIMPLE_FILE = 'sysid_data_measured.csv'
-_FILTER = {'rate': 250.0, 'derivatives': 'filter', 'cutoff': 10.0}
+_FILTER = {'rate': 250.0, 'derivatives': 'filter', 'cutoff': 10.0, 'early_stopping': 'train'}
 
 
 def _robot(path: Path) -> Optional[str]:

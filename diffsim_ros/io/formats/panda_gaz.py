@@ -9,7 +9,8 @@ Defaults: the last 30 % of the excitation held out (``--validation last:0.3``, a
 comparison with Gaz et al.'s p-hat); resampled at 200 Hz (``--rate 200``; the time stamps
 vary from 0.7 to 8.8 ms) and velocities and accelerations estimated from the positions with
 a 5 Hz zero-phase filter (``--derivatives filter --cutoff 5``), as
-``benchmarks/identification.py`` does (Gaz et al. differentiated the positions too).
+``benchmarks/identification.py`` does (Gaz et al. differentiated the positions too); the
+last 20 % of the training part stops the fit (``--early-stopping train``).
 """
 
 from pathlib import Path
@@ -20,7 +21,8 @@ from ..datasets import DATASETS, load_panda_excitation
 __all__ = ['FORMAT']
 
 FILE = 'exciting_traj_measured.csv'
-_DEFAULTS = {'validation': 'last:0.3', 'rate': 200.0, 'derivatives': 'filter', 'cutoff': 5.0}
+_DEFAULTS = {'validation': 'last:0.3', 'rate': 200.0, 'derivatives': 'filter', 'cutoff': 5.0,
+             'early_stopping': 'train'}
 
 
 def _detect(path: Path) -> bool:

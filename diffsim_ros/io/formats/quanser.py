@@ -11,7 +11,8 @@ on the swing-ups (``--validation swingup``); velocities and accelerations re-est
 the angles (``--derivatives filter``, ``--cutoff 20``: the recorded velocities are
 QUARC-filtered, about 20 ms late); the Qube's voltages two samples late
 (``--input-delay 2``, 8 ms at 250 Hz; the cart-pole's none); the Qube's 500 Hz swing-ups
-are left out (``--runs '*250Hz*'``) so that every run has one sampling rate.
+are left out (``--runs '*250Hz*'``) so that every run has one sampling rate; the last
+training chirp stops the fit (``--early-stopping train``), so the swing-ups stay unseen.
 """
 
 from pathlib import Path
@@ -25,9 +26,9 @@ __all__ = ['FORMAT']
 _PREFIXES = {'qq': 'qube', 'qcp': 'cartpole'}
 _DEFAULTS = {
     'qube': {'runs': '*250Hz*', 'validation': 'swingup', 'input_delay': '2',
-             'derivatives': 'filter', 'cutoff': 20.0},
+             'derivatives': 'filter', 'cutoff': 20.0, 'early_stopping': 'train'},
     'cartpole': {'validation': 'swingup', 'input_delay': '0', 'derivatives': 'filter',
-                 'cutoff': 20.0},
+                 'cutoff': 20.0, 'early_stopping': 'train'},
 }
 
 
