@@ -16,8 +16,8 @@ specification of :mod:`diffsim_ros.io.tables` (``t``, ``q:<joint>``, optional
 data set read in place (:mod:`diffsim_ros.io.formats`: the Pyrado Quanser rollouts, Gaz et
 al.'s Panda excitation, the DFKI pendulums), whose robot, split and conventions
 (``config/README.md``) become the defaults of ``--robot``, ``--runs``, ``--validation``,
-``--input-delay``, ``--rate``, ``--derivatives``, ``--cutoff`` and ``--early-stopping``.  ``--format auto``
-detects the format from the path.  Data conventions
+``--input-delay``, ``--rate``, ``--derivatives``, ``--cutoff`` and ``--early-stopping``.
+``--format auto`` detects the format from the path.  Data conventions
 (:mod:`diffsim_ros.io.conventions`): ``--input-delay`` delays the commands, ``--offset``
 shifts joint zeros, ``--unwrap`` makes wrapped angles continuous; ``--runs`` picks runs by
 name, kind or pattern (:mod:`diffsim_ros.io.selection`).
