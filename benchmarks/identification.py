@@ -45,6 +45,7 @@ from diffsim_ros import robots  # noqa: I100
 from diffsim_ros.core import crba, load_urdf, rnea
 from diffsim_ros.core.model import RobotModel
 from diffsim_ros.io import datasets
+from diffsim_ros.io.conventions import delay_commands as delayed
 from diffsim_ros.io.report import Predictor, predictors, rollout_study, torque_metrics
 from diffsim_ros.sysid.dataset import Trajectory
 from diffsim_ros.sysid.estimators import fit, make_config
@@ -88,20 +89,6 @@ QUICK_VARIANTS = ('viscous',)
 # --------------------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------------------
-def delayed(traj: Trajectory, samples: int) -> Trajectory:
-    """
-    Delay the commands by whole samples (the first command is held at the start).
-
-    :param traj: run with ``u``.
-    :param samples: delay in samples (0: unchanged).
-    :return: the run with ``u[k] = u[k - samples]``.
-    """
-    if samples <= 0 or traj.u is None:
-        return traj
-    u = torch.cat((traj.u[:1].expand(samples, -1), traj.u[:-samples]))
-    return traj.replace(u=u)
-
-
 def prepare_quanser(runs: Sequence[Trajectory], delay: int) -> List[Trajectory]:
     """
     Delay the voltages and replace the filtered velocities by zero-phase derivatives.

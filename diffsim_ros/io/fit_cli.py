@@ -3,15 +3,24 @@
 
 ::
 
-    diffsim-fit DATA --robot NAME|URDF [--method nea|diffnea|ffnn]
+    diffsim-fit DATA [--robot NAME|URDF] [--format auto|table|bag|quanser|panda-gaz|dfki]
+                [--method nea|diffnea|ffnn] [--loss inverse|forward|multistep --horizon S]
                 [--actuator viscous|stribeck|nn-friction|nn-residual] --out DIR
 
 ``DATA`` is a rosbag2 recording (directory, ``.mcap`` or ``.db3``) whose
 ``sensor_msgs/JointState`` messages carry position, velocity and effort (columns matched to
 the robot by joint name; ``--topic`` chooses the topic, ``--command-topic`` a
-``std_msgs/Float64MultiArray`` command topic), or a CSV / NPZ table in the column
+``std_msgs/Float64MultiArray`` command topic), a CSV / NPZ table in the column
 specification of :mod:`diffsim_ros.io.tables` (``t``, ``q:<joint>``, optional
-``qd:``/``qdd:``/``tau:``/``u:`` columns and a ``run`` column).
+``qd:``/``qdd:``/``tau:``/``u:`` columns and a ``run`` column), or a published real-robot
+data set read in place (:mod:`diffsim_ros.io.formats`: the Pyrado Quanser rollouts, Gaz et
+al.'s Panda excitation, the DFKI pendulums), whose robot, split and conventions
+(``config/README.md``) become the defaults of ``--robot``, ``--runs``, ``--validation``,
+``--input-delay``, ``--rate``, ``--derivatives``, ``--cutoff`` and ``--early-stopping``.
+``--format auto`` detects the format from the path.  Data conventions
+(:mod:`diffsim_ros.io.conventions`): ``--input-delay`` delays the commands, ``--offset``
+shifts joint zeros, ``--unwrap`` makes wrapped angles continuous; ``--runs`` picks runs by
+name, kind or pattern (:mod:`diffsim_ros.io.selection`).
 
 Pipeline:
 
@@ -25,7 +34,8 @@ Pipeline:
    ``--derivatives filter``); torques and commands go through the same filter (they are
    paired with the filtered accelerations), and ``1 / cutoff`` s of filter edge are cropped
    from each end; runs whose sampling is not uniform are resampled at their median rate;
-3. the split: ``--validation`` names runs (comma-separated) or gives a fraction of the runs;
+3. the split: ``--validation`` names runs (comma-separated names, kinds or patterns), gives
+   a fraction of the runs, or ``last:F``, the trailing fraction of every run;
    a single run is cut into 2 s blocks and that fraction of them, spread over the run, is
    held out (:func:`diffsim_ros.sysid.preprocess.split_blocks`; 20 % by default), so that a
    recording of a swing-up and then a balance validates on both (a recording too short for
@@ -33,7 +43,11 @@ Pipeline:
    ``--limit-margin`` of a position limit of the model are left out (a limit stop pushes
    with a force the model lacks);
 4. the fit (:func:`diffsim_ros.sysid.estimators.fit`) with the configuration of
-   ``--config FILE.yaml`` (estimator keys; unknown keys are an error) and the options below.
+   ``--config FILE.yaml`` (estimator keys; unknown keys are an error) and the options below;
+   ``--loss`` and ``--horizon`` choose the loss (:mod:`diffsim_ros.io.loss_options`);
+   ``--early-stopping`` the data that stop the optimiser (by default the validation runs,
+   which then take part in choosing the model; ``train``, the default of the data set
+   formats: the last training run, so that the validation runs stay unseen).
    Voltage-commanded robots (catalog ``command_unit`` ``'V'``: Qube, cart-pole) are fitted
    on their commands ``u`` through the catalogued DC motor model; other robots on the measured
    joint efforts ``tau`` (or on ``u`` as joint torques when the data has no efforts).
@@ -57,8 +71,10 @@ Outputs in ``--out``:
   model too); Stribeck viscous / Coulomb levels are added to the damping / friction fields;
   for ``ffnn`` the nominal URDF;
 * ``metrics.json``: inverse-dynamics torque and acceleration RMSE / NMSE per joint on the
-  training and validation runs, rollout NMSE over 1 s and 2 s windows of the validation runs,
-  the same for the nominal model, wall time, iterations, preprocessing, versions;
+  training and validation runs, rollout NMSE over windows of each ``--horizons`` length
+  (default 0.5 s and 1 s) of the validation runs, the same for the nominal model,
+  ``better_than_nominal`` per metric (:mod:`diffsim_ros.io.verdict`), wall time,
+  iterations, preprocessing, data format and the defaults it set, versions;
 * ``report.png``: measured vs predicted positions per joint on a validation run and the
   parameter table;
 * ``modules.pt`` (neural friction or black-box models only): their ``state_dict``.
@@ -70,11 +86,17 @@ robot at rest, a joint at constant velocity): a warning goes to stderr, ``metric
 ``excitation`` and ``warning``, the fit still runs and writes its outputs, and the exit status
 is 3.
 
+When the fit's held-out rollouts are worse than the nominal model's at some horizon, a
+warning goes to stderr and the exit status is 4 (unless ``--allow-worse``; 3 wins when both
+apply).
+
 Exit codes: 0 success; 2 for problems with the inputs or the output folder (one line on
 stderr, no traceback, found before the fit): missing / empty / corrupt data, arrays of the
 wrong shape or with NaN, unknown topic or joints, unknown robot, invalid URDF or configuration,
 unknown method or actuator, out-of-range option values, an ``--out`` that cannot be written;
-3 when the outputs are written but the data do not excite the dynamics; 130 when interrupted.
+3 when the outputs are written but the data do not excite the dynamics; 4 when they are
+written but the fit simulates the validation runs worse than the nominal model; 130 when
+interrupted.
 Anything else is a bug and raises with its traceback.
 """
 
@@ -97,12 +119,18 @@ import numpy as np
 import torch
 import yaml
 
-from . import load_trajectories
 from .bags import bag_topics, BagError, COMMAND, STORAGE_SUFFIXES
+from .conventions import apply_conventions, parse_delay
+from .datasets import DatasetError
+from .formats import DataFormat, FormatError, FORMATS, in_model_order, LoadOptions, resolve
+from .loss_options import apply_loss, horizon_steps, LOSS_CHOICES
 from .report import (evaluate, export_urdf, parameter_table, predictors, ROLLOUT_HORIZONS,
                      score, stribeck_levels, write_metrics_json, write_params_yaml,
                      write_report_png)
+from .selection import (EARLY_STOPPING, early_stopping_split, select_runs, SelectionError,
+                        split as split_runs_or_blocks)
 from .tables import TableError
+from .verdict import better_than_nominal, verdict
 from .. import __version__, robots
 from ..core.errors import URDFError
 from ..core.model import PRISMATIC, RobotModel
@@ -113,8 +141,7 @@ from ..sysid.excitation import Excitation, excitation
 from ..sysid.filters import accelerations_from_velocity, estimate_derivatives
 from ..sysid.losses import command_joints_for, DT_TOLERANCE, resolve_source
 from ..sysid.nea import RegressorColumns
-from ..sysid.preprocess import (limit_free_runs, resample, split_blocks, split_runs,
-                                split_time)
+from ..sysid.preprocess import limit_free_runs, resample
 from ..sysid.result import IdentificationResult
 
 PROG = 'diffsim-fit'
@@ -128,6 +155,11 @@ SPLIT_BLOCK_S = 2.0
 EXIT_USAGE = 2
 #: Exit status: outputs written, but the data do not excite the dynamics (see --max-condition).
 EXIT_NOT_EXCITED = 3
+#: Exit status: outputs written, but held-out rollouts are worse than the nominal model's.
+EXIT_WORSE = 4
+#: Built-in values of the options a data format may set (None: unset).
+OPTION_DEFAULTS = {'runs': None, 'validation': None, 'input_delay': None, 'rate': None,
+                   'derivatives': 'auto', 'cutoff': 20.0, 'early_stopping': 'validation'}
 #: Default ``--max-condition``.  Measured (sysid/excitation.py): chirps, multisines and the
 #: recorded Qube, cart-pole and Panda excitations 3-40; robots at rest or at constant velocity
 #: with sensor noise 650 and more; this lies a factor 3-5 from both.
@@ -144,7 +176,19 @@ data:
   CSV       header t, q:<joint>..., optional qd:/qdd:/tau:<joint>, u:<name>, run
             (rows sharing a run name form one run); lines starting with # are comments
   NPZ       arrays t, q, joint_names, optional qd, qdd, tau, u, run
+  data sets (read in place; --robot, split and conventions default to the data set's,
+  see config/README.md; --early-stopping train; options given win):
+  quanser   quanser_qube_pyrado / quanser_cartpole_pyrado folder, a group or a rollout CSV:
+            train on chirps, validate on swing-ups; Qube: --input-delay 2, 250 Hz runs
+  panda-gaz panda_gaz2019_excitation folder: --validation last:0.3 --rate 200 --cutoff 5
+  dfki      dfki_double_pendulum (design A.0; validate on the swing-ups) or
+            dfki_simple_pendulum folder or file: --rate 250 --cutoff 10
   missing qd/qdd are estimated with a zero-phase Butterworth filter (--cutoff)
+
+examples:
+  diffsim-fit shared/data/quanser_qube_pyrado --out fits/qube
+  diffsim-fit shared/data/panda_gaz2019_excitation --out fits/panda
+  diffsim-fit recording.mcap --robot panda --validation 0.3 --out fits/mine
 
 outputs in --out: params.yaml, model.urdf, metrics.json, report.png
   (--out is created and checked for writing before anything is fitted)
@@ -155,6 +199,9 @@ exit status:
   3    done, but the data do not excite the dynamics (condition number of the base
        regressor above --max-condition, e.g. a robot at rest or at constant velocity):
        a warning on stderr, "excitation" and "warning" in metrics.json
+  4    done, but on the validation runs the fit's open-loop rollouts are worse than the
+       nominal (catalogue) model's at some --horizons length: a warning on stderr,
+       "better_than_nominal" in metrics.json (--allow-worse: exit 0); 3 wins over 4
   130  interrupted
 """
 
@@ -216,6 +263,27 @@ def _number(kind: type, low: float, high: float = math.inf):
     return parse
 
 
+def _delay(text: str) -> Any:
+    try:
+        return parse_delay(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _horizons(text: str) -> Tuple[float, ...]:
+    values = []
+    for part in (p.strip() for p in text.split(',')):
+        try:
+            value = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f'not a number: {part!r}') from None
+        if not (math.isfinite(value) and value > 0):
+            raise argparse.ArgumentTypeError(f'horizons must be finite and > 0 s, got '
+                                             f'{part!r}')
+        values.append(value)
+    return tuple(sorted(set(values)))
+
+
 def build_parser() -> argparse.ArgumentParser:
     """
     Return the command-line parser of ``diffsim-fit``.
@@ -227,9 +295,13 @@ def build_parser() -> argparse.ArgumentParser:
         description='Identify robot dynamics from a rosbag2 recording or a CSV/NPZ table and '
         'write params.yaml, model.urdf, metrics.json and report.png.')
     parser.add_argument('data', type=_path,
-                        help='rosbag2 directory, .mcap or .db3 file, or .csv / .npz table')
-    parser.add_argument('--robot', required=True,
-                        help=f'robot name ({", ".join(robots.names())}) or a URDF file')
+                        help='rosbag2 directory, .mcap or .db3 file, .csv / .npz table, or a '
+                        'shared data set folder (see --format)')
+    parser.add_argument('--format', default='auto', choices=('auto',) + tuple(FORMATS),
+                        help='data format (default: %(default)s, detected from the path)')
+    parser.add_argument('--robot', default=None,
+                        help=f'robot name ({", ".join(robots.names())}) or a URDF file '
+                        "(default for the data set formats: the data set's robot)")
     parser.add_argument('--out', type=_path, required=True,
                         help='output directory (created; checked for writing before the fit)')
     parser.add_argument('--method', default='diffnea', choices=estimators.names(),
@@ -240,9 +312,47 @@ def build_parser() -> argparse.ArgumentParser:
                         'or the only one)')
     parser.add_argument('--command-topic', help='Float64MultiArray command topic of a bag '
                         '(default for voltage-commanded robots: /<controller>/commands)')
+    parser.add_argument('--runs', default=None,
+                        help='runs to use: comma-separated run names, kinds (chirp, swingup, '
+                        'sine, ...) or shell patterns (default: all; the Qube data set: '
+                        "'*250Hz*')")
     parser.add_argument('--validation', default=None,
-                        help='validation runs: comma-separated run names or a fraction in '
-                        '[0, 1) (default 0.2; a single run gives 2 s blocks in turn)')
+                        help='validation runs: comma-separated run names, kinds or patterns, '
+                        'a fraction in [0, 1) of the runs, or last:F (the trailing fraction F '
+                        'of every run) (default 0.2, a single run gives 2 s blocks in turn; '
+                        'data sets: swingup, or last:0.3 for single recordings)')
+    parser.add_argument('--early-stopping', choices=EARLY_STOPPING, default=None,
+                        help='data that stop the optimiser: the validation runs (which then '
+                        'take part in choosing the model), the last training run (not fitted; '
+                        'the validation runs stay unseen) or none (default: validation; '
+                        'data sets: train, as benchmarks/identification.py)')
+    parser.add_argument('--input-delay', type=_delay, default=None,
+                        help='delay of the commands u: whole samples of the recording (2) or '
+                        'a time (0.008s, 8ms), applied before fitting and validating '
+                        '(default 0; the Qube data set: 2)')
+    parser.add_argument('--offset', action='append', default=[], metavar='JOINT=VALUE',
+                        help="add VALUE (rad, or m) to a joint's recorded positions so that "
+                        "the data's zero is the URDF's (repeatable)")
+    parser.add_argument('--unwrap', action='append', default=[], metavar='JOINT',
+                        help='make a joint angle that the recording wrapped to [-pi, pi) '
+                        'continuous (repeatable)')
+    parser.add_argument('--rate', type=_number(float, 1e-3), default=None,
+                        help='resample every run at this rate, Hz (default: runs keep their '
+                        'rate; non-uniform runs are resampled at their median rate and runs '
+                        'of different rates at the lowest one; Panda data set 200, DFKI 250)')
+    parser.add_argument('--horizons', type=_horizons, default=ROLLOUT_HORIZONS,
+                        help='open-loop rollout horizons of the validation, s, comma-separated '
+                        '(default: 0.5,1)')
+    parser.add_argument('--loss', choices=LOSS_CHOICES, default=None,
+                        help='loss of the fit: inverse (torques), forward (accelerations) or '
+                        'multistep (rollouts of --horizon from measured states, after an '
+                        'inverse warm start) (default: the estimator configuration)')
+    parser.add_argument('--horizon', type=_number(float, 1e-6), default=None,
+                        help='window of the multistep loss, s (default: the estimator '
+                        'configuration, 10 samples for diffnea)')
+    parser.add_argument('--allow-worse', action='store_true',
+                        help='exit 0 even when the held-out rollouts are worse than those of '
+                        'the nominal model (the warning stays)')
     parser.add_argument('--config', type=_path, help='YAML mapping of estimator settings')
     parser.add_argument('--max-iter', type=_number(int, 1),
                         help='bound on the optimiser iterations (>= 1)')
@@ -250,17 +360,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help="seed of the estimator's local generator (>= 0)")
     parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda'),
                         help='torch device (default: %(default)s)')
-    parser.add_argument('--cutoff', type=_number(float, 0.0), default=20.0,
+    parser.add_argument('--cutoff', type=_number(float, 0.0), default=None,
                         help='low-pass cutoff of the derivative filter, Hz; 0: no filter, '
                         'accelerations by central differences of measured velocities '
-                        '(default: %(default)s)')
+                        '(default: 20; Panda data set 5, DFKI 10)')
     parser.add_argument('--limit-margin', type=_number(float, -math.inf), default=0.05,
                         help='leave out samples this close to a position limit of the model '
                         '(rad or m; negative keeps all; default: %(default)s)')
-    parser.add_argument('--derivatives', choices=('auto', 'filter'), default='auto',
+    parser.add_argument('--derivatives', choices=('auto', 'filter'), default=None,
                         help='auto: estimate what is missing (qdd from measured qd when '
                         'there is one); filter: always re-estimate qd and qdd from q '
-                        '(default: %(default)s)')
+                        '(default: auto; data sets: filter)')
     parser.add_argument('--max-condition', type=_number(float, 1.0), default=MAX_CONDITION,
                         help='largest condition number of the base regressor of the training '
                         'data that counts as exciting the dynamics; above it: warning and '
@@ -501,36 +611,58 @@ def _default_command_topic(data: Path, info: Optional[robots.RobotInfo]) -> Opti
     return candidates[0] if len(candidates) == 1 else None
 
 
-def load_data(args: argparse.Namespace, model: RobotModel, info: Optional[robots.RobotInfo],
-              progress: Progress) -> List[Trajectory]:
+def data_format(args: argparse.Namespace) -> DataFormat:
+    """
+    Return the format of ``args.data`` (``--format``, or detected).
+
+    :param args: parsed arguments (``data``, ``format``).
+    :return: the format.
+    :raises UsageError: missing data, an unknown format or one that does not fit the path.
+    """
+    data: Path = args.data
+    if not data.exists():
+        raise UsageError(f'{str(data)!r} does not exist')
+    with reported('', FormatError):
+        return resolve(args.format, data)
+
+
+def load_data(args: argparse.Namespace, fmt: DataFormat, model: RobotModel,
+              info: Optional[robots.RobotInfo], progress: Progress
+              ) -> Tuple[List[Trajectory], Dict[str, Any]]:
     """
     Read the recording with the robot's joints in model order.
 
     :param args: parsed arguments (``data``, ``topic``, ``command_topic``).
+    :param fmt: its format (:func:`data_format`).
     :param model: the robot.
     :param info: its catalog entry or ``None``.
     :param progress: for warnings.
-    :return: the runs.
+    :return: ``(runs, the data set's option defaults)``.
     :raises UsageError: unreadable data, unknown topics, missing joints or signals.
     """
     data: Path = args.data
-    is_table = data.suffix in ('.csv', '.npz')
-    if data.exists() and (is_table or not data.is_dir()):
+    is_file_format = fmt.name in ('table', 'bag')
+    if data.exists() and not data.is_dir():
         _check_file(data, 'data file')
-    if is_table and (args.topic or args.command_topic):
-        progress.warn('--topic / --command-topic apply to bags only; ignored for '
-                      f'{data.suffix} tables')
-    command_topic = args.command_topic or _default_command_topic(data, info)
-    command_joints = info.command_joints if info is not None else None
+    if fmt.name != 'bag' and (args.topic or args.command_topic):
+        progress.warn(f'--topic / --command-topic apply to bags only; ignored for {fmt.name} '
+                      'data')
+    command_topic = (args.command_topic or _default_command_topic(data, info)) \
+        if fmt.name == 'bag' else None
+    options = LoadOptions(joint_names=model.joint_names, topic=args.topic,
+                          command_topic=command_topic,
+                          command_joints=info.command_joints if info is not None else None)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        with reported('', BagError, TableError), \
+        with reported('', BagError, TableError, DatasetError, FormatError), \
                 reported(f'cannot read {str(data)!r}', OSError, UnicodeDecodeError):
-            runs = load_trajectories(data, joint_names=model.joint_names, topic=args.topic,
-                                     command_topic=None if is_table else command_topic,
-                                     command_joints=command_joints)
+            recording = fmt.load(data, options)
+            runs = recording.runs if is_file_format else \
+                in_model_order(recording.runs, model.joint_names)
     for warning in caught:
         progress.warn(_one_line(warning.message))
+    if recording.note:
+        progress.stage(f'{fmt.name}: {recording.note}')
     if not runs:
         raise UsageError(f'{str(data)!r} holds no samples')
     if _needs_commands(info) and any(run.u is None for run in runs):
@@ -539,7 +671,51 @@ def load_data(args: argparse.Namespace, model: RobotModel, info: Optional[robots
     if any(run.tau is None and run.u is None for run in runs):
         raise UsageError(f'{str(data)!r} carries neither joint efforts (JointState.effort / '
                          'tau: columns) nor commands (--command-topic / u: columns)')
-    return runs
+    return runs, dict(recording.defaults)
+
+
+def apply_defaults(args: argparse.Namespace, defaults: Mapping[str, Any]) -> Dict[str, Any]:
+    """
+    Fill the options the user left unset from the data set's defaults, then the built-ins.
+
+    :param args: parsed arguments (changed in place).
+    :param defaults: the data set's option defaults (:class:`~diffsim_ros.io.formats.
+        Recording`).
+    :return: the options the data set set, ``{dest: value}`` (for the metrics).
+    """
+    applied = {}
+    for dest, builtin in OPTION_DEFAULTS.items():
+        if getattr(args, dest) is not None:
+            continue
+        if dest in defaults:
+            value = defaults[dest]
+            applied[dest] = value
+            if dest == 'input_delay':
+                value = parse_delay(str(value))
+            setattr(args, dest, value)
+        else:
+            setattr(args, dest, builtin)
+    return applied
+
+
+def conventions(runs: Sequence[Trajectory], args: argparse.Namespace, model: RobotModel
+                ) -> Tuple[List[Trajectory], Dict[str, Any]]:
+    """
+    Pick ``--runs`` and apply ``--input-delay``, ``--offset`` and ``--unwrap``.
+
+    :param runs: the runs, joints in model order.
+    :param args: parsed arguments, defaults applied.
+    :param model: the robot (joint names).
+    :return: ``(runs, description for metrics.json)``.
+    :raises UsageError: a selector that picks nothing, unknown joints, a delay without
+        commands.
+    """
+    with reported('', SelectionError, ValueError):
+        if args.runs is not None:
+            runs = select_runs(runs, args.runs)
+        runs, info = apply_conventions(runs, model.joint_names, args.input_delay, args.offset,
+                                       args.unwrap)
+    return runs, {'runs': args.runs, **info}
 
 
 def _sample_rate(run: Trajectory) -> float:
@@ -573,13 +749,19 @@ def preprocess(runs: Sequence[Trajectory], args: argparse.Namespace,
     for run in short:
         info['dropped_runs'].append(run.run)
         progress.warn(f'run {run.run!r} has only {len(run)} samples; skipped')
+    runs = [run for run in runs if len(run) >= MIN_SAMPLES]
     for run in runs:
-        if len(run) < MIN_SAMPLES:
-            continue
         rate = _sample_rate(run)
         if not RATE_RANGE_HZ[0] <= rate <= RATE_RANGE_HZ[1]:
             raise UsageError(f'run {run.run!r} is sampled at {rate:.3g} Hz: times must be in '
                              f'seconds (rates {RATE_RANGE_HZ[0]:g} to {RATE_RANGE_HZ[1]:g} Hz)')
+    common = args.rate or _common_rate(runs, progress)
+    if common is not None:
+        with reported(f'--rate {common:g}', ValueError):
+            runs = [resample(run, common) for run in runs]
+        info['resampled_hz'] = common
+    for run in runs:
+        rate = _sample_rate(run)
         if args.derivatives == 'filter' or run.qd is None or run.qdd is None:
             from_velocity = args.derivatives == 'auto' and run.qd is not None
             if args.cutoff == 0.0 and not from_velocity:
@@ -613,53 +795,28 @@ def preprocess(runs: Sequence[Trajectory], args: argparse.Namespace,
     return out, info
 
 
-def _parse_validation(spec: Optional[str]) -> Any:
-    if spec is None:
-        return 0.2
-    try:
-        value = float(spec)
-    except ValueError:
-        names = [name.strip() for name in spec.split(',') if name.strip()]
-        if not names:
-            raise UsageError(f'--validation: no run names in {spec!r}') from None
-        return names
-    if not 0.0 <= value < 1.0:
-        raise UsageError(f'--validation fraction must lie in [0, 1), got {spec}')
-    return value
+def _common_rate(runs: Sequence[Trajectory], progress: Progress) -> Optional[float]:
+    """Return the lowest rate when the runs' rates differ (rollouts need one), else None."""
+    rates = [_sample_rate(run) for run in runs]
+    if max(rates) <= min(rates) * (1.0 + DT_TOLERANCE):
+        return None
+    progress.stage(f'runs sampled at {min(rates):.4g} to {max(rates):.4g} Hz: all resampled '
+                   f'at {min(rates):.4g} Hz (--rate sets the rate)')
+    return min(rates)
 
 
 def split(runs: Sequence[Trajectory], spec: Optional[str]
           ) -> Tuple[List[Trajectory], List[Trajectory]]:
     """
-    Split runs into training and validation sets (see the module docstring).
+    Split runs into training and validation sets (:func:`diffsim_ros.io.selection.split`).
 
     :param runs: the runs.
     :param spec: ``--validation``.
     :return: ``(train, validation)``; validation may be empty.
     :raises UsageError: unknown run names or nothing left for training.
     """
-    validation = _parse_validation(spec)
-    names = list(dict.fromkeys(run.run for run in runs))
-    if len(names) == 1 and isinstance(validation, list):
-        raise UsageError(f'--validation {spec}: the data hold a single run ({names[0]!r}); give '
-                         'a fraction of it to hold out instead of run names')
-    if len(names) == 1 and not isinstance(validation, list):
-        if validation == 0.0:
-            return list(runs), []
-        # 2 s blocks taken in turn: a swing-up-then-balance recording split at its end
-        # would validate on the balance alone and stop the fit early
-        parts = [split_blocks(run, validation, SPLIT_BLOCK_S) for run in runs]
-        if not any(part.validation for part in parts):
-            # too short for a held-out block at this fraction: hold out its end
-            parts = [split_time(run, validation) for run in runs]
-        train = [t for part in parts for t in part.train]
-        held = [v for part in parts for v in part.validation]
-        if sum(len(run) for run in train) < MIN_SAMPLES:
-            raise UsageError(f'--validation {validation}: too few samples left for training')
-        return train, held
-    with reported('--validation', TypeError, ValueError):
-        parts = split_runs(runs, validation=validation)
-    return list(parts.train), list(parts.validation)
+    with reported('', SelectionError):
+        return split_runs_or_blocks(runs, spec, SPLIT_BLOCK_S, MIN_SAMPLES)
 
 
 def away_from_limits(train: List[Trajectory], validation: List[Trajectory],
@@ -855,8 +1012,7 @@ def _summary(method: str, metrics: Mapping[str, Any]) -> List[str]:
             train = (section.get('train') or {}).get('nmse_mean')
             val = (section.get('validation') or {}).get('nmse_mean')
             lines.append(f'{label:<12} {which:<10} train {fmt(train):>8}  val {fmt(val):>8}')
-    for horizon in ROLLOUT_HORIZONS:
-        key = f'{horizon:g}s'
+    for key in metrics['rollout']:
         fitted = rollout(metrics['rollout'][key])
         base = rollout(metrics['nominal']['rollout'][key])
         lines.append(f'rollout {key} NMSE (val): identified {fitted}, nominal {base}')
@@ -945,12 +1101,23 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
     device = _check_device(args.device)
     out: Path = args.out
     check_out(out)
-    nominal, info, robot_label = load_robot(args.robot)
-    runs = load_data(args, nominal, info, progress)
+    fmt = data_format(args)
+    robot_spec = args.robot or fmt.robot(args.data)
+    if robot_spec is None:
+        raise UsageError(f'--robot is required for {fmt.name} data (a name: '
+                         f'{", ".join(robots.names())}, or a URDF file)')
+    nominal, info, robot_label = load_robot(robot_spec)
+    runs, defaults = load_data(args, fmt, nominal, info, progress)
+    applied = apply_defaults(args, defaults)
+    if applied:
+        progress.stage(f'{fmt.name} data set defaults: ' + ' '.join(
+            f'--{dest.replace("_", "-")} {value}' for dest, value in applied.items()))
+    runs, data_info = conventions(runs, args, nominal)
     progress.stage(f'loaded {len(runs)} run(s), {sum(len(run) for run in runs)} samples at '
                    f'about {_sample_rate(runs[0]):.4g} Hz from {args.data} for {robot_label} '
                    f'({", ".join(nominal.joint_names)})')
     runs, prep = preprocess(runs, args, progress)
+    prep.update(data_info)
     train, validation = split(runs, args.validation)
     train, validation, prep['limit_samples_dropped'] = away_from_limits(
         train, validation, nominal, args)
@@ -963,6 +1130,7 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
                      '(--limit-margin)') if prep['limit_samples_dropped'] else ''
         raise UsageError(f'fewer than {MIN_SAMPLES} training samples{at_limits}')
     config, _ = estimator_config(args, info, train)
+    config = _apply_loss(args, config, train)
     source = _check_inputs(nominal, config, train, validation)
     excited, warning = measure_excitation(nominal, train, config, args.max_condition, progress)
     actuator = getattr(config, 'actuator', 'none')
@@ -974,7 +1142,8 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
     train = [run.to(device=device) for run in train]
     validation = [run.to(device=device) for run in validation]
     fit_start = time.perf_counter()
-    result = run_fit(args.method, model, train, validation, config, progress)
+    fitted_runs, stopping = early_stopping_split(train, validation, args.early_stopping)
+    result = run_fit(args.method, model, fitted_runs, stopping, config, progress)
     fit_seconds = time.perf_counter() - fit_start
     progress.stage(f'fit done in {fit_seconds:.1f} s: {_fit_summary(result.metrics)}')
 
@@ -987,11 +1156,12 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
     try:
         motor = _motor(info) if _needs_commands(info) else None
         fitted, base = predictors(result, model, config, motor)
-        scores, curves = evaluate(fitted, base, train, validation, source)
+        scores, curves = evaluate(fitted, base, train, validation, source, args.horizons)
         if _adjusted(urdf_info):
             exported, _ = predictors(dataclasses.replace(result, model=written), model, config,
                                      motor)
-            urdf_info['evaluation'], _ = score(exported, base, train, validation, source)
+            urdf_info['evaluation'], _ = score(exported, base, train, validation, source,
+                                               args.horizons)
     finally:
         progress.end()
 
@@ -1006,13 +1176,18 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
             **_header(args, robot_label, nominal, result, config, source),
             'runs': {'train': [run.run for run in train],
                      'validation': [run.run for run in validation]},
+            'early_stopping': {'mode': args.early_stopping,
+                               'runs': [run.run for run in stopping]},
             'samples': {'train': sum(len(run) for run in train),
                         'validation': sum(len(run) for run in validation)},
             'preprocessing': prep,
+            'data': {'format': fmt.name, 'defaults': applied, 'validation': args.validation},
             'excitation': {**excited.to_dict(), 'max_condition': args.max_condition,
                            'sufficient': warning is None},
             'warning': warning,
             **scores,
+            'horizons_s': list(args.horizons),
+            'better_than_nominal': better_than_nominal(scores),
             'iterations': result.metrics.get('iterations'),
             'wall_time_s': {'fit': fit_seconds, 'total': None},
             'urdf': urdf_info,
@@ -1026,6 +1201,7 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
             'versions': _versions(),
         }
         del metrics['armature']
+        metrics['exit_status'] = _exit_status(metrics, args.allow_worse)
         plot_run = validation[0] if validation else train[0]
         run_label = f'validation run {plot_run.run}' if validation else \
             f'training run {plot_run.run} (no validation data)'
@@ -1041,7 +1217,26 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
                    f'{", modules.pt" if modules_path is not None else ""} to {out}')
     if warning is not None:
         progress.warn(warning)
+    if metrics['worse_than_nominal']:
+        progress.warn(metrics['worse_than_nominal'])
     return metrics
+
+
+def _exit_status(metrics: Dict[str, Any], allow_worse: bool) -> int:
+    """Set ``metrics['worse_than_nominal']`` and return the exit status of the outputs."""
+    metrics['worse_than_nominal'], lost = verdict(metrics, metrics['better_than_nominal'],
+                                                  allow_worse, EXIT_WORSE)
+    if metrics['warning'] is not None:
+        return EXIT_NOT_EXCITED
+    return EXIT_WORSE if lost and not allow_worse else 0
+
+
+def _apply_loss(args: argparse.Namespace, config: Any, train: Sequence[Trajectory]) -> Any:
+    """Return the config with ``--loss`` / ``--horizon`` applied."""
+    with reported('', ValueError):
+        steps = None if args.horizon is None else horizon_steps(
+            args.horizon, 1.0 / _sample_rate(train[0]), min(len(run) for run in train))
+        return apply_loss(args.method, config, args.loss, steps)
 
 
 def measure_excitation(nominal: RobotModel, train: Sequence[Trajectory], config: Any,
@@ -1086,7 +1281,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     :param argv: arguments without the program name; ``None`` reads ``sys.argv``.
     :return: exit code: 0 success, 2 input problems (one line on stderr), 3 outputs written
-        but the data do not excite the dynamics, 130 interrupted.
+        but the data do not excite the dynamics, 4 outputs written but held-out rollouts
+        worse than the nominal model's, 130 interrupted.
     """
     try:
         args = build_parser().parse_args(argv)
@@ -1104,7 +1300,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write(f'{PROG}: interrupted\n')
         return 130
-    return 0 if metrics['warning'] is None else EXIT_NOT_EXCITED
+    return metrics['exit_status']
 
 
 if __name__ == '__main__':

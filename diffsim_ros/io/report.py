@@ -76,8 +76,8 @@ SignalFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 TABLE_ROWS = 30
 #: Longest stretch of a run drawn in the figure, s.
 PLOT_SECONDS = 10.0
-#: Rollout horizons of the metrics, s.
-ROLLOUT_HORIZONS = (1.0, 2.0)
+#: Default rollout horizons of the metrics, s (``diffsim-fit --horizons``).
+ROLLOUT_HORIZONS = (0.5, 1.0)
 
 
 @dataclass(frozen=True)
@@ -352,7 +352,8 @@ def predictors(result: IdentificationResult, nominal: RobotModel, config: Any,
 
 
 def score(predictor: Predictor, reference: Predictor, train: Sequence[Trajectory],
-          validation: Sequence[Trajectory], source: str
+          validation: Sequence[Trajectory], source: str,
+          horizons_s: Sequence[float] = ROLLOUT_HORIZONS
           ) -> Tuple[Dict[str, Any], Optional[Tuple[np.ndarray, np.ndarray]]]:
     """
     Return the torque, acceleration and rollout metrics of one predictor and its segments.
@@ -362,13 +363,14 @@ def score(predictor: Predictor, reference: Predictor, train: Sequence[Trajectory
     :param train: training runs.
     :param validation: validation runs.
     :param source: input signal, ``'tau'`` or ``'u'``.
+    :param horizons_s: rollout horizons, s.
     :return: ``({'torque': {'train', 'validation'} or None, 'acceleration': {...},
         'rollout': {...}}, segments)``; the segments (:func:`rollout_study`) are on the first
         validation run, or on the first training run without validation runs.
     """
-    rollout, segments = rollout_study(predictor, validation, source)
+    rollout, segments = rollout_study(predictor, validation, source, horizons_s)
     if not validation and train:
-        _, segments = rollout_study(predictor, train[:1], source)
+        _, segments = rollout_study(predictor, train[:1], source, horizons_s)
     section = {
         'torque': None if predictor.torque is None else {
             'train': torque_metrics(predictor, train, source, reference),
@@ -381,7 +383,8 @@ def score(predictor: Predictor, reference: Predictor, train: Sequence[Trajectory
 
 
 def evaluate(fitted: Predictor, base: Predictor, train: Sequence[Trajectory],
-             validation: Sequence[Trajectory], source: str
+             validation: Sequence[Trajectory], source: str,
+             horizons_s: Sequence[float] = ROLLOUT_HORIZONS
              ) -> Tuple[Dict[str, Any], Dict[str, Tuple[np.ndarray, np.ndarray]]]:
     """
     Return the metrics of the fit and of the nominal model, and the figure's predictions.
@@ -391,11 +394,12 @@ def evaluate(fitted: Predictor, base: Predictor, train: Sequence[Trajectory],
     :param train: training runs.
     :param validation: validation runs.
     :param source: input signal, ``'tau'`` or ``'u'``.
+    :param horizons_s: rollout horizons, s.
     :return: ``({'torque', 'acceleration', 'rollout', 'nominal': {the same}}, {label:
         segments})`` (see :func:`score`).
     """
-    out, fitted_segments = score(fitted, base, train, validation, source)
-    out['nominal'], base_segments = score(base, base, train, validation, source)
+    out, fitted_segments = score(fitted, base, train, validation, source, horizons_s)
+    out['nominal'], base_segments = score(base, base, train, validation, source, horizons_s)
     curves = {}
     for predictor, segments in ((fitted, fitted_segments), (base, base_segments)):
         if segments is not None:
