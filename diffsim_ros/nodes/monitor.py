@@ -3,12 +3,13 @@ Monitor node: shows how well the current model predicts the robot.
 
 It buffers measured ``joint_states`` and the commands sent to the robot, and every ``period``
 seconds rolls the current model (nominal, then each model the identifier publishes on
-``/identifier/model`` that passes the model gate of :mod:`diffsim_ros.robots.gate`) forward
-from the state measured ``horizon`` seconds ago with the recorded commands (each held until
-the next and averaged over a rollout step) through the robot's actuator model: the DC motor
-for Quanser voltages, minus the model's joint friction, plus gravity when the driver
-compensates it.  States are timed by their header stamps, commands by their arrival (DDS
-receive time, or the node clock under ``use_sim_time``).  It publishes
+``/identifier/model`` that passes the model gate of :mod:`diffsim_ros.robots.gate`,
+parameters ``model_gate.*``) forward from the state measured ``horizon`` seconds ago with the
+recorded commands (each held until the next and averaged over a rollout step) through the
+robot's actuator model: the DC motor for Quanser voltages, minus the model's joint friction,
+plus gravity when the driver compensates it.  States are timed by their header stamps,
+commands by their arrival (DDS receive time, or the node clock under ``use_sim_time``).  It
+publishes
 
 * ``/predicted/joint_states``: the predicted state at the newest measurement time, which a
   second ``robot_state_publisher`` (``frame_prefix: predicted/``) turns into a ghost robot;
@@ -72,11 +73,6 @@ class MonitorConfig:
     model_topic: str = field(default='/identifier/model', metadata=meta(
         'std_msgs/String JSON document of the identified model (transient-local, '
         'diffsim_ros.robots.message), judged by the model gate before use'))
-    model_margin: float = field(default=0.25, metadata=meta(
-        'model gate: a new model may predict the recent data this fraction worse than the '
-        'model in use'))
-    model_test_duration: float = field(default=3.0, metadata=meta(
-        'model gate: seconds of recent data a new model must predict'))
     horizon: float = field(default=1.0, metadata=meta(
         'prediction horizon: the model is rolled out from the state this long ago, s',
         range=(0.0, 60.0)))
@@ -97,7 +93,7 @@ class MonitorConfig:
     def __post_init__(self) -> None:
         """Reject non-positive durations and unknown integrators."""
         for name in ('horizon', 'dt', 'period', 'buffer_duration', 'line_width',
-                     'max_stamp_offset', 'model_test_duration'):
+                     'max_stamp_offset'):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0.0):
                 raise ValueError(f'{name} must be finite and > 0, got {value}')
@@ -106,8 +102,6 @@ class MonitorConfig:
         if self.buffer_duration < self.horizon:
             raise ValueError(f'buffer_duration ({self.buffer_duration}) must be >= horizon '
                              f'({self.horizon})')
-        ModelGateConfig(margin=self.model_margin, duration=self.model_test_duration,
-                        min_duration=min(1.0, self.model_test_duration))
         if self.integrator not in INTEGRATORS:
             raise ValueError(f'unknown integrator {self.integrator!r}; valid: '
                              f'{", ".join(INTEGRATORS)}')
@@ -204,8 +198,9 @@ class MonitorNode(Node):
     :param kwargs: passed to ``rclpy.node.Node`` (``context``, ``parameter_overrides``...).
     """
 
-    #: Parameter sections (``--help``, the unknown-name check): the input gate's under gate.
-    PARAMETERS = {'': MonitorConfig, 'gate.': StateGateConfig}
+    #: Parameter sections (``--help``, the unknown-name check): the input gate's under
+    #: ``gate.``, the model gate's under ``model_gate.``.
+    PARAMETERS = {'': MonitorConfig, 'gate.': StateGateConfig, 'model_gate.': ModelGateConfig}
 
     def __init__(self, node_name: str = 'monitor', **kwargs) -> None:
         """Declare parameters, load the nominal model, start the prediction thread."""
@@ -215,6 +210,7 @@ class MonitorNode(Node):
         self.info = robots.get(robot)
         self.config = declare_config(self, MonitorConfig, defaults=defaults)
         gate_config = declare_config(self, StateGateConfig, 'gate.', defaults)
+        model_gate_config = declare_config(self, ModelGateConfig, 'model_gate.', defaults)
         interface = robots.interface(self.info.name)
         self.model, self.actuator = interface.nominal_model(), None   # None: nominal motor
         self._names = self.model.joint_names
@@ -223,10 +219,8 @@ class MonitorNode(Node):
         self._states = deque(maxlen=keep)
         self._commands = deque(maxlen=keep)
         self._log = ThrottledLogger(self.get_logger())
-        self.model_gate = ModelGate(interface, ModelGateConfig(
-            margin=self.config.model_margin, duration=self.config.model_test_duration,
-            min_duration=min(1.0, self.config.model_test_duration)),
-            self.info.driver_rate_hz, self._log)
+        self.model_gate = ModelGate(interface, model_gate_config, self.info.driver_rate_hz,
+                                    self._log)
         # joint_states pass the input gate (nodes/gates.py), limits of the nominal model
         self.state_gate = StateGate(self._names, self.model.lower, self.model.upper,
                                     self.model.velocity_limit, gate_config, self._log,

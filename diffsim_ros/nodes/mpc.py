@@ -5,7 +5,7 @@ Adaptive MPC node: commands the robot with a controller running on the newest mo
   (``/identifier/model``, ``std_msgs/String`` JSON of the whole model, transient-local).  A
   model is used only if the model gate (:mod:`diffsim_ros.robots.gate`) accepts it: within
   its plausibility bounds, physically consistent, and predicting the node's last seconds of
-  states and commands no worse than the model in use (``model_margin``); otherwise it is
+  states and commands no worse than the model in use (``model_gate.*``); otherwise it is
   counted, logged (throttled), shown as WARN on ``/diagnostics``, and the old one stays.
   The controller keeps the catalog's motor model (the constants sent are only bounded).
 * A timer at ``control_rate`` asks a worker thread to solve (iLQR or MPPI from
@@ -131,11 +131,6 @@ class MpcConfig:
     model_topic: str = field(default='/identifier/model', metadata=meta(
         'std_msgs/String JSON document of the identified model (transient-local, '
         'diffsim_ros.robots.message), judged by the model gate before use'))
-    model_margin: float = field(default=0.25, metadata=meta(
-        'model gate: a new model may predict the recent data this fraction worse than the '
-        'model in use'))
-    model_test_duration: float = field(default=3.0, metadata=meta(
-        'model gate: seconds of recent states and commands a new model must predict'))
     command_topic: str = field(default='', metadata=meta(
         "Float64MultiArray command topic; '' = /<controller_name>/commands"))
     command_limit: tuple[float, ...] = field(default=(), metadata=meta(
@@ -168,8 +163,6 @@ class MpcConfig:
                      'mppi_lambda', 'mppi_noise'):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise ValueError(f'{name} must be > 0, got {getattr(self, name)}')
-        ModelGateConfig(margin=self.model_margin, duration=self.model_test_duration,
-                        min_duration=min(1.0, self.model_test_duration))
         if not 0 <= self.command_priority <= 99:
             raise ValueError(f'command_priority must be in [0, 99], got {self.command_priority}')
         if any(not (math.isfinite(v) and v >= 0) for v in self.command_limit):
@@ -269,8 +262,9 @@ class MpcNode(Node):
     :param kwargs: passed to ``rclpy.node.Node`` (``context``, ``parameter_overrides``...).
     """
 
-    #: Parameter sections (``--help``, the unknown-name check): the input gate's under gate.
-    PARAMETERS = {'': MpcConfig, 'gate.': StateGateConfig}
+    #: Parameter sections (``--help``, the unknown-name check): the input gate's under
+    #: ``gate.``, the model gate's under ``model_gate.``.
+    PARAMETERS = {'': MpcConfig, 'gate.': StateGateConfig, 'model_gate.': ModelGateConfig}
 
     def __init__(self, node_name: str = 'mpc', **kwargs) -> None:
         """Declare parameters, build the controller, start the timers and the solver thread."""
@@ -280,6 +274,7 @@ class MpcNode(Node):
         self.info = info = robots.get(robot)
         self.config = config = declare_config(self, MpcConfig, defaults=defaults)
         gate_config = declare_config(self, StateGateConfig, 'gate.', defaults)
+        model_gate_config = declare_config(self, ModelGateConfig, 'model_gate.', defaults)
         self.model = robots.interface(robot).nominal_model()
         self.controller, control_rate = make_controller(info, self.model, config)
         # A baseline is solved inline at every command tick (see the module docstring).
@@ -295,10 +290,9 @@ class MpcNode(Node):
         self._lock = threading.Lock()
         # lines logged by the executor thread: the command thread never waits on logging
         self._log = ThrottledLogger(self.get_logger(), deferred=True)
-        self.model_gate = ModelGate(robots.interface(robot), ModelGateConfig(
-            margin=config.model_margin, duration=config.model_test_duration,
-            min_duration=min(1.0, config.model_test_duration)),
-            max(config.command_rate, info.driver_rate_hz), self._log, use_actuator=False)
+        self.model_gate = ModelGate(robots.interface(robot), model_gate_config,
+                                    max(config.command_rate, info.driver_rate_hz), self._log,
+                                    use_actuator=False)
         # limits from the robot description the node starts with, never from a model update
         self.state_gate = StateGate(self.model.joint_names, self.model.lower, self.model.upper,
                                     self.model.velocity_limit, gate_config, self._log,
