@@ -7,8 +7,9 @@ import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from diffsim_ros import robots
+from diffsim_ros.control.controller import make_controller
 from diffsim_ros.core import rollout
-from diffsim_ros.nodes.mpc import make_controller, MpcConfig, MpcNode
+from diffsim_ros.nodes.mpc import MpcConfig, MpcNode
 from diffsim_ros.robots.gate import judge_model, ModelGate, ModelGateConfig, RecentData
 from diffsim_ros.robots.message import load_model_message, model_message, ModelMessageError
 import numpy as np

@@ -34,18 +34,19 @@ import threading
 from typing import Any, Dict, Optional
 
 from builtin_interfaces.msg import Duration
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import Point
 import numpy as np
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray, Header, MultiArrayDimension, MultiArrayLayout
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension, MultiArrayLayout
 from std_msgs.msg import String
 import torch
 from visualization_msgs.msg import Marker, MarkerArray
 
 from .convert import commands_array, joint_state_msg, MessageError, ThrottledLogger
+from .diagnostics import diagnostics_msg
 from .gates import StateGate, StateGateConfig
 from .params import declare_config, declare_robot, meta
 from .runtime import configure_interpreter, run_node
@@ -369,16 +370,12 @@ class MonitorNode(Node):
         refused = self.state_gate.status(self.get_clock().now().nanoseconds)
         if refused:
             level, message = DiagnosticStatus.WARN, f'{message}; {refused}'
-        status = DiagnosticStatus(
-            level=level, name=f'{self.get_name()}: prediction', hardware_id=self.info.name,
-            message=message, values=[KeyValue(key=k, value=str(v)) for k, v in (
-                ('prediction_nmse', result['nmse']), ('horizon_s', self.config.horizon),
-                ('models_accepted', self.models_accepted),
-                ('models_rejected', self.models_rejected),
-                *self.model_gate.diagnostics().items(),
-                ('dropped_messages', self._log.total), *self.state_gate.values().items())])
-        self._diagnostics_pub.publish(DiagnosticArray(header=Header(stamp=stamp),
-                                                      status=[status]))
+        self._diagnostics_pub.publish(diagnostics_msg(
+            stamp, f'{self.get_name()}: prediction', self.info.name, level, message, {
+                'prediction_nmse': result['nmse'], 'horizon_s': self.config.horizon,
+                'models_accepted': self.models_accepted,
+                'models_rejected': self.models_rejected, **self.model_gate.diagnostics(),
+                'dropped_messages': self._log.total, **self.state_gate.values()}))
 
     def destroy_node(self) -> None:
         """Stop the prediction thread, then destroy the node (its handles die with it)."""
