@@ -51,12 +51,11 @@ from .gates import StateGate, StateGateConfig
 from .params import declare_config, declare_robot, meta
 from .runtime import configure_interpreter, run_node
 from .. import robots
-from ..core import forward_kinematics, INTEGRATORS, RobotModel, rollout
-from ..robots.gate import mean_commands, ModelGate, ModelGateConfig
-from ..sysid.losses import normalized_mse, state_scale, wrap_angle_error
+from ..core import INTEGRATORS, RobotModel
+from ..robots.gate import ModelGate, ModelGateConfig
+from ..robots.prediction import end_effector_path, predict_window
 
-__all__ = ['MonitorConfig', 'MonitorNode', 'end_effector_path', 'main',
-           'mean_commands', 'predict_window']
+__all__ = ['MODEL_QOS', 'MonitorConfig', 'MonitorNode', 'main']
 
 MODEL_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 #: Marker namespaces of the measured and predicted end-effector paths (config/monitor.rviz).
@@ -106,77 +105,6 @@ class MonitorConfig:
         if self.integrator not in INTEGRATORS:
             raise ValueError(f'unknown integrator {self.integrator!r}; valid: '
                              f'{", ".join(INTEGRATORS)}')
-
-
-def predict_window(model: RobotModel, info: robots.RobotInfo, t, q, qd, t_cmd, u,
-                   horizon: float, dt: float, integrator: str,
-                   scale_floor: Optional[torch.Tensor] = None,
-                   actuator: Optional[torch.nn.Module] = None) -> Optional[Dict[str, Any]]:
-    """
-    Roll the model over the last ``horizon`` seconds of measurements and score it.
-
-    :param model: the model to evaluate.
-    :param info: catalog entry of the robot.
-    :param t: measurement times ``(N,)``, s, increasing.
-    :param q: measured positions ``(N, n)`` in model joint order.
-    :param qd: measured velocities ``(N, n)``.
-    :param t_cmd: command times ``(M,)``, s, increasing (may be empty).
-    :param u: commands ``(M, m)``, each held until the next (zero before the first); the
-        rollout applies their mean over each step (:func:`mean_commands`).
-    :param horizon: window length, s.
-    :param dt: rollout step, s.
-    :param integrator: ``'semi_implicit_euler'`` or ``'rk4'``.
-    :param scale_floor: ``(2 n,)`` variances below which the window's own state variances
-        are not taken (the monitor passes the largest it has seen: a window of a still
-        pendulum has variances near zero, and its NMSE would measure the noise).
-    :param actuator: the model's motor model (``None``: the robot's nominal one).
-    :return: ``None`` when the measurements span less than the horizon, else ``t`` (grid
-        ``(K + 1,)``), ``q_measured``/``q_predicted`` ``(K + 1, n)``, ``qd_predicted``,
-        ``nmse`` (state) and ``nmse_q`` ``(n,)``, both ``inf`` if the rollout diverged, and
-        ``scale``, the window's own variances ``(2 n,)``.
-    """
-    if len(t) < 2 or t[-1] - t[0] < horizon - 0.5 * dt:
-        return None
-    steps = max(1, int(round(horizon / dt)))
-    grid = t[-1] - dt * np.arange(steps, -1, -1)
-    # The measurement nearest each grid time (no interpolation across wrapped angles).
-    after = np.clip(np.searchsorted(t, grid), 1, len(t) - 1)
-    index = np.where(grid - t[after - 1] <= t[after] - grid, after - 1, after)
-    controls = mean_commands(t_cmd, u, grid, len(info.command_joints))
-    x_meas = torch.as_tensor(np.concatenate((q[index], qd[index]), axis=1),
-                             dtype=model.dtype, device=model.device)
-    with torch.no_grad():
-        x_pred = rollout(model, x_meas[0], torch.as_tensor(controls, dtype=model.dtype,
-                                                           device=model.device), dt, integrator,
-                         robots.interface(info.name).torque_fn(model, actuator))
-    mask = model.tree.revolute_mask
-    error = wrap_angle_error(x_pred - x_meas, mask)
-    finite = bool(torch.isfinite(x_pred).all())
-    own = state_scale(x_meas[:, :model.n], x_meas[:, model.n:], mask)
-    scale = own if scale_floor is None else torch.maximum(own, scale_floor.to(own))
-    nmse = float(normalized_mse(error, scale)) if finite else math.inf
-    nmse_q = ((error[:, :model.n].square() / scale[:model.n]).mean(0).tolist() if finite
-              else [math.inf] * model.n)
-    return {'t': grid, 'q_measured': q[index], 'q_predicted': x_pred[:, :model.n].cpu().numpy(),
-            'qd_predicted': x_pred[:, model.n:].cpu().numpy(), 'finite': finite, 'nmse': nmse,
-            'nmse_q': nmse_q, 'scale': own}
-
-
-def end_effector_path(model: RobotModel, info: robots.RobotInfo, q: np.ndarray) -> np.ndarray:
-    """
-    Return end-effector positions in the base link's frame.
-
-    :param model: the robot.
-    :param info: catalog entry (``base_link``, ``end_effector_link``).
-    :param q: positions ``(K, n)``.
-    :return: ``(K, 3)`` positions, m.
-    """
-    with torch.no_grad():
-        T = forward_kinematics(model, torch.as_tensor(q, dtype=model.dtype))
-    base = model.link_names.index(info.base_link)
-    ee = model.link_names.index(info.end_effector_link)
-    T_base_ee = torch.linalg.solve(T[:, base], T[:, ee])
-    return T_base_ee[:, :3, 3].cpu().numpy()
 
 
 def _path_marker(name: str, frame: str, points: np.ndarray, rgba, width: float) -> Marker:
@@ -311,7 +239,8 @@ class MonitorNode(Node):
         """
         Run one prediction over the buffered window and publish its results.
 
-        :return: the :func:`predict_window` result, or None without enough data.
+        :return: the :func:`~diffsim_ros.robots.prediction.predict_window` result, or None
+            without enough data.
         """
         with self._lock:
             states, commands = list(self._states), list(self._commands)

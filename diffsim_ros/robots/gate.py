@@ -42,12 +42,13 @@ from torch import nn
 
 from .interface import RobotInterface
 from .message import load_model_message, ModelMessageError
+from .prediction import mean_commands, nearest_samples
 from ..core.integrators import rollout
 from ..core.model import RobotModel
 from ..sysid.losses import normalized_mse, state_scale, wrap_angle_error
 
 __all__ = ['ModelGateConfig', 'GateDecision', 'ModelGate', 'RecentData', 'judge_model',
-           'mean_commands', 'prediction_error']
+           'prediction_error']
 
 Accept = Callable[[RobotModel, Optional[nn.Module], 'GateDecision'], None]
 
@@ -146,32 +147,6 @@ class GateDecision:
     current_error: float = math.nan
 
 
-def mean_commands(t_cmd: np.ndarray, u: np.ndarray, grid: np.ndarray, m: int) -> np.ndarray:
-    """
-    Return the time average of the held command signal over each grid interval.
-
-    The command signal holds each command from its arrival to the next one (zero before the
-    first).  Averaging it over ``[grid[k], grid[k + 1])`` makes a rollout insensitive to
-    whether a command arrived just before or just after a grid time.
-
-    :param t_cmd: arrival times ``(M,)``, s, increasing (may be empty).
-    :param u: commands ``(M, m)``.
-    :param grid: interval bounds ``(K + 1,)``, s, increasing.
-    :param m: command dimension.
-    :return: ``(K, m)`` mean commands.
-    """
-    if len(t_cmd) == 0:
-        return np.zeros((len(grid) - 1, m))
-    # Integral of the held signal from t_cmd[0] to each arrival, then to each grid time.
-    segments = u[:-1] * np.diff(t_cmd)[:, None]
-    at_arrival = np.concatenate((np.zeros((1, m)), np.cumsum(segments, axis=0)))
-    last = np.searchsorted(t_cmd, grid, side='right') - 1
-    held = np.where(last[:, None] >= 0, u[np.maximum(last, 0)], 0.0)
-    integral = np.where(last[:, None] >= 0, at_arrival[np.maximum(last, 0)]
-                        + held * (grid - t_cmd[np.maximum(last, 0)])[:, None], 0.0)
-    return np.diff(integral, axis=0) / np.diff(grid)[:, None]
-
-
 class RecentData:
     """
     The last seconds of measured states and sent commands, thread-safe, bounded in memory.
@@ -262,8 +237,7 @@ def prediction_error(interface: RobotInterface, model: RobotModel,
     if count < 1:
         raise ValueError('less data than one prediction window')
     grid = t[-1] - dt * np.arange(count * steps, -1, -1)
-    after = np.clip(np.searchsorted(t, grid), 1, len(t) - 1)
-    index = np.where(grid - t[after - 1] <= t[after] - grid, after - 1, after)
+    index = nearest_samples(t, grid)
     m = len(interface.command_joints)
     controls = mean_commands(data['t_cmd'], data['u'], grid, m)
     x = torch.as_tensor(np.concatenate((data['q'][index], data['qd'][index]), axis=1),
