@@ -62,8 +62,8 @@ class ModelGateConfig:
     is one ROS parameter; its metadata hold the description and the range (inclusive, None
     for an open side) that ``--help`` and the parameter descriptors show.
 
-    :raises ValueError: a value out of range, or ``dt <= horizon <= min_duration <=
-        duration`` violated (the error names the field).
+    :raises ValueError: a value out of range, ``dt <= horizon <= duration`` violated, or a
+        non-zero ``min_duration`` outside ``[horizon, duration]`` (the error names the field).
     """
 
     # metadata written out: robots/ may not import nodes.params.meta (layers point down)
