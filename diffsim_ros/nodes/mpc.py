@@ -171,13 +171,14 @@ class MpcNode(Node):
         self.create_subscription(String, config.model_topic, self._on_model, MODEL_QOS)
         timers = MutuallyExclusiveCallbackGroup()
         self.create_timer(0.1, self._log.flush, callback_group=timers)
+        if not self._inline:
+            self.create_timer(1.0 / self.planner.control_rate, self._request_solve,
+                              callback_group=timers)
         self.create_timer(config.diagnostics_period, self.publish_diagnostics,
                           callback_group=timers)
         self._solve_event, self._stop = threading.Event(), threading.Event()
         self._worker: Optional[threading.Thread] = None
         if not self._inline:
-            self.create_timer(1.0 / self.planner.control_rate, self._request_solve,
-                              callback_group=timers)
             self._worker = threading.Thread(target=self._solve_loop, name='mpc-solver',
                                             daemon=True)
             self._worker.start()
