@@ -75,6 +75,8 @@ class Planner:
         if self._driver_gravity and self._interface.actuator() is not None:
             raise ValueError(f'{info.name}: a driver that adds gravity to voltage commands '
                              'is not supported (the policy commands joint torques there)')
+        #: ``(n, m)`` command joints -> joints (models on the wire keep the nominal joints)
+        self._B = command_matrix(model, self._interface.command_joints)
         self._predict = self.inline and config.predict_latency
         self._log = log
         self._stale_timeout, self._plan_timeout = float(stale_timeout), float(plan_timeout)
@@ -269,5 +271,5 @@ class Planner:
         """Return the command that makes a gravity-adding driver apply the policy's torque."""
         model = self.model
         x = x.to(model.dtype)
-        torque = u.to(model.dtype) @ command_matrix(model, self._interface.command_joints).mT
+        torque = u.to(model.dtype) @ self._B.to(model.dtype).mT
         return self._interface.command(model, x[:model.n], x[model.n:], torque).to(u)
