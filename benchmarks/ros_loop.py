@@ -378,7 +378,7 @@ def _probed_mpc_class():
         def publish(self, msg) -> None:
             msg.layout.data_offset = len(self.used)
             node = self.node
-            active = not (node.stale or node.plan_expired or node._policy is None)
+            active = not (node.stale or node.plan_expired or node.planner.policy is None)
             self.used.append((node._probe_stamp, active))
             self.publisher.publish(msg)
 
@@ -394,8 +394,7 @@ def _probed_mpc_class():
             self.command_pub = TaggingPublisher(self, self.command_pub)
 
         def compute_command(self):
-            with self._lock:
-                self._probe_stamp = self._stamp
+            self._probe_stamp = self.planner.stamp
             return super().compute_command()
 
     return ProbedMpc

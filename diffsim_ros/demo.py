@@ -379,7 +379,7 @@ def prediction_study(models: Dict[str, RobotModel], info: robots.RobotInfo, run,
         are divided by its own state variances, but never by less than the whole run's
         (a window of the balanced pendulum hardly moves, as for the monitor node).
     """
-    from .nodes.monitor import predict_window
+    from .robots.prediction import predict_window
     t, q, qd = run.t.numpy(), run.q.numpy(), run.qd.numpy()
     u = run.u.numpy() if run.u is not None else np.zeros((len(t), len(info.command_joints)))
     out = {}

@@ -7,8 +7,9 @@ import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from diffsim_ros import robots
+from diffsim_ros.control.controller import make_controller
 from diffsim_ros.core import rollout
-from diffsim_ros.nodes.mpc import make_controller, MpcConfig, MpcNode
+from diffsim_ros.nodes.mpc import MpcConfig, MpcNode
 from diffsim_ros.robots.gate import judge_model, ModelGate, ModelGateConfig, RecentData
 from diffsim_ros.robots.message import load_model_message, model_message, ModelMessageError
 import numpy as np
@@ -208,12 +209,68 @@ def test_model_gate_thread_counts_logs_and_keeps_the_warning():
 
 
 def test_gate_config_rejects_bad_values():
-    for bad in ({'margin': -0.1}, {'dt': 0.0}, {'horizon': math.nan}, {'dt': 0.5},
-                {'min_duration': 5.0}):
-        with pytest.raises(ValueError, match='model gate'):
+    for bad, named in (({'margin': -0.1}, 'margin'), ({'dt': 0.0}, 'dt'),
+                       ({'horizon': math.nan}, 'horizon'), ({'dt': 0.5}, 'dt'),
+                       ({'min_duration': 5.0}, 'min_duration'),
+                       ({'min_duration': 0.1}, 'min_duration'),   # under one 0.2 s window
+                       ({'duration': 0.1}, 'duration')):
+        with pytest.raises(ValueError, match=f'model gate: {named} must'):
             ModelGateConfig(**bad)
-    with pytest.raises(ValueError, match='model gate'):
-        MpcConfig(model_margin=-1.0)
+
+
+def test_gate_needs_one_second_of_data_or_all_it_keeps_unless_told():
+    assert ModelGateConfig().compare_after == 1.0
+    assert ModelGateConfig(duration=0.5).compare_after == 0.5   # all it keeps, not 1 s
+    assert ModelGateConfig(duration=3.0, horizon=2.0).compare_after == 2.0   # one window
+    assert ModelGateConfig(min_duration=2.5).compare_after == 2.5
+    # the rule decides: 0.7 s of moving data are compared with duration 0.5, not with 3 s
+    t = np.arange(0.0, 0.7, 0.002)
+    q = np.stack((np.sin(t), np.zeros_like(t)), 1)
+    data = {'t': t, 'q': q, 'qd': np.stack((np.cos(t), np.zeros_like(t)), 1),
+            't_cmd': t, 'u': np.zeros((len(t), 1))}
+    qube = robots.interface('qube')
+    nominal = qube.nominal_model()
+    for duration, compared in ((0.5, True), (3.0, False)):
+        decision = judge_model(qube, nominal, None, nominal, None, data,
+                               ModelGateConfig(duration=duration))
+        assert decision.accepted and decision.compared == compared, (duration, decision)
+
+
+@pytest.mark.ros
+def test_model_gate_is_a_parameter_section_with_descriptions_and_ranges(ros_context):
+    from diffsim_ros.nodes.params import declare_config, parameter_overrides, ParameterError
+    node = rclpy.create_node('mpc', context=ros_context, parameter_overrides=parameter_overrides(
+        {'model_gate.margin': 0.3, 'model_gate.duration': 0.5}))
+    try:
+        config = declare_config(node, ModelGateConfig, 'model_gate.')
+        assert config == ModelGateConfig(margin=0.3, duration=0.5)
+        for name in ('margin', 'duration', 'min_duration', 'horizon', 'dt', 'still_velocity',
+                     'warn_hold'):
+            descriptor = node.describe_parameter(f'model_gate.{name}')
+            assert descriptor.description and descriptor.floating_point_range, name
+        (margin,) = node.describe_parameter('model_gate.margin').floating_point_range
+        assert margin.from_value == 0.0 and margin.to_value == math.inf
+    finally:
+        node.destroy_node()
+    node = rclpy.create_node('mpc', context=ros_context, parameter_overrides=parameter_overrides(
+        {'model_gate.min_duration': 0.1}))
+    try:
+        with pytest.raises(ParameterError) as caught:
+            declare_config(node, ModelGateConfig, 'model_gate.')
+        assert caught.value.name == 'model_gate.min_duration' and caught.value.value == 0.1
+    finally:
+        node.destroy_node()
+
+
+@pytest.mark.parametrize('executable, old, new', [
+    ('mpc', 'model_margin', 'model_gate.margin'),
+    ('monitor', 'model_test_duration', 'model_gate.duration'),
+])
+def test_the_old_model_gate_names_are_refused_with_the_new_one_suggested(executable, old, new):
+    from test_node_startup import assert_refused
+    line = assert_refused(executable, ['--ros-args', '-p', f'{old}:=0.3'],
+                          f"'{old}' = 0.3", 'no such parameter', f'did you mean {new}')
+    assert f'[{executable}]' in line
 
 
 # -- the mpc over real DDS ---------------------------------------------------------------

@@ -8,9 +8,9 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from diffsim_ros import robots
 from diffsim_ros.core import rollout
-from diffsim_ros.nodes.monitor import (end_effector_path, MonitorConfig, MonitorNode,
-                                       predict_window)
+from diffsim_ros.nodes.monitor import MonitorConfig, MonitorNode
 from diffsim_ros.robots.message import model_message
+from diffsim_ros.robots.prediction import end_effector_path, predict_window
 import numpy as np
 import pytest
 import rclpy

@@ -7,7 +7,8 @@ import time
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from diffsim_ros import robots
-from diffsim_ros.nodes.mpc import make_controller, MpcConfig, MpcNode
+from diffsim_ros.control.controller import make_controller
+from diffsim_ros.nodes.mpc import MpcConfig, MpcNode
 from diffsim_ros.robots.message import model_message
 from diffsim_ros.sim.parameters import nominal_model
 import pytest

@@ -3,12 +3,13 @@ Monitor node: shows how well the current model predicts the robot.
 
 It buffers measured ``joint_states`` and the commands sent to the robot, and every ``period``
 seconds rolls the current model (nominal, then each model the identifier publishes on
-``/identifier/model`` that passes the model gate of :mod:`diffsim_ros.robots.gate`) forward
-from the state measured ``horizon`` seconds ago with the recorded commands (each held until
-the next and averaged over a rollout step) through the robot's actuator model: the DC motor
-for Quanser voltages, minus the model's joint friction, plus gravity when the driver
-compensates it.  States are timed by their header stamps, commands by their arrival (DDS
-receive time, or the node clock under ``use_sim_time``).  It publishes
+``/identifier/model`` that passes the model gate of :mod:`diffsim_ros.robots.gate`,
+parameters ``model_gate.*``) forward from the state measured ``horizon`` seconds ago with the
+recorded commands (each held until the next and averaged over a rollout step) through the
+robot's actuator model: the DC motor for Quanser voltages, minus the model's joint friction,
+plus gravity when the driver compensates it.  States are timed by their header stamps,
+commands by their arrival (DDS receive time, or the node clock under ``use_sim_time``).  It
+publishes
 
 * ``/predicted/joint_states``: the predicted state at the newest measurement time, which a
   second ``robot_state_publisher`` (``frame_prefix: predicted/``) turns into a ghost robot;
@@ -33,28 +34,28 @@ import threading
 from typing import Any, Dict, Optional
 
 from builtin_interfaces.msg import Duration
-from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus, KeyValue
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import Point
 import numpy as np
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray, Header, MultiArrayDimension, MultiArrayLayout
+from std_msgs.msg import Float64MultiArray, MultiArrayDimension, MultiArrayLayout
 from std_msgs.msg import String
 import torch
 from visualization_msgs.msg import Marker, MarkerArray
 
 from .convert import commands_array, joint_state_msg, MessageError, ThrottledLogger
+from .diagnostics import diagnostics_msg
 from .gates import StateGate, StateGateConfig
 from .params import declare_config, declare_robot, meta
 from .runtime import configure_interpreter, run_node
 from .. import robots
-from ..core import forward_kinematics, INTEGRATORS, RobotModel, rollout
-from ..robots.gate import mean_commands, ModelGate, ModelGateConfig
-from ..sysid.losses import normalized_mse, state_scale, wrap_angle_error
+from ..core import INTEGRATORS, RobotModel
+from ..robots.gate import ModelGate, ModelGateConfig
+from ..robots.prediction import end_effector_path, predict_window
 
-__all__ = ['MonitorConfig', 'MonitorNode', 'end_effector_path', 'main',
-           'mean_commands', 'predict_window']
+__all__ = ['MODEL_QOS', 'MonitorConfig', 'MonitorNode', 'main']
 
 MODEL_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 #: Marker namespaces of the measured and predicted end-effector paths (config/monitor.rviz).
@@ -72,11 +73,6 @@ class MonitorConfig:
     model_topic: str = field(default='/identifier/model', metadata=meta(
         'std_msgs/String JSON document of the identified model (transient-local, '
         'diffsim_ros.robots.message), judged by the model gate before use'))
-    model_margin: float = field(default=0.25, metadata=meta(
-        'model gate: a new model may predict the recent data this fraction worse than the '
-        'model in use'))
-    model_test_duration: float = field(default=3.0, metadata=meta(
-        'model gate: seconds of recent data a new model must predict'))
     horizon: float = field(default=1.0, metadata=meta(
         'prediction horizon: the model is rolled out from the state this long ago, s',
         range=(0.0, 60.0)))
@@ -97,7 +93,7 @@ class MonitorConfig:
     def __post_init__(self) -> None:
         """Reject non-positive durations and unknown integrators."""
         for name in ('horizon', 'dt', 'period', 'buffer_duration', 'line_width',
-                     'max_stamp_offset', 'model_test_duration'):
+                     'max_stamp_offset'):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0.0):
                 raise ValueError(f'{name} must be finite and > 0, got {value}')
@@ -106,82 +102,9 @@ class MonitorConfig:
         if self.buffer_duration < self.horizon:
             raise ValueError(f'buffer_duration ({self.buffer_duration}) must be >= horizon '
                              f'({self.horizon})')
-        ModelGateConfig(margin=self.model_margin, duration=self.model_test_duration,
-                        min_duration=min(1.0, self.model_test_duration))
         if self.integrator not in INTEGRATORS:
             raise ValueError(f'unknown integrator {self.integrator!r}; valid: '
                              f'{", ".join(INTEGRATORS)}')
-
-
-def predict_window(model: RobotModel, info: robots.RobotInfo, t, q, qd, t_cmd, u,
-                   horizon: float, dt: float, integrator: str,
-                   scale_floor: Optional[torch.Tensor] = None,
-                   actuator: Optional[torch.nn.Module] = None) -> Optional[Dict[str, Any]]:
-    """
-    Roll the model over the last ``horizon`` seconds of measurements and score it.
-
-    :param model: the model to evaluate.
-    :param info: catalog entry of the robot.
-    :param t: measurement times ``(N,)``, s, increasing.
-    :param q: measured positions ``(N, n)`` in model joint order.
-    :param qd: measured velocities ``(N, n)``.
-    :param t_cmd: command times ``(M,)``, s, increasing (may be empty).
-    :param u: commands ``(M, m)``, each held until the next (zero before the first); the
-        rollout applies their mean over each step (:func:`mean_commands`).
-    :param horizon: window length, s.
-    :param dt: rollout step, s.
-    :param integrator: ``'semi_implicit_euler'`` or ``'rk4'``.
-    :param scale_floor: ``(2 n,)`` variances below which the window's own state variances
-        are not taken (the monitor passes the largest it has seen: a window of a still
-        pendulum has variances near zero, and its NMSE would measure the noise).
-    :param actuator: the model's motor model (``None``: the robot's nominal one).
-    :return: ``None`` when the measurements span less than the horizon, else ``t`` (grid
-        ``(K + 1,)``), ``q_measured``/``q_predicted`` ``(K + 1, n)``, ``qd_predicted``,
-        ``nmse`` (state) and ``nmse_q`` ``(n,)``, both ``inf`` if the rollout diverged, and
-        ``scale``, the window's own variances ``(2 n,)``.
-    """
-    if len(t) < 2 or t[-1] - t[0] < horizon - 0.5 * dt:
-        return None
-    steps = max(1, int(round(horizon / dt)))
-    grid = t[-1] - dt * np.arange(steps, -1, -1)
-    # The measurement nearest each grid time (no interpolation across wrapped angles).
-    after = np.clip(np.searchsorted(t, grid), 1, len(t) - 1)
-    index = np.where(grid - t[after - 1] <= t[after] - grid, after - 1, after)
-    controls = mean_commands(t_cmd, u, grid, len(info.command_joints))
-    x_meas = torch.as_tensor(np.concatenate((q[index], qd[index]), axis=1),
-                             dtype=model.dtype, device=model.device)
-    with torch.no_grad():
-        x_pred = rollout(model, x_meas[0], torch.as_tensor(controls, dtype=model.dtype,
-                                                           device=model.device), dt, integrator,
-                         robots.interface(info.name).torque_fn(model, actuator))
-    mask = model.tree.revolute_mask
-    error = wrap_angle_error(x_pred - x_meas, mask)
-    finite = bool(torch.isfinite(x_pred).all())
-    own = state_scale(x_meas[:, :model.n], x_meas[:, model.n:], mask)
-    scale = own if scale_floor is None else torch.maximum(own, scale_floor.to(own))
-    nmse = float(normalized_mse(error, scale)) if finite else math.inf
-    nmse_q = ((error[:, :model.n].square() / scale[:model.n]).mean(0).tolist() if finite
-              else [math.inf] * model.n)
-    return {'t': grid, 'q_measured': q[index], 'q_predicted': x_pred[:, :model.n].cpu().numpy(),
-            'qd_predicted': x_pred[:, model.n:].cpu().numpy(), 'finite': finite, 'nmse': nmse,
-            'nmse_q': nmse_q, 'scale': own}
-
-
-def end_effector_path(model: RobotModel, info: robots.RobotInfo, q: np.ndarray) -> np.ndarray:
-    """
-    Return end-effector positions in the base link's frame.
-
-    :param model: the robot.
-    :param info: catalog entry (``base_link``, ``end_effector_link``).
-    :param q: positions ``(K, n)``.
-    :return: ``(K, 3)`` positions, m.
-    """
-    with torch.no_grad():
-        T = forward_kinematics(model, torch.as_tensor(q, dtype=model.dtype))
-    base = model.link_names.index(info.base_link)
-    ee = model.link_names.index(info.end_effector_link)
-    T_base_ee = torch.linalg.solve(T[:, base], T[:, ee])
-    return T_base_ee[:, :3, 3].cpu().numpy()
 
 
 def _path_marker(name: str, frame: str, points: np.ndarray, rgba, width: float) -> Marker:
@@ -204,8 +127,9 @@ class MonitorNode(Node):
     :param kwargs: passed to ``rclpy.node.Node`` (``context``, ``parameter_overrides``...).
     """
 
-    #: Parameter sections (``--help``, the unknown-name check): the input gate's under gate.
-    PARAMETERS = {'': MonitorConfig, 'gate.': StateGateConfig}
+    #: Parameter sections (``--help``, the unknown-name check): the input gate's under
+    #: ``gate.``, the model gate's under ``model_gate.``.
+    PARAMETERS = {'': MonitorConfig, 'gate.': StateGateConfig, 'model_gate.': ModelGateConfig}
 
     def __init__(self, node_name: str = 'monitor', **kwargs) -> None:
         """Declare parameters, load the nominal model, start the prediction thread."""
@@ -215,6 +139,7 @@ class MonitorNode(Node):
         self.info = robots.get(robot)
         self.config = declare_config(self, MonitorConfig, defaults=defaults)
         gate_config = declare_config(self, StateGateConfig, 'gate.', defaults)
+        model_gate_config = declare_config(self, ModelGateConfig, 'model_gate.', defaults)
         interface = robots.interface(self.info.name)
         self.model, self.actuator = interface.nominal_model(), None   # None: nominal motor
         self._names = self.model.joint_names
@@ -223,10 +148,8 @@ class MonitorNode(Node):
         self._states = deque(maxlen=keep)
         self._commands = deque(maxlen=keep)
         self._log = ThrottledLogger(self.get_logger())
-        self.model_gate = ModelGate(interface, ModelGateConfig(
-            margin=self.config.model_margin, duration=self.config.model_test_duration,
-            min_duration=min(1.0, self.config.model_test_duration)),
-            self.info.driver_rate_hz, self._log)
+        self.model_gate = ModelGate(interface, model_gate_config, self.info.driver_rate_hz,
+                                    self._log)
         # joint_states pass the input gate (nodes/gates.py), limits of the nominal model
         self.state_gate = StateGate(self._names, self.model.lower, self.model.upper,
                                     self.model.velocity_limit, gate_config, self._log,
@@ -316,7 +239,8 @@ class MonitorNode(Node):
         """
         Run one prediction over the buffered window and publish its results.
 
-        :return: the :func:`predict_window` result, or None without enough data.
+        :return: the :func:`~diffsim_ros.robots.prediction.predict_window` result, or None
+            without enough data.
         """
         with self._lock:
             states, commands = list(self._states), list(self._commands)
@@ -375,16 +299,12 @@ class MonitorNode(Node):
         refused = self.state_gate.status(self.get_clock().now().nanoseconds)
         if refused:
             level, message = DiagnosticStatus.WARN, f'{message}; {refused}'
-        status = DiagnosticStatus(
-            level=level, name=f'{self.get_name()}: prediction', hardware_id=self.info.name,
-            message=message, values=[KeyValue(key=k, value=str(v)) for k, v in (
-                ('prediction_nmse', result['nmse']), ('horizon_s', self.config.horizon),
-                ('models_accepted', self.models_accepted),
-                ('models_rejected', self.models_rejected),
-                *self.model_gate.diagnostics().items(),
-                ('dropped_messages', self._log.total), *self.state_gate.values().items())])
-        self._diagnostics_pub.publish(DiagnosticArray(header=Header(stamp=stamp),
-                                                      status=[status]))
+        self._diagnostics_pub.publish(diagnostics_msg(
+            stamp, f'{self.get_name()}: prediction', self.info.name, level, message, {
+                'prediction_nmse': result['nmse'], 'horizon_s': self.config.horizon,
+                'models_accepted': self.models_accepted,
+                'models_rejected': self.models_rejected, **self.model_gate.diagnostics(),
+                'dropped_messages': self._log.total, **self.state_gate.values()}))
 
     def destroy_node(self) -> None:
         """Stop the prediction thread, then destroy the node (its handles die with it)."""

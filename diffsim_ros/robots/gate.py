@@ -16,11 +16,11 @@ through :class:`ModelGate`:
    (:func:`~diffsim_ros.sysid.losses.state_scale`), and the candidate's normalised error
    must not exceed ``(1 + margin)`` times the current model's.
 
-When the node holds less than ``min_duration`` seconds of data, or the data are still (no
-joint velocity varies by more than ``still_velocity``), the prediction test cannot tell the
-models apart: the model is then accepted on bounds and consistency alone, and the
-decision says so (the nodes show it in their diagnostics).  A model that is never compared
-is still never out of bounds.
+When the node holds less than ``min_duration`` seconds of data (0: the smaller of 1 s and
+``duration``), or the data are still (no joint velocity varies by more than
+``still_velocity``), the prediction test cannot tell the models apart: the model is then
+accepted on bounds and consistency alone, and the decision says so (the nodes show it in
+their diagnostics).  A model that is never compared is still never out of bounds.
 
 A refused model is counted, logged through a :class:`~diffsim_ros.nodes.convert`
 ``ThrottledLogger``-like object (``warn(key, text)``), and its reason is kept as
@@ -30,7 +30,7 @@ node's command loop.
 """
 
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import math
 import threading
 import time
@@ -42,12 +42,13 @@ from torch import nn
 
 from .interface import RobotInterface
 from .message import load_model_message, ModelMessageError
+from .prediction import mean_commands, nearest_samples
 from ..core.integrators import rollout
 from ..core.model import RobotModel
 from ..sysid.losses import normalized_mse, state_scale, wrap_angle_error
 
 __all__ = ['ModelGateConfig', 'GateDecision', 'ModelGate', 'RecentData', 'judge_model',
-           'mean_commands', 'prediction_error']
+           'prediction_error']
 
 Accept = Callable[[RobotModel, Optional[nn.Module], 'GateDecision'], None]
 
@@ -55,41 +56,74 @@ Accept = Callable[[RobotModel, Optional[nn.Module], 'GateDecision'], None]
 @dataclass(frozen=True)
 class ModelGateConfig:
     """
-    Settings of the model gate (module docstring).
+    Parameters of the model gate (``model_gate.*`` of the mpc and the monitor).
 
-    :param margin: a candidate's normalised prediction error may exceed the current model's
-        by this fraction, >= 0.
-    :param duration: seconds of recent data kept and tested, > 0.
-    :param min_duration: less data than this (s) cannot tell models apart, > 0.
-    :param horizon: length of each open-loop prediction, s, > 0.
-    :param dt: rollout step, s, > 0 and <= ``horizon``.
-    :param still_velocity: data whose joint velocities all vary less than this (standard
-        deviation, rad/s or m/s) are still, >= 0.
-    :param warn_hold: seconds a refusal keeps :attr:`ModelGate.warning` set, > 0.
-    :raises ValueError: a value out of range.
+    What a published model must pass before a node uses it (module docstring).  Each field
+    is one ROS parameter; its metadata hold the description and the range (inclusive, None
+    for an open side) that ``--help`` and the parameter descriptors show.
+
+    :raises ValueError: a value out of range, ``dt <= horizon <= duration`` violated, or a
+        non-zero ``min_duration`` outside ``[horizon, duration]`` (the error names the field).
     """
 
-    margin: float = 0.25
-    duration: float = 3.0
-    min_duration: float = 1.0
-    horizon: float = 0.2
-    dt: float = 0.01
-    still_velocity: float = 1e-3
-    warn_hold: float = 10.0
+    # metadata written out: robots/ may not import nodes.params.meta (layers point down)
+    margin: float = field(default=0.25, metadata={
+        'description': 'a new model may predict the recent data this fraction worse than the '
+                       'model in use (0 = no worse)', 'range': (0.0, None)})
+    duration: float = field(default=3.0, metadata={
+        'description': 'seconds of recent states and commands kept, which a new model must '
+                       'predict', 'range': (0.0, 60.0)})
+    min_duration: float = field(default=0.0, metadata={
+        'description': 'with less recent data than this (s) predictions cannot tell models '
+                       'apart: a model is then accepted on its bounds and consistency alone; '
+                       '0 = the smaller of 1 s and duration (at least horizon)',
+        'range': (0.0, 60.0)})
+    horizon: float = field(default=0.2, metadata={
+        'description': 'length of each open-loop prediction of the recent data, s',
+        'range': (0.0, 10.0)})
+    dt: float = field(default=0.01, metadata={
+        'description': 'rollout step of the predictions, s (<= horizon)', 'range': (0.0, 1.0)})
+    still_velocity: float = field(default=1e-3, metadata={
+        'description': 'recent data whose joint velocities all vary less than this (standard '
+                       'deviation, rad/s or m/s) are still: predictions cannot tell models '
+                       'apart', 'range': (0.0, None)})
+    warn_hold: float = field(default=10.0, metadata={
+        'description': 'seconds a refused model keeps the diagnostics at WARN',
+        'range': (0.0, 3600.0)})
 
     def __post_init__(self) -> None:
-        """Reject non-finite, negative or inconsistent values."""
+        """Reject non-finite, negative or inconsistent values, naming the field first."""
         for name in ('margin', 'duration', 'min_duration', 'horizon', 'dt', 'still_velocity',
                      'warn_hold'):
             value = getattr(self, name)
-            allowed = value >= 0 if name in ('margin', 'still_velocity') else value > 0
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and allowed):
+            open_zero = name in ('margin', 'min_duration', 'still_velocity')
+            if not (isinstance(value, (int, float)) and math.isfinite(value)
+                    and (value >= 0 if open_zero else value > 0)):
                 raise ValueError(f'model gate: {name} must be finite and '
-                                 f'{">= 0" if name in ("margin", "still_velocity") else "> 0"}'
-                                 f', got {value!r}')
-        if self.dt > self.horizon or self.min_duration > self.duration:
-            raise ValueError(f'model gate: need dt <= horizon and min_duration <= duration, '
-                             f'got {self}')
+                                 f'{">= 0" if open_zero else "> 0"}, got {value!r}')
+        if self.dt > self.horizon:
+            raise ValueError(f'model gate: dt must not exceed horizon ({self.horizon} s), '
+                             f'got {self.dt!r}')
+        if self.min_duration and self.min_duration < self.horizon:
+            # less than one prediction window could never be judged: every model refused
+            raise ValueError(f'model gate: min_duration must be 0 or >= horizon '
+                             f'({self.horizon} s), got {self.min_duration!r}')
+        if self.min_duration > self.duration:
+            raise ValueError(f'model gate: min_duration must not exceed duration '
+                             f'({self.duration} s), got {self.min_duration!r}')
+        if self.duration < self.horizon:
+            raise ValueError(f'model gate: duration must be >= horizon ({self.horizon} s), '
+                             f'got {self.duration!r}')
+
+    @property
+    def compare_after(self) -> float:
+        """
+        Return the seconds of recent data the prediction test needs.
+
+        :return: ``min_duration``, or with 0 the smaller of 1 s and ``duration`` (never less
+            than ``horizon``).
+        """
+        return self.min_duration or max(min(1.0, self.duration), self.horizon)
 
 
 @dataclass(frozen=True)
@@ -111,32 +145,6 @@ class GateDecision:
     note: str = ''
     candidate_error: float = math.nan
     current_error: float = math.nan
-
-
-def mean_commands(t_cmd: np.ndarray, u: np.ndarray, grid: np.ndarray, m: int) -> np.ndarray:
-    """
-    Return the time average of the held command signal over each grid interval.
-
-    The command signal holds each command from its arrival to the next one (zero before the
-    first).  Averaging it over ``[grid[k], grid[k + 1])`` makes a rollout insensitive to
-    whether a command arrived just before or just after a grid time.
-
-    :param t_cmd: arrival times ``(M,)``, s, increasing (may be empty).
-    :param u: commands ``(M, m)``.
-    :param grid: interval bounds ``(K + 1,)``, s, increasing.
-    :param m: command dimension.
-    :return: ``(K, m)`` mean commands.
-    """
-    if len(t_cmd) == 0:
-        return np.zeros((len(grid) - 1, m))
-    # Integral of the held signal from t_cmd[0] to each arrival, then to each grid time.
-    segments = u[:-1] * np.diff(t_cmd)[:, None]
-    at_arrival = np.concatenate((np.zeros((1, m)), np.cumsum(segments, axis=0)))
-    last = np.searchsorted(t_cmd, grid, side='right') - 1
-    held = np.where(last[:, None] >= 0, u[np.maximum(last, 0)], 0.0)
-    integral = np.where(last[:, None] >= 0, at_arrival[np.maximum(last, 0)]
-                        + held * (grid - t_cmd[np.maximum(last, 0)])[:, None], 0.0)
-    return np.diff(integral, axis=0) / np.diff(grid)[:, None]
 
 
 class RecentData:
@@ -229,8 +237,7 @@ def prediction_error(interface: RobotInterface, model: RobotModel,
     if count < 1:
         raise ValueError('less data than one prediction window')
     grid = t[-1] - dt * np.arange(count * steps, -1, -1)
-    after = np.clip(np.searchsorted(t, grid), 1, len(t) - 1)
-    index = np.where(grid - t[after - 1] <= t[after] - grid, after - 1, after)
+    index = nearest_samples(t, grid)
     m = len(interface.command_joints)
     controls = mean_commands(data['t_cmd'], data['u'], grid, m)
     x = torch.as_tensor(np.concatenate((data['q'][index], data['qd'][index]), axis=1),
@@ -270,9 +277,9 @@ def judge_model(interface: RobotInterface, candidate: RobotModel,
         return GateDecision(False, tuple(problems), note=f'refused: {problems[0]}')
     t = data['t']
     span = float(t[-1] - t[0]) if len(t) > 1 else 0.0
-    if span < config.min_duration:
+    if span < config.compare_after:
         return GateDecision(True, note=f'accepted on bounds and consistency only: '
-                            f'{span:.2f} s of recent data, {config.min_duration:g} s needed '
+                            f'{span:.2f} s of recent data, {config.compare_after:g} s needed '
                             'to compare predictions')
     velocity_std = data['qd'].std(axis=0)
     if float(velocity_std.max()) < config.still_velocity:
