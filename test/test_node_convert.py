@@ -284,3 +284,22 @@ def test_shipped_configs_validate(make_node, robot):
                 declare_config(node, ESTIMATORS[estimator][1], f'{estimator}.', values,
                                skip_unsupported=True)
             assert config.mocap_bodies == (robots.get(robot).end_effector_link,)
+
+
+def test_commands_are_timed_on_the_timeline_of_the_states_they_answer():
+    from diffsim_ros.nodes.convert import CommandTimeline
+    timeline = CommandTimeline()
+    assert timeline.command(5.0) == 5.0   # before any state: its arrival
+    timeline.reset()
+    lag = 0.3   # the states reach the node 0.3 s after their stamps
+    times = []
+    for k in range(5):
+        stamp = 10.0 + 0.002 * k
+        timeline.state(stamp, stamp + lag)
+        times.append(timeline.command(stamp + lag + 0.0005))   # answered 0.5 ms later
+    np.testing.assert_allclose(times, 10.0 + 0.002 * np.arange(5) + 0.0005, atol=1e-12)
+    # the states stop: the commands' times follow their arrival from the last state on
+    assert timeline.command(10.008 + lag + 0.1) == pytest.approx(10.008 + 0.1)
+    # a late command answering an older state never moves time back
+    timeline.state(10.010, 10.010 + lag)
+    assert timeline.command(10.010 + lag) == pytest.approx(10.108)

@@ -18,7 +18,7 @@ import numpy as np
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
-__all__ = ['MessageError', 'ThrottledLogger', 'commands_array', 'commands_msg',
+__all__ = ['CommandTimeline', 'MessageError', 'ThrottledLogger', 'commands_array', 'commands_msg',
            'joint_state_arrays', 'joint_state_msg', 'pose_matrix', 'pose_msg',
            'sec_to_stamp', 'stamp_to_ns', 'stamp_to_sec']
 
@@ -248,6 +248,55 @@ def pose_msg(T, frame_id: str, stamp=None) -> PoseStamped:
     orientation.w, orientation.x, orientation.y, orientation.z = (float(w), float(x), float(y),
                                                                   float(z))
     return msg
+
+
+class CommandTimeline:
+    """
+    Time unstamped commands on the timeline of the stamped states they answer.
+
+    A ``Float64MultiArray`` command carries no stamp.  Timed by its arrival, it drifts
+    against the states whenever the states reach the node later than their stamps (a driver
+    or a network lagging under load): a controller answers state ``k`` (stamp ``t_k``) with
+    a command that arrives just after it, and a lag of 0.1-0.3 s then shifted every command
+    by that much against the states it answered.  Here a command is timed as the newest
+    state's stamp plus the time since that state arrived, so lags common to both streams
+    cancel; when the states stop, the commands' times keep advancing with their arrival.
+    Times never go back.
+    """
+
+    def __init__(self) -> None:
+        """Start with no state seen (commands are timed by their arrival)."""
+        self._state: Optional[tuple] = None
+        self._last = -math.inf
+
+    def reset(self) -> None:
+        """Forget the states and the last time (time started over)."""
+        self._state, self._last = None, -math.inf
+
+    def state(self, stamp: float, arrival: float) -> None:
+        """
+        Record the newest state.
+
+        :param stamp: its stamp, s.
+        :param arrival: when it arrived, s (same clock as :meth:`command`'s ``arrival``).
+        """
+        self._state = (stamp, arrival)
+
+    def command(self, arrival: float) -> float:
+        """
+        Return the time of a command that arrived at ``arrival`` s.
+
+        :param arrival: arrival time, s.
+        :return: the newest state's stamp plus the time since it arrived (the arrival time
+            before any state), never earlier than the previous command's time.
+        """
+        if self._state is None:
+            t = arrival
+        else:
+            stamp, at = self._state
+            t = stamp + max(0.0, arrival - at)
+        self._last = max(self._last, t)
+        return self._last
 
 
 class ThrottledLogger:

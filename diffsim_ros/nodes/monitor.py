@@ -8,7 +8,9 @@ parameters ``model_gate.*``) forward from the state measured ``horizon`` seconds
 recorded commands (each held until the next and averaged over a rollout step) through the
 robot's actuator model: the DC motor for Quanser voltages, minus the model's joint friction,
 plus gravity when the driver compensates it.  States are timed by their header stamps,
-commands by their arrival (DDS receive time, or the node clock under ``use_sim_time``).  It
+commands on the states' timeline: the newest state's stamp plus the time between that
+state's arrival and the command's (DDS receive times, or the node clock under
+``use_sim_time``; :class:`~diffsim_ros.nodes.convert.CommandTimeline`).  It
 publishes
 
 * ``/predicted/joint_states``: the predicted state at the newest measurement time, which a
@@ -45,7 +47,8 @@ from std_msgs.msg import String
 import torch
 from visualization_msgs.msg import Marker, MarkerArray
 
-from .convert import commands_array, joint_state_msg, MessageError, ThrottledLogger
+from .convert import (CommandTimeline, commands_array, joint_state_msg, MessageError,
+                      ThrottledLogger)
 from .diagnostics import diagnostics_msg
 from .gates import StateGate, StateGateConfig
 from .params import declare_config, declare_robot, meta
@@ -147,6 +150,7 @@ class MonitorNode(Node):
         keep = int(self.config.buffer_duration * self.info.driver_rate_hz * 2) + 16
         self._states = deque(maxlen=keep)
         self._commands = deque(maxlen=keep)
+        self._timeline = CommandTimeline()   # commands timed on the states' timeline
         self._log = ThrottledLogger(self.get_logger())
         self.model_gate = ModelGate(interface, model_gate_config, self.info.driver_rate_hz,
                                     self._log)
@@ -192,11 +196,13 @@ class MonitorNode(Node):
             if sample.restart:   # time started over (bag or simulation restarted)
                 self._states.clear()
                 self._commands.clear()
+                self._timeline.reset()
                 self._scale_floor = None
             elif self._states and stamp <= self._states[-1][0]:
                 self._log.warn(self.config.joint_states_topic, 'dropped out-of-order message')
                 return
             self._states.append((stamp, sample.q, sample.qd))
+            self._timeline.state(stamp, now)
         self.model_gate.recent.add_state(stamp, sample.q, sample.qd)
 
     def _on_command(self, msg: Float64MultiArray, info=None) -> None:
@@ -207,9 +213,10 @@ class MonitorNode(Node):
             return
         arrival = self._arrival(info)
         with self._lock:
-            if not self._commands or arrival >= self._commands[-1][0]:
-                self._commands.append((arrival, u))
-        self.model_gate.recent.add_command(arrival, u)
+            t = self._timeline.command(arrival)
+            if not self._commands or t >= self._commands[-1][0]:
+                self._commands.append((t, u))
+        self.model_gate.recent.add_command(t, u)
 
     def _on_model(self, msg: String) -> None:
         """Hand a model document to the gate (robots/gate.py), which judges it on its thread."""
