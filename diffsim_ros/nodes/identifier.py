@@ -46,7 +46,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool, Trigger
 
-from .convert import commands_array, MessageError, pose_matrix, stamp_to_sec, ThrottledLogger
+from .convert import (commands_array, CommandTimeline, MessageError, pose_matrix, stamp_to_sec,
+                      ThrottledLogger)
 from .gates import StateGate, StateGateConfig
 from .identifier_config import (complete_estimator, engine_options, IdentifierConfig,
                                 PHYSICAL_ESTIMATORS)
@@ -91,6 +92,7 @@ class Identifier(Node):
             self.warnings, config.joint_states_topic, require_velocity=False)
         self.messages = {'received': 0, 'decimated': 0}
         self._lock = threading.Lock()
+        self._timeline = CommandTimeline()   # commands timed on the states' timeline
         # integer nanoseconds: an exact 1 kHz stream differs by exactly 10**6 ns, where float
         # epoch seconds lose ~1e-7 s and dropped 39 % of such samples against a 1 ms interval
         self._min_interval_ns = int(round(
@@ -156,19 +158,23 @@ class Identifier(Node):
         """Empty the window and go back to the nominal model."""
         with self._lock:
             self.engine.reset()   # window and memory emptied, a running fit discarded
+            self._timeline.reset()
             self._last_ns = None
             self.log.clear()
 
     def _on_joint_state(self, msg: JointState) -> None:
         """Gate one joint state and append it to the window (decimated)."""
         self.messages['received'] += 1
-        sample = self.state_gate.admit(msg, self.get_clock().now().nanoseconds)
+        now_ns = self.get_clock().now().nanoseconds
+        sample = self.state_gate.admit(msg, now_ns)
         if sample is None:
             return
         with self._lock:
             if sample.restart:   # time started over (sim reset, bag loop): forget the past
                 self.engine.restart()   # window emptied, memory forgotten
-            elif self._last_ns is not None and \
+                self._timeline.reset()
+            self._timeline.state(sample.t, now_ns * 1e-9)   # decimated or not: the newest
+            if not sample.restart and self._last_ns is not None and \
                     sample.stamp_ns - self._last_ns < self._min_interval_ns:
                 self.messages['decimated'] += 1
                 return
@@ -176,13 +182,16 @@ class Identifier(Node):
             self.engine.window.add_state(sample.t, sample.q, sample.qd, sample.effort)
 
     def _on_command(self, msg: Float64MultiArray) -> None:
-        """Store a command, stamped now, for the zero-order hold."""
+        """Store a command, timed on the states' timeline, for the zero-order hold."""
         try:
             u = commands_array(msg, len(self.estimator_config.command_joints))
         except MessageError as error:
             self.warnings.warn('commands', f'dropped: {error}')
             return
-        if not self.engine.window.add_command(self.get_clock().now().nanoseconds * 1e-9, u):
+        with self._lock:
+            t = self._timeline.command(self.get_clock().now().nanoseconds * 1e-9)
+            added = self.engine.window.add_command(t, u)
+        if not added:
             self.warnings.warn('commands', 'dropped: the clock went back')
 
     def _on_pose(self, body: str, msg: PoseStamped) -> None:

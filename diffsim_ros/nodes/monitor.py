@@ -47,7 +47,7 @@ from std_msgs.msg import String
 import torch
 from visualization_msgs.msg import Marker, MarkerArray
 
-from .convert import (CommandTimeline, commands_array, joint_state_msg, MessageError,
+from .convert import (commands_array, CommandTimeline, joint_state_msg, MessageError,
                       ThrottledLogger)
 from .diagnostics import diagnostics_msg
 from .gates import StateGate, StateGateConfig
