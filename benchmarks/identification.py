@@ -94,6 +94,8 @@ DIFFNEA_VARIANTS = ('none', 'viscous', 'stribeck', 'nn-friction', 'nn-residual')
 QUICK_VARIANTS = ('viscous',)
 #: Held-out splits of the Quanser runs (:func:`split_quanser`).
 SPLITS = ('chirp', 'mixed', 'swingup')
+#: Rows of ``--rows core`` (besides the catalogue model).
+CORE_ROWS = ('NEA', 'DiffNEA-inverse-viscous', 'DiffNEA-default')
 #: Friction models of the inverse -> multi-step schedule rows.
 SCHEDULE_VARIANTS = ('none', 'viscous', 'stribeck')
 #: Sample rate of the Quanser runs used here (the 500 Hz Qube swing-ups are left out), Hz.
@@ -280,7 +282,8 @@ def split_quanser(chirps: Sequence[Trajectory], swingups: Sequence[Trajectory], 
     return train, stopping, swingups
 
 
-def quanser_study(robot: str, root: Path, quick: bool, split: str = 'chirp') -> Dict[str, Any]:
+def quanser_study(robot: str, root: Path, quick: bool, split: str = 'chirp',
+                  rows: str = 'all') -> Dict[str, Any]:
     """
     Train every method on one split of the runs and roll it out on the held-out runs.
 
@@ -290,6 +293,8 @@ def quanser_study(robot: str, root: Path, quick: bool, split: str = 'chirp') -> 
     :param root: data root.
     :param quick: fewer runs, methods and horizons.
     :param split: :func:`split_quanser` split.
+    :param rows: ``'all'``, or ``'core'``: catalogue, NEA, DiffNEA-inverse-viscous and
+        DiffNEA-default only.
     :return: ``{method: {'nmse_0.5s', 'nmse_1s', 'nmse_2s', 'diverged', 'fit_s', ...}}`` and a
         ``_setup`` entry.
     """
@@ -312,7 +317,10 @@ def quanser_study(robot: str, root: Path, quick: bool, split: str = 'chirp') -> 
         'horizons_s': list(horizons), 'early_stopping_runs': len(stopping),
         'diffnea_prior_weight': PRIOR_WEIGHT}}
     catalogue = None
-    for label, (method, config) in quanser_configs(robot, quick).items():
+    configs = quanser_configs(robot, quick)
+    if rows == 'core':
+        configs = {k: v for k, v in configs.items() if k in CORE_ROWS}
+    for label, (method, config) in configs.items():
         start = time.perf_counter()
         with torch.no_grad() if method == 'nea' else contextlib.nullcontext():
             result = fit(method, nominal, train, stopping, config)
@@ -881,6 +889,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              'chirps, validate swing-ups), mixed (train chirps and every other '
                              'swing-up, validate the rest), swingup (train swing-ups, validate '
                              'chirps)')
+    parser.add_argument('--rows', default='all', choices=('all', 'core'),
+                        help='qube / cartpole rows: all, or core (catalogue, NEA, '
+                             'DiffNEA-inverse-viscous, DiffNEA-default)')
     parser.add_argument('--skip', default='',
                         help='comma-separated sections to skip: timing,qube,cartpole,panda,dfki')
     args = parser.parse_args(argv)
@@ -894,8 +905,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     payload: Dict[str, Any] = {'machine': machine, 'quick': args.quick, 'data': str(root)}
     sections: Sequence[Tuple[str, Callable[[Path, bool], Dict[str, Any]]]] = (
         ('timing', timing_study),
-        ('qube', lambda r, q: quanser_study('qube', r, q, args.split)),
-        ('cartpole', lambda r, q: quanser_study('cartpole', r, q, args.split)),
+        ('qube', lambda r, q: quanser_study('qube', r, q, args.split, args.rows)),
+        ('cartpole', lambda r, q: quanser_study('cartpole', r, q, args.split, args.rows)),
         ('panda', panda_study), ('dfki', dfki_study))
     for name, study in sections:
         if name in skip:

@@ -26,7 +26,7 @@ def test_schedule_is_an_inverse_stage_then_a_rollout_stage_over_short_windows():
     assert (first.loss, first.groups) == ('inverse_dynamics', ('inertial', 'damping'))
     assert (second.loss, second.groups) == ('rollout', ('inertial', 'damping', 'actuator'))
     assert config.loss == 'rollout' and config.horizon == 25 == second.horizon
-    assert config.window_stride == 50
+    assert config.window_stride == 100
     with pytest.raises(ValueError, match='groups'):
         simulation_schedule(250.0, ['inertia'])
     with pytest.raises(ValueError, match='rate_hz'):
