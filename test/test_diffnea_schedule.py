@@ -41,12 +41,17 @@ def test_diffsim_fit_defaults_to_the_schedule_unless_a_loss_is_configured(tmp_pa
     assert [s.loss for s in config.schedule()] == ['inverse_dynamics', 'rollout']
     assert config.horizon == 50 and 'actuator' in config.schedule()[1].groups
 
-    chosen = tmp_path / 'inverse.yaml'
-    chosen.write_text('loss: inverse_dynamics\n', encoding='utf-8')
-    args = parser.parse_args(['x.csv', '--robot', 'qube', '--out', str(tmp_path / 'o'),
-                              '--config', str(chosen)])
+    for text in ('loss: inverse_dynamics\n', 'adam_iterations: 50\n'):
+        chosen = tmp_path / 'single.yaml'
+        chosen.write_text(text, encoding='utf-8')
+        args = parser.parse_args(['x.csv', '--robot', 'qube', '--out', str(tmp_path / 'o'),
+                                  '--config', str(chosen)])
+        config, _ = estimator_config(args, info, [_run()])
+        assert config.stages == () and config.loss == 'inverse_dynamics'
+
+    chosen.write_text('learn: [inertial]\n', encoding='utf-8')
     config, _ = estimator_config(args, info, [_run()])
-    assert config.stages == () and config.loss == 'inverse_dynamics'
+    assert [s.groups for s in config.schedule()] == [('inertial',), ('inertial',)]
 
     args = parser.parse_args(['x.csv', '--robot', 'qube', '--out', str(tmp_path / 'o'),
                               '--max-iter', '7'])

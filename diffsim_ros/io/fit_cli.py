@@ -759,15 +759,18 @@ def estimator_config(args: argparse.Namespace, info: Optional[robots.RobotInfo],
             mapping['learn'] = learn + ([] if 'friction_model' in learn else ['friction_model'])
     if args.seed is not None:
         mapping['seed'] = args.seed
-    if method == 'diffnea' and not {'loss', 'stages', 'horizon'} & set(mapping) and runs:
+    single = {'loss', 'stages', 'horizon', 'adam_iterations', 'lbfgs_iterations'}
+    if method == 'diffnea' and not single & set(mapping) and runs:
         # Default: inverse fit, then multi-step refinement judged by held-out rollouts (the
-        # inverse fit alone simulates the real Quanser robots worse than the catalogue).
+        # inverse fit alone simulates the real Quanser robots worse than the catalogue); a
+        # config that sets the loss or the budget gets the single stage it describes, and one
+        # that names its groups gets those (the motor's back-EMF only when it names none).
         learn = list(mapping.get('learn', DiffNEAConfig.learn))
         if mapping.get('friction_model', 'none') != 'none' and 'friction_model' not in learn:
             learn.append('friction_model')
-        motor = ['actuator'] if mapping.get('actuator', 'none') != 'none' else []
+        motor = 'learn' not in mapping and mapping.get('actuator', 'none') != 'none'
         rate = 1.0 / float(torch.median(torch.diff(runs[0].t)))
-        mapping.update(simulation_schedule(rate, learn, motor))
+        mapping.update(simulation_schedule(rate, learn, ['actuator'] if motor else []))
     config = _make_config(method, mapping)
     if args.max_iter is not None:
         _apply_max_iter(method, mapping, args.max_iter, config)
