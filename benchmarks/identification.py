@@ -293,8 +293,8 @@ def quanser_study(robot: str, root: Path, quick: bool, split: str = 'chirp',
     :param root: data root.
     :param quick: fewer runs, methods and horizons.
     :param split: :func:`split_quanser` split.
-    :param rows: ``'all'``, or ``'core'``: catalogue, NEA, DiffNEA-inverse-viscous and
-        DiffNEA-default only.
+    :param rows: ``'all'``; ``'core'``: catalogue, NEA, DiffNEA-inverse-viscous and
+        DiffNEA-default only; or comma-separated row labels (the catalogue row is always in).
     :return: ``{method: {'nmse_0.5s', 'nmse_1s', 'nmse_2s', 'diverged', 'fit_s', ...}}`` and a
         ``_setup`` entry.
     """
@@ -318,8 +318,12 @@ def quanser_study(robot: str, root: Path, quick: bool, split: str = 'chirp',
         'diffnea_prior_weight': PRIOR_WEIGHT}}
     catalogue = None
     configs = quanser_configs(robot, quick)
-    if rows == 'core':
-        configs = {k: v for k, v in configs.items() if k in CORE_ROWS}
+    if rows != 'all':
+        chosen = CORE_ROWS if rows == 'core' else tuple(r.strip() for r in rows.split(','))
+        unknown = sorted(set(chosen) - set(configs))
+        if unknown:
+            raise ValueError(f'unknown rows {unknown}; valid: {", ".join(configs)}')
+        configs = {k: v for k, v in configs.items() if k in chosen}
     for label, (method, config) in configs.items():
         start = time.perf_counter()
         with torch.no_grad() if method == 'nea' else contextlib.nullcontext():
@@ -889,9 +893,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              'chirps, validate swing-ups), mixed (train chirps and every other '
                              'swing-up, validate the rest), swingup (train swing-ups, validate '
                              'chirps)')
-    parser.add_argument('--rows', default='all', choices=('all', 'core'),
-                        help='qube / cartpole rows: all, or core (catalogue, NEA, '
-                             'DiffNEA-inverse-viscous, DiffNEA-default)')
+    parser.add_argument('--rows', default='all',
+                        help='qube / cartpole rows: all; core (catalogue, NEA, '
+                             'DiffNEA-inverse-viscous, DiffNEA-default); or comma-separated '
+                             'row labels, e.g. DiffNEA-default,NEA (the catalogue is always in)')
     parser.add_argument('--skip', default='',
                         help='comma-separated sections to skip: timing,qube,cartpole,panda,dfki')
     args = parser.parse_args(argv)
