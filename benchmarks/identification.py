@@ -47,12 +47,14 @@ from diffsim_ros import robots  # noqa: I100
 from diffsim_ros.core import crba, load_urdf, rnea
 from diffsim_ros.core.model import RobotModel
 from diffsim_ros.io import datasets
-from diffsim_ros.io.report import Predictor, predictors, rollout_study, torque_metrics
+from diffsim_ros.io.report import (physical_predictor, Predictor, predictors, rollout_study,
+                                   torque_metrics)
 from diffsim_ros.sysid.dataset import Trajectory
 from diffsim_ros.sysid.diffnea import (DiffNEAConfig, SCHEDULE_ROLLOUT_LR, SCHEDULE_ROLLOUT_STEPS,
                                        simulation_schedule)
 from diffsim_ros.sysid.estimators import fit, make_config
 from diffsim_ros.sysid.filters import estimate_derivatives
+from diffsim_ros.sysid.losses import make_actuator
 from diffsim_ros.sysid.preprocess import delay_commands, resample, split_time
 from diffsim_ros.sysid.result import IdentificationResult
 
@@ -98,6 +100,8 @@ SPLITS = ('chirp', 'mixed', 'swingup')
 CORE_ROWS = ('NEA', 'DiffNEA-inverse-viscous', 'DiffNEA-default')
 #: Friction models of the inverse -> multi-step schedule rows.
 SCHEDULE_VARIANTS = ('none', 'viscous', 'stribeck')
+#: Smoothing velocity of the tanh Coulomb term of NEA and of the catalogue model, rad/s or m/s.
+QUANSER_COULOMB_EPS = 0.05
 #: Sample rate of the Quanser runs used here (the 500 Hz Qube swing-ups are left out), Hz.
 QUANSER_RATE_HZ = 250.0
 
@@ -177,7 +181,7 @@ def quanser_configs(robot: str, quick: bool,
     common = {'actuator': actuator, 'command_joints': list(info.command_joints), 'source': 'u'}
     out: Dict[str, Tuple[str, Dict[str, Any]]] = {
         'NEA': ('nea', dict(common, friction=['viscous', 'coulomb'], coulomb='tanh',
-                            coulomb_eps=0.05))}
+                            coulomb_eps=QUANSER_COULOMB_EPS))}
     # A weak prior toward the URDF keeps bodies the chirps barely excite from collapsing:
     # without it, DiffNEA with NN friction shrinks the cart-pole's pole to a point mass
     # (8.4e-7 kg m^2 about its joint), which is consistent but too stiff for RK4.
@@ -329,9 +333,10 @@ def quanser_study(robot: str, root: Path, quick: bool, split: str = 'chirp',
         with torch.no_grad() if method == 'nea' else contextlib.nullcontext():
             result = fit(method, nominal, train, stopping, config)
         seconds = time.perf_counter() - start
-        fitted, base = predictors(result, nominal, make_config(method, config))
+        fitted, _ = predictors(result, nominal, make_config(method, config))
         if catalogue is None:
-            catalogue = rollout_entry(base, validation, 'u', horizons)
+            catalogue = rollout_entry(catalogue_predictor(robot, nominal), validation, 'u',
+                                      horizons)
             out['catalogue'] = dict(catalogue, fit_s=0.0)
             _print_row(robot, 'catalogue', out['catalogue'], horizons)
         entry = rollout_entry(fitted, validation, 'u', horizons)
@@ -339,6 +344,21 @@ def quanser_study(robot: str, root: Path, quick: bool, split: str = 'chirp',
         out[label] = entry
         _print_row(robot, label, entry, horizons)
     return out
+
+
+def catalogue_predictor(robot: str, nominal: RobotModel) -> Predictor:
+    """
+    Return the catalogue model of a Quanser robot: URDF and catalogued motor, nothing fitted.
+
+    :param robot: ``'qube'`` or ``'cartpole'``.
+    :param nominal: the URDF model.
+    :return: the predictor (URDF Coulomb levels smoothed as NEA's, :data:`QUANSER_COULOMB_EPS`).
+    """
+    info = robots.get(robot)
+    motor = make_actuator('qube_servo2' if robot == 'qube' else 'quanser_ip02',
+                          len(info.command_joints), None, nominal.dtype)
+    return physical_predictor('catalogue', nominal, info.command_joints, motor, None,
+                              QUANSER_COULOMB_EPS)
 
 
 def _print_row(robot: str, label: str, entry: Dict[str, Any], horizons: Sequence[float]) -> None:
@@ -369,7 +389,6 @@ def motor_torques(run: Trajectory) -> Trajectory:
     :param run: Qube run with ``u`` and ``qd``.
     :return: the run with ``tau`` = (motor torque on the arm, 0 on the pendulum).
     """
-    from diffsim_ros.sysid.losses import make_actuator
     motor = make_actuator('qube_servo2', 1, None, run.q.dtype)
     with torch.no_grad():
         arm = motor(run.u, run.qd[:, :1])
