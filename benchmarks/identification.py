@@ -7,10 +7,12 @@ Sections (``benchmarks/README.md`` explains each in full):
   converged model for one 10 s chirp run of the Quanser Qube (target: at most 5 s on 2
   cores) and for the Panda excitation, with differentiable-robot-model's learnable model
   running the same inverse-dynamics fits as the peer;
-* qube, cartpole: train on the chirp runs, validate on the held-out swing-up runs; multi-step
-  rollout NMSE over 1 s, 2 s and 5 s for NEA, DiffNEA x {none, viscous, Stribeck,
-  NN-friction, NN-residual} and FF-NN (as in DiffNEA Fig. 2), and whether any rollout
-  diverged;
+* qube, cartpole: train on the chirp runs, validate on the held-out swing-up runs (``--split``
+  chooses other held-out runs); multi-step rollout NMSE over 0.5 s, 1 s and 2 s for the
+  catalogue model, NEA, DiffNEA with the inverse-dynamics loss x {none, viscous, Stribeck,
+  NN-friction, NN-residual}, the forward loss, the multi-step loss, the inverse -> multi-step
+  schedule x {none, viscous, Stribeck}, ``diffsim-fit``'s default and FF-NN (as in DiffNEA
+  Fig. 2), and whether any rollout diverged;
 * panda: per-joint torque MSE on the held-out last quarter of the excitation beside Gaz et
   al.'s Table IV, identified masses beside their Table VIII;
 * dfki: identifiable parameter combinations of the DFKI simple and double pendulum beside
@@ -45,12 +47,15 @@ from diffsim_ros import robots  # noqa: I100
 from diffsim_ros.core import crba, load_urdf, rnea
 from diffsim_ros.core.model import RobotModel
 from diffsim_ros.io import datasets
-from diffsim_ros.io.conventions import delay_commands as delayed
-from diffsim_ros.io.report import Predictor, predictors, rollout_study, torque_metrics
+from diffsim_ros.io.report import (physical_predictor, Predictor, predictors, rollout_study,
+                                   torque_metrics)
 from diffsim_ros.sysid.dataset import Trajectory
+from diffsim_ros.sysid.diffnea import (DiffNEAConfig, SCHEDULE_ROLLOUT_LR, SCHEDULE_ROLLOUT_STEPS,
+                                       simulation_schedule)
 from diffsim_ros.sysid.estimators import fit, make_config
 from diffsim_ros.sysid.filters import estimate_derivatives
-from diffsim_ros.sysid.preprocess import resample, split_time
+from diffsim_ros.sysid.losses import make_actuator
+from diffsim_ros.sysid.preprocess import delay_commands, resample, split_time
 from diffsim_ros.sysid.result import IdentificationResult
 
 PACKAGES = ('torch', 'numpy', 'differentiable-robot-model')
@@ -59,6 +64,11 @@ QUBE_TIME_LIMIT_S = 5.0
 #: on the real Qube two samples (8 ms at 250 Hz) of delay fit best.
 QUBE_DELAY = 2
 CARTPOLE_DELAY = 0
+#: Leading samples dropped from every run: the cart-pole's first sample holds a stale cart
+#: position (the first finite difference implies 1 to 24 m/s while the recorded velocity and
+#: the next difference say about 0.2 m/s), which the derivative filter smears over ~10 samples.
+QUBE_SKIP = 0
+CARTPOLE_SKIP = 1
 #: Derivative low-pass cutoffs, Hz.
 QUANSER_CUTOFF_HZ = 20.0
 PANDA_RATE_HZ = 200.0
@@ -67,8 +77,8 @@ DFKI_RATE_HZ = 250.0
 DFKI_CUTOFF_HZ = 10.0
 #: A rollout whose NMSE is not finite or above this counts as diverged.
 DIVERGED_NMSE = 1e3
-HORIZONS = (1.0, 2.0, 5.0)
-QUICK_HORIZONS = (1.0, 2.0)
+HORIZONS = (0.5, 1.0, 2.0)
+QUICK_HORIZONS = (0.5, 1.0)
 #: Optimiser budget shared by DiffNEA and the differentiable-robot-model peer.
 ADAM_ITERATIONS = 200
 LBFGS_ITERATIONS = 20
@@ -84,21 +94,32 @@ G = 9.81
 
 DIFFNEA_VARIANTS = ('none', 'viscous', 'stribeck', 'nn-friction', 'nn-residual')
 QUICK_VARIANTS = ('viscous',)
+#: Held-out splits of the Quanser runs (:func:`split_quanser`).
+SPLITS = ('chirp', 'mixed', 'swingup')
+#: Rows of ``--rows core`` (besides the catalogue model).
+CORE_ROWS = ('NEA', 'DiffNEA-inverse-viscous', 'DiffNEA-default')
+#: Friction models of the inverse -> multi-step schedule rows.
+SCHEDULE_VARIANTS = ('none', 'viscous', 'stribeck')
+#: Smoothing velocity of the tanh Coulomb term of NEA and of the catalogue model, rad/s or m/s.
+QUANSER_COULOMB_EPS = 0.05
+#: Sample rate of the Quanser runs used here (the 500 Hz Qube swing-ups are left out), Hz.
+QUANSER_RATE_HZ = 250.0
 
 
 # --------------------------------------------------------------------------------------
 # Data
 # --------------------------------------------------------------------------------------
-def prepare_quanser(runs: Sequence[Trajectory], delay: int) -> List[Trajectory]:
+def prepare_quanser(runs: Sequence[Trajectory], delay: int, skip: int = 0) -> List[Trajectory]:
     """
-    Delay the voltages and replace the filtered velocities by zero-phase derivatives.
+    Delay the voltages, drop leading samples and estimate zero-phase derivatives.
 
     :param runs: Quanser runs.
     :param delay: voltage delay in samples.
+    :param skip: leading samples dropped (after the delay) before the derivatives.
     :return: runs with ``qd`` and ``qdd``.
     """
-    return [estimate_derivatives(delayed(run, delay), cutoff_hz=QUANSER_CUTOFF_HZ)
-            for run in runs]
+    return [estimate_derivatives(delay_commands(run, delay).crop(skip, len(run)),
+                                 cutoff_hz=QUANSER_CUTOFF_HZ) for run in runs]
 
 
 def model_of(name: str) -> RobotModel:
@@ -139,12 +160,20 @@ def perturbed(model: RobotModel, seed: int = SEED) -> RobotModel:
 # --------------------------------------------------------------------------------------
 # Estimator configurations
 # --------------------------------------------------------------------------------------
-def quanser_configs(robot: str, quick: bool) -> Dict[str, Tuple[str, Dict[str, Any]]]:
+def quanser_configs(robot: str, quick: bool,
+                    rate_hz: float = QUANSER_RATE_HZ) -> Dict[str, Tuple[str, Dict[str, Any]]]:
     """
     Return the methods compared on a Quanser robot: ``label -> (estimator, config)``.
 
+    ``DiffNEA-inverse-*``: inverse-dynamics loss with each friction model; ``forward``: one-step
+    acceleration loss; ``multistep``: rollout loss only, from the URDF; ``schedule-*``: the
+    inverse fit refined by the rollout loss (:func:`diffsim_ros.sysid.diffnea.simulation_schedule`,
+    motor back-EMF learned in the refinement); ``DiffNEA-default`` is exactly what
+    ``diffsim-fit --method diffnea`` runs (no prior, viscous + Coulomb fields).
+
     :param robot: ``'qube'`` or ``'cartpole'``.
-    :param quick: NEA and DiffNEA-viscous only.
+    :param quick: NEA, DiffNEA-inverse-viscous and DiffNEA-default only.
+    :param rate_hz: sample rate of the data (shooting window length in samples).
     :return: the configurations.
     """
     actuator = 'qube_servo2' if robot == 'qube' else 'quanser_ip02'
@@ -152,19 +181,39 @@ def quanser_configs(robot: str, quick: bool) -> Dict[str, Tuple[str, Dict[str, A
     common = {'actuator': actuator, 'command_joints': list(info.command_joints), 'source': 'u'}
     out: Dict[str, Tuple[str, Dict[str, Any]]] = {
         'NEA': ('nea', dict(common, friction=['viscous', 'coulomb'], coulomb='tanh',
-                            coulomb_eps=0.05))}
-    for variant in (QUICK_VARIANTS if quick else DIFFNEA_VARIANTS):
-        # A weak prior toward the URDF keeps bodies the chirps barely excite from collapsing:
-        # without it, DiffNEA with NN friction shrinks the cart-pole's pole to a point mass
-        # (8.4e-7 kg m^2 about its joint), which is consistent but too stiff for RK4.
-        config = dict(common, adam_iterations=ADAM_ITERATIONS,
-                      lbfgs_iterations=LBFGS_ITERATIONS, lbfgs_max_inner=LBFGS_MAX_INNER,
-                      prior_weight=PRIOR_WEIGHT)
+                            coulomb_eps=QUANSER_COULOMB_EPS))}
+    # A weak prior toward the URDF keeps bodies the chirps barely excite from collapsing:
+    # without it, DiffNEA with NN friction shrinks the cart-pole's pole to a point mass
+    # (8.4e-7 kg m^2 about its joint), which is consistent but too stiff for RK4.
+    inverse = dict(common, adam_iterations=ADAM_ITERATIONS, lbfgs_iterations=LBFGS_ITERATIONS,
+                   lbfgs_max_inner=LBFGS_MAX_INNER, prior_weight=PRIOR_WEIGHT)
+
+    def friction(variant: str) -> Dict[str, Any]:
         if variant == 'none':
-            config['learn'] = ['inertial']
-        else:
-            config.update(friction_model=variant, learn=['inertial', 'friction_model'])
-        out[f'DiffNEA-{variant}'] = ('diffnea', config)
+            return {'learn': ['inertial']}
+        return {'friction_model': variant, 'learn': ['inertial', 'friction_model']}
+
+    def schedule(variant: str) -> Dict[str, Any]:
+        config = dict(common, prior_weight=PRIOR_WEIGHT, **friction(variant))
+        config.update(simulation_schedule(rate_hz, config['learn'], ['actuator']))
+        return config
+    default = dict(common, **simulation_schedule(rate_hz, DiffNEAConfig.learn, ['actuator']))
+    variants = QUICK_VARIANTS if quick else DIFFNEA_VARIANTS
+    for variant in variants:
+        out[f'DiffNEA-inverse-{variant}'] = ('diffnea', dict(inverse, **friction(variant)))
+    if not quick:
+        window = simulation_schedule(rate_hz, ['inertial', 'friction_model'])
+        out['DiffNEA-forward-viscous'] = ('diffnea', dict(inverse, **friction('viscous'),
+                                                          loss='forward'))
+        out['DiffNEA-multistep-viscous'] = ('diffnea', dict(
+            common, prior_weight=PRIOR_WEIGHT, friction_model='viscous', loss='rollout',
+            horizon=window['horizon'], window_stride=window['window_stride'],
+            learn=['inertial', 'friction_model', 'actuator'],
+            adam_iterations=SCHEDULE_ROLLOUT_STEPS, lbfgs_iterations=0,
+            lr=SCHEDULE_ROLLOUT_LR))
+        for variant in SCHEDULE_VARIANTS:
+            out[f'DiffNEA-schedule-{variant}'] = ('diffnea', schedule(variant))
+    out['DiffNEA-default'] = ('diffnea', default)
     if not quick:
         out['FF-NN'] = ('ffnn', {'source': 'u', 'command_joints': list(info.command_joints),
                                  'iterations': 1000, 'hidden': [64, 64], 'lr': 3e-3,
@@ -210,48 +259,112 @@ def rollout_entry(predictor: Predictor, runs: Sequence[Trajectory], source: str,
     return entry
 
 
-def quanser_study(robot: str, root: Path, quick: bool) -> Dict[str, Any]:
+def split_quanser(chirps: Sequence[Trajectory], swingups: Sequence[Trajectory], split: str
+                  ) -> Tuple[List[Trajectory], List[Trajectory], List[Trajectory]]:
     """
-    Train every method on the chirp runs and roll it out on the swing-up runs.
+    Return ``(train, early-stopping, validation)`` runs of a Quanser split.
+
+    ``'chirp'``: train on the chirps but the last (early stopping), validate on every
+    swing-up; ``'mixed'``: train on the chirps but the last and on every other swing-up
+    (even positions), validate on the remaining swing-ups; ``'swingup'``: train on the
+    swing-ups but the last (early stopping), validate on every chirp.
+
+    :param chirps: chirp runs.
+    :param swingups: swing-up runs.
+    :param split: one of :data:`SPLITS`.
+    :return: the three lists (validation runs are never fitted nor used for early stopping).
+    :raises ValueError: unknown split.
+    """
+    if split not in SPLITS:
+        raise ValueError(f'unknown split {split!r}; valid: {", ".join(SPLITS)}')
+    chirps, swingups = list(chirps), list(swingups)
+    if split == 'swingup':
+        return swingups[:-1], swingups[-1:], chirps
+    train, stopping = chirps[:-1], chirps[-1:]
+    if split == 'mixed':
+        return train + swingups[0::2], stopping, swingups[1::2]
+    return train, stopping, swingups
+
+
+def quanser_study(robot: str, root: Path, quick: bool, split: str = 'chirp',
+                  rows: str = 'all') -> Dict[str, Any]:
+    """
+    Train every method on one split of the runs and roll it out on the held-out runs.
+
+    The catalogue row is the nominal model (URDF, catalogued motor) scored the same way.
 
     :param robot: ``'qube'`` or ``'cartpole'``.
     :param root: data root.
     :param quick: fewer runs, methods and horizons.
-    :return: ``{method: {'nmse_1s', 'nmse_2s', 'nmse_5s', 'diverged', 'fit_s', ...}}`` and
-        a ``_setup`` entry.
+    :param split: :func:`split_quanser` split.
+    :param rows: ``'all'``; ``'core'``: catalogue, NEA, DiffNEA-inverse-viscous and
+        DiffNEA-default only; or comma-separated row labels (the catalogue row is always in).
+    :return: ``{method: {'nmse_0.5s', 'nmse_1s', 'nmse_2s', 'diverged', 'fit_s', ...}}`` and a
+        ``_setup`` entry.
     """
     load = datasets.load_qube_runs if robot == 'qube' else datasets.load_cartpole_runs
     delay = QUBE_DELAY if robot == 'qube' else CARTPOLE_DELAY
-    chirps = load(root, kinds=('chirp',))
-    swingups = [r for r in load(root, kinds=('swingup',)) if '500Hz' not in r.run]
+    skip = QUBE_SKIP if robot == 'qube' else CARTPOLE_SKIP
+    chirps = prepare_quanser(load(root, kinds=('chirp',)), delay, skip)
+    swingups = prepare_quanser([r for r in load(root, kinds=('swingup',)) if '500Hz' not in r.run],
+                               delay, skip)
     if quick:
-        chirps, swingups = chirps[:2], swingups[:3]
-    train = prepare_quanser(chirps, delay)
-    # The last chirp run is held out for early stopping; the swing-ups are never fitted.
-    train, stopping = (train[:-1], train[-1:]) if len(train) > 1 else (train, None)
-    validation = prepare_quanser(swingups, delay)
+        chirps, swingups = chirps[:3], swingups[:4]
+    train, stopping, validation = split_quanser(chirps, swingups, split)
     horizons = QUICK_HORIZONS if quick else HORIZONS
     nominal = model_of(robot)
     out: Dict[str, Any] = {'_setup': {
-        'train_runs': len(train), 'train_seconds': sum(r.duration for r in train),
+        'split': split, 'train_runs': len(train), 'train_seconds': sum(r.duration for r in train),
         'validation_runs': len(validation),
         'validation_seconds': sum(r.duration for r in validation),
-        'voltage_delay_samples': delay, 'horizons_s': list(horizons),
-        'early_stopping_runs': 0 if stopping is None else len(stopping),
+        'voltage_delay_samples': delay, 'skipped_leading_samples': skip,
+        'horizons_s': list(horizons), 'early_stopping_runs': len(stopping),
         'diffnea_prior_weight': PRIOR_WEIGHT}}
-    for label, (method, config) in quanser_configs(robot, quick).items():
+    catalogue = None
+    configs = quanser_configs(robot, quick)
+    if rows != 'all':
+        chosen = CORE_ROWS if rows == 'core' else tuple(r.strip() for r in rows.split(','))
+        unknown = sorted(set(chosen) - set(configs))
+        if unknown:
+            raise ValueError(f'unknown rows {unknown}; valid: {", ".join(configs)}')
+        configs = {k: v for k, v in configs.items() if k in chosen}
+    for label, (method, config) in configs.items():
         start = time.perf_counter()
         with torch.no_grad() if method == 'nea' else contextlib.nullcontext():
             result = fit(method, nominal, train, stopping, config)
         seconds = time.perf_counter() - start
-        entry = rollout_entry(fitted_predictor(result, nominal, method, config), validation,
-                              'u', horizons)
+        fitted, _ = predictors(result, nominal, make_config(method, config))
+        if catalogue is None:
+            catalogue = rollout_entry(catalogue_predictor(robot, nominal), validation, 'u',
+                                      horizons)
+            out['catalogue'] = dict(catalogue, fit_s=0.0)
+            _print_row(robot, 'catalogue', out['catalogue'], horizons)
+        entry = rollout_entry(fitted, validation, 'u', horizons)
         entry['fit_s'] = seconds
         out[label] = entry
-        print(f'  {robot} {label}: fit {seconds:.1f} s, '
-              + ', '.join(f'{h:g} s {_fmt(entry[f"nmse_{h:g}s"])}' for h in horizons)
-              + (' DIVERGED' if entry['diverged'] else ''), flush=True)
+        _print_row(robot, label, entry, horizons)
     return out
+
+
+def catalogue_predictor(robot: str, nominal: RobotModel) -> Predictor:
+    """
+    Return the catalogue model of a Quanser robot: URDF and catalogued motor, nothing fitted.
+
+    :param robot: ``'qube'`` or ``'cartpole'``.
+    :param nominal: the URDF model.
+    :return: the predictor (URDF Coulomb levels smoothed as NEA's, :data:`QUANSER_COULOMB_EPS`).
+    """
+    info = robots.get(robot)
+    motor = make_actuator('qube_servo2' if robot == 'qube' else 'quanser_ip02',
+                          len(info.command_joints), None, nominal.dtype)
+    return physical_predictor('catalogue', nominal, info.command_joints, motor, None,
+                              QUANSER_COULOMB_EPS)
+
+
+def _print_row(robot: str, label: str, entry: Dict[str, Any], horizons: Sequence[float]) -> None:
+    print(f'  {robot} {label}: fit {entry["fit_s"]:.1f} s, '
+          + ', '.join(f'{h:g} s {_fmt(entry[f"nmse_{h:g}s"])}' for h in horizons)
+          + (' DIVERGED' if entry['diverged'] else ''), flush=True)
 
 
 # --------------------------------------------------------------------------------------
@@ -276,7 +389,6 @@ def motor_torques(run: Trajectory) -> Trajectory:
     :param run: Qube run with ``u`` and ``qd``.
     :return: the run with ``tau`` = (motor torque on the arm, 0 on the pendulum).
     """
-    from diffsim_ros.sysid.losses import make_actuator
     motor = make_actuator('qube_servo2', 1, None, run.q.dtype)
     with torch.no_grad():
         arm = motor(run.u, run.qd[:, :1])
@@ -739,9 +851,10 @@ def print_report(payload: Dict[str, Any], target: _common.Target) -> List[str]:
         rows = [[label] + [_fmt(entry.get(f'nmse_{h:g}s')) for h in horizons]
                 + ['yes' if entry['diverged'] else 'no', _fmt(entry.get('fit_s'))]
                 for label, entry in section.items() if not label.startswith('_')]
-        title = (f'{robot}: train {setup["train_runs"]} chirp runs '
-                 f'({setup["train_seconds"]:.0f} s), validate {setup["validation_runs"]} '
-                 f'swing-ups ({setup["validation_seconds"]:.0f} s)')
+        title = (f'{robot} (split {setup.get("split", "chirp")}): train '
+                 f'{setup["train_runs"]} runs ({setup["train_seconds"]:.0f} s), validate '
+                 f'{setup["validation_runs"]} held-out runs '
+                 f'({setup["validation_seconds"]:.0f} s)')
         _common.print_section(title, [_common.format_table(headers, rows)])
         md += [f'**{title}**', '', _common.format_markdown_table(headers, rows), '']
     panda = payload.get('panda')
@@ -794,6 +907,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              f'{_common.DEFAULT_DATA})')
     parser.add_argument('--markdown', metavar='PATH', default=None,
                         help='write the result tables as markdown to PATH')
+    parser.add_argument('--split', default='chirp', choices=SPLITS,
+                        help='held-out runs of the qube / cartpole sections: chirp (train '
+                             'chirps, validate swing-ups), mixed (train chirps and every other '
+                             'swing-up, validate the rest), swingup (train swing-ups, validate '
+                             'chirps)')
+    parser.add_argument('--rows', default='all',
+                        help='qube / cartpole rows: all; core (catalogue, NEA, '
+                             'DiffNEA-inverse-viscous, DiffNEA-default); or comma-separated '
+                             'row labels, e.g. DiffNEA-default,NEA (the catalogue is always in)')
     parser.add_argument('--skip', default='',
                         help='comma-separated sections to skip: timing,qube,cartpole,panda,dfki')
     args = parser.parse_args(argv)
@@ -806,8 +928,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     started = time.perf_counter()
     payload: Dict[str, Any] = {'machine': machine, 'quick': args.quick, 'data': str(root)}
     sections: Sequence[Tuple[str, Callable[[Path, bool], Dict[str, Any]]]] = (
-        ('timing', timing_study), ('qube', lambda r, q: quanser_study('qube', r, q)),
-        ('cartpole', lambda r, q: quanser_study('cartpole', r, q)),
+        ('timing', timing_study),
+        ('qube', lambda r, q: quanser_study('qube', r, q, args.split, args.rows)),
+        ('cartpole', lambda r, q: quanser_study('cartpole', r, q, args.split, args.rows)),
         ('panda', panda_study), ('dfki', dfki_study))
     for name, study in sections:
         if name in skip:

@@ -20,28 +20,13 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 
 from ..sysid.dataset import Trajectory
-from ..sysid.preprocess import unwrap_angles
+from ..sysid.preprocess import delay_commands, unwrap_angles   # delay_commands: re-exported
 
 __all__ = ['Delay', 'apply_conventions', 'delay_commands', 'delay_samples', 'offset_angles',
            'parse_delay', 'parse_offsets']
 
 #: ``--input-delay`` as ``(value, unit)``, unit ``'samples'`` or ``'s'``.
 Delay = Tuple[float, str]
-
-
-def delay_commands(traj: Trajectory, samples: int) -> Trajectory:
-    """
-    Delay the commands by whole samples (the first command is held at the start).
-
-    :param traj: run with ``u`` ``(T, m)`` (a run without commands is returned unchanged).
-    :param samples: delay in samples (0: unchanged).
-    :return: the run with ``u[k] = u[max(k - samples, 0)]``.
-    """
-    if samples <= 0 or traj.u is None:
-        return traj
-    samples = min(samples, len(traj))
-    u = torch.cat((traj.u[:1].expand(samples, -1), traj.u[:len(traj) - samples]))
-    return traj.replace(u=u)
 
 
 def parse_delay(text: str) -> Delay:

@@ -30,8 +30,9 @@ Tensor = torch.Tensor
 #: A timestamped stream: times ``(K,)`` in s and values ``(K, ...)``.
 Stream = Tuple[Tensor, Tensor]
 
-__all__ = ['align_streams', 'interpolate', 'limit_free_runs', 'matrix_to_quaternion',
-           'quaternion_to_matrix', 'resample', 'sample_and_hold', 'segment', 'segment_tensors',
+__all__ = ['align_streams', 'delay_commands', 'interpolate', 'limit_free_runs',
+           'matrix_to_quaternion', 'quaternion_to_matrix', 'resample', 'sample_and_hold',
+           'segment', 'segment_tensors',
            'slerp_poses', 'Split', 'split_blocks', 'split_runs', 'split_time', 'Stream',
            'uniform_rate', 'unwrap_angles']
 
@@ -224,6 +225,28 @@ def unwrap_angles(traj: Trajectory, joints: Sequence[str]) -> Trajectory:
         column = traj.joint_names.index(name)
         q[:, column] = np.unwrap(q[:, column])
     return traj.replace(q=_like(q, traj.q))
+
+
+def delay_commands(traj: Trajectory, samples: int) -> Trajectory:
+    """
+    Delay the commands by whole samples, holding the first command at the start.
+
+    An actuator that acts ``samples`` periods after the command was logged (amplifier,
+    communication) is modelled by shifting ``u`` against the states; on the real Qube two
+    samples (8 ms at 250 Hz) fit best (``benchmarks/identification.py``).
+
+    :param traj: run with ``u`` (unchanged when it has none).
+    :param samples: delay in samples, >= 0 (0: unchanged).
+    :return: the run with ``u[k] = u[max(k - samples, 0)]``.
+    :raises ValueError: a negative delay.
+    """
+    if samples < 0:
+        raise ValueError(f'the command delay must be >= 0 samples, got {samples}')
+    if samples == 0 or traj.u is None:
+        return traj
+    held = min(samples, len(traj))
+    u = torch.cat((traj.u[:1].expand(held, -1), traj.u[:len(traj) - held]))
+    return traj.replace(u=u)
 
 
 def _grid(start: float, stop: float, rate_hz: float) -> np.ndarray:

@@ -1,0 +1,69 @@
+"""The inverse -> multi-step schedule, its use as diffsim-fit's default, and command delays."""
+
+from diffsim_ros import robots
+from diffsim_ros.io.fit_cli import build_parser, estimator_config
+from diffsim_ros.sysid.dataset import Trajectory
+from diffsim_ros.sysid.diffnea import DiffNEAConfig, simulation_schedule
+from diffsim_ros.sysid.preprocess import delay_commands
+import pytest
+import torch
+
+F64 = torch.float64
+
+
+def _run(rate_hz: float = 250.0, samples: int = 50) -> Trajectory:
+    t = torch.arange(samples, dtype=F64) / rate_hz
+    q = torch.zeros(samples, 2, dtype=F64)
+    u = torch.arange(samples, dtype=F64)[:, None]
+    return Trajectory(t=t, q=q, qd=q.clone(), u=u, joint_names=('arm_joint', 'pendulum_joint'),
+                      run='r')
+
+
+def test_schedule_is_an_inverse_stage_then_a_rollout_stage_over_short_windows():
+    keys = simulation_schedule(250.0, ['inertial', 'damping'], ['actuator'], window_s=0.1)
+    config = DiffNEAConfig(actuator='qube_servo2', command_joints=('arm_joint',), **keys)
+    first, second = config.schedule()
+    assert (first.loss, first.groups) == ('inverse_dynamics', ('inertial', 'damping'))
+    assert (second.loss, second.groups) == ('rollout', ('inertial', 'damping', 'actuator'))
+    assert config.loss == 'rollout' and config.horizon == 25 == second.horizon
+    assert config.window_stride == 100
+    with pytest.raises(ValueError, match='groups'):
+        simulation_schedule(250.0, ['inertia'])
+    with pytest.raises(ValueError, match='rate_hz'):
+        simulation_schedule(0.0, ['inertial'])
+
+
+def test_diffsim_fit_defaults_to_the_schedule_unless_a_loss_is_configured(tmp_path):
+    info = robots.get('qube')
+    parser = build_parser()
+    args = parser.parse_args(['x.csv', '--robot', 'qube', '--out', str(tmp_path / 'o')])
+    config, _ = estimator_config(args, info, [_run(500.0)])
+    assert [s.loss for s in config.schedule()] == ['inverse_dynamics', 'rollout']
+    assert config.horizon == 50 and 'actuator' in config.schedule()[1].groups
+
+    for text in ('loss: inverse_dynamics\n', 'adam_iterations: 50\n'):
+        chosen = tmp_path / 'single.yaml'
+        chosen.write_text(text, encoding='utf-8')
+        args = parser.parse_args(['x.csv', '--robot', 'qube', '--out', str(tmp_path / 'o'),
+                                  '--config', str(chosen)])
+        config, _ = estimator_config(args, info, [_run()])
+        assert config.stages == () and config.loss == 'inverse_dynamics'
+
+    chosen.write_text('learn: [inertial]\n', encoding='utf-8')
+    config, _ = estimator_config(args, info, [_run()])
+    assert [s.groups for s in config.schedule()] == [('inertial',), ('inertial',)]
+
+    args = parser.parse_args(['x.csv', '--robot', 'qube', '--out', str(tmp_path / 'o'),
+                              '--max-iter', '7'])
+    config, _ = estimator_config(args, info, [_run()])
+    assert all(s.adam_iterations <= 7 for s in config.schedule())
+
+
+def test_delay_commands_holds_the_first_command():
+    run = _run(samples=6)
+    late = delay_commands(run, 2)
+    assert late.u[:, 0].tolist() == [0.0, 0.0, 0.0, 1.0, 2.0, 3.0]
+    assert delay_commands(run, 0) is run
+    assert delay_commands(run, 10).u[:, 0].tolist() == [0.0] * 6
+    with pytest.raises(ValueError, match='>= 0'):
+        delay_commands(run, -1)
