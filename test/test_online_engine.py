@@ -189,9 +189,12 @@ def test_node_and_adaptive_paths_take_the_same_decisions(executor, run, one_thre
         stamp = sec_to_stamp(1.0 + float(run.t[k]))
         t = stamp_to_sec(stamp)   # the time the node reads from the message
         u = recorded_command(run, k, hostile=True)
-        # the command arrives 1 us before the state it acts from (the node stamps it then)
-        clock.set_ros_time_override(Time(nanoseconds=stamp.sec * 10 ** 9 + stamp.nanosec - 1000))
+        # the command arrives 1 us before the state it acts from, each message when its stamp
+        # says (the node times the command 1 us before that state on the states' timeline)
+        ns = stamp.sec * 10 ** 9 + stamp.nanosec
+        clock.set_ros_time_override(Time(nanoseconds=ns - 1000))
         node._on_command(Float64MultiArray(data=u.tolist()))
+        clock.set_ros_time_override(Time(nanoseconds=ns))
         node._on_joint_state(joint_state_msg(JOINTS, run.q[k].numpy(), run.qd[k].numpy(),
                                              None, t))
         before = len(adaptive.decisions)
