@@ -64,11 +64,10 @@ QUBE_TIME_LIMIT_S = 5.0
 #: on the real Qube two samples (8 ms at 250 Hz) of delay fit best.
 QUBE_DELAY = 2
 CARTPOLE_DELAY = 0
-#: Leading samples dropped from every run: the cart-pole's first sample holds a stale cart
-#: position (the first finite difference implies 1 to 24 m/s while the recorded velocity and
-#: the next difference say about 0.2 m/s), which the derivative filter smears over ~10 samples.
+#: Leading samples dropped from every run (the cart-pole's stale first sample is dropped by
+#: its loader, ``io/datasets.load_cartpole_runs``).
 QUBE_SKIP = 0
-CARTPOLE_SKIP = 1
+CARTPOLE_SKIP = 0
 #: Derivative low-pass cutoffs, Hz.
 QUANSER_CUTOFF_HZ = 20.0
 PANDA_RATE_HZ = 200.0

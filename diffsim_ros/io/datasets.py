@@ -164,7 +164,10 @@ def load_cartpole_runs(data_dir: PathLike, kinds: Optional[Sequence[str]] = None
     Joints ``cart_joint`` (x, m, 0 = rail centre) and ``pole_joint`` (theta, rad, 0 = hanging
     down, upright at +-pi).  The recorded pole angle is wrapped to ``[-pi, pi)``; it is
     unwrapped here so that it is continuous.  ``qd`` is the QUARC-filtered velocity; ``u``
-    ``(T, 1)`` is the applied motor voltage in V (last row without input dropped).
+    ``(T, 1)`` is the applied motor voltage in V (last row without input dropped).  The first
+    row of every run is dropped too: it holds a stale cart position (its finite difference
+    implies 1 to 24 m/s where the recorded velocity and the next difference say about
+    0.2 m/s), which a derivative filter would smear over ten samples.
 
     :param data_dir: shared data root or the ``quanser_cartpole_pyrado`` folder.
     :param kinds: subset of ``('chirp', 'swingup')`` (default both).
@@ -173,9 +176,10 @@ def load_cartpole_runs(data_dir: PathLike, kinds: Optional[Sequence[str]] = None
     :raises DatasetError: missing folder or files.
     """
     folder = _folder(data_dir, DATASETS['cartpole'])
-    return _quanser_runs(folder, 'cartpole', ('cart_joint', 'pole_joint'),
+    runs = _quanser_runs(folder, 'cartpole', ('cart_joint', 'pole_joint'),
                          ('x_m', 'theta_rad', 'x_dot_m_s', 'theta_dot_rad_s'), 'qcp', kinds,
                          (1,), dtype)
+    return [run.crop(1, len(run)) for run in runs]
 
 
 def load_panda_excitation(data_dir: PathLike,

@@ -42,7 +42,11 @@ Pipeline:
    one held-out block holds out its end); then the stretches within
    ``--limit-margin`` of a position limit of the model are left out (a limit stop pushes
    with a force the model lacks);
-4. the fit (:func:`diffsim_ros.sysid.estimators.fit`) with the configuration of
+4. the fit (:func:`diffsim_ros.sysid.estimators.fit`; ``diffnea`` by default runs
+   :func:`diffsim_ros.sysid.diffnea.simulation_schedule`: an inverse-dynamics fit, then a
+   multi-step stage on 0.1 s RK4 rollouts from measured states, judged by held-out
+   rollouts, because the inverse fit alone simulated the real Quanser robots worse than
+   their catalogue models) with the configuration of
    ``--config FILE.yaml`` (estimator keys; unknown keys are an error) and the options below;
    ``--loss`` and ``--horizon`` choose the loss (:mod:`diffsim_ros.io.loss_options`);
    ``--early-stopping`` the data that stop the optimiser (by default the validation runs,
@@ -306,7 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--out', type=_path, required=True,
                         help='output directory (created; checked for writing before the fit)')
     parser.add_argument('--method', default='diffnea', choices=estimators.names(),
-                        help='estimator (default: %(default)s)')
+                        help='estimator (default: %(default)s, an inverse-dynamics fit '
+                             'refined with the multi-step rollout loss)')
     parser.add_argument('--actuator', choices=ACTUATOR_CHOICES, default=None,
                         help="friction model (default: the estimator's viscous + Coulomb)")
     parser.add_argument('--topic', help='JointState topic of a bag (default: /joint_states '
