@@ -1,8 +1,10 @@
 """Tests of the friction and actuator models (diffsim_ros.core.actuators)."""
 
+import math
+
 from diffsim_ros.core.actuators import (
     CoulombFriction, DCMotor, FFNN, make_friction, NNFriction, NNResidual, NoFriction,
-    StribeckFriction, ViscousFriction)
+    SigmoidFriction, StribeckFriction, ViscousFriction)
 from diffsim_ros.core.errors import ShapeError
 import pytest
 import torch
@@ -11,8 +13,9 @@ from torch.func import functional_call
 
 F64 = torch.float64
 N = 3
-FRICTION_NAMES = ('none', 'viscous', 'coulomb', 'stribeck', 'nn-friction', 'nn-residual')
-PHYSICAL = ('none', 'viscous', 'coulomb', 'stribeck')
+FRICTION_NAMES = ('none', 'viscous', 'coulomb', 'stribeck', 'sigmoid', 'nn-friction',
+                  'nn-residual')
+PHYSICAL = ('none', 'viscous', 'coulomb', 'stribeck', 'sigmoid')
 
 # Quanser constants as listed in shared/data/quanser_cartpole_pyrado/SOURCE.md and
 # shared/data/quanser_qube_pyrado/SOURCE.md.
@@ -205,6 +208,33 @@ def test_qube_servo2_motor():
     qd = torch.tensor([[10.0]], dtype=F64)
     expected = QUBE['k_m'] * (voltage - QUBE['k_m'] * qd) / QUBE['R_m']
     torch.testing.assert_close(motor(voltage, qd), expected, rtol=1e-14, atol=0)
+
+
+def test_sigmoid_friction_is_gaz_table_i():
+    # Gaz et al. (RA-L 2019) Table I, joints 1 and 3 of the Panda, written out by hand
+    phi1, phi2, phi3 = (0.54615, 0.64068), (5.1181, 10.136), (0.039533, -0.04607)
+    model = SigmoidFriction(2, phi1=phi1, phi2=phi2, phi3=phi3, dtype=F64)
+    qd = torch.tensor([[-1.0, 0.3], [0.0, 0.0], [0.05, -2.0]], dtype=F64)
+    expected = torch.tensor([[phi1[j] / (1.0 + math.exp(-phi2[j] * (v + phi3[j])))
+                              - phi1[j] / (1.0 + math.exp(-phi2[j] * phi3[j]))
+                              for j, v in enumerate(row)] for row in qd.tolist()], dtype=F64)
+    torch.testing.assert_close(model(torch.zeros_like(qd), qd), expected)
+    # zero at rest, and saturation levels that differ by direction (what a URDF cannot hold)
+    saturated = torch.tensor([[1e3, 1e3], [-1e3, -1e3]], dtype=F64)
+    fast = model(torch.zeros(2, 2, dtype=F64), saturated)
+    start = [1.0 / (1.0 + math.exp(-b * c)) for b, c in zip(phi2, phi3)]
+    torch.testing.assert_close(fast[0], torch.tensor([a * (1 - s) for a, s in zip(phi1, start)],
+                                                     dtype=F64))
+    torch.testing.assert_close(fast[1], torch.tensor([-a * s for a, s in zip(phi1, start)],
+                                                     dtype=F64))
+    assert not torch.allclose(fast[0], -fast[1], rtol=1e-2)
+    # the exported coefficients rebuild the same model
+    again = make_friction('sigmoid', 2, dtype=F64, **model.coefficients)
+    torch.testing.assert_close(again(torch.zeros_like(qd), qd), expected)
+    with pytest.raises(ValueError, match='phi2'):
+        SigmoidFriction(2, phi2=0.0)
+    with pytest.raises(ValueError, match='phi3'):
+        SigmoidFriction(2, phi3=math.nan)
 
 
 def test_dc_motor_rejects_bad_constants():

@@ -67,3 +67,48 @@ def test_delay_commands_holds_the_first_command():
     assert delay_commands(run, 10).u[:, 0].tolist() == [0.0] * 6
     with pytest.raises(ValueError, match='>= 0'):
         delay_commands(run, -1)
+
+
+def test_torque_weight_adds_the_inverse_dynamics_loss_to_a_rollout_stage():
+    from diffsim_ros.sysid.diffnea import fit_diffnea, Stage
+    model = robots.interface('double_pendulum').nominal_model()
+    t = torch.arange(200, dtype=F64) / 200.0
+    q = torch.stack((0.5 * torch.sin(3 * t), 0.4 * torch.cos(2 * t)), -1)
+    qd = torch.stack((1.5 * torch.cos(3 * t), -0.8 * torch.sin(2 * t)), -1)
+    qdd = torch.stack((-4.5 * torch.sin(3 * t), -1.6 * torch.cos(2 * t)), -1)
+    tau = torch.randn(200, 2, generator=torch.Generator().manual_seed(0), dtype=F64)
+    run = Trajectory(t=t, q=q, qd=qd, qdd=qdd, tau=tau, joint_names=model.joint_names,
+                     run='r')
+    losses = {}
+    for weight in (0.0, 2.0):
+        stage = Stage(groups=('damping',), loss='rollout', adam_iterations=1, lr=1e-12,
+                      torque_weight=weight)
+        config = DiffNEAConfig(learn=('damping',), loss='rollout', horizon=10,
+                               stages=(stage,), eval_every=1)
+        result = fit_diffnea(model, run, config=config)
+        losses[weight] = result.history['train'][0]
+    inverse = fit_diffnea(model, run, config=DiffNEAConfig(
+        learn=('damping',), adam_iterations=1, lr=1e-12)).history['train'][0]
+    # the objective of the weighted stage is the rollout loss plus twice the torque loss
+    assert losses[2.0] == pytest.approx(losses[0.0] + 2.0 * inverse, rel=1e-9)
+    assert inverse > 0.1
+    assert DiffNEAConfig(**simulation_schedule(200.0, ['inertial'], torque_weight=1.0)
+                         ).schedule()[1].torque_weight == 1.0
+    with pytest.raises(ValueError, match='torque_weight'):
+        Stage(torque_weight=-1.0)
+
+
+def test_diffsim_fit_keeps_measured_torques_in_the_refinement_of_torque_sensing_robots(
+        tmp_path):
+    parser = build_parser()
+    weights = {}
+    for robot, run in (('panda', None), ('qube', _run(500.0))):
+        args = parser.parse_args(['x.csv', '--robot', robot, '--out', str(tmp_path / 'o')])
+        if run is None:
+            names = robots.interface('panda').nominal_model().joint_names
+            t = torch.arange(50, dtype=F64) / 200.0
+            zeros = torch.zeros(50, 7, dtype=F64)
+            run = Trajectory(t=t, q=zeros, qd=zeros, tau=zeros, joint_names=names, run='r')
+        config, _ = estimator_config(args, robots.get(robot), [run])
+        weights[robot] = config.schedule()[1].torque_weight
+    assert weights == {'panda': 1.0, 'qube': 0.0}

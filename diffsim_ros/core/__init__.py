@@ -7,7 +7,8 @@ frames, units and batching rules.
 
 from .aba import aba
 from .actuators import (CoulombFriction, DCMotor, FFNN, FrictionModel, make_friction,
-                        NNFriction, NNResidual, NoFriction, StribeckFriction, ViscousFriction)
+                        NNFriction, NNResidual, NoFriction, SigmoidFriction, StribeckFriction,
+                        ViscousFriction)
 from .compiled import compile_algorithm
 from .crba import crba
 from .energy import kinetic_energy, potential_energy
@@ -33,7 +34,8 @@ __all__ = [
     'CoulombFriction', 'DCMotor', 'DiffNEAParameterization', 'DiffsimError', 'FFNN',
     'FrictionModel', 'INTEGRATORS', 'InertialParameterization', 'KinematicParameterization',
     'KinematicTree', 'LogCholeskyParameterization', 'NNFriction', 'NNResidual', 'NoFriction',
-    'PARAMETER_FIELDS', 'RawParameterization', 'RobotModel', 'ShapeError', 'StribeckFriction',
+    'PARAMETER_FIELDS', 'RawParameterization', 'RobotModel', 'ShapeError', 'SigmoidFriction',
+    'StribeckFriction',
     'URDFError', 'UnsupportedJointError', 'ViscousFriction', 'aba', 'aba_native', 'body_poses',
     'compile_algorithm', 'crba', 'crba_native', 'feedback_rollout_native', 'forward_dynamics',
     'forward_kinematics',

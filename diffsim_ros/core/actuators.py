@@ -32,6 +32,7 @@ __all__ = [
     'ViscousFriction',
     'CoulombFriction',
     'StribeckFriction',
+    'SigmoidFriction',
     'NNFriction',
     'NNResidual',
     'FFNN',
@@ -181,6 +182,11 @@ class ViscousFriction(FrictionModel):
         """Damping coefficients ``(*batch_shape, n)``, >= 0."""
         return _softplus(self.raw_damping)
 
+    @property
+    def coefficients(self) -> Dict[str, Tensor]:
+        """Physical coefficients by constructor name: ``damping``."""
+        return {'damping': self.damping}
+
     def torque(self, q: Tensor, qd: Tensor) -> Tensor:
         """Return ``d * qd``."""
         return self.damping * qd
@@ -216,6 +222,11 @@ class CoulombFriction(FrictionModel):
     def coulomb(self) -> Tensor:
         """Coulomb torques ``(*batch_shape, n)``, >= 0."""
         return _softplus(self.raw_coulomb)
+
+    @property
+    def coefficients(self) -> Dict[str, Tensor]:
+        """Physical coefficients by constructor name: ``coulomb``."""
+        return {'coulomb': self.coulomb}
 
     def torque(self, q: Tensor, qd: Tensor) -> Tensor:
         """Return ``f_c * tanh(qd / eps)``."""
@@ -262,7 +273,7 @@ class StribeckFriction(FrictionModel):
 
     @property
     def coefficients(self) -> Dict[str, Tensor]:
-        """Physical coefficients ``coulomb, static, stribeck_velocity, viscous``."""
+        """Physical coefficients by constructor name: ``coulomb, static, ...``."""
         return {'coulomb': _softplus(self.raw_coulomb), 'static': _softplus(self.raw_static),
                 'stribeck_velocity': _softplus(self.raw_stribeck_velocity),
                 'viscous': _softplus(self.raw_viscous)}
@@ -273,6 +284,61 @@ class StribeckFriction(FrictionModel):
         bump = torch.exp(-(qd / c['stribeck_velocity']) ** 2)
         level = c['coulomb'] + (c['static'] - c['coulomb']) * bump
         return level * torch.tanh(qd / self.eps) + c['viscous'] * qd
+
+
+class SigmoidFriction(FrictionModel):
+    """
+    Asymmetric smooth Coulomb friction of Gaz et al. (RA-L 2019, the Panda's Table I).
+
+    ``tau_f = phi1 (sigma(phi2 (qd + phi3)) - sigma(phi2 phi3))`` with the logistic
+    ``sigma``, ``phi1 = softplus(raw) >= 0`` (N m or N), ``phi2 = softplus(raw) > 0`` (s/rad
+    or s/m) and ``phi3`` free (rad/s or m/s).  It is zero at rest and saturates at
+    ``phi1 (1 - sigma(phi2 phi3))`` forward and ``-phi1 sigma(phi2 phi3)`` backward: the two
+    directions may differ, which a URDF's symmetric ``friction`` field cannot carry.  Passive
+    per joint for every parameter value (``sigma`` increases, so the bracket has the sign
+    of ``qd``).  A viscous term, if wanted, is the model's ``damping`` field.
+
+    :param n: number of joints.
+    :param phi1: initial amplitude (N m or N), >= 0.
+    :param phi2: initial slope (s/rad or s/m), > 0.
+    :param phi3: initial velocity offset (rad/s or m/s), any sign.
+    :param batch_shape: leading parameter dims.
+    :param dtype: parameter dtype.
+    :param device: parameter device.
+    """
+
+    def __init__(self, n: int, phi1: TensorLike = 1e-2, phi2: TensorLike = 10.0,
+                 phi3: TensorLike = 0.0, batch_shape: Sequence[int] = (),
+                 dtype: Optional[torch.dtype] = None,
+                 device: Optional[torch.device] = None) -> None:
+        super().__init__(n)
+        if not bool((torch.as_tensor(phi2) > 0).all()):
+            raise ValueError(f'phi2 must be > 0, got {phi2}')
+        args = (n, batch_shape, dtype, device)
+        self.raw_phi1 = _softplus_parameter(phi1, *args, 'phi1')
+        self.raw_phi2 = _softplus_parameter(phi2, *args, 'phi2')
+        shift = torch.as_tensor(phi3, dtype=dtype if dtype is not None
+                                else torch.get_default_dtype(), device=device)
+        if not bool(torch.isfinite(shift).all()):
+            raise ValueError(f'phi3 must be finite, got {phi3}')
+        try:
+            shape = torch.broadcast_shapes(shift.shape, (*batch_shape, n))
+        except RuntimeError:
+            raise ShapeError(f'phi3: expected a value broadcastable to (..., {n}), '
+                             f'got shape {tuple(shift.shape)}') from None
+        self.phi3 = nn.Parameter(shift.expand(shape).clone())
+
+    @property
+    def coefficients(self) -> Dict[str, Tensor]:
+        """Physical coefficients ``phi1, phi2, phi3`` (Gaz et al.'s names)."""
+        return {'phi1': _softplus(self.raw_phi1), 'phi2': _softplus(self.raw_phi2),
+                'phi3': self.phi3}
+
+    def torque(self, q: Tensor, qd: Tensor) -> Tensor:
+        """Return the sigmoid friction of the class docstring."""
+        c = self.coefficients
+        return c['phi1'] * (torch.sigmoid(c['phi2'] * (qd + c['phi3']))
+                            - torch.sigmoid(c['phi2'] * c['phi3']))
 
 
 class NNFriction(FrictionModel):
@@ -515,6 +581,7 @@ _FRICTION_MODELS: Dict[str, Type[FrictionModel]] = {
     'viscous': ViscousFriction,
     'coulomb': CoulombFriction,
     'stribeck': StribeckFriction,
+    'sigmoid': SigmoidFriction,
     'nn-friction': NNFriction,
     'nn-residual': NNResidual,
 }
@@ -525,7 +592,7 @@ def make_friction(name: str, n: int, **kwargs: object) -> FrictionModel:
     Friction model by registry name.
 
     :param name: one of ``'none'``, ``'viscous'``, ``'coulomb'``, ``'stribeck'``,
-        ``'nn-friction'``, ``'nn-residual'``.
+        ``'sigmoid'``, ``'nn-friction'``, ``'nn-residual'``.
     :param n: number of joints.
     :param kwargs: constructor arguments of the chosen class (initial coefficients,
         ``batch_shape``, ``hidden``, ``dtype``, ``device``).

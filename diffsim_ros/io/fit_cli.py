@@ -128,9 +128,9 @@ from .conventions import apply_conventions, parse_delay
 from .datasets import DatasetError
 from .formats import DataFormat, FormatError, FORMATS, in_model_order, LoadOptions, resolve
 from .loss_options import apply_loss, horizon_steps, LOSS_CHOICES
-from .report import (evaluate, export_urdf, parameter_table, predictors, ROLLOUT_HORIZONS,
-                     score, stribeck_levels, write_metrics_json, write_params_yaml,
-                     write_report_png)
+from .report import (evaluate, export_urdf, parameter_table, physical_predictor, predictors,
+                     ROLLOUT_HORIZONS, score, stribeck_levels, write_metrics_json,
+                     write_params_yaml, write_report_png)
 from .selection import (EARLY_STOPPING, early_stopping_split, select_runs, SelectionError,
                         split as split_runs_or_blocks)
 from .tables import TableError
@@ -151,7 +151,7 @@ from ..sysid.result import IdentificationResult
 
 PROG = 'diffsim-fit'
 #: Friction choices of ``--actuator``.
-ACTUATOR_CHOICES = ('viscous', 'stribeck', 'nn-friction', 'nn-residual')
+ACTUATOR_CHOICES = ('viscous', 'stribeck', 'sigmoid', 'nn-friction', 'nn-residual')
 #: Fewest training samples worth fitting.
 MIN_SAMPLES = 20
 #: Block length of the validation split of a single run, s.
@@ -932,7 +932,11 @@ def estimator_config(args: argparse.Namespace, info: Optional[robots.RobotInfo],
             learn.append('friction_model')
         motor = 'learn' not in mapping and mapping.get('actuator', 'none') != 'none'
         rate = 1.0 / float(torch.median(torch.diff(runs[0].t)))
-        mapping.update(simulation_schedule(rate, learn, ['actuator'] if motor else []))
+        # measured joint torques stay in the refinement's loss (simulation_schedule)
+        sensed = info is not None and bool(info.motor.get('torque_sensors')) \
+            and not uses_commands
+        mapping.update(simulation_schedule(rate, learn, ['actuator'] if motor else [],
+                                           torque_weight=1.0 if sensed else 0.0))
     config = _make_config(method, mapping)
     if args.max_iter is not None:
         _apply_max_iter(method, mapping, args.max_iter, config)
@@ -1175,6 +1179,8 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
         motor = _motor(info) if _needs_commands(info) else None
         fitted, base = predictors(result, model, config, motor)
         scores, curves = evaluate(fitted, base, train, validation, source, args.horizons)
+        published = _published(info, model, result.command_joints or model.joint_names,
+                               scores, base, train, validation, source, args.horizons)
         if _adjusted(urdf_info):
             exported, _ = predictors(dataclasses.replace(result, model=written), model, config,
                                      motor)
@@ -1206,6 +1212,7 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
             **scores,
             'horizons_s': list(args.horizons),
             'better_than_nominal': better_than_nominal(scores),
+            **({'published': published} if published is not None else {}),
             'iterations': result.metrics.get('iterations'),
             'wall_time_s': {'fit': fit_seconds, 'total': None},
             'urdf': urdf_info,
@@ -1238,6 +1245,39 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
     if metrics['worse_than_nominal']:
         progress.warn(metrics['worse_than_nominal'])
     return metrics
+
+
+def _published(info: Optional[robots.RobotInfo], model: RobotModel, joints: Sequence[str],
+               scores: Mapping[str, Any], base: Any, train: List[Trajectory],
+               validation: List[Trajectory], source: str,
+               horizons: Sequence[float]) -> Optional[Dict[str, Any]]:
+    """
+    Score the robot's published model with its own friction model, as the fit is scored.
+
+    :param info: catalog entry or ``None``.
+    :param model: nominal model (dtype and device of the evaluation).
+    :param joints: command joints of the fit's inputs.
+    :param scores: the fit's metrics (:func:`~diffsim_ros.io.report.evaluate`).
+    :param base: the nominal predictor (torque variance scale).
+    :param train: training runs.
+    :param validation: validation runs.
+    :param source: ``'tau'`` or ``'u'``.
+    :param horizons: rollout horizons, s.
+    :return: ``{'description', 'torque', 'acceleration', 'rollout', 'better_than_published'}``
+        or ``None`` when the catalog has no friction model beyond the URDF's fields.
+    """
+    if info is None:
+        return None
+    published = robots.interface(info.name).published_friction()
+    if published is None:
+        return None
+    bare, friction, description = published
+    predictor = physical_predictor(
+        'published', bare.to(dtype=model.dtype, device=model.device), joints, None,
+        friction.to(dtype=model.dtype, device=model.device))
+    section, _ = score(predictor, base, train, validation, source, horizons)
+    return {'description': f'catalogue inertials with {description}', **section,
+            'better_than_published': better_than_nominal({**scores, 'nominal': section})}
 
 
 def _exit_status(metrics: Dict[str, Any], allow_worse: bool) -> int:

@@ -132,7 +132,8 @@ def _finite(value: float) -> Optional[float]:
 def _error_summary(error: Tensor, scale: Tensor, joints: Sequence[str]) -> Dict[str, Any]:
     mse = error.square().mean(0)
     nmse = mse / scale
-    return {'rmse': _per_joint(mse.sqrt(), joints), 'nmse': _per_joint(nmse, joints),
+    return {'rmse': _per_joint(mse.sqrt(), joints), 'mse': _per_joint(mse, joints),
+            'mse_sum': _finite(float(mse.sum())), 'nmse': _per_joint(nmse, joints),
             'nmse_mean': _finite(float(nmse.mean())), 'samples': int(error.shape[0])}
 
 

@@ -51,7 +51,7 @@ from torch import nn
 
 from .catalog import RobotInfo, ROBOTS
 from ..core.aba import aba
-from ..core.actuators import DCMotor
+from ..core.actuators import DCMotor, SigmoidFriction
 from ..core.integrators import FRICTION_VELOCITY_SCALE
 from ..core.model import PRISMATIC, RobotModel
 from ..core.parameterization import is_physically_consistent, mass_com_inertia
@@ -151,6 +151,30 @@ class RobotInterface:
                 values[model.joint_index(joint)] = float(value)
             self._nominal = model.replace(armature=values)
         return self._nominal
+
+    def published_friction(self) -> Optional[Tuple[RobotModel, nn.Module, str]]:
+        """
+        Return the nominal model with the catalog's published friction model in its own form.
+
+        A URDF carries only viscous ``damping`` and a symmetric Coulomb ``friction``; where a
+        robot's identification paper published a richer model (the Panda's offset sigmoids
+        of Gaz et al., Table I), this is the model as its authors evaluated it: the URDF's
+        damping and Coulomb fields set to zero and that friction module in their place.
+
+        :return: ``(model, friction module, description)``, or ``None`` when the catalog
+            has no friction model beyond the URDF's fields.
+        """
+        friction = self.info.friction
+        if not all(key in friction for key in ('phi1', 'phi2', 'phi3')):
+            return None
+        model = self.nominal_model()
+        order = [self.info.joint_names.index(joint) for joint in model.joint_names]
+        module = SigmoidFriction(model.n, **{
+            key: torch.tensor([friction[key][i] for i in order], dtype=torch.float64)
+            for key in ('phi1', 'phi2', 'phi3')})
+        bare = model.replace(damping=torch.zeros_like(model.damping),
+                             friction=torch.zeros_like(model.friction))
+        return bare, module, str(friction.get('model', 'published friction')).split(';')[0]
 
     def limits(self) -> Dict[str, Tensor]:
         """

@@ -38,6 +38,9 @@ JOINT_UNITS = {
     'static': ('N m', 'N'),
     'stribeck_velocity': ('rad/s', 'm/s'),
     'viscous': ('N m s/rad', 'N s/m'),
+    'phi1': ('N m', 'N'),
+    'phi2': ('s/rad', 's/m'),
+    'phi3': ('rad/s', 'm/s'),
 }
 
 
