@@ -13,8 +13,10 @@ Sections (``benchmarks/README.md`` explains each in full):
   NN-friction, NN-residual}, the forward loss, the multi-step loss, the inverse -> multi-step
   schedule x {none, viscous, Stribeck}, ``diffsim-fit``'s default and FF-NN (as in DiffNEA
   Fig. 2), and whether any rollout diverged;
-* panda: per-joint torque MSE on the held-out last quarter of the excitation beside Gaz et
-  al.'s Table IV, identified masses beside their Table VIII;
+* panda: per-joint torque MSE and 0.25 s / 0.5 s rollout NMSE on the held-out last 30 % of
+  the excitation for the catalogue model, Gaz et al.'s p-hat with their own friction models,
+  NEA and DiffNEA (inverse, and diffsim-fit's default, each with and without Gaz's sigmoid
+  friction), beside their Table IV; identified masses beside their Table VIII;
 * dfki: identifiable parameter combinations of the DFKI simple and double pendulum beside
   the published ones.
 
@@ -72,6 +74,9 @@ CARTPOLE_SKIP = 0
 QUANSER_CUTOFF_HZ = 20.0
 PANDA_RATE_HZ = 200.0
 PANDA_CUTOFF_HZ = 5.0
+#: Trailing fraction of the Panda excitation held out, and its rollout horizons, s.
+PANDA_VALIDATION = 0.3
+PANDA_HORIZONS = (0.25, 0.5)
 DFKI_RATE_HZ = 250.0
 DFKI_CUTOFF_HZ = 10.0
 #: A rollout whose NMSE is not finite or above this counts as diverged.
@@ -94,7 +99,7 @@ G = 9.81
 DIFFNEA_VARIANTS = ('none', 'viscous', 'stribeck', 'nn-friction', 'nn-residual')
 QUICK_VARIANTS = ('viscous',)
 #: Held-out splits of the Quanser runs (:func:`split_quanser`).
-SPLITS = ('chirp', 'mixed', 'swingup')
+SPLITS = ('chirp', 'mixed', 'mixed-odd', 'halves', 'swingup')
 #: Rows of ``--rows core`` (besides the catalogue model).
 CORE_ROWS = ('NEA', 'DiffNEA-inverse-viscous', 'DiffNEA-default')
 #: Friction models of the inverse -> multi-step schedule rows.
@@ -265,7 +270,9 @@ def split_quanser(chirps: Sequence[Trajectory], swingups: Sequence[Trajectory], 
 
     ``'chirp'``: train on the chirps but the last (early stopping), validate on every
     swing-up; ``'mixed'``: train on the chirps but the last and on every other swing-up
-    (even positions), validate on the remaining swing-ups; ``'swingup'``: train on the
+    (even positions), validate on the remaining swing-ups; ``'mixed-odd'``: the same with
+    the odd positions trained; ``'halves'``: train on the chirps but the last and on the
+    first half of the swing-ups, validate on the second half; ``'swingup'``: train on the
     swing-ups but the last (early stopping), validate on every chirp.
 
     :param chirps: chirp runs.
@@ -282,6 +289,11 @@ def split_quanser(chirps: Sequence[Trajectory], swingups: Sequence[Trajectory], 
     train, stopping = chirps[:-1], chirps[-1:]
     if split == 'mixed':
         return train + swingups[0::2], stopping, swingups[1::2]
+    if split == 'mixed-odd':
+        return train + swingups[1::2], stopping, swingups[0::2]
+    if split == 'halves':
+        half = len(swingups) // 2
+        return train + swingups[:half], stopping, swingups[half:]
     return train, stopping, swingups
 
 
@@ -605,14 +617,14 @@ def peer_pair(robot: str, model: RobotModel, runs: Sequence[Trajectory],
 # --------------------------------------------------------------------------------------
 def panda_data(root: Path) -> Tuple[RobotModel, List[Trajectory], List[Trajectory]]:
     """
-    Load the Panda excitation at 200 Hz with derivatives; split off the last quarter.
+    Load the Panda excitation at 200 Hz with derivatives; split off the last 30 %.
 
     :param root: data root.
     :return: nominal model (Gaz et al.'s p-hat), training and validation runs.
     """
     run = datasets.load_panda_excitation(root)[0]
     run = estimate_derivatives(resample(run, PANDA_RATE_HZ), cutoff_hz=PANDA_CUTOFF_HZ)
-    split = split_time(run, validation=0.25)
+    split = split_time(run, validation=PANDA_VALIDATION)
     return model_of('panda'), list(split.train), list(split.validation)
 
 
@@ -632,58 +644,98 @@ def gaz_reference(root: Path) -> Dict[str, Any]:
             'masses_delta': table['delta_lmi_sdp_sousa']['mass']}
 
 
+def panda_configs(quick: bool) -> Dict[str, Tuple[str, Dict[str, Any]]]:
+    """
+    Return the fitted rows of the Panda table: ``{label: (method, config)}``.
+
+    ``DiffNEA-default`` is what ``diffsim-fit`` runs on a torque-sensing robot: the inverse
+    fit, then the multi-step refinement with the torque loss kept at weight 1
+    (:func:`~diffsim_ros.sysid.diffnea.simulation_schedule`); ``-sigmoid`` rows add Gaz et
+    al.'s offset-sigmoid friction module (``--actuator sigmoid``).
+    """
+    budget = {'adam_iterations': 50 if quick else ADAM_ITERATIONS,
+              'lbfgs_iterations': 5 if quick else LBFGS_ITERATIONS,
+              'lbfgs_max_inner': LBFGS_MAX_INNER}
+    learn = ['inertial', 'damping', 'coulomb']
+    sigmoid = {'friction_model': 'sigmoid'}
+    configs: Dict[str, Tuple[str, Dict[str, Any]]] = {
+        'NEA': ('nea', {'source': 'tau', 'friction': ['viscous', 'coulomb', 'offset']}),
+        'DiffNEA-inverse': ('diffnea', {'source': 'tau', 'learn': learn, **budget}),
+        'DiffNEA-inverse-sigmoid': ('diffnea', {'source': 'tau', **sigmoid, **budget,
+                                                'learn': learn + ['friction_model']}),
+    }
+    if quick:
+        return configs
+    for label, extra, groups in (('DiffNEA-default', {}, learn),
+                                 ('DiffNEA-default-sigmoid', sigmoid,
+                                  learn + ['friction_model'])):
+        configs[label] = ('diffnea', {'source': 'tau', **extra, **simulation_schedule(
+            PANDA_RATE_HZ, groups, torque_weight=1.0)})
+    return configs
+
+
 def panda_study(root: Path, quick: bool) -> Dict[str, Any]:
     """
-    Fit NEA and DiffNEA on the first 75 % of the excitation and score the last 25 %.
+    Fit on the first 70 % of the excitation; score torques and rollouts on the last 30 %.
+
+    Rows: the catalogue model (p-hat with the URDF's linear friction), Gaz et al.'s p-hat with
+    their own friction models (Table I sigmoids; Table III linear with offsets, torques only),
+    and the fits of :func:`panda_configs` from a perturbed start.
 
     :param root: data root.
-    :param quick: fewer DiffNEA iterations.
-    :return: ``{'per_joint_mse': {method: [...]}, 'gaz_table_iv': [...], 'masses': {...}}``.
+    :param quick: fewer DiffNEA iterations, no multi-step rows.
+    :return: ``{'per_joint_mse': {row: [...]}, 'rollout': {row: {...}}, 'gaz_table_iv': [...],
+        'masses': {...}, ...}``.
     """
     nominal, train, validation = panda_data(root)
     start = perturbed(nominal)
     reference = gaz_reference(root)
-    configs = {
-        'NEA': ('nea', {'source': 'tau', 'friction': ['viscous', 'coulomb', 'offset']}),
-        'DiffNEA': ('diffnea', {'source': 'tau', 'learn': ['inertial', 'damping', 'coulomb'],
-                                'adam_iterations': 50 if quick else ADAM_ITERATIONS,
-                                'lbfgs_iterations': 5 if quick else LBFGS_ITERATIONS,
-                                'lbfgs_max_inner': LBFGS_MAX_INNER}),
-    }
     joints = nominal.joint_names
     mse: Dict[str, List[Optional[float]]] = {}
+    rollout: Dict[str, Dict[str, Any]] = {}
     masses: Dict[str, List[float]] = {'gaz_p_hat': reference['masses'],
                                       'gaz_delta': reference['masses_delta'],
                                       'start': start.inertial[:, 0].tolist()}
     seconds: Dict[str, float] = {}
-    for label, (method, config) in configs.items():
+
+    def record(label: str, predictor: Predictor, with_rollout: bool = True) -> None:
+        metrics = torque_metrics(predictor, validation, 'tau')
+        mse[label] = [None if metrics['mse'][j] is None else metrics['mse'][j] for j in joints]
+        if with_rollout:
+            rollout[label] = rollout_entry(predictor, validation, 'tau', PANDA_HORIZONS)
+        print(f'  panda {label}: torque MSE sum {_fmt(sum(v or 0.0 for v in mse[label]))}'
+              + (' rollout ' + ' '.join(_fmt(rollout[label][f'nmse_{h:g}s'])
+                                        for h in PANDA_HORIZONS) if with_rollout else ''),
+              flush=True)
+
+    record('catalogue (p-hat, URDF friction)', physical_predictor(
+        'catalogue', nominal, joints, None, None))
+    published = robots.interface('panda').published_friction()
+    if published is not None:
+        bare, friction, _ = published
+        record('Gaz p-hat, Table I sigmoid friction', physical_predictor(
+            'gaz', bare, joints, None, friction))
+    record('Gaz p-hat, Table III linear friction + offset', physical_panda_gaz(nominal),
+           with_rollout=False)
+    for label, (method, config) in panda_configs(quick).items():
         begin = time.perf_counter()
         result = fit(method, start, train, None, config)
         seconds[label] = time.perf_counter() - begin
-        predictor = fitted_predictor(result, start, method, config)
-        metrics = torque_metrics(predictor, validation, 'tau')
-        mse[label] = [None if metrics['rmse'][j] is None else metrics['rmse'][j] ** 2
-                      for j in joints]
+        record(label, fitted_predictor(result, start, method, config))
         masses[label] = result.model.inertial[:, 0].tolist()
-        print(f'  panda {label}: fit {seconds[label]:.1f} s, torque MSE '
-              + ' '.join(_fmt(v) for v in mse[label]), flush=True)
-    gaz_model = physical_panda_gaz(nominal, root)
-    if gaz_model is not None:
-        metrics = torque_metrics(gaz_model, validation, 'tau')
-        mse['Gaz p-hat model on this data'] = [metrics['rmse'][j] ** 2 for j in joints]
-    return {'per_joint_mse': mse, 'gaz_table_iv': reference['table_iv']['p_hat'],
+    return {'per_joint_mse': mse, 'rollout': rollout, 'horizons': list(PANDA_HORIZONS),
+            'gaz_table_iv': reference['table_iv']['p_hat'],
             'gaz_table_iv_delta': reference['table_iv']['delta'], 'masses': masses,
             'fit_s': seconds, 'validation_seconds': sum(r.duration for r in validation),
             'train_seconds': sum(r.duration for r in train)}
 
 
-def physical_panda_gaz(nominal: RobotModel, root: Path) -> Optional[Predictor]:
+def physical_panda_gaz(nominal: RobotModel) -> Predictor:
     """
-    Return the predictor of Gaz et al.'s p-hat with their Table III linear friction (OSI).
+    Return the torque predictor of Gaz et al.'s p-hat with their Table III linear friction (OSI).
 
     :param nominal: the shipped Panda model (its inertials are p-hat).
-    :param root: data root.
-    :return: the predictor, or ``None`` when the table is missing.
+    :return: the predictor (torques only: ``sign`` friction is not simulated here).
     """
     info = robots.get('panda')
     viscous = torch.tensor(info.friction['viscous'], dtype=nominal.dtype)
@@ -692,7 +744,6 @@ def physical_panda_gaz(nominal: RobotModel, root: Path) -> Optional[Predictor]:
 
     def torque(q: torch.Tensor, qd: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         return u - viscous * qd - coulomb * torch.sign(qd) - offset
-    del root
     return Predictor(label='gaz', model=nominal, accel=lambda q, qd, u: qd, torque=torque)
 
 
@@ -859,11 +910,19 @@ def print_report(payload: Dict[str, Any], target: _common.Target) -> List[str]:
     panda = payload.get('panda')
     if panda:
         joints = [f'j{i + 1}' for i in range(len(panda['gaz_table_iv']))]
-        rows = [[label] + [_fmt(v) for v in values]
-                for label, values in panda['per_joint_mse'].items()]
-        rows.append(['Gaz Table IV (p-hat)'] + [_fmt(v) for v in panda['gaz_table_iv']])
-        rows.append(['Gaz Table IV (delta)'] + [_fmt(v) for v in panda['gaz_table_iv_delta']])
-        headers = ['torque MSE N^2m^2'] + joints
+        horizons = panda.get('horizons', [])
+        rows = []
+        for label, values in panda['per_joint_mse'].items():
+            entry = panda.get('rollout', {}).get(label, {})
+            rows.append([label] + [_fmt(v) for v in values]
+                        + [_fmt(sum(v or 0.0 for v in values))]
+                        + [_fmt(entry.get(f'nmse_{h:g}s')) for h in horizons])
+        for label, key in (('Gaz Table IV (p-hat)', 'gaz_table_iv'),
+                           ('Gaz Table IV (delta)', 'gaz_table_iv_delta')):
+            rows.append([label] + [_fmt(v) for v in panda[key]] + [_fmt(sum(panda[key]))]
+                        + ['-'] * len(horizons))
+        headers = (['torque MSE N^2m^2'] + joints + ['sum']
+                   + [f'rollout NMSE {h:g} s' for h in horizons])
         title = (f'panda: torque MSE on the last {panda["validation_seconds"]:.1f} s '
                  f'(trained on {panda["train_seconds"]:.1f} s)')
         _common.print_section(title, [_common.format_table(headers, rows)])
@@ -908,9 +967,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='write the result tables as markdown to PATH')
     parser.add_argument('--split', default='chirp', choices=SPLITS,
                         help='held-out runs of the qube / cartpole sections: chirp (train '
-                             'chirps, validate swing-ups), mixed (train chirps and every other '
-                             'swing-up, validate the rest), swingup (train swing-ups, validate '
-                             'chirps)')
+                             'chirps, validate swing-ups), mixed / mixed-odd (train chirps and '
+                             'the even / odd swing-ups, validate the rest), halves (train '
+                             'chirps and the first half of the swing-ups, validate the second), '
+                             'swingup (train swing-ups, validate chirps)')
     parser.add_argument('--rows', default='all',
                         help='qube / cartpole rows: all; core (catalogue, NEA, '
                              'DiffNEA-inverse-viscous, DiffNEA-default); or comma-separated '
