@@ -127,10 +127,11 @@ from .bags import bag_topics, BagError, COMMAND, STORAGE_SUFFIXES
 from .conventions import apply_conventions, parse_delay
 from .datasets import DatasetError
 from .formats import DataFormat, FormatError, FORMATS, in_model_order, LoadOptions, resolve
+from .identifiability import mark_unidentifiable, unidentifiable
 from .loss_options import apply_loss, horizon_steps, LOSS_CHOICES
 from .report import (evaluate, export_urdf, parameter_table, predictors, ROLLOUT_HORIZONS,
-                     score, stribeck_levels, write_metrics_json, write_params_yaml,
-                     write_report_png)
+                     score, stribeck_levels, write_metrics_json, write_params_yaml)
+from .report_figure import report_content, validation_blocks, write_report
 from .selection import (EARLY_STOPPING, early_stopping_split, select_runs, SelectionError,
                         split as split_runs_or_blocks)
 from .tables import TableError
@@ -1174,7 +1175,7 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
     try:
         motor = _motor(info) if _needs_commands(info) else None
         fitted, base = predictors(result, model, config, motor)
-        scores, curves = evaluate(fitted, base, train, validation, source, args.horizons)
+        scores, traces = evaluate(fitted, base, train, validation, source, args.horizons)
         if _adjusted(urdf_info):
             exported, _ = predictors(dataclasses.replace(result, model=written), model, config,
                                      motor)
@@ -1187,6 +1188,8 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
     with reported(f'cannot write to --out {str(out)!r}', OSError):
         (out / 'model.urdf').write_text(urdf_text, encoding='utf-8')
         parameters = parameter_table(result, nominal, config)
+        flags = unidentifiable(parameters, nominal, config)
+        parameters = mark_unidentifiable(parameters, flags)
         write_params_yaml(out / 'params.yaml', _header(args, robot_label, nominal, result,
                                                        config, source), parameters)
         modules_path = _save_modules(result, out)
@@ -1210,6 +1213,7 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
             'wall_time_s': {'fit': fit_seconds, 'total': None},
             'urdf': urdf_info,
             'physical_parameters': bool(parameters),
+            'unidentifiable': flags,
             'modules': modules_path.name if modules_path is not None else None,
             'estimator_metrics': result.to_dict()['metrics'],
             'history': {'train_iterations': len(result.history.get('train', ())),
@@ -1220,18 +1224,21 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
         }
         del metrics['armature']
         metrics['exit_status'] = _exit_status(metrics, args.allow_worse)
-        plot_run = validation[0] if validation else train[0]
-        run_label = f'validation run {plot_run.run}' if validation else \
-            f'training run {plot_run.run} (no validation data)'
         note = 'black-box model: no physical parameters (model.urdf is the nominal URDF)' \
             if not parameters else ''
         units = ['m' if kind == PRISMATIC else 'rad' for kind in nominal.tree.joint_types]
-        write_report_png(out / 'report.png', f'{robot_label}: {args.method} fit of '
-                         f'{args.data.name}', plot_run, run_label, curves, parameters,
-                         _summary(args.method, metrics), note, units)
+        content = report_content((fitted, base), scores, units,
+                                 'command x catalogue motor' if _needs_commands(info)
+                                 else 'measured',
+                                 'validation' if validation else 'training (no validation)')
+        reports = write_report(out, f'{robot_label}: {args.method} fit of {args.data.name}',
+                               validation_blocks((fitted, base), validation or train[:1],
+                                                 source, traces),
+                               content, parameters, _summary(args.method, metrics), note)
         metrics['wall_time_s']['total'] = time.perf_counter() - start
         write_metrics_json(out / 'metrics.json', metrics)
-    progress.stage(f'wrote params.yaml, model.urdf, metrics.json, report.png'
+    progress.stage(f'wrote params.yaml, model.urdf, metrics.json, '
+                   f'{", ".join(path.name for path in reports)}'
                    f'{", modules.pt" if modules_path is not None else ""} to {out}')
     if warning is not None:
         progress.warn(warning)
