@@ -66,7 +66,10 @@ and L-BFGS steps to a tenth of it; ``ffnn``: its iterations; ``nea`` is closed-f
 Outputs in ``--out``:
 
 * ``params.yaml``: per named parameter ``value``, ``unit``, ``nominal`` and ``std`` where the
-  estimator gives one (NEA base parameters, with their ``expression``); method, robot, data
+  estimator gives one (NEA base parameters, with their ``expression``), and
+  ``identifiable: false`` with the reason on parameters the data cannot determine
+  (:mod:`diffsim_ros.io.identifiability`: they enter no base parameter of the regressor, or
+  their std exceeds their value); method, robot, data
   path, joint names, command joints and armature;
 * ``model.urdf``: the nominal URDF with the identified inertials, damping and Coulomb friction
   (:func:`diffsim_ros.io.model_to_urdf`); when least squares leaves bodies physically
@@ -78,9 +81,18 @@ Outputs in ``--out``:
   training and validation runs, rollout NMSE over windows of each ``--horizons`` length
   (default 0.5 s and 1 s) of the validation runs, the same for the nominal model,
   ``better_than_nominal`` per metric (:mod:`diffsim_ros.io.verdict`), wall time,
-  iterations, preprocessing, data format and the defaults it set, versions;
-* ``report.png``: measured vs predicted positions per joint on a validation run and the
-  parameter table;
+  iterations, preprocessing, data format and the defaults it set, versions, and
+  ``unidentifiable`` (``{parameter: reason}``);
+* ``report.png`` (:mod:`diffsim_ros.io.report_figure`), one row per joint: measured vs
+  predicted joint torque of the fit and of the catalogue model with each one's NMSE (for
+  voltage-commanded robots the command through the catalogued DC motor), open-loop rollouts
+  of both against the measured positions for each ``--horizons`` length (y-limits from the
+  measurement; where a prediction leaves the axes it is marked and counted), on every
+  validation run end to end (the longest one when together they last over 30 s), then the
+  key metrics beside the catalogue model's and the parameter table (catalogue value beside
+  the identified one, unidentifiable parameters greyed and starred);
+* ``report_validation.pdf``: the same torque and rollout panels for every validation run,
+  one page per run (per 20 s of a long run), each curve's RMSE on the page;
 * ``modules.pt`` (neural friction or black-box models only): their ``state_dict``.
 
 Before the fit, the excitation of the training data is measured
@@ -196,7 +208,13 @@ examples:
   diffsim-fit shared/data/panda_gaz2019_excitation --out fits/panda
   diffsim-fit recording.mcap --robot panda --validation 0.3 --out fits/mine
 
-outputs in --out: params.yaml, model.urdf, metrics.json, report.png
+outputs in --out: params.yaml, model.urdf, metrics.json, report.png,
+  report_validation.pdf
+  report.png: per joint, measured vs predicted torque and open-loop rollouts at each
+  --horizons length, fit and catalogue model, on the validation runs (axes follow the
+  measurement; predictions that leave them are marked); metrics; parameters (catalogue
+  beside identified, * = not identifiable from the data); report_validation.pdf: the
+  same panels for every validation run, one page each
   (--out is created and checked for writing before anything is fitted)
 
 exit status:
@@ -299,7 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description='Identify robot dynamics from a rosbag2 recording or a CSV/NPZ table and '
-        'write params.yaml, model.urdf, metrics.json and report.png.')
+        'write params.yaml, model.urdf, metrics.json, report.png and report_validation.pdf.')
     parser.add_argument('data', type=_path,
                         help='rosbag2 directory, .mcap or .db3 file, .csv / .npz table, or a '
                         'shared data set folder (see --format)')
@@ -1228,7 +1246,7 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
             if not parameters else ''
         units = ['m' if kind == PRISMATIC else 'rad' for kind in nominal.tree.joint_types]
         content = report_content((fitted, base), scores, units,
-                                 'command x catalogue motor' if _needs_commands(info)
+                                 'measured: voltage x catalogue motor' if _needs_commands(info)
                                  else 'measured',
                                  'validation' if validation else 'training (no validation)')
         reports = write_report(out, f'{robot_label}: {args.method} fit of {args.data.name}',

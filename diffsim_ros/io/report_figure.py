@@ -336,7 +336,7 @@ def _rollout_panel(axis: Axes, parts: Sequence[Part], j: int, key: str,
                 x, y, exit_ = exit_point(t + shift, q[:, j], low, high)
                 axis.plot(x, y, **style)
                 if exit_ is not None:
-                    exits.append((exit_[0] - shift, exit_))
+                    exits.append(exit_)
                     axis.plot(exit_[0], exit_[1], marker=_EXIT_MARKERS[exit_[2]],
                               color=style['color'], markersize=7, clip_on=False,
                               linestyle='none')
@@ -349,11 +349,14 @@ def _rollout_panel(axis: Axes, parts: Sequence[Part], j: int, key: str,
             value = float(np.sqrt(np.mean(joined))) if errors else math.nan
             metric = f'RMSE {_fmt(value)} {unit}'
         else:
-            value = content.rollout_rmse.get(label, {}).get(key, {}).get(joint)
-            metric = f'RMSE at {key} {_fmt(value)} {unit}'
+            per_joint = content.rollout_rmse.get(label, {}).get(key) or {}
+            value = per_joint.get(joint)
+            metric = f'RMSE at {key} ' + (
+                f'{_fmt(value)} {unit}' if value is not None else
+                'non-finite (diverged)' if per_joint else '- (no run this long)')
         axis.plot([], [], **style, label=f'{name}: {metric}')
         if exits:
-            first = min(time for time, _ in exits)
+            first = min(where[0] for where in exits)
             notes.append(f'{name}: {len(exits)} of {count} windows left the axes '
                          f'(first at t={first:.3g} s)')
     axis.set_ylim(low, high)
@@ -503,7 +506,7 @@ def _figure(n: int, columns: int, side: bool) -> Tuple[Figure, Any]:
     FigureCanvasAgg(figure)
     ratios = (1.0,) * columns + ((1.3,) if side else ())
     # fixed room in inches for the two-line title, the column titles and the time axis
-    grid = figure.add_gridspec(n, columns + int(side), width_ratios=ratios, left=0.05,
+    grid = figure.add_gridspec(n, columns + int(side), width_ratios=ratios, left=0.75 / width,
                                right=0.99, top=1.0 - 1.05 / height, bottom=0.55 / height,
                                hspace=0.45, wspace=0.22)
     return figure, grid
