@@ -345,9 +345,9 @@ def _rollout_panel(axis: Axes, parts: Sequence[Part], j: int, key: str,
                     rows = np.arange(first, min(first + len(t), len(block.t)))
                     errors.append(np.square(q[:len(rows), j] - block.q[rows, j]))
         if per_page:
-            joined = np.concatenate(errors) if errors else np.array([math.nan])
-            value = float(np.sqrt(np.mean(joined))) if errors else math.nan
-            metric = f'RMSE {_fmt(value)} {unit}'
+            value = float(np.sqrt(np.mean(np.concatenate(errors)))) if errors else math.nan
+            metric = f'RMSE {_fmt(value)} {unit}' if math.isfinite(value) or not errors else \
+                'RMSE non-finite (diverged)'
         else:
             per_joint = content.rollout_rmse.get(label, {}).get(key) or {}
             value = per_joint.get(joint)
@@ -507,7 +507,7 @@ def _figure(n: int, columns: int, side: bool) -> Tuple[Figure, Any]:
     ratios = (1.0,) * columns + ((1.3,) if side else ())
     # fixed room in inches for the two-line title, the column titles and the time axis
     grid = figure.add_gridspec(n, columns + int(side), width_ratios=ratios, left=0.75 / width,
-                               right=0.99, top=1.0 - 1.05 / height, bottom=0.55 / height,
+                               right=0.99, top=1.0 - 1.3 / height, bottom=0.55 / height,
                                hspace=0.45, wspace=0.22)
     return figure, grid
 
