@@ -64,7 +64,7 @@ def synthetic():
     blocks = validation_blocks((fitted, base), validation, 'tau', traces)
     content = report_content((fitted, base), scores, ['rad', 'rad'])
     return {'model': model, 'scores': scores, 'blocks': blocks, 'content': content,
-            'validation': validation}
+            'validation': validation, 'fitted': fitted, 'base': base}
 
 
 def _legend(axis) -> list:
@@ -177,3 +177,15 @@ def test_the_pandas_first_link_mass_is_flagged_and_its_inertia_about_the_axis_is
     names = ('panda_link1/m', 'panda_link1/mx', 'panda_link1/izz', 'panda_link3/m')
     flags = unidentifiable({name: {'value': 1.0} for name in names}, panda, object())
     assert set(flags) == {'panda_link1/m', 'panda_link1/mx'}
+
+
+def test_a_diverged_fit_is_named_so_in_titles_and_legends(synthetic):
+    scores = dict(synthetic['scores'])
+    scores['rollout'] = {**scores['rollout'], '1s': {
+        'nmse': None, 'diverged': True,
+        'q_rmse': {'shoulder_joint': None, 'elbow_joint': None}}}
+    content = report_content((synthetic['fitted'], synthetic['base']), scores, ['rad', 'rad'])
+    _, axes = summary_figure(synthetic['blocks'], content, 'test', {}, [])
+    assert 'identified (test) diverged, catalogue' in axes['1s'][0].get_title()
+    assert 'identified (test): RMSE at 1s non-finite (diverged)' in _legend(axes['1s'][0])
+    assert 'diverged' not in axes['0.5s'][0].get_title()

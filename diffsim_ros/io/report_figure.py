@@ -111,7 +111,7 @@ class ReportContent:
     :param measured_label: legend name of the measured torque.
     :param data_label: which data the blocks are (``'validation'``, or ``'training'``).
     :param torque_nmse: ``{label: {joint: NMSE}}`` over all blocks.
-    :param rollout_nmse: ``{label: {'<h>s': NMSE}}`` over all blocks.
+    :param rollout_nmse: ``{label: {'<h>s': NMSE}}`` over all blocks (``inf``: diverged).
     :param rollout_rmse: ``{label: {'<h>s': {joint: RMSE at the horizon}}}``.
     """
 
@@ -216,7 +216,8 @@ def report_content(models: Sequence[Predictor], scores: Mapping[str, Any],
     for label, section in zip(labels, (scores, scores.get('nominal', {}))):
         torque[label] = ((section.get('torque') or {}).get(split) or {}).get('nmse') or {}
         rollout = section.get('rollout') or {}
-        nmse[label] = {key: entry.get('nmse') for key, entry in rollout.items()}
+        nmse[label] = {key: math.inf if entry.get('diverged') else entry.get('nmse')
+                       for key, entry in rollout.items()}
         rmse[label] = {key: entry.get('q_rmse') or {} for key, entry in rollout.items()}
     position_units = tuple(position_units)
     return ReportContent(
@@ -272,6 +273,10 @@ def _y_limits(values: Sequence[np.ndarray]) -> Tuple[float, float]:
 
 def _fmt(value: Optional[float]) -> str:
     return f'{value:.3g}' if isinstance(value, float) and math.isfinite(value) else '-'
+
+
+def _nmse(value: Optional[float]) -> str:
+    return 'diverged' if value == math.inf else _fmt(value)
 
 
 def _rmse(a: np.ndarray, b: np.ndarray) -> float:
@@ -398,8 +403,8 @@ def _panels(figure: Figure, grid: Any, parts: Sequence[Part], content: ReportCon
                     nmse = content.rollout_nmse
                     head = f'open-loop rollouts from measured states, {column} windows\n' + (
                         'legend: RMSE on this page' if per_page else
-                        f'NMSE all runs: {fit_name} {_fmt(nmse[fit].get(column))}, '
-                        f'{base_name} {_fmt(nmse[base].get(column))}')
+                        f'NMSE all runs: {fit_name} {_nmse(nmse[fit].get(column))}, '
+                        f'{base_name} {_nmse(nmse[base].get(column))}')
                 axis.set_title(head, fontsize=8.5)
             if j == n - 1:
                 axis.set_xlabel('time [s]' if len(parts) == 1 else
