@@ -114,6 +114,12 @@ def _check_outputs(out: Path, method: str, joints) -> dict:
     assert masses == pytest.approx(float(model.inertial[:, 0].sum()), rel=1e-9)
     with (out / 'report.png').open('rb') as stream:
         assert stream.read(8) == b'\x89PNG\r\n\x1a\n'
+    with (out / 'report_validation.pdf').open('rb') as stream:
+        assert stream.read(5) == b'%PDF-'
+    # every flag in metrics.json is on its params.yaml entry, and only those
+    flagged = {name for name, entry in params['parameters'].items()
+               if entry.get('identifiable') is False}
+    assert flagged == set(metrics['unidentifiable'])
     return {'params': params, 'metrics': metrics, 'model': model}
 
 
@@ -269,6 +275,9 @@ def test_nea_on_npz_with_a_urdf_file_uses_the_measured_torques(pendulum, tmp_pat
     for joint in ('shoulder_joint', 'elbow_joint'):     # Coulomb stays nominal
         coulomb = parameters[f'{joint}/coulomb']
         assert coulomb['value'] == pytest.approx(coulomb['nominal'])
+    # the upper link's mass sits on the shoulder axis: no torque depends on it
+    assert 'enters no base parameter' in result['metrics']['unidentifiable']['upper_link/m']
+    assert 'lower_link/m' not in result['metrics']['unidentifiable']
     _moved_toward_truth(result['model'], pendulum['true'], pendulum['held_out'],
                         'double_pendulum')
 
@@ -317,6 +326,7 @@ def test_help_exits_zero_and_says_what_the_exit_statuses_mean(capsys):
     for status in (0, EXIT_USAGE, EXIT_NOT_EXCITED, EXIT_WORSE, 130):
         assert f'\n  {status} ' in text, status
     assert '--max-condition' in text and '--allow-worse' in text
+    assert 'report_validation.pdf' in text and 'not identifiable' in text
 
 
 # --------------------------------------------------------------------------------------

@@ -66,7 +66,10 @@ and L-BFGS steps to a tenth of it; ``ffnn``: its iterations; ``nea`` is closed-f
 Outputs in ``--out``:
 
 * ``params.yaml``: per named parameter ``value``, ``unit``, ``nominal`` and ``std`` where the
-  estimator gives one (NEA base parameters, with their ``expression``); method, robot, data
+  estimator gives one (NEA base parameters, with their ``expression``), and
+  ``identifiable: false`` with the reason on parameters the data cannot determine
+  (:mod:`diffsim_ros.io.identifiability`: they enter no base parameter of the regressor, or
+  their std exceeds their value); method, robot, data
   path, joint names, command joints and armature;
 * ``model.urdf``: the nominal URDF with the identified inertials, damping and Coulomb friction
   (:func:`diffsim_ros.io.model_to_urdf`); when least squares leaves bodies physically
@@ -78,9 +81,18 @@ Outputs in ``--out``:
   training and validation runs, rollout NMSE over windows of each ``--horizons`` length
   (default 0.5 s and 1 s) of the validation runs, the same for the nominal model,
   ``better_than_nominal`` per metric (:mod:`diffsim_ros.io.verdict`), wall time,
-  iterations, preprocessing, data format and the defaults it set, versions;
-* ``report.png``: measured vs predicted positions per joint on a validation run and the
-  parameter table;
+  iterations, preprocessing, data format and the defaults it set, versions, and
+  ``unidentifiable`` (``{parameter: reason}``);
+* ``report.png`` (:mod:`diffsim_ros.io.report_figure`), one row per joint: measured vs
+  predicted joint torque of the fit and of the catalogue model with each one's NMSE (for
+  voltage-commanded robots the command through the catalogued DC motor), open-loop rollouts
+  of both against the measured positions for each ``--horizons`` length (y-limits from the
+  measurement; where a prediction leaves the axes it is marked and counted), on every
+  validation run end to end (the longest one when together they last over 30 s), then the
+  key metrics beside the catalogue model's and the parameter table (catalogue value beside
+  the identified one, unidentifiable parameters greyed and starred);
+* ``report_validation.pdf``: the same torque and rollout panels for every validation run,
+  one page per run (per 20 s of a long run), each curve's RMSE on the page;
 * ``modules.pt`` (neural friction or black-box models only): their ``state_dict``.
 
 Before the fit, the excitation of the training data is measured
@@ -127,10 +139,12 @@ from .bags import bag_topics, BagError, COMMAND, STORAGE_SUFFIXES
 from .conventions import apply_conventions, parse_delay
 from .datasets import DatasetError
 from .formats import DataFormat, FormatError, FORMATS, in_model_order, LoadOptions, resolve
+from .identifiability import mark_unidentifiable, unidentifiable
 from .loss_options import apply_loss, horizon_steps, LOSS_CHOICES
 from .report import (evaluate, export_urdf, parameter_table, physical_predictor, predictors,
                      ROLLOUT_HORIZONS, score, stribeck_levels, write_metrics_json,
-                     write_params_yaml, write_report_png)
+                     write_params_yaml)
+from .report_figure import report_content, validation_blocks, write_report
 from .selection import (EARLY_STOPPING, early_stopping_split, select_runs, SelectionError,
                         split as split_runs_or_blocks)
 from .tables import TableError
@@ -195,7 +209,13 @@ examples:
   diffsim-fit shared/data/panda_gaz2019_excitation --out fits/panda
   diffsim-fit recording.mcap --robot panda --validation 0.3 --out fits/mine
 
-outputs in --out: params.yaml, model.urdf, metrics.json, report.png
+outputs in --out: params.yaml, model.urdf, metrics.json, report.png,
+  report_validation.pdf
+  report.png: per joint, measured vs predicted torque and open-loop rollouts at each
+  --horizons length, fit and catalogue model, on the validation runs (axes follow the
+  measurement; predictions that leave them are marked); metrics; parameters (catalogue
+  beside identified, * = not identifiable from the data); report_validation.pdf: the
+  same panels for every validation run, one page each
   (--out is created and checked for writing before anything is fitted)
 
 exit status:
@@ -298,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description='Identify robot dynamics from a rosbag2 recording or a CSV/NPZ table and '
-        'write params.yaml, model.urdf, metrics.json and report.png.')
+        'write params.yaml, model.urdf, metrics.json, report.png and report_validation.pdf.')
     parser.add_argument('data', type=_path,
                         help='rosbag2 directory, .mcap or .db3 file, .csv / .npz table, or a '
                         'shared data set folder (see --format)')
@@ -1178,7 +1198,7 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
     try:
         motor = _motor(info) if _needs_commands(info) else None
         fitted, base = predictors(result, model, config, motor)
-        scores, curves = evaluate(fitted, base, train, validation, source, args.horizons)
+        scores, traces = evaluate(fitted, base, train, validation, source, args.horizons)
         published = _published(info, model, result.command_joints or model.joint_names,
                                scores, base, train, validation, source, args.horizons)
         if _adjusted(urdf_info):
@@ -1193,6 +1213,8 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
     with reported(f'cannot write to --out {str(out)!r}', OSError):
         (out / 'model.urdf').write_text(urdf_text, encoding='utf-8')
         parameters = parameter_table(result, nominal, config)
+        flags = unidentifiable(parameters, nominal, config)
+        parameters = mark_unidentifiable(parameters, flags)
         write_params_yaml(out / 'params.yaml', _header(args, robot_label, nominal, result,
                                                        config, source), parameters)
         modules_path = _save_modules(result, out)
@@ -1217,6 +1239,7 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
             'wall_time_s': {'fit': fit_seconds, 'total': None},
             'urdf': urdf_info,
             'physical_parameters': bool(parameters),
+            'unidentifiable': flags,
             'modules': modules_path.name if modules_path is not None else None,
             'estimator_metrics': result.to_dict()['metrics'],
             'history': {'train_iterations': len(result.history.get('train', ())),
@@ -1227,18 +1250,21 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
         }
         del metrics['armature']
         metrics['exit_status'] = _exit_status(metrics, args.allow_worse)
-        plot_run = validation[0] if validation else train[0]
-        run_label = f'validation run {plot_run.run}' if validation else \
-            f'training run {plot_run.run} (no validation data)'
         note = 'black-box model: no physical parameters (model.urdf is the nominal URDF)' \
             if not parameters else ''
         units = ['m' if kind == PRISMATIC else 'rad' for kind in nominal.tree.joint_types]
-        write_report_png(out / 'report.png', f'{robot_label}: {args.method} fit of '
-                         f'{args.data.name}', plot_run, run_label, curves, parameters,
-                         _summary(args.method, metrics), note, units)
+        content = report_content((fitted, base), scores, units,
+                                 'measured: voltage x catalogue motor' if _needs_commands(info)
+                                 else 'measured',
+                                 'validation' if validation else 'training (no validation)')
+        reports = write_report(out, f'{robot_label}: {args.method} fit of {args.data.name}',
+                               validation_blocks((fitted, base), validation or train[:1],
+                                                 source, traces),
+                               content, parameters, _summary(args.method, metrics), note)
         metrics['wall_time_s']['total'] = time.perf_counter() - start
         write_metrics_json(out / 'metrics.json', metrics)
-    progress.stage(f'wrote params.yaml, model.urdf, metrics.json, report.png'
+    progress.stage(f'wrote params.yaml, model.urdf, metrics.json, '
+                   f'{", ".join(path.name for path in reports)}'
                    f'{", modules.pt" if modules_path is not None else ""} to {out}')
     if warning is not None:
         progress.warn(warning)

@@ -9,8 +9,8 @@ Evaluation, figures and files of an offline identification (what ``diffsim-fit``
   :class:`~diffsim_ros.sysid.result.IdentificationResult` and to the nominal model;
 * :func:`parameter_table` and :func:`export_urdf` give the named parameters with their
   nominal values and the URDF of a fit;
-* :func:`write_params_yaml`, :func:`write_metrics_json` and :func:`write_report_png` write
-  ``params.yaml``, ``metrics.json`` and ``report.png``.
+* :func:`write_params_yaml` and :func:`write_metrics_json` write ``params.yaml`` and
+  ``metrics.json``; :mod:`diffsim_ros.io.report_figure` draws ``report.png``.
 
 Normalised errors (NMSE) are ``mean(e^2) / var`` per column, so 1 means "explains none of
 the signal" and 0 a perfect fit.  The inverse-dynamics residual of a physical model is
@@ -29,9 +29,6 @@ consistent ones (:func:`nearest_consistent`) or, failing that, reset to their no
 negative damping / Coulomb levels are clipped to zero, and the viscous / Coulomb levels of a
 Stribeck module are added to the URDF's damping / friction; the returned description lists
 each change.  A black-box fit has no physical parameters: its URDF is the nominal one.
-
-The figure is drawn with Matplotlib's object API on an Agg canvas, so it neither needs a
-display nor changes the global ``pyplot`` backend.
 """
 
 from dataclasses import dataclass
@@ -40,8 +37,6 @@ import math
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 import numpy as np
 import torch
 import yaml
@@ -66,16 +61,12 @@ __all__ = ['Predictor', 'ROLLOUT_HORIZONS', 'acceleration_metrics', 'consistent_
            'evaluate', 'export_urdf', 'jsonable', 'nearest_consistent', 'nominal_actuator',
            'nominal_values', 'parameter_table', 'physical_predictor', 'predictors',
            'rollout_study', 'score', 'stribeck_levels', 'torque_metrics', 'write_metrics_json',
-           'write_params_yaml', 'write_report_png']
+           'write_params_yaml']
 
 Tensor = torch.Tensor
 PathLike = Union[str, Path]
 SignalFn = Callable[[Tensor, Tensor, Tensor], Tensor]
 
-#: Rows of the parameter table in the figure before it is cut (the rest is in params.yaml).
-TABLE_ROWS = 30
-#: Longest stretch of a run drawn in the figure, s.
-PLOT_SECONDS = 10.0
 #: Default rollout horizons of the metrics, s (``diffsim-fit --horizons``).
 ROLLOUT_HORIZONS = (0.5, 1.0)
 
@@ -90,12 +81,16 @@ class Predictor:
     :param accel: ``(q (..., n), qd (..., n), u (..., m)) -> qdd (..., n)``.
     :param torque: ``(q, qd, u) -> net applied joint torque (..., n)``, ``None`` for black
         boxes (no torque metrics).
+    :param drive: ``(q, qd, u) -> the actuators' joint torque before friction (..., n)``
+        (``B u`` for torque inputs, the motor model's torque for voltages), ``None`` for black
+        boxes; the report draws the nominal model's as the measured torque.
     """
 
     label: str
     model: RobotModel
     accel: SignalFn
     torque: Optional[SignalFn] = None
+    drive: Optional[SignalFn] = None
 
 
 def physical_predictor(label: str, model: RobotModel, command_joints: Sequence[str],
@@ -115,10 +110,13 @@ def physical_predictor(label: str, model: RobotModel, command_joints: Sequence[s
     """
     B = command_matrix(model, command_joints)
     torque = make_torque_fn(model, B, actuator, friction, coulomb_eps)
+    frictionless = model.replace(damping=torch.zeros_like(model.damping),
+                                 friction=torch.zeros_like(model.friction))
+    drive = make_torque_fn(frictionless, B, actuator, None, coulomb_eps)
 
     def accel(q: Tensor, qd: Tensor, u: Tensor) -> Tensor:
         return aba(model, q, qd, torque(q, qd, u))
-    return Predictor(label=label, model=model, accel=accel, torque=torque)
+    return Predictor(label=label, model=model, accel=accel, torque=torque, drive=drive)
 
 
 def _per_joint(values: Tensor, joints: Sequence[str]) -> Dict[str, Optional[float]]:
@@ -230,27 +228,27 @@ def _padded_windows(runs: Sequence[Trajectory], model: RobotModel, source: str, 
 
 
 def rollout_study(predictor: Predictor, runs: Sequence[Trajectory], source: str,
-                  horizons_s: Sequence[float] = ROLLOUT_HORIZONS, plot_run: int = 0,
-                  plot_seconds: float = PLOT_SECONDS
-                  ) -> Tuple[Dict[str, Dict[str, Any]], Optional[Tuple[np.ndarray, np.ndarray]]]:
+                  horizons_s: Sequence[float] = ROLLOUT_HORIZONS
+                  ) -> Tuple[Dict[str, Dict[str, Any]], Optional[Dict[str, Any]]]:
     """
-    Measure multi-step predictions, and simulate the segments drawn in the report.
+    Measure multi-step predictions, and return every simulated window for the report.
 
     One batched RK4 rollout of the longest horizon starts from the measured state every
     ``min(horizons_s)`` seconds of every run, holding the measured commands.  For each horizon
     the error of the windows that stay inside their run is averaged over the horizon's steps
-    (see the module docstring).  The first ``min(horizons_s)`` seconds of the windows of run
-    ``plot_run`` that start within ``plot_seconds`` are returned for the figure.
+    (see the module docstring).  The predicted positions of every window are returned for the
+    figure (:mod:`diffsim_ros.io.report_figure`).
 
     :param predictor: the predictor.
     :param runs: uniformly sampled trajectories (validation runs).
     :param source: input signal, ``'tau'`` or ``'u'``.
     :param horizons_s: horizons, s.
-    :param plot_run: index of the run whose segments are returned.
-    :param plot_seconds: longest stretch of that run to return, s.
     :return: ``({'<h>s': {'horizon_s', 'steps', 'windows', 'nmse', 'q_rmse': {joint: error at
-        the horizon}, 'diverged'}}, (t (W, H + 1), q (W, H + 1, n)) or None)``; a horizon that
-        no run is long enough for has ``nmse`` ``None`` and a ``note``.
+        the horizon}, 'diverged'}}, traces or None)``; a horizon that no run is long enough
+        for has ``nmse`` ``None`` and a ``note``.  ``traces``: ``{'t': (W, H + 1) s, 'q':
+        (W, H + 1, n) predicted positions (NaN past the end of the window's run), 'run': (W,)
+        index into ``runs``, 'stride': steps between window starts, 'steps': {'<h>s': steps of
+        that horizon}}``, numpy arrays.
     :raises ValueError: non-uniformly sampled runs (resample them first).
     """
     horizons_s = sorted(horizons_s)
@@ -284,18 +282,14 @@ def rollout_study(predictor: Predictor, runs: Sequence[Trajectory], source: str,
         entry.update({'steps': k, 'windows': int(inside.sum()),
                       'diverged': not math.isfinite(nmse), 'nmse': _finite(nmse),
                       'q_rmse': _per_joint(end.square().mean(0).sqrt(), model.joint_names)})
-    chosen = (windows['run'] == plot_run) & (
-        windows['times'][:, 0] <= float(runs[plot_run].t[0]) + plot_seconds)
-    if not bool(chosen.any()):
-        return metrics, None
-    k = steps[0]
-    times = windows['times'][chosen, :k + 1]
-    positions = states[chosen, :k + 1, :model.n]
-    inside = torch.cat((torch.ones_like(windows['valid'][chosen, :1]),
-                        windows['valid'][chosen, :k]), -1)
+    positions = states[..., :model.n]
+    inside = torch.cat((torch.ones_like(windows['valid'][:, :1]), windows['valid']), -1)
     positions = torch.where(inside[..., None], positions, torch.full_like(positions, math.nan))
-    return metrics, (times.detach().cpu().double().numpy(),
-                     positions.detach().cpu().double().numpy())
+    traces = {'t': windows['times'].detach().cpu().double().numpy(),
+              'q': positions.detach().cpu().double().numpy(),
+              'run': windows['run'].detach().cpu().numpy(), 'stride': steps[0],
+              'steps': {f'{h:g}s': k for h, k in zip(horizons_s, steps)}}
+    return metrics, traces
 
 
 # --------------------------------------------------------------------------------------
@@ -355,9 +349,9 @@ def predictors(result: IdentificationResult, nominal: RobotModel, config: Any,
 def score(predictor: Predictor, reference: Predictor, train: Sequence[Trajectory],
           validation: Sequence[Trajectory], source: str,
           horizons_s: Sequence[float] = ROLLOUT_HORIZONS
-          ) -> Tuple[Dict[str, Any], Optional[Tuple[np.ndarray, np.ndarray]]]:
+          ) -> Tuple[Dict[str, Any], Optional[Dict[str, Any]]]:
     """
-    Return the torque, acceleration and rollout metrics of one predictor and its segments.
+    Return the torque, acceleration and rollout metrics of one predictor and its rollouts.
 
     :param predictor: the model to score.
     :param reference: model giving the torque variance scale (the nominal model).
@@ -366,7 +360,7 @@ def score(predictor: Predictor, reference: Predictor, train: Sequence[Trajectory
     :param source: input signal, ``'tau'`` or ``'u'``.
     :param horizons_s: rollout horizons, s.
     :return: ``({'torque': {'train', 'validation'} or None, 'acceleration': {...},
-        'rollout': {...}}, segments)``; the segments (:func:`rollout_study`) are on the first
+        'rollout': {...}}, traces)``; the traces (:func:`rollout_study`) are on every
         validation run, or on the first training run without validation runs.
     """
     rollout, segments = rollout_study(predictor, validation, source, horizons_s)
@@ -386,7 +380,7 @@ def score(predictor: Predictor, reference: Predictor, train: Sequence[Trajectory
 def evaluate(fitted: Predictor, base: Predictor, train: Sequence[Trajectory],
              validation: Sequence[Trajectory], source: str,
              horizons_s: Sequence[float] = ROLLOUT_HORIZONS
-             ) -> Tuple[Dict[str, Any], Dict[str, Tuple[np.ndarray, np.ndarray]]]:
+             ) -> Tuple[Dict[str, Any], Dict[str, Dict[str, Any]]]:
     """
     Return the metrics of the fit and of the nominal model, and the figure's predictions.
 
@@ -397,7 +391,7 @@ def evaluate(fitted: Predictor, base: Predictor, train: Sequence[Trajectory],
     :param source: input signal, ``'tau'`` or ``'u'``.
     :param horizons_s: rollout horizons, s.
     :return: ``({'torque', 'acceleration', 'rollout', 'nominal': {the same}}, {label:
-        segments})`` (see :func:`score`).
+        traces})`` (see :func:`score`).
     """
     out, fitted_segments = score(fitted, base, train, validation, source, horizons_s)
     out['nominal'], base_segments = score(base, base, train, validation, source, horizons_s)
@@ -722,120 +716,4 @@ def write_params_yaml(path: PathLike, header: Mapping[str, Any],
     path = Path(path)
     path.write_text('# Identified by diffsim-fit (diffsim_ros); units per entry.\n' + text,
                     encoding='utf-8')
-    return path
-
-
-# --------------------------------------------------------------------------------------
-# Figure
-# --------------------------------------------------------------------------------------
-def _fmt(value: Any) -> str:
-    if value is None:
-        return '-'
-    if isinstance(value, float):
-        return f'{value:.4g}' if math.isfinite(value) else str(value)
-    return str(value)
-
-
-def _table_order(names: Sequence[str]) -> List[str]:
-    """Joint-level parameters first, then masses, then base parameters, then the rest."""
-    inertial = ('/m', '/mx', '/my', '/mz', '/ixx', '/ixy', '/ixz', '/iyy', '/iyz', '/izz')
-
-    def rank(name: str) -> int:
-        if name.startswith('base/'):
-            return 2
-        if name.endswith('/m'):
-            return 1
-        if name.endswith(inertial):
-            return 3
-        return 0
-    return sorted(names, key=lambda name: (rank(name), names.index(name)))
-
-
-def _table_rows(parameters: Mapping[str, Mapping[str, Any]],
-                limit: int = TABLE_ROWS) -> Tuple[List[List[str]], int]:
-    names = _table_order(list(parameters))
-    rows = []
-    for name in names[:limit]:
-        entry = parameters[name]
-        identified = _fmt(entry.get('value'))
-        if entry.get('std') is not None:
-            identified += f' ± {entry["std"]:.2g}'
-        rows.append([name, _fmt(entry.get('nominal')), identified, entry.get('unit', '')])
-    return rows, max(0, len(names) - limit)
-
-
-def write_report_png(path: PathLike, title: str, run: Optional[Trajectory],
-                     run_label: str, curves: Mapping[str, Tuple[np.ndarray, np.ndarray]],
-                     parameters: Mapping[str, Mapping[str, Any]],
-                     summary: Sequence[str], note: str = '',
-                     joint_units: Optional[Sequence[str]] = None) -> Path:
-    """
-    Draw the report: measured vs predicted positions per joint, and the parameter table.
-
-    :param path: the PNG file.
-    :param title: figure title.
-    :param run: the plotted run (measured ``q``), or ``None`` (no plot panels).
-    :param run_label: description of the run for the panel titles.
-    :param curves: ``{label: (t (W, H + 1), q (W, H + 1, n))}`` from
-        :func:`rollout_study`; the first is drawn in colour, the others dashed grey.
-    :param parameters: ``{name: {'value', 'unit', 'nominal'[, 'std']}}``.
-    :param summary: lines of key metrics printed above the table.
-    :param note: text shown instead of the table when there are no parameters.
-    :param joint_units: position unit per joint (``'rad'``, ``'m'``) for the axis labels.
-    :return: the path.
-    """
-    n = run.n if run is not None else 1
-    figure = Figure(figsize=(15.0, max(6.5, 2.0 * n + 1.5)), dpi=100)
-    FigureCanvasAgg(figure)
-    grid = figure.add_gridspec(n, 2, width_ratios=(1.6, 1.0), left=0.06, right=0.99,
-                               top=0.92, bottom=0.07, hspace=0.45, wspace=0.08)
-    figure.suptitle(title, fontsize=13)
-    if run is not None:
-        t = run.t.detach().cpu().double().numpy()
-        q = run.q.detach().cpu().double().numpy()
-        horizon = min(t[-1], t[0] + PLOT_SECONDS)
-        shown = t <= horizon
-        units = list(joint_units) if joint_units is not None else ['rad or m'] * n
-        for j, joint in enumerate(run.joint_names):
-            axis = figure.add_subplot(grid[j, 0])
-            axis.plot(t[shown], q[shown, j], color='black', linewidth=1.4, label='measured')
-            for k, (label, (times, states)) in enumerate(curves.items()):
-                style = {'color': 'tab:red', 'linewidth': 1.1} if k == 0 else \
-                    {'color': '0.55', 'linewidth': 0.9, 'linestyle': '--'}
-                for w in range(times.shape[0]):
-                    values = np.clip(states[w, :, j], q[:, j].min() - 10.0, q[:, j].max() + 10.0)
-                    axis.plot(times[w], values, label=label if w == 0 else None, **style)
-            low, high = q[shown, j].min(), q[shown, j].max()
-            pad = 0.25 * max(high - low, 1e-3)
-            axis.set_ylim(low - pad, high + pad)
-            axis.set_title(f'{joint} ({run_label})', fontsize=10)
-            axis.set_ylabel(f'position [{units[j]}]')
-            axis.grid(True, alpha=0.3)
-            if j == 0:
-                axis.legend(loc='upper right', fontsize=8, ncol=3)
-            if j == n - 1:
-                axis.set_xlabel('time [s]  (open-loop predictions restarted from the measured '
-                                'state at each segment start)')
-    side = figure.add_subplot(grid[:, 1])
-    side.axis('off')
-    side.text(0.0, 1.0, '\n'.join(summary), va='top', ha='left', fontsize=9,
-              family='monospace', transform=side.transAxes)
-    top = 1.0 - 0.035 * (len(summary) + 1)
-    if parameters:
-        rows, hidden = _table_rows(parameters)
-        height = min(top - 0.04, 0.028 * (len(rows) + 1))
-        table = side.table(cellText=rows, colLabels=['parameter', 'nominal', 'identified',
-                                                     'unit'],
-                           colWidths=[0.36, 0.15, 0.36, 0.13], cellLoc='left',
-                           bbox=[0.0, top - height, 1.0, height])
-        table.auto_set_font_size(False)
-        table.set_fontsize(8)
-        if hidden:
-            side.text(0.0, top - height - 0.02, f'... {hidden} more parameter(s) in params.yaml',
-                      va='top', fontsize=8, transform=side.transAxes)
-    else:
-        side.text(0.0, top, note or 'no physical parameters', va='top', fontsize=10,
-                  wrap=True, transform=side.transAxes)
-    path = Path(path)
-    figure.savefig(path)
     return path

@@ -275,6 +275,18 @@ class BaseParameters:
             out.append(' '.join(terms))
         return tuple(out)
 
+    def unidentified(self) -> Tuple[str, ...]:
+        """
+        Return the parameters that enter no base parameter (their regressor column is zero).
+
+        Such a parameter changes no joint torque of the robot in any state (e.g. the mass of
+        a first link that turns about a vertical axis), so no data can determine it.
+
+        :return: names from :attr:`names`, in layout order.
+        """
+        absent = (self.matrix == 0).all(0).tolist()
+        return tuple(name for name, missing in zip(self.names, absent) if missing)
+
     def values(self, model: RobotModel, offset: Optional[Tensor] = None) -> Tensor:
         """
         Return the base parameters of a model, e.g. to compare two models' identifiable parts.
