@@ -12,7 +12,8 @@ recordings (``$DIFFSIM_DATA``); skipped with the reason when they are absent.
 from diffsim_ros import robots
 from diffsim_ros.core import load_urdf
 from diffsim_ros.io import datasets
-from diffsim_ros.io.fit_cli import build_parser, estimator_config
+from diffsim_ros.io.fit_estimator import estimator_config
+from diffsim_ros.io.fit_options import build_parser
 from diffsim_ros.io.report import predictors, rollout_study
 from diffsim_ros.sysid.diffnea import DiffNEAConfig
 from diffsim_ros.sysid.estimators import fit

@@ -1,7 +1,8 @@
 """The inverse -> multi-step schedule, its use as diffsim-fit's default, and command delays."""
 
 from diffsim_ros import robots
-from diffsim_ros.io.fit_cli import build_parser, estimator_config
+from diffsim_ros.io.fit_estimator import estimator_config
+from diffsim_ros.io.fit_options import build_parser
 from diffsim_ros.sysid.dataset import Trajectory
 from diffsim_ros.sysid.diffnea import DiffNEAConfig, simulation_schedule
 from diffsim_ros.sysid.preprocess import delay_commands

@@ -21,8 +21,11 @@ from pathlib import Path
 from diffsim_ros import robots
 from diffsim_ros.core import load_urdf, rnea
 from diffsim_ros.io import load_qube_runs, write_bag, write_csv, write_npz
-from diffsim_ros.io.fit_cli import (away_from_limits, EXIT_NOT_EXCITED, EXIT_USAGE,
-                                    EXIT_WORSE, main, MAX_CONDITION, Progress, split)
+from diffsim_ros.io.fit_cli import main
+from diffsim_ros.io.fit_inputs import away_from_limits, split
+from diffsim_ros.io.fit_options import (EXIT_NOT_EXCITED, EXIT_USAGE, EXIT_WORSE,
+                                        MAX_CONDITION, PROG)
+from diffsim_ros.io.progress import Progress
 from diffsim_ros.sim import excitation_for, MujocoPlant, PlantConfig
 from diffsim_ros.sim.parameters import nominal_model
 from diffsim_ros.sysid.dataset import Trajectory
@@ -661,7 +664,7 @@ class _Stream:
 
 def test_progress_without_a_terminal_writes_plain_lines():
     stream = _Stream(tty=False)
-    progress = Progress(stream, log_every_s=0.0)
+    progress = Progress(stream, PROG, log_every_s=0.0)
     progress.stage('loaded')
     progress.begin('fitting diffnea')
     progress.update(12, 0.5, 0.75)
@@ -675,7 +678,7 @@ def test_progress_without_a_terminal_writes_plain_lines():
 
 def test_progress_on_a_terminal_rewrites_one_line():
     stream = _Stream(tty=True)
-    progress = Progress(stream)
+    progress = Progress(stream, PROG)
     progress.begin('fitting nea')
     progress.update(iteration=3, loss=1.5)
     progress._render()
@@ -683,7 +686,7 @@ def test_progress_on_a_terminal_rewrites_one_line():
     assert '\rdiffsim-fit: fitting nea' in stream.text and 'iteration 3' in stream.text
     assert stream.text.endswith('\r') and '\n' not in stream.text
     quiet = _Stream(tty=True)
-    silent = Progress(quiet, quiet=True)
+    silent = Progress(quiet, PROG, quiet=True)
     silent.begin('x')
     silent.stage('y')
     silent.end()
@@ -692,7 +695,7 @@ def test_progress_on_a_terminal_rewrites_one_line():
 
 def test_nominal_reference_values_are_consistent_with_the_catalog():
     # the armature the command adds to catalog robots is the catalog's (cart-pole: rotor)
-    from diffsim_ros.io.fit_cli import load_robot
+    from diffsim_ros.io.fit_inputs import load_robot
     model, info, label = load_robot('cartpole')
     expected = robots.get('cartpole').motor['armature']
     assert label == 'cartpole' and info.command_unit == 'V'

@@ -13,7 +13,8 @@ import math
 from diffsim_ros.io import run_kind
 from diffsim_ros.io.conventions import (delay_commands, delay_samples, offset_angles,
                                         parse_delay, parse_offsets)
-from diffsim_ros.io.fit_cli import _exit_status, EXIT_NOT_EXCITED, EXIT_WORSE
+from diffsim_ros.io.fit_cli import _exit_status
+from diffsim_ros.io.fit_options import EXIT_NOT_EXCITED, EXIT_WORSE
 from diffsim_ros.io.formats import FormatError, FORMATS, in_model_order, LoadOptions, resolve
 from diffsim_ros.io.loss_options import apply_loss, horizon_steps
 from diffsim_ros.io.selection import parse_validation, select_runs, SelectionError, split
@@ -238,7 +239,7 @@ def test_worse_torques_alone_warn_without_changing_the_exit_status():
 
 
 def test_options_parse_into_the_namespace():
-    from diffsim_ros.io.fit_cli import build_parser
+    from diffsim_ros.io.fit_options import build_parser
     args = build_parser().parse_args(['d', '--out', 'o', '--horizons', '1,0.5,1',
                                       '--input-delay', '8ms', '--loss', 'multistep'])
     assert isinstance(args, argparse.Namespace)

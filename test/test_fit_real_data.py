@@ -14,7 +14,8 @@ import json
 from pathlib import Path
 
 from diffsim_ros.io import run_kind
-from diffsim_ros.io.fit_cli import EXIT_WORSE, main
+from diffsim_ros.io.fit_cli import main
+from diffsim_ros.io.fit_options import EXIT_WORSE
 import pytest
 
 
