@@ -51,6 +51,7 @@ from diffsim_ros.core.model import RobotModel
 from diffsim_ros.io import datasets
 from diffsim_ros.io.report import (physical_predictor, Predictor, predictors, rollout_study,
                                    torque_metrics)
+from diffsim_ros.io.selection import early_stopping_split
 from diffsim_ros.sysid.dataset import Trajectory
 from diffsim_ros.sysid.diffnea import (DiffNEAConfig, SCHEDULE_ROLLOUT_LR, SCHEDULE_ROLLOUT_STEPS,
                                        simulation_schedule)
@@ -680,7 +681,8 @@ def panda_study(root: Path, quick: bool) -> Dict[str, Any]:
 
     Rows: the catalogue model (p-hat with the URDF's linear friction), Gaz et al.'s p-hat with
     their own friction models (Table I sigmoids; Table III linear with offsets, torques only),
-    and the fits of :func:`panda_configs` from a perturbed start.
+    and the fits of :func:`panda_configs` from a perturbed start, stopped early on the last
+    20 % of the training part as ``diffsim-fit`` does.
 
     :param root: data root.
     :param quick: fewer DiffNEA iterations, no multi-step rows.
@@ -717,9 +719,11 @@ def panda_study(root: Path, quick: bool) -> Dict[str, Any]:
             'gaz', bare, joints, None, friction))
     record('Gaz p-hat, Table III linear friction + offset', physical_panda_gaz(nominal),
            with_rollout=False)
+    # as diffsim-fit: the last 20 % of the training part stops the fit (never the validation)
+    fitted, stopping = early_stopping_split(train, validation, 'train')
     for label, (method, config) in panda_configs(quick).items():
         begin = time.perf_counter()
-        result = fit(method, start, train, None, config)
+        result = fit(method, start, fitted, stopping, config)
         seconds[label] = time.perf_counter() - begin
         record(label, fitted_predictor(result, start, method, config))
         masses[label] = result.model.inertial[:, 0].tolist()

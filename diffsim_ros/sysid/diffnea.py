@@ -92,7 +92,8 @@ class Stage(EstimatorConfig):
     :param horizon: rollout horizon of this stage (0: the config's ``horizon``).
     :param torque_weight: weight of the inverse-dynamics loss added to this stage's loss
         (0: none): a multi-step refinement then keeps explaining measured torques, which on
-        a robot with joint torque sensors are the most direct measurement there is.
+        a robot with joint torque sensors are the most direct measurement there is.  When
+        the last stage has one, early stopping judges the same sum on the validation data.
     """
 
     groups: Tuple[str, ...] = ()
@@ -944,10 +945,15 @@ def fit_diffnea(model: RobotModel, train: Data, validation: Optional[Data] = Non
     use_regressor = 'inverse_dynamics' in losses and 'kinematics' not in groups
     train_data = _prepare_split(runs, start_model, source, sorted(losses), horizons,
                                 config.window_stride, use_regressor, config.max_regressor_mb)
+    # the validation criterion is the last stage's objective: with a torque weight, the
+    # best model must explain held-out torques too, not only simulate them
+    final = schedule[-1]
+    val_weight = final.torque_weight if final.loss != 'inverse_dynamics' else 0.0
+    val_losses = [config.loss] + (['inverse_dynamics'] if val_weight > 0 else [])
     val_data = None
     if val_runs is not None:
         val_horizons = [config.horizon] if config.loss == 'rollout' else []
-        val_data = _prepare_split(val_runs, start_model, source, [config.loss], val_horizons,
+        val_data = _prepare_split(val_runs, start_model, source, val_losses, val_horizons,
                                   config.window_stride, use_regressor,
                                   config.max_regressor_mb)
 
@@ -982,7 +988,10 @@ def fit_diffnea(model: RobotModel, train: Data, validation: Optional[Data] = Non
              for stage in schedule]
 
     def validation_loss() -> float:
-        return float(data_loss(val_data, config.loss, config.horizon))
+        value = data_loss(val_data, config.loss, config.horizon)
+        if val_weight > 0:
+            value = value + val_weight * data_loss(val_data, 'inverse_dynamics', 0)
+        return float(value)
     validate = validation_loss if val_data is not None else None
     rules = StopRules(eval_every=config.eval_every, patience=config.patience,
                       min_delta=config.min_delta, loss_tolerance=config.loss_tolerance,
