@@ -189,6 +189,7 @@ def excite(args: argparse.Namespace) -> Dict[str, Any]:
                               margin=args.margin, velocity_scale=args.velocity_scale,
                               torque_scale=args.torque_scale, check_rate_hz=rate,
                               seed=args.seed)
+        limits.tightened(config.margin, config.velocity_scale, config.torque_scale)
     sys.stderr.write(f'{PROG}: {label}, {model.n} joints, {args.harmonics} harmonics, period '
                      f'{period:g} s, {args.iterations} iterations ...\n')
     with reported(f'{label}', ValueError):

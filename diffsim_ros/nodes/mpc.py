@@ -139,6 +139,7 @@ class MpcNode(Node):
             try:
                 task = load_reference_task(config.reference_file, robot, nominal)
             except ReferenceFileError as error:
+                Node.destroy_node(self)   # nothing of this node runs yet: release it whole
                 raise ParameterError('reference_file', config.reference_file,
                                      str(error)) from None
             self.get_logger().info(f'tracking {config.reference_file} '
