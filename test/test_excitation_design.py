@@ -118,8 +118,10 @@ def test_optimised_trajectory_identifies_a_perturbed_model_better(design, model)
                           damping=model.damping + 0.05, friction=model.friction + 0.1)
     for seed in (0, 1):
         optimised = _base_error(model, truth, design.trajectory, 0.3, seed)
+        start = _base_error(model, truth, design.start, 0.3, seed)
         sinusoid = _base_error(model, truth, design.sinusoid, 0.3, seed)
-        assert optimised < 0.5 * sinusoid, (optimised, sinusoid)
+        # measured: 0.52 and 0.96 against 1.45 and 3.86 (start), 233 and 165 (sinusoid)
+        assert optimised < start and optimised < 0.5 * sinusoid, (optimised, start, sinusoid)
 
 
 def test_existing_sinusoid_tasks_are_unchanged_bit_for_bit():
