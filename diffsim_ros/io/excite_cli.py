@@ -19,7 +19,8 @@ nominal model with gravity and friction), starting and ending at rest, and write
 * ``excitation.csv``: the trajectory at ``--rate`` over ``--duration`` (whole periods) in the
   table format ``diffsim-fit`` reads (``t``, ``q:``, ``qd:``, ``qdd:``, and the nominal
   model's torques as ``tau:``), so that ``diffsim-fit excitation.csv --robot R`` runs on it
-  (a smoke test: it fits the nominal model back);
+  (a smoke test: it fits the nominal model back, and may exit 4, since no fit simulates
+  torques that the nominal model made better than the nominal model);
 * ``excitation.yaml``: the series (:func:`~diffsim_ros.sysid.excitation.trajectory_document`)
   that the mpc node tracks (parameter ``reference_file``) and ``diffsim-sim-eval
   --reference`` evaluates, with the condition numbers and the limit check.

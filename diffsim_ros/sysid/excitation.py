@@ -17,6 +17,54 @@ trajectory 10; the same robots at rest or at constant velocity, with derivatives
 from positions carrying 1e-4 to 1e-3 rad of noise, 650 to 1e6 (without noise: infinite or
 above 1e5).  Sensor noise alone lends a motionless recording some rank: the more noise, the
 lower its condition number.
+
+Designing an excitation (:func:`design_excitation`, ``diffsim-excite``)
+-----------------------------------------------------------------------
+Each joint follows a periodic Fourier series (Swevers et al. 1997, the form of Gaz et al.'s
+Panda excitation; :func:`fourier_states`), ``K`` harmonics of ``omega = 2 pi / period``; the
+recording is a whole number of periods, so one period holds every state and its regressor
+has the condition number of the whole recording.  The offsets stay inside the position
+limits by a ``tanh``; the coefficients are projected onto ``sum_k a_k = 0`` and
+``sum_k k b_k = 0`` so that the trajectory starts and ends at rest (hence ``K >= 2``).  Adam
+minimises ``log cond`` of the column-normalised base regressor on 200 states of a period
+plus a penalty on the squared violations of the limits tightened by a margin (positions
+0.1 rad in from the limits, 90 % of the speed limits, 90 % of the torque limits for the
+nominal torque with gravity, armature and friction, :func:`nominal_torque`), from a random
+start scaled into those limits.  The best iterate without violations is checked on one
+period at the driver rate and its coefficients are scaled down by bisection until the
+tightened limits hold there exactly (in the runs below: WAM-4 0.998, the others 1).
+
+Why the condition number and not the log-determinant: it is the measure ``diffsim-fit``
+reports and the one that bounds the relative error of the least-squares base parameters; the
+log-determinant of the column-normalised Gram matrix (``criterion='logdet'``, D-optimality)
+is smoother but spreads its effort over all directions, and measured by the condition number
+it ended worse on every robot tried: WAM-4 17.5, Panda 11.1, double pendulum 3.2 against
+8.2, 5.0 and 2.7 (same settings, 300 steps, checked at 100 Hz).
+
+Measured with ``diffsim-excite --robot R --duration 20`` (period 10 s, 5 harmonics, 300
+steps, seed 0, condition numbers on one period at the driver rate; 2 shared, loaded cores):
+
+=================  ==============  ============  =========  ===========================
+robot              plain sinusoid  random start  optimised  wall (CPU) time
+=================  ==============  ============  =========  ===========================
+Panda (57 base)    66.7            12.4          5.05       590 s (162 s)
+WAM-4 (30 base)    851             184           8.41       392 s (131 s)
+double pendulum    54.3            3.86          2.25       92 s (50 s)
+=================  ==============  ============  =========  ===========================
+
+For comparison, Gaz et al.'s recorded Panda excitation measures 10 (above); ``diffsim-fit``
+measures 8.0 on the training blocks of the designed Panda CSV (two of ten 2 s blocks held
+out, accelerations refiltered).  The plain sinusoid (one harmonic per joint, phases spread,
+as large as the limits allow) shows why a design is needed: a single frequency makes the
+accelerations proportional to the displacements.  The WAM's speed limits (0.2-0.5 rad/s)
+keep its trajectories slow and its condition number higher than the Panda's.  On the WAM-4
+with a 4 s period and 60 steps (the test's design, condition number 28 against 1000 for its
+start and 39000 for the sinusoid), NEA fitted to a perturbed model's torques with 0.3 N m
+of noise recovers the base parameters with relative errors 0.52 and 0.96 (two noise draws)
+against 1.45 and 3.86 from the start and 233 and 165 from the sinusoid.  Not handled: robots
+with passive joints (Qube, cart-pole; refused by :func:`excitation_limits`), acceleration
+and jerk limits (the URDF has none; the designed Panda trajectory peaks at 1.9-5.0 rad/s^2,
+within Franka's 7.5-20 rad/s^2) and self-collision.
 """
 
 from dataclasses import asdict, dataclass
