@@ -39,6 +39,7 @@ setup(
     entry_points={
         'console_scripts': [
             'diffsim-demo = diffsim_ros.demo:main',
+            'diffsim-excite = diffsim_ros.io.excite_cli:main',
             'diffsim-fit = diffsim_ros.io.fit_cli:main',
             'diffsim-sim-eval = diffsim_ros.sim_eval:main',
             # ROS 2 executables (ros2 run diffsim_ros <name>)

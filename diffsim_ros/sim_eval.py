@@ -60,6 +60,7 @@ from .control.tasks import evaluate, get_task, make_ilqr, reference, start_state
 from .core import RobotModel
 from .core.native import native_available
 from .nodes.identifier import engine_options, PHYSICAL_ESTIMATORS
+from .nodes.reference import load_reference_task, ReferenceFileError
 from .sim import MujocoPlant, PlantConfig
 
 CONTROLLERS = ('nominal-mpc', 'adaptive-mpc', 'baseline', 'adaptive-baseline')
@@ -100,6 +101,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument('--estimator', choices=PHYSICAL_ESTIMATORS,
                         help="estimator of the adaptive MPC (default: the identifier node's, "
                              'config/<robot>.yaml)')
+    parser.add_argument('--reference', type=Path, metavar='FILE',
+                        help='track this excitation trajectory (excitation.yaml of '
+                        "diffsim-excite) instead of the task's reference; arms only")
     parser.add_argument('--threads', default=1, type=int,
                         help='torch intra-op threads (default 1: the loop works on small '
                              'tensors, and on a busy machine more threads cost far more than '
@@ -115,6 +119,13 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         parser.error('--seed must be >= 0')
     if args.duration is not None and not (math.isfinite(args.duration) and args.duration > 0):
         parser.error('--duration must be positive')
+    args.task = get_task(args.robot)
+    if args.reference is not None:
+        try:
+            args.task = load_reference_task(args.reference, args.robot,
+                                            robots.interface(args.robot).nominal_model())
+        except ReferenceFileError as error:
+            parser.error(str(error))
     return args
 
 
@@ -273,7 +284,7 @@ def evaluate_controller(args: argparse.Namespace) -> Dict[str, Any]:
     :param args: parsed arguments.
     :return: the summary (see the module docstring).
     """
-    task = get_task(args.robot)
+    task = getattr(args, 'task', None) or get_task(args.robot)
     plant = MujocoPlant(PlantConfig(robot=args.robot, param_error=args.param_error,
                                     seed=args.seed))
     truth = control_model(args.robot, plant.true_model)

@@ -253,3 +253,29 @@ def test_compiled_ilqr_is_warmed_up_before_its_first_plan(ros_context, executor,
     assert mpc.stats['warm_up_s'] > 0.0   # ready only once compiled
     assert wait_for(lambda: mpc.stats['solves'] >= 2, 120.0), mpc.stats
     assert finite_and_bounded(robot.commands)
+
+
+def test_reference_file_is_the_tracked_reference_and_hostile_files_are_refused(
+        ros_context, tmp_path):
+    from diffsim_ros.nodes.params import ParameterError
+    from diffsim_ros.sysid.excitation import FourierTrajectory, trajectory_document
+    import yaml
+    joints = robots.get('wam4').joint_names
+    # a small two-harmonic series that starts at rest (sum a = 0, sum k b = 0)
+    trajectory = FourierTrajectory(joints, (0.0, 0.3, 0.0, 1.2), ((0.05, -0.05),) * 4,
+                                   ((0.05, -0.025),) * 4, 0.25)
+    path = tmp_path / 'excitation.yaml'
+    path.write_text(yaml.safe_dump(trajectory_document(trajectory, 'wam4', 8.0)))
+    mpc = make_mpc(ros_context, robot='wam4', reference_file=str(path), native=False)
+    try:
+        t = torch.linspace(0.0, 8.0, 81, dtype=torch.float64)
+        q, qd, _ = trajectory.evaluate(t)
+        x_ref = mpc.controller.cost.reference_fn(t)
+        assert torch.allclose(x_ref, torch.cat((q, qd), -1), atol=1e-12, rtol=0)
+    finally:
+        mpc.close()
+    document = trajectory_document(trajectory, 'wam4', 8.0)
+    document['joint_names'][0] = 'elsewhere'
+    path.write_text(yaml.safe_dump(document))
+    with pytest.raises(ParameterError, match="'reference_file'.*missing"):
+        make_mpc(ros_context, robot='wam4', reference_file=str(path), native=False)

@@ -76,6 +76,8 @@ def assert_refused(executable: str, arguments, *expected: str) -> str:
     ('mpc', ['-p', 'command_rate:=-1.0'], ["'command_rate' = -1.0", 'in [0.0, 10000.0]']),
     ('mpc', ['-p', 'controller:=lqr'], ["'controller' = 'lqr'", 'ilqr, mppi, baseline']),
     ('mpc', ['-p', 'horizon:=abc'], ["'horizon' = 'abc'", 'must be an integer']),
+    ('mpc', ['-p', 'robot:=wam4', '-p', 'reference_file:=/nonexistent/excitation.yaml'],
+     ["'reference_file' = '/nonexistent/excitation.yaml'", 'No such file']),
     ('identifier', ['-p', 'diffnea.lr:=-1.0'], ["'diffnea.lr' = -1.0", 'lr must be > 0']),
     ('monitor', ['-p', 'integrator:=euler'], ["'integrator' = 'euler'", 'rk4']),
     ('sim_driver', ['-p', 'clock_mode:=fast'], ["'clock_mode' = 'fast'", 'lockstep']),

@@ -10,9 +10,10 @@ import json
 import re
 
 from diffsim_ros import robots
-from diffsim_ros.control.tasks import get_task
+from diffsim_ros.control.tasks import get_task, reference
 from diffsim_ros.sim import nominal_model
-from diffsim_ros.sim_eval import control_model, main, make_controller, PARAM_ERROR_DEFINITION
+from diffsim_ros.sim_eval import (control_model, main, make_controller, PARAM_ERROR_DEFINITION,
+                                  parse_args)
 from diffsim_ros.sysid.result import IdentificationResult
 import pytest
 import torch
@@ -212,3 +213,35 @@ def test_adaptive_mpc_succeeds_within_three_episodes_where_nominal_mpc_fails(
         adaptive['mean_swing_up_time_s'] is not None
         and nominal['mean_swing_up_time_s'] is not None
         and adaptive['mean_swing_up_time_s'] < 0.8 * nominal['mean_swing_up_time_s'])
+
+
+def _reference_file(tmp_path, scale=1.0):
+    from diffsim_ros.sysid.excitation import FourierTrajectory, trajectory_document
+    import yaml
+    joints = robots.get('wam4').joint_names
+    # two harmonics per joint that start at rest (sum a = 0, sum k b = 0), within the limits
+    trajectory = FourierTrajectory(joints, (0.0, 0.3, 0.0, 1.2),
+                                   ((0.05 * scale, -0.05 * scale),) * 4,
+                                   ((0.05 * scale, -0.025 * scale),) * 4, 0.5)
+    path = tmp_path / 'excitation.yaml'
+    path.write_text(yaml.safe_dump(trajectory_document(trajectory, 'wam4', 2.0)))
+    return path, trajectory
+
+
+def test_the_wam_tracks_an_excitation_file_in_simulation(tmp_path, capsys):
+    path, trajectory = _reference_file(tmp_path)
+    record = tmp_path / 'wam.json'
+    assert main(['--robot', 'wam4', '--controller', 'baseline', '--episodes', '1',
+                 '--duration', '1.0', '--param-error', '0', '--reference', str(path),
+                 '--json', str(record)]) == 0
+    scores = json.loads(record.read_text())
+    assert scores['episode_duration_s'] == 1.0
+    # the episode is scored against the file's series, which computed torque follows
+    task = parse_args(['--robot', 'wam4', '--reference', str(path)]).task
+    t = torch.linspace(0.0, 2.0, 21, dtype=torch.float64)
+    assert torch.allclose(reference(task, t)[0], trajectory.evaluate(t)[0], atol=1e-12)
+    assert scores['tracking_rms'] < 0.01, scores['tracking_rms']
+    too_fast, _ = _reference_file(tmp_path, scale=10.0)
+    with pytest.raises(SystemExit) as excinfo:
+        main(['--robot', 'wam4', '--reference', str(too_fast)])
+    assert excinfo.value.code == 2 and 'velocity limit' in capsys.readouterr().err

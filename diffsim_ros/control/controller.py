@@ -26,7 +26,7 @@ command joints.  Torch only: no ROS, no files.
 
 from dataclasses import dataclass, field
 import math
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 import torch
@@ -36,7 +36,7 @@ from .costs import QuadraticCost, TrackingCost
 from .dynamics import ModelDynamics
 from .ilqr import ILQR, ILQRConfig
 from .mppi import MPPI, MPPIConfig
-from .tasks import get_task, make_cost, make_ilqr, reference, task_names
+from .tasks import DEFAULT_TRACKING, get_task, make_cost, make_ilqr, reference, Task, task_names
 from ..core.model import RobotModel
 from ..robots.catalog import RobotInfo
 
@@ -148,24 +148,29 @@ def safe_command(info: RobotInfo, config: ControllerConfig) -> np.ndarray:
     return np.clip(safe, -limit, limit)
 
 
-def make_controller(info: RobotInfo, model: RobotModel,
-                    config: ControllerConfig) -> Tuple[Any, float]:
+def make_controller(info: RobotInfo, model: RobotModel, config: ControllerConfig,
+                    task: Optional[Task] = None) -> Tuple[Any, float]:
     """
     Build the configured controller of a robot on a model (module docstring).
 
     :param info: catalog entry of the robot.
     :param model: the model to start from (float64; converted to ``config.dtype``).
     :param config: the controller's parameters.
+    :param task: the task to control (default: the robot's task in
+        :mod:`~diffsim_ros.control.tasks`, if it has one), e.g. the tracking task of an
+        excitation trajectory (:func:`~diffsim_ros.control.tasks.tracking_task`).
     :return: ``(controller, control_rate_hz)``; the controller has ``solve``, ``set_model``
         and ``reset``; a baseline's rate is the command rate (it is solved at every command).
     :raises ValueError: a combination that does not exist (e.g. a baseline without a task).
     """
-    task = get_task(info.name) if info.name in task_names() else None
+    if task is None and info.name in task_names():
+        task = get_task(info.name)
     dtype = torch.float32 if config.dtype == 'float32' else torch.float64
-    dt = config.dt or (task.mpc_dt if task else 0.02)
-    horizon = int(config.horizon or (task.horizon if task else 25))
-    iterations = int(config.iterations or (task.iterations if task else 2))
-    rate = config.control_rate or (task.control_rate_hz if task else 50.0)
+    untasked = DEFAULT_TRACKING   # the same MPC settings as a tracking task without a template
+    dt = config.dt or (task.mpc_dt if task else untasked['mpc_dt'])
+    horizon = int(config.horizon or (task.horizon if task else untasked['horizon']))
+    iterations = int(config.iterations or (task.iterations if task else untasked['iterations']))
+    rate = config.control_rate or (task.control_rate_hz if task else untasked['control_rate_hz'])
     if config.controller == 'baseline':
         # Solved at every command tick: its step (the LQR gain's period) is that tick.
         rate = config.command_rate or info.driver_rate_hz
@@ -204,9 +209,11 @@ def make_controller(info: RobotInfo, model: RobotModel,
         q_goal = torch.zeros(n, dtype=model.dtype)
         if config.goal:
             q_goal = torch.as_tensor(config.goal, dtype=model.dtype).reshape(n)
-        Q = torch.diag(torch.as_tensor(config.state_weight or (100.0,) * n + (1.0,) * n,
-                                       dtype=model.dtype))
-        R = torch.diag(torch.as_tensor(config.control_weight or (1e-3,) * nu,
+        Q = torch.diag(torch.as_tensor(
+            config.state_weight or (untasked['position_weight'],) * n
+            + (untasked['velocity_weight'],) * n, dtype=model.dtype))
+        R = torch.diag(torch.as_tensor(config.control_weight
+                                       or (untasked['control_weight'],) * nu,
                                        dtype=model.dtype))
         cost = QuadraticCost(Q, R, Q, torch.cat((q_goal, torch.zeros_like(q_goal))))
     if config.controller == 'mppi':

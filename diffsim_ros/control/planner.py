@@ -32,6 +32,7 @@ import torch
 
 from .controller import command_limit, ControllerConfig, make_controller, safe_command
 from .policy import FeedbackPolicy
+from .tasks import Task
 from ..core.model import RobotModel
 from ..robots.catalog import RobotInfo
 from ..robots.interface import interface as robot_interface
@@ -50,13 +51,16 @@ class Planner:
     :param log: object with ``warn(key, text)`` for failed solves and unsafe commands.
     :param stale_timeout: a state older than this (s) is stale: the safe command is sent.
     :param plan_timeout: a plan that ended more than this long ago (s) is not applied.
+    :param task: the task to control (default: the robot's; see
+        :func:`~diffsim_ros.control.controller.make_controller`).
     :raises ValueError: a configuration that does not fit the robot.
     """
 
     def __init__(self, info: RobotInfo, config: ControllerConfig, model: RobotModel,
-                 log: Any, stale_timeout: float, plan_timeout: float) -> None:
+                 log: Any, stale_timeout: float, plan_timeout: float,
+                 task: Optional[Task] = None) -> None:
         self.info = info
-        self.controller, self.control_rate = make_controller(info, model, config)
+        self.controller, self.control_rate = make_controller(info, model, config, task)
         self.model = model
         #: A baseline is a state feedback law, solved at every command from the newest state.
         self.inline = config.controller == 'baseline'

@@ -11,7 +11,11 @@ Two kinds of task:
   left ``|q| <= position_limit``; ``t_up`` is the swing-up time.
 - ``'tracking'`` (WAM-4, Panda): follow ``q_ref(t) = centre + amplitude sin(2 pi f t +
   phase)`` (per joint) within the command limits; the score is the RMS joint-position error
-  over the episode after ``settle_s`` (rad), success when it is below ``success_rms``.
+  over the episode after ``settle_s`` (rad), success when it is below ``success_rms``.  The
+  reference is in general a Fourier series, ``q_ref,j(t) = centre_j + sum_k amplitude_jk
+  sin(2 pi k f t + phase_jk)`` (``amplitude`` and ``phase`` with one row of ``K`` harmonics
+  per joint); the arms' tasks are its one-harmonic case, and :func:`tracking_task` turns an
+  excitation trajectory (``diffsim-excite``) into a task with the robot's tracking settings.
 
 :func:`make_cost` returns the MPC cost of a task (a quadratic cost with the pendulum angle
 wrapped for the swing-ups, a tracking cost along the reference for the arms) and the task
@@ -21,7 +25,7 @@ swing-up's constants are not here at all but derived from the model
 (:func:`~diffsim_ros.control.baselines.swing_up_design`), only its LQR switch angle is.
 """
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 import math
 from types import MappingProxyType
 from typing import Any, Dict, Mapping, Optional, Tuple
@@ -39,7 +43,7 @@ Tensor = torch.Tensor
 
 __all__ = ['Task', 'TASKS', 'angle_mask', 'evaluate', 'get_task', 'goal_state', 'make_cost',
            'make_ilqr', 'reference', 'reference_states', 'start_state', 'swing_up_time',
-           'task_names', 'wrap_angle']
+           'task_names', 'tracking_task', 'wrap_angle']
 
 SWING_UP = 'swing_up'
 TRACKING = 'tracking'
@@ -71,9 +75,10 @@ class Task:
     :param success_angle: largest pendulum error that counts as upright, rad.
     :param hold_s: time the pendulum must stay upright before the end, s.
     :param centre: tracking reference centre per joint, rad.
-    :param amplitude: tracking amplitude per joint, rad.
-    :param frequency_hz: tracking frequency, Hz.
-    :param phase: phase per joint, rad.
+    :param amplitude: tracking amplitude per joint, rad: one value (a sinusoid) or one row of
+        ``K`` values (harmonics ``k = 1..K``) per joint.
+    :param frequency_hz: tracking (base) frequency, Hz.
+    :param phase: phase per joint, rad, shaped as ``amplitude``.
     :param settle_s: start of the tracking RMS window, s.
     :param success_rms: largest tracking RMS that counts as success, rad.
     """
@@ -98,9 +103,9 @@ class Task:
     success_angle: float = 0.2
     hold_s: float = 1.0
     centre: Tuple[float, ...] = ()
-    amplitude: Tuple[float, ...] = ()
+    amplitude: Tuple[Any, ...] = ()
     frequency_hz: float = 0.0
-    phase: Tuple[float, ...] = ()
+    phase: Tuple[Any, ...] = ()
     settle_s: float = 0.0
     success_rms: float = 0.05
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
@@ -115,12 +120,24 @@ class Task:
         if self.kind == TRACKING and not (len(self.centre) == len(self.amplitude)
                                           == len(self.phase) == n):
             raise ValueError(f'Task {self.robot}: centre, amplitude and phase need {n} entries')
+        if self.kind == TRACKING and _harmonic_shape(self.amplitude) != \
+                _harmonic_shape(self.phase):
+            raise ValueError(f'Task {self.robot}: amplitude and phase need one value per joint '
+                             'or rows of the same number of harmonics')
         object.__setattr__(self, 'extra', MappingProxyType(dict(self.extra)))
 
     @property
     def replan_every_s(self) -> float:
         """Return the MPC replanning period, s."""
         return 1.0 / self.control_rate_hz
+
+
+def _harmonic_shape(values: Tuple[Any, ...]) -> Optional[Tuple[int, ...]]:
+    """Return ``()`` for one number per joint, ``(K,)`` for rows of ``K``, None otherwise."""
+    if all(isinstance(v, (int, float)) for v in values):
+        return ()
+    lengths = {len(v) if isinstance(v, (tuple, list)) else -1 for v in values}
+    return (lengths.pop(),) if len(lengths) == 1 and min(lengths) > 0 else None
 
 
 def _swing_up(robot: str, duration_s: float, pendulum: str, actuated: str, limit: float,
@@ -291,13 +308,63 @@ def reference(task: Task, t: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     if task.kind != TRACKING:
         raise ValueError(f'the {task.robot} task is a swing-up; see goal_state')
     dtype = t.dtype if t.is_floating_point() else torch.float64
-    t = t.to(dtype)[..., None]
+    t = t.to(dtype)[..., None, None]
     centre, amplitude, phase = (torch.tensor(v, dtype=dtype, device=t.device)
                                 for v in (task.centre, task.amplitude, task.phase))
-    w = 2.0 * math.pi * task.frequency_hz
+    if amplitude.dim() == 1:   # one sinusoid per joint: the one-harmonic case
+        amplitude, phase = amplitude[:, None], phase[:, None]
+    # harmonic k at k w; with one harmonic every operation is that of a single sinusoid
+    # (w * 1 is w), so the arms' references are unchanged bit for bit
+    w = 2.0 * math.pi * task.frequency_hz * torch.arange(
+        1, amplitude.shape[-1] + 1, dtype=dtype, device=t.device)
     angle = w * t + phase
-    return (centre + amplitude * torch.sin(angle), amplitude * w * torch.cos(angle),
-            -amplitude * w * w * torch.sin(angle))
+    return (centre + (amplitude * torch.sin(angle)).sum(-1),
+            (amplitude * w * torch.cos(angle)).sum(-1),
+            (-amplitude * w * w * torch.sin(angle)).sum(-1))
+
+
+#: MPC settings of a tracking reference for a robot without a tracking task (those of
+#: :func:`~diffsim_ros.control.controller.make_controller` for robots without a task).
+DEFAULT_TRACKING = MappingProxyType({
+    'control_rate_hz': 50.0, 'mpc_dt': 0.02, 'horizon': 25, 'iterations': 2,
+    'position_weight': 100.0, 'velocity_weight': 1.0, 'control_weight': 1e-3,
+    'settle_s': 0.5, 'success_rms': 0.05})
+
+
+def tracking_task(robot: str, model: RobotModel, trajectory: Any, duration_s: float) -> Task:
+    """
+    Return the tracking task of an excitation trajectory (a Fourier series).
+
+    The robot's own tracking task (WAM-4, Panda) lends its MPC settings, weights and gains;
+    other robots get :data:`DEFAULT_TRACKING`.  Swing-up robots have passive joints and
+    cannot track a trajectory.
+
+    :param robot: catalog robot name.
+    :param model: the robot (joint order).
+    :param trajectory: a :class:`~diffsim_ros.sysid.excitation.FourierTrajectory`.
+    :param duration_s: episode length, s.
+    :return: the task; its :func:`reference` is the series and its start the series at 0.
+    :raises ValueError: a swing-up robot, or a trajectory of other joints.
+    """
+    template = TASKS.get(robot)
+    if template is not None and template.kind != TRACKING:
+        raise ValueError(f'{robot} has a passive joint ({template.pendulum_joint}): it cannot '
+                         'track a trajectory')
+    trajectory = trajectory.reorder(model.joint_names)
+    centre, amplitude, phase = trajectory.amplitude_phase()
+    q_start, _, _ = trajectory.evaluate(torch.zeros(1, dtype=torch.float64))
+    series = {'centre': centre, 'amplitude': amplitude, 'phase': phase,
+              'frequency_hz': trajectory.base_frequency_hz, 'duration_s': float(duration_s),
+              'q0': tuple(q_start[0].tolist())}
+    if template is not None:
+        return replace(template, **series)
+    n, d = model.n, DEFAULT_TRACKING
+    state = (d['position_weight'],) * n + (d['velocity_weight'],) * n
+    return Task(robot=robot, kind=TRACKING, control_rate_hz=d['control_rate_hz'],
+                mpc_dt=d['mpc_dt'], horizon=d['horizon'], iterations=d['iterations'],
+                state_weight=state, control_weight=(d['control_weight'],) * n,
+                terminal_weight=state, settle_s=d['settle_s'], success_rms=d['success_rms'],
+                **series)
 
 
 def reference_states(task: Task, t0: float, steps: int, dt: float,

@@ -61,7 +61,8 @@ from .diagnostics import diagnostics_msg, with_warnings
 from .gates import StateGate, StateGateConfig
 from .lockstep import LockstepPeer
 from .monitor import MODEL_QOS
-from .params import declare_config, declare_robot, meta
+from .params import declare_config, declare_robot, meta, ParameterError
+from .reference import load_reference_task, ReferenceFileError
 from .runtime import configure_interpreter, run_node
 from .. import robots
 from ..control.controller import ControllerConfig
@@ -90,6 +91,10 @@ class MpcConfig(ControllerConfig):
         'a plan that ended more than this long ago (s) is not applied', range=(0.0, 60.0)))
     diagnostics_period: float = field(default=1.0, metadata=meta(
         'period of /diagnostics, s', range=(0.0, 3600.0)))
+    reference_file: str = field(default='', metadata=meta(
+        'excitation trajectory to track (excitation.yaml of diffsim-excite), set at launch; '
+        "validated at start-up (the robot's joints, finite, within its limits), time 0 at "
+        "the first joint state, repeated with its period; '' = the robot's task"))
     command_priority: int = field(default=50, metadata=meta(
         'SCHED_FIFO priority of the command thread on the wall clock (1-99, needs rtprio or '
         'root; refused: normal priority and a warning); 0 = normal scheduling. A controller '
@@ -129,8 +134,19 @@ class MpcNode(Node):
         nominal = robots.interface(robot).nominal_model()
         # lines logged by the executor thread: the command thread never waits on logging
         self._log = ThrottledLogger(self.get_logger(), deferred=True)
+        task = None
+        if config.reference_file:
+            try:
+                task = load_reference_task(config.reference_file, robot, nominal)
+            except ReferenceFileError as error:
+                Node.destroy_node(self)   # nothing of this node runs yet: release it whole
+                raise ParameterError('reference_file', config.reference_file,
+                                     str(error)) from None
+            self.get_logger().info(f'tracking {config.reference_file} '
+                                   f'({task.duration_s:g} s, period '
+                                   f'{1.0 / task.frequency_hz:g} s)')
         self.planner = Planner(info, config, nominal, self._log, config.stale_timeout,
-                               config.plan_timeout)
+                               config.plan_timeout, task)
         self._inline = self.planner.inline   # a baseline is solved at every command tick
         self.safe_command = self.planner.safe_command
         self.model_gate = ModelGate(robots.interface(robot), model_gate_config,
