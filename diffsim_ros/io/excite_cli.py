@@ -57,7 +57,8 @@ import torch
 
 import yaml
 
-from .fit_cli import _number, _Parser, _path, check_out, load_robot, reported, UsageError
+from .fit_inputs import check_out, load_robot
+from .fit_options import number_type, OneLineParser, path_type, reported, UsageError
 from .tables import write_csv
 from ..sysid.dataset import Trajectory
 from ..sysid.excitation import (CRITERIA, design_excitation, DesignConfig, excitation_limits,
@@ -89,7 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     :return: the parser.
     """
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description='Optimise a periodic Fourier excitation trajectory for the condition of '
         'the base regressor within the joint, velocity and torque limits; write it as '
@@ -97,16 +98,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--robot', required=True,
                         help='robot name (fully actuated: wam4, wam7, panda, double_pendulum, '
                         'simple_pendulum) or a URDF file (every joint commanded)')
-    parser.add_argument('--duration', type=_number(float, 1e-3), required=True,
+    parser.add_argument('--duration', type=number_type(float, 1e-3), required=True,
                         help='length of the trajectory, s; rounded to whole periods')
-    parser.add_argument('--out', type=_path, required=True,
+    parser.add_argument('--out', type=path_type, required=True,
                         help='output directory (created)')
-    parser.add_argument('--period', type=_number(float, 1e-3), default=None,
+    parser.add_argument('--period', type=number_type(float, 1e-3), default=None,
                         help=f'period of the series, s (base frequency 1 / period; default '
                         f'{DEFAULT_PERIOD_S:g} s, or the duration when shorter)')
-    parser.add_argument('--harmonics', type=_number(int, 2, 100), default=5,
+    parser.add_argument('--harmonics', type=number_type(int, 2, 100), default=5,
                         help='harmonics per joint, >= 2 (default: %(default)s)')
-    parser.add_argument('--rate', type=_number(float, 1.0, 1e5), default=None,
+    parser.add_argument('--rate', type=number_type(float, 1.0, 1e5), default=None,
                         help='sample rate of the CSV and of the limit check, Hz (default: the '
                         f"robot's driver rate, {DEFAULT_RATE_HZ:g} for a URDF)")
     parser.add_argument('--criterion', choices=CRITERIA, default='condition',
@@ -114,16 +115,16 @@ def build_parser() -> argparse.ArgumentParser:
                         'normalised base regressor (what diffsim-fit reports); logdet: '
                         'maximise the log-determinant of its Gram matrix (default: '
                         '%(default)s)')
-    parser.add_argument('--iterations', type=_number(int, 0, 100000), default=300,
+    parser.add_argument('--iterations', type=number_type(int, 0, 100000), default=300,
                         help='optimiser (Adam) steps (default: %(default)s)')
-    parser.add_argument('--seed', type=_number(int, 0, 2 ** 63 - 1), default=0,
+    parser.add_argument('--seed', type=number_type(int, 0, 2 ** 63 - 1), default=0,
                         help='seed of the random start (default: %(default)s)')
-    parser.add_argument('--margin', type=_number(float, 0.0), default=0.1,
+    parser.add_argument('--margin', type=number_type(float, 0.0), default=0.1,
                         help='distance kept from every position limit, rad or m (default: '
                         '%(default)s)')
-    parser.add_argument('--velocity-scale', type=_number(float, 1e-3, 1.0), default=0.9,
+    parser.add_argument('--velocity-scale', type=number_type(float, 1e-3, 1.0), default=0.9,
                         help='fraction of the velocity limits to use (default: %(default)s)')
-    parser.add_argument('--torque-scale', type=_number(float, 1e-3, 1.0), default=0.9,
+    parser.add_argument('--torque-scale', type=number_type(float, 1e-3, 1.0), default=0.9,
                         help='fraction of the torque limits the nominal torque may use '
                         '(default: %(default)s)')
     return parser

@@ -93,7 +93,7 @@ class UsageError(Exception):
     """A problem with the command line or its inputs: reported in one line, exit code 2."""
 
 
-class _Parser(argparse.ArgumentParser):
+class OneLineParser(argparse.ArgumentParser):
     """Argument parser whose errors become :class:`UsageError` (one line, no usage dump)."""
 
     def error(self, message: str) -> None:
@@ -131,14 +131,28 @@ def one_line(exc: BaseException) -> str:
     return ' '.join(str(exc).split())
 
 
-def _path(text: str) -> Path:
+def path_type(text: str) -> Path:
+    """
+    Parse a path argument (argparse type).
+
+    :param text: the argument.
+    :return: the path.
+    :raises argparse.ArgumentTypeError: an empty or blank argument.
+    """
     if not text.strip():
         raise argparse.ArgumentTypeError('empty path')
     return Path(text)
 
 
-def _number(kind: type, low: float, high: float = math.inf):
-    """Return an argparse type: a finite ``kind`` in ``[low, high]``."""
+def number_type(kind: type, low: float, high: float = math.inf):
+    """
+    Return an argparse type: a finite ``kind`` in ``[low, high]``.
+
+    :param kind: ``int`` or ``float``.
+    :param low: smallest value accepted.
+    :param high: largest value accepted.
+    :return: the parse function.
+    """
     def parse(text: str) -> Any:
         try:
             value = kind(text)
@@ -183,11 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     :return: the parser.
     """
-    parser = _Parser(
+    parser = OneLineParser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description='Identify robot dynamics from a rosbag2 recording or a CSV/NPZ table and '
         'write params.yaml, model.urdf, metrics.json, report.png and report_validation.pdf.')
-    parser.add_argument('data', type=_path,
+    parser.add_argument('data', type=path_type,
                         help='rosbag2 directory, .mcap or .db3 file, .csv / .npz table, or a '
                         'shared data set folder (see --format)')
     parser.add_argument('--format', default='auto', choices=('auto',) + tuple(FORMATS),
@@ -195,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--robot', default=None,
                         help=f'robot name ({", ".join(robots.names())}) or a URDF file '
                         "(default for the data set formats: the data set's robot)")
-    parser.add_argument('--out', type=_path, required=True,
+    parser.add_argument('--out', type=path_type, required=True,
                         help='output directory (created; checked for writing before the fit)')
     parser.add_argument('--method', default='diffnea', choices=estimators.names(),
                         help='estimator (default: %(default)s, an inverse-dynamics fit '
@@ -230,7 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--unwrap', action='append', default=[], metavar='JOINT',
                         help='make a joint angle that the recording wrapped to [-pi, pi) '
                         'continuous (repeatable)')
-    parser.add_argument('--rate', type=_number(float, 1e-3), default=None,
+    parser.add_argument('--rate', type=number_type(float, 1e-3), default=None,
                         help='resample every run at this rate, Hz (default: runs keep their '
                         'rate; non-uniform runs are resampled at their median rate and runs '
                         'of different rates at the lowest one; Panda data set 200, DFKI 250)')
@@ -241,31 +255,31 @@ def build_parser() -> argparse.ArgumentParser:
                         help='loss of the fit: inverse (torques), forward (accelerations) or '
                         'multistep (rollouts of --horizon from measured states, after an '
                         'inverse warm start) (default: the estimator configuration)')
-    parser.add_argument('--horizon', type=_number(float, 1e-6), default=None,
+    parser.add_argument('--horizon', type=number_type(float, 1e-6), default=None,
                         help='window of the multistep loss, s (default: the estimator '
                         'configuration, 10 samples for diffnea)')
     parser.add_argument('--allow-worse', action='store_true',
                         help='exit 0 even when the held-out rollouts are worse than those of '
                         'the nominal model (the warning stays)')
-    parser.add_argument('--config', type=_path, help='YAML mapping of estimator settings')
-    parser.add_argument('--max-iter', type=_number(int, 1),
+    parser.add_argument('--config', type=path_type, help='YAML mapping of estimator settings')
+    parser.add_argument('--max-iter', type=number_type(int, 1),
                         help='bound on the optimiser iterations (>= 1)')
-    parser.add_argument('--seed', type=_number(int, 0, 2 ** 63 - 1),
+    parser.add_argument('--seed', type=number_type(int, 0, 2 ** 63 - 1),
                         help="seed of the estimator's local generator (>= 0)")
     parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda'),
                         help='torch device (default: %(default)s)')
-    parser.add_argument('--cutoff', type=_number(float, 0.0), default=None,
+    parser.add_argument('--cutoff', type=number_type(float, 0.0), default=None,
                         help='low-pass cutoff of the derivative filter, Hz; 0: no filter, '
                         'accelerations by central differences of measured velocities '
                         '(default: 20; Panda data set 5, DFKI 10)')
-    parser.add_argument('--limit-margin', type=_number(float, -math.inf), default=0.05,
+    parser.add_argument('--limit-margin', type=number_type(float, -math.inf), default=0.05,
                         help='leave out samples this close to a position limit of the model '
                         '(rad or m; negative keeps all; default: %(default)s)')
     parser.add_argument('--derivatives', choices=('auto', 'filter'), default=None,
                         help='auto: estimate what is missing (qdd from measured qd when '
                         'there is one); filter: always re-estimate qd and qdd from q '
                         '(default: auto; data sets: filter)')
-    parser.add_argument('--max-condition', type=_number(float, 1.0), default=MAX_CONDITION,
+    parser.add_argument('--max-condition', type=number_type(float, 1.0), default=MAX_CONDITION,
                         help='largest condition number of the base regressor of the training '
                         'data that counts as exciting the dynamics; above it: warning and '
                         'exit status 3 (default: %(default)g)')
