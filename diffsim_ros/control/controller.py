@@ -26,10 +26,11 @@ command joints.  Torch only: no ROS, no files.
 
 from dataclasses import dataclass, field
 import math
-from typing import Any, Tuple
+from typing import Any, Optional, Tuple
 
 import numpy as np
 import torch
+from torch import nn
 
 from .baselines import PDGravity, SwingUpLQR
 from .costs import QuadraticCost, TrackingCost
@@ -148,14 +149,15 @@ def safe_command(info: RobotInfo, config: ControllerConfig) -> np.ndarray:
     return np.clip(safe, -limit, limit)
 
 
-def make_controller(info: RobotInfo, model: RobotModel,
-                    config: ControllerConfig) -> Tuple[Any, float]:
+def make_controller(info: RobotInfo, model: RobotModel, config: ControllerConfig,
+                    friction_model: Optional[nn.Module] = None) -> Tuple[Any, float]:
     """
     Build the configured controller of a robot on a model (module docstring).
 
     :param info: catalog entry of the robot.
     :param model: the model to start from (float64; converted to ``config.dtype``).
     :param config: the controller's parameters.
+    :param friction_model: the model's extra friction module (a fit's), or None.
     :return: ``(controller, control_rate_hz)``; the controller has ``solve``, ``set_model``
         and ``reset``; a baseline's rate is the command rate (it is solved at every command).
     :raises ValueError: a combination that does not exist (e.g. a baseline without a task).
@@ -178,7 +180,8 @@ def make_controller(info: RobotInfo, model: RobotModel,
     # A baseline evaluates its law and a model step at every command tick: those steps run
     # natively or compiled (the iLQR compiles its own rollouts through ILQRConfig.compile).
     dynamics = ModelDynamics.for_robot(info.name, model, dt, u_min=-limit, u_max=limit,
-                                       substeps=substeps, native=bool(config.native))
+                                       substeps=substeps, native=bool(config.native),
+                                       friction_model=friction_model)
     if config.controller == 'baseline' and config.compile and not dynamics.native:
         dynamics = dynamics.with_model(model, compile=True)
     if config.controller == 'baseline':
