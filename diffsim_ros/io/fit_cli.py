@@ -67,7 +67,10 @@ Outputs in ``--out``:
 
 * ``params.yaml``: per named parameter ``value``, ``unit``, ``nominal`` and ``std`` where the
   estimator gives one (NEA base parameters, with their ``expression``); method, robot, data
-  path, joint names, command joints and armature;
+  path, joint names, command joints and armature; and under ``model`` the whole model
+  document (:mod:`diffsim_ros.io.fits`: the friction module too, sigmoid and Stribeck
+  included), which ``diffsim-sim-eval --model``, the demo and the nodes' ``model_file``
+  parameter load back (catalogue robots, physical models);
 * ``model.urdf``: the nominal URDF with the identified inertials, damping and Coulomb friction
   (:func:`diffsim_ros.io.model_to_urdf`); when least squares leaves bodies physically
   inconsistent, the consistent model closest to its base parameters, and negative friction is
@@ -125,6 +128,7 @@ import yaml
 
 from .bags import bag_topics, BagError, COMMAND, STORAGE_SUFFIXES
 from .conventions import apply_conventions, parse_delay
+from .fits import write_model_document
 from .datasets import DatasetError
 from .formats import DataFormat, FormatError, FORMATS, in_model_order, LoadOptions, resolve
 from .loss_options import apply_loss, horizon_steps, LOSS_CHOICES
@@ -139,6 +143,7 @@ from .. import __version__, robots
 from ..core.errors import URDFError
 from ..core.model import PRISMATIC, RobotModel
 from ..core.urdf import load_urdf
+from ..robots.message import model_message
 from ..sysid import estimators
 from ..sysid.dataset import Trajectory
 from ..sysid.diffnea import DiffNEAConfig, simulation_schedule
@@ -1195,6 +1200,8 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
         parameters = parameter_table(result, nominal, config)
         write_params_yaml(out / 'params.yaml', _header(args, robot_label, nominal, result,
                                                        config, source), parameters)
+        exported_model = _write_model_document(out / 'params.yaml', result, written, urdf_info,
+                                               info)
         modules_path = _save_modules(result, out)
         metrics: Dict[str, Any] = {
             **_header(args, robot_label, nominal, result, config, source),
@@ -1218,6 +1225,7 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
             'urdf': urdf_info,
             'physical_parameters': bool(parameters),
             'modules': modules_path.name if modules_path is not None else None,
+            'model_document': exported_model or 'params.yaml model',
             'estimator_metrics': result.to_dict()['metrics'],
             'history': {'train_iterations': len(result.history.get('train', ())),
                         'validation_evaluations': len(result.history.get('validation', ()))},
@@ -1245,6 +1253,33 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
     if metrics['worse_than_nominal']:
         progress.warn(metrics['worse_than_nominal'])
     return metrics
+
+
+def _write_model_document(path: Path, result: IdentificationResult, written: RobotModel,
+                          urdf_info: Mapping[str, Any],
+                          info: Optional[robots.RobotInfo]) -> Optional[str]:
+    """
+    Append the fit's model document to ``params.yaml`` (:mod:`diffsim_ros.io.fits`).
+
+    The document holds the fitted model, its motor and its analytic friction module; where the
+    URDF export had to change the fit (inconsistent bodies, negative friction), its inertials
+    are the exported ones, so that a node accepts what ``model.urdf`` shows.
+
+    :return: why no document was written (a black-box fit, a URDF outside the catalogue), or
+        ``None`` when it was.
+    """
+    if result.model is None:
+        return 'a black-box fit has no physical model'
+    if info is None:
+        return 'the robot is not in the catalogue (no interface to load the document with)'
+    source = result
+    if _adjusted(urdf_info):
+        model = written.replace(damping=result.model.damping.detach().clamp_min(0.0).to(
+            written.damping), friction=result.model.friction.detach().clamp_min(0.0).to(
+            written.friction))
+        source = dataclasses.replace(result, model=model)
+    write_model_document(path, model_message(source, robots.interface(info.name)))
+    return None
 
 
 def _published(info: Optional[robots.RobotInfo], model: RobotModel, joints: Sequence[str],

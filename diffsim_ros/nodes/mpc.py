@@ -60,6 +60,7 @@ from .convert import commands_msg, MessageError, ThrottledLogger
 from .diagnostics import diagnostics_msg, with_warnings
 from .gates import StateGate, StateGateConfig
 from .lockstep import LockstepPeer
+from .model_file import load_model_file, MODEL_FILE_DESCRIPTION
 from .monitor import MODEL_QOS
 from .params import declare_config, declare_robot, meta
 from .runtime import configure_interpreter, run_node
@@ -90,6 +91,7 @@ class MpcConfig(ControllerConfig):
         'a plan that ended more than this long ago (s) is not applied', range=(0.0, 60.0)))
     diagnostics_period: float = field(default=1.0, metadata=meta(
         'period of /diagnostics, s', range=(0.0, 3600.0)))
+    model_file: str = field(default='', metadata=meta(MODEL_FILE_DESCRIPTION))
     command_priority: int = field(default=50, metadata=meta(
         'SCHED_FIFO priority of the command thread on the wall clock (1-99, needs rtprio or '
         'root; refused: normal priority and a warning); 0 = normal scheduling. A controller '
@@ -127,10 +129,12 @@ class MpcNode(Node):
         gate_config = declare_config(self, StateGateConfig, 'gate.', defaults)
         model_gate_config = declare_config(self, ModelGateConfig, 'model_gate.', defaults)
         nominal = robots.interface(robot).nominal_model()
+        fit = load_model_file(robots.interface(robot), config.model_file)
         # lines logged by the executor thread: the command thread never waits on logging
         self._log = ThrottledLogger(self.get_logger(), deferred=True)
-        self.planner = Planner(info, config, nominal, self._log, config.stale_timeout,
-                               config.plan_timeout)
+        self.planner = Planner(info, config, nominal if fit is None else fit.model, self._log,
+                               config.stale_timeout, config.plan_timeout,
+                               None if fit is None else fit.friction)
         self._inline = self.planner.inline   # a baseline is solved at every command tick
         self.safe_command = self.planner.safe_command
         self.model_gate = ModelGate(robots.interface(robot), model_gate_config,
@@ -228,8 +232,8 @@ class MpcNode(Node):
 
     def _on_model(self, msg: String) -> None:
         """Hand a model document to the gate (robots/gate.py), which judges it on its thread."""
-        def use(model: RobotModel, actuator, decision) -> None:
-            self.planner.offer(model)
+        def use(model: RobotModel, actuator, friction, decision) -> None:
+            self.planner.offer(model, friction)
             self._model_judged(msg)
             if not self._inline:
                 self._solve_event.set()
@@ -237,7 +241,8 @@ class MpcNode(Node):
         def refused(reason: str) -> None:
             self._models_rejected += 1
             self._model_judged(msg)
-        self.model_gate.submit(msg.data, self.model, None, use, refused)
+        self.model_gate.submit(msg.data, self.model, None, use, refused,
+                               current_friction=self.planner.friction)
 
     def _request_solve(self) -> None:
         if not self.planner.is_stale(self._now()):
