@@ -23,7 +23,7 @@ from diffsim_ros.nodes.identifier import Identifier
 from diffsim_ros.nodes.model_file import load_model_file
 from diffsim_ros.nodes.monitor import MonitorNode
 from diffsim_ros.nodes.mpc import MpcNode
-from diffsim_ros.nodes.params import ParameterError, parameter_overrides
+from diffsim_ros.nodes.params import parameter_overrides, ParameterError
 from diffsim_ros.robots.gate import judge_model, ModelGateConfig, prediction_error
 from diffsim_ros.robots.message import load_model_message, model_message, ModelMessageError
 from diffsim_ros.robots.prediction import predict_window
@@ -37,10 +37,9 @@ from rclpy.parameter import Parameter
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from ros_helpers import wait_for
 from std_msgs.msg import String
+from test_node_startup import assert_refused
 import torch
 import yaml
-
-from test_node_startup import assert_refused
 
 pytest_plugins = ['ros_helpers']
 

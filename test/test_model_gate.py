@@ -201,7 +201,7 @@ def test_model_gate_thread_counts_logs_and_keeps_the_warning():
         good = json.dumps(model_message(with_pendulum_mass(nominal, 1.1), qube))
         gate.submit(good, nominal, None, lambda *a: accepted.append(a), refused.append)
         assert wait_for(lambda: accepted, 10.0)
-        model, motor, decision = accepted[0]
+        model, motor, friction, decision = accepted[0]
         assert torch.equal(model.inertial, with_pendulum_mass(nominal, 1.1).inertial)
         assert motor is not None and not decision.compared
         assert gate.diagnostics()['models_accepted_without_comparison'] == 1

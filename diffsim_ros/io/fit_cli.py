@@ -128,8 +128,8 @@ import yaml
 
 from .bags import bag_topics, BagError, COMMAND, STORAGE_SUFFIXES
 from .conventions import apply_conventions, parse_delay
-from .fits import write_model_document
 from .datasets import DatasetError
+from .fits import write_model_document
 from .formats import DataFormat, FormatError, FORMATS, in_model_order, LoadOptions, resolve
 from .loss_options import apply_loss, horizon_steps, LOSS_CHOICES
 from .report import (evaluate, export_urdf, parameter_table, physical_predictor, predictors,

@@ -91,7 +91,8 @@ class Identifier(Node):
         self.nominal = limits if self.fit is None else self.fit.model
         self.warnings = ThrottledLogger(self.get_logger())
         self.state_gate = StateGate(
-            limits.joint_names, limits.lower, limits.upper, limits.velocity_limit, declare_config(self, StateGateConfig, 'gate.', defaults),
+            limits.joint_names, limits.lower, limits.upper, limits.velocity_limit,
+            declare_config(self, StateGateConfig, 'gate.', defaults),
             self.warnings, config.joint_states_topic, require_velocity=False)
         self.messages = {'received': 0, 'decimated': 0}
         self._lock = threading.Lock()

@@ -22,7 +22,7 @@ __all__ = ['MODEL_FILE_DESCRIPTION', 'load_model_file']
 
 #: Description of the ``model_file`` parameter of the identifier, mpc and monitor.
 MODEL_FILE_DESCRIPTION = (
-    "model to start from: a diffsim-fit --out folder or its params.yaml (model, motor and "
+    'model to start from: a diffsim-fit --out folder or its params.yaml (model, motor and '
     "friction module, sigmoid included); '' = the catalogue's nominal model")
 
 
