@@ -11,7 +11,11 @@ adaptive-mpc`` runs too (its module docstring says what a refit does); every
 ``refit_process``, so that a fit never holds the interpreter lock of the thread taking
 ``joint_states``).  A refused candidate or refused data leave the last good model in use,
 and the diagnostics say why (WARN where a user should look).  Parameters:
-:class:`~diffsim_ros.nodes.identifier_config.IdentifierConfig`.
+:class:`~diffsim_ros.nodes.identifier_config.IdentifierConfig`; ``model_file``
+(:mod:`~diffsim_ros.nodes.model_file`) makes an offline fit its nominal model, published
+with its friction module until a refit replaces it.  A refit with an analytic friction
+module (``<estimator>.friction_model``: ``sigmoid``, ``stribeck``) publishes the module
+in the model document; a neural one is listed as omitted.
 
 Publications:
 

@@ -28,7 +28,9 @@ threads around it:
   consistent, and predicting the node's last seconds of states and commands no worse than
   the model in use; otherwise it is counted, logged (throttled), shown as WARN on
   ``/diagnostics``, and the old one stays.  The controller keeps the catalog's motor model
-  (the constants sent are only bounded).
+  (the constants sent are only bounded) and applies the friction module the document
+  carries.  ``model_file`` (:mod:`~diffsim_ros.nodes.model_file`): an offline fit to plan on
+  until the gate accepts a newer model.
 * Watchdog: with ``joint_states`` older than ``stale_timeout`` (or none yet), a plan that
   ended more than ``plan_timeout`` ago, or a non-finite command, it publishes
   ``safe_command`` (zero effort by default); stale data raise ``/diagnostics`` to ERROR,
