@@ -143,7 +143,7 @@ from .. import __version__, robots
 from ..core.errors import URDFError
 from ..core.model import PRISMATIC, RobotModel
 from ..core.urdf import load_urdf
-from ..robots.message import model_message
+from ..robots.message import model_message, ModelMessageError
 from ..sysid import estimators
 from ..sysid.dataset import Trajectory
 from ..sysid.diffnea import DiffNEAConfig, simulation_schedule
@@ -1278,7 +1278,11 @@ def _write_model_document(path: Path, result: IdentificationResult, written: Rob
             written.damping), friction=result.model.friction.detach().clamp_min(0.0).to(
             written.friction))
         source = dataclasses.replace(result, model=model)
-    write_model_document(path, model_message(source, robots.interface(info.name)))
+    try:
+        document = model_message(source, robots.interface(info.name))
+    except ModelMessageError as error:   # e.g. a model with parameter batch dims
+        return f'no model document: {error}'
+    write_model_document(path, document)
     return None
 
 
