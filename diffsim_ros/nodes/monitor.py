@@ -1,14 +1,15 @@
 """
 Monitor node: shows how well the current model predicts the robot.
 
-``model_file`` (:mod:`~diffsim_ros.nodes.model_file`) replaces the nominal model with an
-offline fit.  It buffers measured ``joint_states`` and the commands sent to the robot, and every ``period``
-seconds rolls the current model (nominal, then each model the identifier publishes on
+It buffers measured ``joint_states`` and the commands sent to the robot, and every ``period``
+seconds rolls the current model (nominal, or the offline fit of ``model_file``:
+:mod:`~diffsim_ros.nodes.model_file`; then each model the identifier publishes on
 ``/identifier/model`` that passes the model gate of :mod:`diffsim_ros.robots.gate`,
 parameters ``model_gate.*``) forward from the state measured ``horizon`` seconds ago with the
 recorded commands (each held until the next and averaged over a rollout step) through the
 robot's actuator model: the DC motor for Quanser voltages, minus the model's joint friction
-(its friction module too), plus gravity when the driver compensates it.  States are timed by their header stamps,
+and friction module, plus gravity when the driver compensates it.  States are timed by their
+header stamps,
 commands on the states' timeline: the newest state's stamp plus the time between that
 state's arrival and the command's (DDS receive times, or the node clock under
 ``use_sim_time``; :class:`~diffsim_ros.nodes.convert.CommandTimeline`).  It
