@@ -41,9 +41,10 @@ import torch
 
 from . import robots
 from .control import tasks
-from .core import load_urdf, RobotModel
+from .core import RobotModel
 from .io import read_bag
 from .io.fit_cli import main as fit_main
+from .io.fits import FitFileError, load_fit
 from .robots.message import load_model_message
 from .sysid.losses import state_scale
 from .sysid.nea import base_parameters
@@ -441,11 +442,6 @@ def _number(value: Optional[float]) -> str:
     return 'n/a' if value is None else f'{value:.3g}'
 
 
-def _urdf_model(urdf: str, nominal: RobotModel) -> RobotModel:
-    # diffsim-fit's URDF has no rotor inertia: the catalog's armature stays
-    return load_urdf(xml=urdf).replace(armature=nominal.armature)
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """
     Run the demo.
@@ -498,8 +494,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          '--out', str(fit_dir), '--seed', str(args.seed), '--cutoff', '0',
                          '--loss', 'inverse'])
         if code == 0:
-            estimates['offline_fit'] = _urdf_model(
-                (fit_dir / 'model.urdf').read_text(encoding='utf-8'), nominal)
+            try:   # the fit as every tool reads it back: params.yaml's model document
+                estimates['offline_fit'] = load_fit(fit_dir, robots.interface(args.robot)).model
+            except FitFileError as error:
+                print(f'diffsim-fit output not loaded: {error}', file=sys.stderr)
         else:
             print(f'diffsim-fit failed with exit code {code}', file=sys.stderr)
     parameters = parameter_report(nominal, estimates, true) if 'estimate' in estimates else {}

@@ -4,7 +4,10 @@
 The plant is a :class:`~diffsim_ros.sim.MujocoPlant` whose true parameters are drawn
 ``--param-error`` off the nominal ones from ``--seed`` (it also has Coulomb friction and motor
 dynamics the model lacks); every controller starts from the nominal model
-(``robots.interface(name).nominal_model()``). The controllers:
+(``robots.interface(name).nominal_model()``), or with ``--model PATH`` from a
+``diffsim-fit --out`` folder (or its ``params.yaml``: :func:`~diffsim_ros.io.fits.load_fit`,
+checked by the robot interface), whose friction module (a sigmoid, Stribeck) the controller
+applies too. The controllers:
 
 - ``nominal-mpc``: iLQR MPC on the nominal model;
 - ``adaptive-mpc``: the same MPC wrapped in :class:`~diffsim_ros.control.adaptive.AdaptiveMPC`,
@@ -33,7 +36,8 @@ fifth of an episode's simulated time (refits so far, wall time), a line per fini
 and the summary, numbers rounded to what they mean.
 
 Exit status: 0 when the evaluation ran (whatever its success rate), 2 for bad arguments
-(argparse's usage line and message on stderr).
+(argparse's usage line and message on stderr) and for a ``--model`` that does not load or that
+the robot interface refuses (one line on stderr).
 
 >>> main(['--robot', 'qube', '--controller', 'adaptive-mpc', '--episodes', '3',
 ...       '--param-error', '0.3', '--seed', '1', '--json', 'qube.json'])
@@ -49,6 +53,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
+from torch import nn
 
 from . import robots
 from .control.adaptive import AdaptiveMPC, parameter_error
@@ -59,6 +64,7 @@ from .control.tasks import evaluate, get_task, make_ilqr, reference, start_state
     Task, task_names, upright_angle
 from .core import RobotModel
 from .core.native import native_available
+from .io.fits import Fit, FitFileError, load_fit
 from .nodes.identifier import engine_options, PHYSICAL_ESTIMATORS
 from .nodes.reference import load_reference_task, ReferenceFileError
 from .sim import MujocoPlant, PlantConfig
@@ -104,6 +110,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument('--reference', type=Path, metavar='FILE',
                         help='track this excitation trajectory (excitation.yaml of '
                         "diffsim-excite) instead of the task's reference; arms only")
+    parser.add_argument('--model', type=Path, metavar='PATH',
+                        help="the controller's starting model: a diffsim-fit --out folder or "
+                             'its params.yaml (default: the nominal model)')
     parser.add_argument('--threads', default=1, type=int,
                         help='torch intra-op threads (default 1: the loop works on small '
                              'tensors, and on a busy machine more threads cost far more than '
@@ -151,7 +160,8 @@ def control_model(robot: str, model: RobotModel) -> RobotModel:
 
 
 def make_controller(kind: str, task: Task, model: RobotModel, rate_hz: float, quick: bool,
-                    estimator: Optional[str] = None, truth=None) -> tuple:
+                    estimator: Optional[str] = None, truth=None,
+                    friction: Optional[nn.Module] = None) -> tuple:
     """
     Build a controller and the number of driver ticks between its solves.
 
@@ -162,14 +172,17 @@ def make_controller(kind: str, task: Task, model: RobotModel, rate_hz: float, qu
     :param quick: cheaper MPC settings.
     :param estimator: estimator of the adaptive MPC (None: the identifier node's).
     :param truth: callable returning the true model (adaptive history).
+    :param friction: the model's extra friction module (a fit's), or None.
     :return: ``(controller, replan_every_ticks)``.
     """
     robot = task.robot
     if kind == 'adaptive-baseline':
-        controller, replan = make_controller('baseline', task, model, rate_hz, quick)
+        controller, replan = make_controller('baseline', task, model, rate_hz, quick,
+                                             friction=friction)
         return _adaptive(controller, robot, estimator, rate_hz, truth), replan
     if kind == 'baseline':
-        dynamics = ModelDynamics.for_robot(robot, model, 1.0 / rate_hz, native=True)
+        dynamics = ModelDynamics.for_robot(robot, model, 1.0 / rate_hz, native=True,
+                                           friction_model=friction)
         extra = dict(task.extra)
         if task.kind == SWING_UP:
             controller = SwingUpLQR(
@@ -188,7 +201,7 @@ def make_controller(kind: str, task: Task, model: RobotModel, rate_hz: float, qu
         return controller, max(1, int(round(rate_hz / task.control_rate_hz)))
     horizon = max(5, int(round(0.6 * task.horizon))) if quick else task.horizon
     iterations = 1 if quick else task.iterations
-    dynamics = ModelDynamics.for_robot(robot, model, task.mpc_dt)
+    dynamics = ModelDynamics.for_robot(robot, model, task.mpc_dt, friction_model=friction)
     controller = make_ilqr(task, dynamics, ILQRConfig(horizon=horizon, max_iters=iterations,
                                                       compile=True, native=True))
     replan = max(1, int(round(rate_hz / task.control_rate_hz)))
@@ -217,7 +230,7 @@ def _adaptive(controller: Any, robot: str, estimator: Optional[str], rate_hz: fl
         # (control_model): the checks judge the physical model it stands for
         model = result.model.replace(gravity=gravity.to(result.model.gravity)) \
             if interface.driver_adds_gravity else result.model
-        return interface.check_model(model, result.actuator)
+        return interface.check_model(model, result.actuator, result.friction)
 
     return AdaptiveMPC(controller, online.estimator,
                        refit_every=max(1, int(round(period * rate_hz))), online=online,
@@ -288,9 +301,12 @@ def evaluate_controller(args: argparse.Namespace) -> Dict[str, Any]:
     plant = MujocoPlant(PlantConfig(robot=args.robot, param_error=args.param_error,
                                     seed=args.seed))
     truth = control_model(args.robot, plant.true_model)
-    model = control_model(args.robot, robots.interface(args.robot).nominal_model())
+    fit = getattr(args, 'fit', None) or starting_fit(args.robot, args.model)
+    model = control_model(args.robot, robots.interface(args.robot).nominal_model()
+                          if fit is None else fit.model)
     controller, replan = make_controller(args.controller, task, model, plant.rate_hz,
-                                         args.quick, args.estimator, truth=lambda: truth)
+                                         args.quick, args.estimator, truth=lambda: truth,
+                                         friction=None if fit is None else fit.friction)
     duration = episode_duration(args, task)
     episodes: List[Dict[str, Any]] = []
     start = time.perf_counter()
@@ -310,6 +326,9 @@ def evaluate_controller(args: argparse.Namespace) -> Dict[str, Any]:
         'success_rate': sum(bool(e['success']) for e in episodes) / len(episodes),
         'episodes': episodes,
         'refits': int(getattr(controller, 'refits', 0)),
+        'model': 'nominal' if fit is None else str(fit.path),
+        'friction_model': None if fit is None or fit.friction is None
+        else type(fit.friction).__name__,
         'nominal_param_error': parameter_error(model, truth),
         'final_param_error': episodes[-1]['param_error'],
         'param_error_definition': PARAM_ERROR_DEFINITION,
@@ -326,6 +345,34 @@ def evaluate_controller(args: argparse.Namespace) -> Dict[str, Any]:
         summary['refused_candidates'] = sum(
             1 for d in controller.decisions if d.checks)
     return summary
+
+
+def starting_fit(robot: str, path: Optional[Path]) -> Optional[Fit]:
+    """
+    Load ``--model``: a fit the robot interface accepts, or exit with status 2.
+
+    :param robot: catalog name.
+    :param path: the ``--model`` argument (None: the nominal model).
+    :return: the fit, or None.
+    :raises SystemExit: status 2 with one line on stderr when it does not load or is refused.
+    """
+    if path is None:
+        return None
+    interface = robots.interface(robot)
+    try:
+        fit = load_fit(path, interface)
+    except FitFileError as error:
+        _refuse(f'--model: {error}')
+    problems = interface.check_model(fit.model, fit.actuator, fit.friction)
+    if problems:
+        _refuse(f'--model {str(path)!r} refused by the {robot} robot interface: '
+                f'{"; ".join(problems[:2])}')
+    return fit
+
+
+def _refuse(message: str) -> None:
+    print(f'diffsim-sim-eval: error: {message}', file=sys.stderr)
+    raise SystemExit(2)
 
 
 def episode_duration(args: argparse.Namespace, task: Task) -> float:
@@ -377,6 +424,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     :return: 0 (bad arguments exit with status 2 through argparse).
     """
     args = parse_args(argv)
+    args.fit = starting_fit(args.robot, args.model)   # refused before anything runs
     # a held-out score took 0.6 s with one thread and 4.5-14 s with two on a loaded 2-core
     # machine (threads spinning on tensors of a few hundred rows)
     torch.set_num_threads(args.threads)

@@ -19,7 +19,9 @@ Starts:
   by a static transform;
 * ``rviz2`` with ``config/monitor.rviz`` (``rviz:=false`` leaves it out).
 
-Parameters come from ``config/<robot>.yaml`` (or ``config:=<file>``).  ``sim.launch.py`` and
+Parameters come from ``config/<robot>.yaml`` (or ``config:=<file>``); ``model_file:=<fit>``
+(a ``diffsim-fit --out`` folder or its ``params.yaml``) gives the identifier, the mpc and the
+monitor an offline fit, friction module included, as their starting model.  ``sim.launch.py`` and
 ``replay.launch.py`` include this file.
 """
 
@@ -50,7 +52,9 @@ def _nodes(context):
     config = LaunchConfiguration('config').perform(context) or os.path.join(
         share, 'config', f'{robot}.yaml')
     common = {'use_sim_time': _flag(context, 'use_sim_time')}
-    params = [config, {'robot': robot, 'config_file': config, **common}]
+    model_file = LaunchConfiguration('model_file').perform(context)
+    fit = {'model_file': os.path.abspath(os.path.expanduser(model_file))} if model_file else {}
+    params = [config, {'robot': robot, 'config_file': config, **fit, **common}]
     urdf = robots.urdf_string(robot)
     actions = [
         Node(package=PACKAGE, executable='identifier', name='identifier', output='screen',
@@ -91,6 +95,10 @@ def generate_launch_description():
         DeclareLaunchArgument('config', default_value='',
                               description='Parameter file overriding config/<robot>.yaml '
                                           '(empty: the installed one).'),
+        DeclareLaunchArgument('model_file', default_value='',
+                              description='A diffsim-fit --out folder (or its params.yaml) '
+                                          'the identifier, mpc and monitor start from instead '
+                                          'of the catalogue model (empty: the catalogue).'),
         DeclareLaunchArgument('use_sim_time', default_value='false', choices=['true', 'false'],
                               description='Use /clock (bag replay or simulation) instead of '
                                           'the wall clock.'),

@@ -61,7 +61,8 @@ def test_model_message_round_trips_bit_for_bit(name):
     interface, model, motor = perturbed(name, 0)
     std = {f'{model.joint_names[0]}/damping': 1e-4 / 3.0}
     text = json.dumps(model_message(Result(model, motor, std), interface))
-    loaded, loaded_motor = load_model_message(text, interface)
+    loaded, loaded_motor, friction = load_model_message(text, interface)
+    assert friction is None
     for field in FIELDS:
         assert torch.equal(getattr(loaded, field), getattr(model, field)), field
     assert loaded.dtype == torch.float64 and loaded.joint_names == model.joint_names
@@ -97,7 +98,7 @@ def test_model_message_refuses_what_is_not_a_complete_model_of_this_robot():
         'bool': changed(lambda d: d['parameters']['pendulum_link/m'].update(value=True)),
         'negative motor': changed(lambda d: d['parameters']['arm_joint/resistance'].update(
             value=-8.4, log=None)),
-        'version': changed(lambda d: d.update(version=2)),
+        'version': changed(lambda d: d.update(version=3)),
     }
     for what, text in bad.items():
         with pytest.raises(ModelMessageError):
@@ -200,7 +201,7 @@ def test_model_gate_thread_counts_logs_and_keeps_the_warning():
         good = json.dumps(model_message(with_pendulum_mass(nominal, 1.1), qube))
         gate.submit(good, nominal, None, lambda *a: accepted.append(a), refused.append)
         assert wait_for(lambda: accepted, 10.0)
-        model, motor, decision = accepted[0]
+        model, motor, friction, decision = accepted[0]
         assert torch.equal(model.inertial, with_pendulum_mass(nominal, 1.1).inertial)
         assert motor is not None and not decision.compared
         assert gate.diagnostics()['models_accepted_without_comparison'] == 1
@@ -379,7 +380,7 @@ def test_identifier_publishes_the_whole_model_latched(ros_context, executor):
         depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL))
     assert wait_for(lambda: inbox, 10.0)
     cartpole = robots.interface('cartpole')
-    model, motor = load_model_message(inbox[-1].data, cartpole)
+    model, motor, _ = load_model_message(inbox[-1].data, cartpole)
     nominal = cartpole.nominal_model()
     assert identifier.nominal is nominal
     for field in FIELDS:

@@ -148,8 +148,8 @@ class _Planner:
     def __init__(self, dynamics):
         self.dynamics = dynamics
 
-    def set_model(self, model):
-        self.dynamics = self.dynamics.with_model(model)
+    def set_model(self, model, friction_model=None):
+        self.dynamics = self.dynamics.with_model(model, friction_model=friction_model)
 
     def reset(self):
         pass

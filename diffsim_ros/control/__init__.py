@@ -7,12 +7,12 @@ Every controller implements :class:`Controller`: ``solve(x0, t)`` returns a
 no ROS, no files.
 """
 
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import torch
 
 from .costs import CostDerivatives, QuadraticCost, TrackingCost
-from .dynamics import ModelDynamics, MotorActuator
+from .dynamics import KEEP, ModelDynamics, MotorActuator
 from .ilqr import box_qp, closed_loop_rollout, ILQR, ILQRConfig
 from .mppi import MPPI, MPPIConfig, particles_first
 from .policy import FeedbackPolicy, shift_sequence, state_error, wrap_angle
@@ -34,11 +34,13 @@ class Controller(Protocol):
         :return: the policy to apply from ``t`` on.
         """
 
-    def set_model(self, model: RobotModel) -> None:
+    def set_model(self, model: RobotModel, friction_model: Any = KEEP) -> None:
         """
         Swap the model; the next solve uses it and keeps the warm start.
 
         :param model: the new model.
+        :param friction_model: its extra friction module (None: none); :data:`KEEP`: the
+            one in use.
         """
 
     def reset(self) -> None:
@@ -46,7 +48,7 @@ class Controller(Protocol):
 
 
 __all__ = [
-    'Controller', 'CostDerivatives', 'FeedbackPolicy', 'ILQR', 'ILQRConfig', 'MPPI',
+    'Controller', 'CostDerivatives', 'FeedbackPolicy', 'ILQR', 'ILQRConfig', 'KEEP', 'MPPI',
     'MPPIConfig', 'ModelDynamics', 'MotorActuator', 'QuadraticCost', 'TrackingCost', 'box_qp',
     'closed_loop_rollout', 'particles_first', 'shift_sequence', 'state_error', 'wrap_angle',
 ]

@@ -28,7 +28,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 import numpy as np
 import torch
 
-from .dynamics import ModelDynamics
+from .dynamics import KEEP, ModelDynamics
 from .policy import FeedbackPolicy
 from .. import robots
 from ..core.integrators import joint_friction
@@ -217,20 +217,22 @@ class AdaptiveMPC:
         self._collect()
         return self.controller.solve(x0, t)
 
-    def set_model(self, model: RobotModel) -> None:
+    def set_model(self, model: RobotModel, friction_model: Any = KEEP) -> None:
         """
         Plan with another model from the next solve on (e.g. one identified elsewhere).
 
         It becomes the model in use that refits must beat.
 
         :param model: the new model.
+        :param friction_model: its extra friction module (None: none); :data:`KEEP`: the
+            one in use.
         """
-        self._use(model)
+        self._use(model, friction_model)
         self.engine.adopt(model)
 
-    def _use(self, model: RobotModel) -> None:
+    def _use(self, model: RobotModel, friction_model: Any = KEEP) -> None:
         self.current_model = model
-        self.controller.set_model(model)
+        self.controller.set_model(model, friction_model=friction_model)
 
     def reset(self) -> None:
         """Forget the controller's warm start; keep the model and the data (a new episode)."""
@@ -294,8 +296,11 @@ class AdaptiveMPC:
         self.decisions.append(decision)
         self.attempts += 1
         if decision.accepted:
+            # a refit is the whole model: its own friction module, or none (the damping and
+            # Coulomb fields it fitted took the place of a starting fit's module)
             self._use(decision.result.model.to(dtype=self.nominal_model.dtype,
-                                               device=self.nominal_model.device))
+                                               device=self.nominal_model.device),
+                      decision.result.friction)
             self.refits += 1
         entry = decision.to_dict()
         if self.truth is not None:

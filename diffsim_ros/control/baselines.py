@@ -36,8 +36,9 @@ import time
 from typing import Callable, Optional, Sequence, Tuple
 
 import torch
+from torch import nn
 
-from .dynamics import ModelDynamics
+from .dynamics import KEEP, ModelDynamics
 from .lqr import linearize, lqr_gain, lqr_law, solve_dare
 from .policy import FeedbackPolicy
 from .tasks import upright_angle
@@ -233,13 +234,15 @@ class SwingUpLQR:
         self._gain: Optional[Tensor] = None
 
     # -- protocol ----------------------------------------------------------------------------
-    def set_model(self, model: RobotModel) -> None:
+    def set_model(self, model: RobotModel, friction_model: Optional[nn.Module] = KEEP) -> None:
         """
         Use another model from the next solve on (constants and LQR gain are recomputed).
 
         :param model: the new robot model.
+        :param friction_model: its extra friction module (None: none); :data:`KEEP`: the
+            one in use.
         """
-        self._use(self.dynamics.with_model(model))
+        self._use(self.dynamics.with_model(model, friction_model=friction_model))
 
     def reset(self) -> None:
         """Forget the mode (the gain depends on the model only and is kept)."""
@@ -470,13 +473,15 @@ class _ArmController:
         self.horizon = horizon
         self.gravity_in_command = _gravity_in_command(model, gravity_in_command)
 
-    def set_model(self, model: RobotModel) -> None:
+    def set_model(self, model: RobotModel, friction_model: Optional[nn.Module] = KEEP) -> None:
         """
         Use another model from the next solve on.
 
         :param model: the new robot model.
+        :param friction_model: its extra friction module (None: none); :data:`KEEP`: the
+            one in use.
         """
-        self.dynamics = self.dynamics.with_model(model)
+        self.dynamics = self.dynamics.with_model(model, friction_model=friction_model)
 
     def reset(self) -> None:
         """Nothing to forget: the arm baselines are memoryless."""
@@ -557,7 +562,8 @@ class ComputedTorque(_ArmController):
     :param kd: derivative gains per joint, 1/s.
     :param horizon: policy steps of ``dynamics.dt`` per solve (replanning period).
     :param gravity_in_command: the driver adds gravity itself (None: from the catalog).
-    :param friction: add the model's joint friction of the reference velocity.
+    :param friction: add the model's joint friction of the reference velocity (and the
+        dynamics' extra friction module).
     """
 
     def __init__(self, dynamics: ModelDynamics, reference: ReferenceFn,
@@ -581,6 +587,8 @@ class ComputedTorque(_ArmController):
             u_ff = rnea(model, q, qd, qdd)
             if self.friction:
                 u_ff = u_ff + joint_friction(model, qd)
+                if self.dynamics.friction_model is not None:
+                    u_ff = u_ff + self.dynamics.friction_model(q, qd)
             if self.gravity_in_command:
                 u_ff = u_ff - self._gravity(q)
             M = crba(model, q)

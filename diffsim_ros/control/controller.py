@@ -30,6 +30,7 @@ from typing import Any, Optional, Tuple
 
 import numpy as np
 import torch
+from torch import nn
 
 from .baselines import PDGravity, SwingUpLQR
 from .costs import QuadraticCost, TrackingCost
@@ -149,7 +150,8 @@ def safe_command(info: RobotInfo, config: ControllerConfig) -> np.ndarray:
 
 
 def make_controller(info: RobotInfo, model: RobotModel, config: ControllerConfig,
-                    task: Optional[Task] = None) -> Tuple[Any, float]:
+                    task: Optional[Task] = None,
+                    friction_model: Optional[nn.Module] = None) -> Tuple[Any, float]:
     """
     Build the configured controller of a robot on a model (module docstring).
 
@@ -159,6 +161,7 @@ def make_controller(info: RobotInfo, model: RobotModel, config: ControllerConfig
     :param task: the task to control (default: the robot's task in
         :mod:`~diffsim_ros.control.tasks`, if it has one), e.g. the tracking task of an
         excitation trajectory (:func:`~diffsim_ros.control.tasks.tracking_task`).
+    :param friction_model: the model's extra friction module (a fit's), or None.
     :return: ``(controller, control_rate_hz)``; the controller has ``solve``, ``set_model``
         and ``reset``; a baseline's rate is the command rate (it is solved at every command).
     :raises ValueError: a combination that does not exist (e.g. a baseline without a task).
@@ -183,7 +186,8 @@ def make_controller(info: RobotInfo, model: RobotModel, config: ControllerConfig
     # A baseline evaluates its law and a model step at every command tick: those steps run
     # natively or compiled (the iLQR compiles its own rollouts through ILQRConfig.compile).
     dynamics = ModelDynamics.for_robot(info.name, model, dt, u_min=-limit, u_max=limit,
-                                       substeps=substeps, native=bool(config.native))
+                                       substeps=substeps, native=bool(config.native),
+                                       friction_model=friction_model)
     if config.controller == 'baseline' and config.compile and not dynamics.native:
         dynamics = dynamics.with_model(model, compile=True)
     if config.controller == 'baseline':

@@ -22,15 +22,23 @@ step, affine actuator and joint friction, with the iLQR's clipped feedback law i
 single steps and the difference Jacobians go through it too: a few microseconds per step
 instead of a Python call of tens of microseconds, and nothing to compile but the extension.
 It needs the semi-implicit Euler integrator, a linear actuator (None or
-:class:`MotorActuator`) and a model without parameter batch dims on the CPU; otherwise, and
-when the extension cannot be built, the compiled or eager path runs instead (logged once).
+:class:`MotorActuator`), no extra friction module and a model without parameter batch dims on
+the CPU; otherwise, and when the extension cannot be built, the compiled or eager path runs
+instead (logged once).
+
+An extra friction module (``friction_model``: a fit's sigmoid or Stribeck friction, loaded
+from a model document or a fit's ``params.yaml``) acts beside the URDF fields, as in
+:func:`~diffsim_ros.sysid.losses.make_torque_fn`:
+``tau = actuator(u) - damping qd - coulomb tanh(qd / s) - friction_model(q, qd)``.
 """
 
+import copy
 import math
 import threading
 from typing import Callable, Dict, Optional, Sequence, Tuple
 
 import torch
+from torch import nn
 
 from .. import robots
 from ..core.actuators import DCMotor
@@ -41,6 +49,19 @@ from ..core.native import log_fallback, rollout_kernel, RolloutKernel
 
 Tensor = torch.Tensor
 Actuator = Callable[[Tensor, Tensor, Tensor], Tensor]
+
+
+class _Keep:
+    """Type of :data:`KEEP`."""
+
+    def __repr__(self) -> str:
+        """Return the name it is exported under."""
+        return 'KEEP'
+
+
+#: ``friction_model`` default of :meth:`ModelDynamics.with_model` and the controllers'
+#: ``set_model``: keep the extra friction module in use.
+KEEP = _Keep()
 
 
 class MotorActuator:
@@ -102,6 +123,17 @@ class MotorActuator:
         return (self.gain * u - self.back_emf * qd_motor) @ self.selection.mT
 
 
+def _converted_module(module: Optional[nn.Module], dtype: torch.dtype,
+                      device: torch.device) -> Optional[nn.Module]:
+    """Return the module with its parameters in ``dtype`` on ``device`` (a copy if moved)."""
+    if module is None:
+        return None
+    like = next(iter(module.parameters()), None)
+    if like is None or (like.dtype == dtype and like.device == device):
+        return module
+    return copy.deepcopy(module).to(dtype=dtype, device=device)
+
+
 def _selection(indices: Sequence[int], n: int, dtype: torch.dtype,
                device: torch.device) -> Tensor:
     """Return ``S (n, m)`` with ``S[indices[j], j] = 1``: ``tau = u @ S.T`` scatters commands."""
@@ -121,7 +153,8 @@ class ModelDynamics:
         joints (model order) when None.
     :param actuator: ``(q, qd, u) -> tau (..., n)`` turning commands into joint torques;
         None applies ``u`` as torques on ``command_joints``.
-    :param friction: subtract the model's ``damping``/``friction`` joint friction.
+    :param friction: subtract the model's ``damping``/``friction`` joint friction and the
+        extra friction module.
     :param method: integrator, ``'semi_implicit_euler'`` or ``'rk4'``.
     :param substeps: integrator steps per control step (zero-order hold), >= 1.
     :param u_min: lower command limits ``(nu,)``; ``-effort_limit`` of the command joints when
@@ -133,6 +166,9 @@ class ModelDynamics:
     :param native: run gradient-free rollouts, steps and difference Jacobians through the
         C++ rollout kernel where it applies (module docstring); ``native`` tells whether it
         does for this dynamics.
+    :param friction_model: extra friction module ``(q, qd) -> tau_f (..., n)`` (module
+        docstring), converted to the model's dtype and device (a copy; the caller's module is
+        untouched); None: the URDF fields only.
     :raises ValueError: unknown integrator, bad ``dt``/``substeps`` or unknown joint names.
     """
 
@@ -142,7 +178,7 @@ class ModelDynamics:
                  method: str = 'semi_implicit_euler', substeps: int = 1,
                  u_min: Optional[Tensor] = None, u_max: Optional[Tensor] = None,
                  compile: bool = False,  # noqa: A002 (the option's name)
-                 native: bool = False) -> None:
+                 native: bool = False, friction_model: Optional[nn.Module] = None) -> None:
         if method not in INTEGRATORS:
             raise ValueError(f'unknown integrator {method!r}; valid: {", ".join(INTEGRATORS)}')
         if not dt > 0:
@@ -162,6 +198,7 @@ class ModelDynamics:
         self.actuator = actuator
         self.compiled = bool(compile)
         self.friction = bool(friction)
+        self.friction_model = _converted_module(friction_model, model.dtype, model.device)
         self.method = method
         self.substeps = int(substeps)
         self.nx = 2 * model.n
@@ -204,6 +241,9 @@ class ModelDynamics:
                       'MotorActuator)')
         elif model.damping.dim() != 1 or model.friction.dim() != 1:
             reason = 'rollout: the model has parameter batch dims'
+        elif self.friction_model is not None and self.friction:
+            reason = (f'rollout: a {type(self.friction_model).__name__} friction module (the '
+                      'kernel has the URDF friction fields only)')
         if reason is not None:
             log_fallback(reason)
             return None
@@ -313,13 +353,16 @@ class ModelDynamics:
 
     def with_model(self, model: RobotModel,
                    compile: Optional[bool] = None,  # noqa: A002
-                   native: Optional[bool] = None) -> 'ModelDynamics':
+                   native: Optional[bool] = None,
+                   friction_model: Optional[nn.Module] = KEEP) -> 'ModelDynamics':
         """
         Return the same dynamics (commands, actuator, limits, integrator) on another model.
 
         :param model: the new model, with the same joints.
         :param compile: switch the compiled path on or off; unchanged when None.
         :param native: switch the native rollouts on or off; unchanged when None.
+        :param friction_model: the new model's extra friction module (None: none);
+            :data:`KEEP`: the current one.
         :return: a new :class:`ModelDynamics`; ``self`` is unchanged.
         """
         if tuple(model.joint_names) != tuple(self.model.joint_names):
@@ -328,7 +371,8 @@ class ModelDynamics:
         return ModelDynamics(model, self.dt, self.command_joints, self.actuator, self.friction,
                              self.method, self.substeps, self.u_min, self.u_max,
                              self.compiled if compile is None else compile,
-                             self.native_requested if native is None else native)
+                             self.native_requested if native is None else native,
+                             self.friction_model if friction_model is KEEP else friction_model)
 
     def torque(self, q: Tensor, qd: Tensor, u: Tensor) -> Tensor:
         """
@@ -347,6 +391,8 @@ class ModelDynamics:
             tau = u @ self._selection.mT
         if self.friction:
             tau = tau - joint_friction(self.model, qd)
+            if self.friction_model is not None:
+                tau = tau - self.friction_model(q, qd)
         return tau
 
     def step(self, x: Tensor, u: Tensor) -> Tensor:

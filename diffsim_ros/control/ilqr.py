@@ -42,9 +42,10 @@ from typing import Callable, NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
+from torch import nn
 
 from .costs import CostDerivatives, QuadraticCost
-from .dynamics import compiled, ModelDynamics
+from .dynamics import compiled, KEEP, ModelDynamics
 from .lqr import LinearLaw
 from .policy import FeedbackPolicy, warm_start
 from ..core.model import RobotModel
@@ -269,13 +270,16 @@ class ILQR:
         self._policy: Optional[FeedbackPolicy] = None
         self.mu = self.config.mu_init
 
-    def set_model(self, model: RobotModel) -> None:
+    def set_model(self, model: RobotModel, friction_model: Optional[nn.Module] = KEEP) -> None:
         """
         Use another model from the next solve on; the warm start is kept.
 
         :param model: the new model (same joints; converted to the solver's dtype).
+        :param friction_model: its extra friction module (None: none); :data:`KEEP`: the
+            one in use.
         """
-        dynamics = self._converted(self.dynamics.with_model(model))
+        dynamics = self._converted(self.dynamics.with_model(model,
+                                                            friction_model=friction_model))
         cost = self.cost
         if self._cost_for is not None:
             cost = self._cost_for(dynamics.model).to(dtype=self.config.dtype,

@@ -75,7 +75,8 @@ def lqr_gain(dynamics: ModelDynamics, x_eq: Tensor, u_eq: Tensor, Q: Tensor,
 
     Only the smooth, passive part of the model is linearised: Coulomb friction is left out
     (its tanh has a slope ``F / eps`` at rest, no damping the plant provides: the force is
-    the same in any direction of motion) and negative damping, which an unconstrained fit
+    the same in any direction of motion), and so is an extra friction module (a sigmoid's
+    slope at rest is Coulomb-like too), and negative damping, which an unconstrained fit
     (NEA) can return, is taken as zero; on the Qube both turned refitted gains unstable.
 
     :param dynamics: the model; its ``dt`` is the period the gain is applied at.
@@ -87,7 +88,8 @@ def lqr_gain(dynamics: ModelDynamics, x_eq: Tensor, u_eq: Tensor, Q: Tensor,
     """
     model = dynamics.model
     dynamics = dynamics.with_model(model.replace(friction=torch.zeros_like(model.friction),
-                                                 damping=model.damping.clamp_min(0.0)))
+                                                 damping=model.damping.clamp_min(0.0)),
+                                   friction_model=None)
     A, B = linearize(dynamics, x_eq, u_eq)
     P = solve_dare(A, B, Q, R)
     return torch.linalg.solve(R + B.mT @ P @ B, B.mT @ P @ A)

@@ -17,9 +17,10 @@ import time
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
+from torch import nn
 
 from .costs import QuadraticCost
-from .dynamics import ModelDynamics
+from .dynamics import KEEP, ModelDynamics
 from .policy import FeedbackPolicy, warm_start
 from ..core.model import PARAMETER_FIELDS, RobotModel
 
@@ -106,16 +107,19 @@ class MPPI:
         self.set_model(dynamics.model, dynamics)
         self.reset()
 
-    def set_model(self, model: RobotModel, dynamics: Optional[ModelDynamics] = None) -> None:
+    def set_model(self, model: RobotModel, dynamics: Optional[ModelDynamics] = None,
+                  friction_model: Optional[nn.Module] = KEEP) -> None:
         """
         Use another model (possibly with a particle dim) from the next solve on.
 
         :param model: the new model; leading parameter dims are particles.
         :param dynamics: dynamics to take the settings from (the current ones when None).
+        :param friction_model: its extra friction module (None: none); :data:`KEEP`: the
+            one of the dynamics.
         """
         base = self.dynamics if dynamics is None else dynamics
         model = particles_first(model.to(dtype=self.config.dtype))
-        self.dynamics = base.with_model(model)
+        self.dynamics = base.with_model(model, friction_model=friction_model)
         self.particles = model.batch_shape.numel()
         std = torch.as_tensor(self.config.noise_std, dtype=self.config.dtype,
                               device=model.device)

@@ -29,6 +29,7 @@ from typing import Any, Deque, Dict, Optional, Tuple
 
 import numpy as np
 import torch
+from torch import nn
 
 from .controller import command_limit, ControllerConfig, make_controller, safe_command
 from .policy import FeedbackPolicy
@@ -47,21 +48,26 @@ class Planner:
 
     :param info: catalog entry of the robot.
     :param config: the controller's parameters.
-    :param model: the model to start from (the robot's nominal model).
+    :param model: the model to start from (the robot's nominal model, or a fit's).
     :param log: object with ``warn(key, text)`` for failed solves and unsafe commands.
     :param stale_timeout: a state older than this (s) is stale: the safe command is sent.
     :param plan_timeout: a plan that ended more than this long ago (s) is not applied.
     :param task: the task to control (default: the robot's; see
         :func:`~diffsim_ros.control.controller.make_controller`).
+    :param friction: the extra friction module of ``model`` (a fit's sigmoid friction), or
+        None.
     :raises ValueError: a configuration that does not fit the robot.
     """
 
     def __init__(self, info: RobotInfo, config: ControllerConfig, model: RobotModel,
                  log: Any, stale_timeout: float, plan_timeout: float,
-                 task: Optional[Task] = None) -> None:
+                 task: Optional[Task] = None, friction: Optional[nn.Module] = None) -> None:
         self.info = info
-        self.controller, self.control_rate = make_controller(info, model, config, task)
+        self.controller, self.control_rate = make_controller(info, model, config, task,
+                                                             friction_model=friction)
         self.model = model
+        #: The extra friction module of :attr:`model` (None: the URDF fields only).
+        self.friction = friction
         #: A baseline is a state feedback law, solved at every command from the newest state.
         self.inline = config.controller == 'baseline'
         self.limit = command_limit(info, config)
@@ -89,7 +95,7 @@ class Planner:
         self._stamp = self._received = self._origin = None
         self._policy: Optional[FeedbackPolicy] = None
         self._reset = False
-        self._pending: Optional[RobotModel] = None
+        self._pending: Optional[Tuple[RobotModel, Optional[nn.Module]]] = None
         self._x_solved: Optional[torch.Tensor] = None   # the inline baseline's (predicted) state
         self._solve_times: Deque[float] = deque(maxlen=50)
 
@@ -114,14 +120,15 @@ class Planner:
         with self._lock:
             self._origin, self._policy, self._reset = None, None, True
 
-    def offer(self, model: RobotModel) -> None:
+    def offer(self, model: RobotModel, friction: Optional[nn.Module] = None) -> None:
         """
         Queue a model (accepted by the model gate) for the next solve.
 
         :param model: the model; a newer offer replaces one not yet swapped in.
+        :param friction: its extra friction module, or None.
         """
         with self._lock:
-            self._pending = model
+            self._pending = (model, friction)
 
     def is_stale(self, now: float) -> bool:
         """
@@ -182,7 +189,8 @@ class Planner:
         :return: the model swapped in, or None.
         """
         with self._lock:
-            x, model, self._pending = self._x, self._pending, None
+            x, pending, self._pending = self._x, self._pending, None
+            model, friction = pending if pending is not None else (None, None)
             t = None if x is None else self._received - self._origin
             reset, self._reset = self._reset, False
             age = None if x is None else now - self._stamp
@@ -190,8 +198,8 @@ class Planner:
             if reset:
                 self.controller.reset()
             if model is not None:
-                self.controller.set_model(model)
-                self.model = model
+                self.controller.set_model(model, friction_model=friction)
+                self.model, self.friction = model, friction
                 self.stats['models_accepted'] += 1
             if x is None:
                 return model

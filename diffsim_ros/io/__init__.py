@@ -1,18 +1,19 @@
 """
 Data in and out of files: rosbag2 recordings, CSV/NPZ tables and the shared real-robot data.
 
-No ROS installation is needed: bags are read and written with the ``rosbags`` package.
+No ROS installation is needed: bags are read and written with the ``rosbags`` package, which
+is imported on first use of a bag name (``io.read_bag``...), so that the nodes on the robot
+path may read a fit (:mod:`diffsim_ros.io.fits`) without loading the bag reader.
 
 >>> from diffsim_ros import io, robots
 >>> runs = io.load_trajectories('recording.mcap',
 ...                             joint_names=robots.get('qube').joint_names)  # doctest: +SKIP
 """
 
+import importlib
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import Any, List, Optional, Sequence, Union
 
-from .bags import (bag_topics, BagError, BagWarning, BagWriter, read_bag,
-                   STORAGE_SUFFIXES, write_bag)
 from .datasets import (DatasetError, DATASETS, load_cartpole_runs, load_dfki_double_pendulum,
                        load_dfki_simple_pendulum, load_panda_excitation, load_qube_runs,
                        run_kind)
@@ -27,6 +28,23 @@ __all__ = [
     'read_bag', 'read_csv',
     'read_npz', 'run_kind', 'TableError', 'write_bag', 'write_csv', 'write_npz',
 ]
+
+#: Names of :mod:`diffsim_ros.io.bags` reached through this package (imported on first use).
+_BAG_NAMES = frozenset({'bag_topics', 'BagError', 'BagWarning', 'BagWriter', 'read_bag',
+                        'STORAGE_SUFFIXES', 'write_bag'})
+
+
+def __getattr__(name: str) -> Any:
+    """
+    Return a name of :mod:`diffsim_ros.io.bags`, importing it on first use (PEP 562).
+
+    :param name: the attribute asked for.
+    :return: the bag module's attribute.
+    :raises AttributeError: a name this package does not have.
+    """
+    if name in _BAG_NAMES:
+        return getattr(importlib.import_module('.bags', __name__), name)
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
 
 
 def load_trajectories(path: Union[str, Path], joint_names: Optional[Sequence[str]] = None,
@@ -47,6 +65,7 @@ def load_trajectories(path: Union[str, Path], joint_names: Optional[Sequence[str
     :raises BagError: unreadable bags (see :mod:`diffsim_ros.io.bags`).
     :raises TableError: unreadable tables or an unknown file type.
     """
+    from .bags import read_bag, STORAGE_SUFFIXES   # rosbags only when a bag may be read
     path = Path(path)
     if path.suffix == '.csv':
         return read_csv(path, joint_names=joint_names)

@@ -69,8 +69,11 @@ Outputs in ``--out``:
   estimator gives one (NEA base parameters, with their ``expression``), and
   ``identifiable: false`` with the reason on parameters the data cannot determine
   (:mod:`diffsim_ros.io.identifiability`: they enter no base parameter of the regressor, or
-  their std exceeds their value); method, robot, data
-  path, joint names, command joints and armature;
+  their std exceeds their value); method, robot, data path, joint names, command joints and
+  armature; and under ``model`` the whole model document (:mod:`diffsim_ros.io.fits`: the
+  friction module too, sigmoid and Stribeck included), which ``diffsim-sim-eval --model``,
+  the demo and the nodes' ``model_file`` parameter load back (catalogue robots, physical
+  models);
 * ``model.urdf``: the nominal URDF with the identified inertials, damping and Coulomb friction
   (:func:`diffsim_ros.io.model_to_urdf`); when least squares leaves bodies physically
   inconsistent, the consistent model closest to its base parameters, and negative friction is
@@ -138,6 +141,7 @@ from .fit_estimator import (apply_loss_options, budget, estimator_config, measur
                             motor_config, run_fit)
 from .fit_inputs import (apply_defaults, away_from_limits, check_out, conventions, data_format,
                          load_data, load_robot, needs_commands, preprocess, sample_rate, split)
+from .fits import write_model_document
 from .fit_options import (build_parser, EXIT_NOT_EXCITED, EXIT_USAGE, EXIT_WORSE, MIN_SAMPLES,
                           PROG, reported, UsageError)
 from .identifiability import mark_unidentifiable, unidentifiable
@@ -150,6 +154,7 @@ from .verdict import better_than_nominal, verdict
 from .. import __version__, robots
 from ..core.model import PRISMATIC, RobotModel
 from ..core.urdf import load_urdf
+from ..robots.message import model_message, ModelMessageError
 from ..sysid.dataset import Trajectory
 from ..sysid.losses import command_joints_for, resolve_source
 from ..sysid.result import IdentificationResult
@@ -352,6 +357,8 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
         parameters = mark_unidentifiable(parameters, flags)
         write_params_yaml(out / 'params.yaml', _header(args, robot_label, nominal, result,
                                                        config, source), parameters)
+        exported_model = _write_model_document(out / 'params.yaml', result, written, urdf_info,
+                                               info)
         modules_path = _save_modules(result, out)
         metrics: Dict[str, Any] = {
             **_header(args, robot_label, nominal, result, config, source),
@@ -376,6 +383,7 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
             'physical_parameters': bool(parameters),
             'unidentifiable': flags,
             'modules': modules_path.name if modules_path is not None else None,
+            'model_document': exported_model or 'params.yaml model',
             'estimator_metrics': result.to_dict()['metrics'],
             'history': {'train_iterations': len(result.history.get('train', ())),
                         'validation_evaluations': len(result.history.get('validation', ()))},
@@ -406,6 +414,37 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
     if metrics['worse_than_nominal']:
         progress.warn(metrics['worse_than_nominal'])
     return metrics
+
+
+def _write_model_document(path: Path, result: IdentificationResult, written: RobotModel,
+                          urdf_info: Mapping[str, Any],
+                          info: Optional[robots.RobotInfo]) -> Optional[str]:
+    """
+    Append the fit's model document to ``params.yaml`` (:mod:`diffsim_ros.io.fits`).
+
+    The document holds the fitted model, its motor and its analytic friction module; where the
+    URDF export had to change the fit (inconsistent bodies, negative friction), its inertials
+    are the exported ones, so that a node accepts what ``model.urdf`` shows.
+
+    :return: why no document was written (a black-box fit, a URDF outside the catalogue), or
+        ``None`` when it was.
+    """
+    if result.model is None:
+        return 'a black-box fit has no physical model'
+    if info is None:
+        return 'the robot is not in the catalogue (no interface to load the document with)'
+    source = result
+    if _adjusted(urdf_info):
+        model = written.replace(damping=result.model.damping.detach().clamp_min(0.0).to(
+            written.damping), friction=result.model.friction.detach().clamp_min(0.0).to(
+            written.friction))
+        source = dataclasses.replace(result, model=model)
+    try:
+        document = model_message(source, robots.interface(info.name))
+    except ModelMessageError as error:   # e.g. a model with parameter batch dims
+        return f'no model document: {error}'
+    write_model_document(path, document)
+    return None
 
 
 def _published(info: Optional[robots.RobotInfo], model: RobotModel, joints: Sequence[str],

@@ -11,7 +11,11 @@ adaptive-mpc`` runs too (its module docstring says what a refit does); every
 ``refit_process``, so that a fit never holds the interpreter lock of the thread taking
 ``joint_states``).  A refused candidate or refused data leave the last good model in use,
 and the diagnostics say why (WARN where a user should look).  Parameters:
-:class:`~diffsim_ros.nodes.identifier_config.IdentifierConfig`.
+:class:`~diffsim_ros.nodes.identifier_config.IdentifierConfig`; ``model_file``
+(:mod:`~diffsim_ros.nodes.model_file`) makes an offline fit its nominal model, published
+with its friction module until a refit replaces it.  A refit with an analytic friction
+module (``<estimator>.friction_model``: ``sigmoid``, ``stribeck``) publishes the module
+in the model document; a neural one is listed as omitted.
 
 Publications:
 
@@ -52,6 +56,7 @@ from .gates import StateGate, StateGateConfig
 from .identifier_config import (complete_estimator, engine_options, IdentifierConfig,
                                 PHYSICAL_ESTIMATORS)
 from .lockstep import LockstepPeer
+from .model_file import load_model_file
 from .params import declare_config, declare_robot
 from .runtime import configure_interpreter, run_node
 from .. import robots
@@ -84,11 +89,14 @@ class Identifier(Node):
         self.estimator_config = complete_estimator(declare_config(
             self, config_cls, f'{config.estimator}.', defaults, skip_unsupported=True),
             self.robot)
-        self.nominal = self.interface.nominal_model()
+        # limits from the robot description; the model a fit's when model_file names one
+        limits = self.interface.nominal_model()
+        self.fit = load_model_file(self.interface, config.model_file)
+        self.nominal = limits if self.fit is None else self.fit.model
         self.warnings = ThrottledLogger(self.get_logger())
         self.state_gate = StateGate(
-            self.nominal.joint_names, self.nominal.lower, self.nominal.upper,
-            self.nominal.velocity_limit, declare_config(self, StateGateConfig, 'gate.', defaults),
+            limits.joint_names, limits.lower, limits.upper, limits.velocity_limit,
+            declare_config(self, StateGateConfig, 'gate.', defaults),
             self.warnings, config.joint_states_topic, require_velocity=False)
         self.messages = {'received': 0, 'decimated': 0}
         self._lock = threading.Lock()
@@ -101,7 +109,8 @@ class Identifier(Node):
         # refused before it is published (the mpc and monitor gate it again on receipt)
         self.engine = OnlineEngine(
             self.nominal, config.online(self.estimator_config),
-            check=lambda result: self.interface.check_model(result.model, result.actuator))
+            check=lambda result: self.interface.check_model(result.model, result.actuator,
+                                                            result.friction))
         self.memory, self.log = self.engine.memory, DecisionLog()
         self._reset_state()
         latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
@@ -244,7 +253,8 @@ class Identifier(Node):
         try:
             # the whole model is what the mpc and monitor take: a lockstep plant waits for it
             self._lockstep.publish(self.model_pub, String(data=json.dumps(
-                model_message(best if best is not None else model, self.interface))))
+                model_message(best if best is not None else self.fit or model,
+                              self.interface))))
             self.description_pub.publish(String(data=model_to_urdf(model)))
         except ValueError as error:
             self.warnings.warn('robot_description', f'not published: {error}')

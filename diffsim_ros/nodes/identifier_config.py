@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import math
 from typing import Any, Mapping, Optional, Tuple
 
+from .model_file import MODEL_FILE_DESCRIPTION
 from .params import build_config, config_path, load_yaml_params, meta
 from .. import robots
 from ..sysid.estimators import ESTIMATORS
@@ -66,6 +67,8 @@ class IdentifierConfig:
     mocap_bodies: tuple[str, ...] = field(default=(), metadata=meta(
         'links with motion-capture poses on <mocap_topic_prefix>/<link>'))
     mocap_topic_prefix: str = field(default='mocap', metadata=meta('mocap topic prefix'))
+    model_file: str = field(default='', metadata=meta(
+        MODEL_FILE_DESCRIPTION + '; the nominal model (prior, reset) of the refits'))
     save_directory: str = field(default='', metadata=meta(
         "where ~/save writes the URDF and parameter YAML; '' = ./diffsim_identified"))
     diagnostics_period: float = field(default=1.0, metadata=meta(

@@ -2,12 +2,14 @@
 Monitor node: shows how well the current model predicts the robot.
 
 It buffers measured ``joint_states`` and the commands sent to the robot, and every ``period``
-seconds rolls the current model (nominal, then each model the identifier publishes on
+seconds rolls the current model (nominal, or the offline fit of ``model_file``:
+:mod:`~diffsim_ros.nodes.model_file`; then each model the identifier publishes on
 ``/identifier/model`` that passes the model gate of :mod:`diffsim_ros.robots.gate`,
 parameters ``model_gate.*``) forward from the state measured ``horizon`` seconds ago with the
 recorded commands (each held until the next and averaged over a rollout step) through the
-robot's actuator model: the DC motor for Quanser voltages, minus the model's joint friction,
-plus gravity when the driver compensates it.  States are timed by their header stamps,
+robot's actuator model: the DC motor for Quanser voltages, minus the model's joint friction
+and friction module, plus gravity when the driver compensates it.  States are timed by their
+header stamps,
 commands on the states' timeline: the newest state's stamp plus the time between that
 state's arrival and the command's (DDS receive times, or the node clock under
 ``use_sim_time``; :class:`~diffsim_ros.nodes.convert.CommandTimeline`).  It
@@ -51,6 +53,7 @@ from .convert import (commands_array, CommandTimeline, joint_state_msg, MessageE
                       ThrottledLogger)
 from .diagnostics import diagnostics_msg
 from .gates import StateGate, StateGateConfig
+from .model_file import load_model_file, MODEL_FILE_DESCRIPTION
 from .params import declare_config, declare_robot, meta
 from .runtime import configure_interpreter, run_node
 from .. import robots
@@ -88,6 +91,7 @@ class MonitorConfig:
         'measured states and commands kept, s (>= horizon)', range=(0.0, 3600.0)))
     line_width: float = field(default=0.005, metadata=meta('path marker width, m',
                                                            range=(0.0, 1.0)))
+    model_file: str = field(default='', metadata=meta(MODEL_FILE_DESCRIPTION))
     max_stamp_offset: float = field(default=0.5, metadata=meta(
         "joint_states are timed by their header stamps (the driver's sample times) unless "
         'a stamp is this far (s) from the arrival time (unset or unsynchronised clock): then '
@@ -144,7 +148,9 @@ class MonitorNode(Node):
         gate_config = declare_config(self, StateGateConfig, 'gate.', defaults)
         model_gate_config = declare_config(self, ModelGateConfig, 'model_gate.', defaults)
         interface = robots.interface(self.info.name)
+        fit = load_model_file(interface, self.config.model_file)
         self.model, self.actuator = interface.nominal_model(), None   # None: nominal motor
+        self.friction = None   # the model's extra friction module
         self._names = self.model.joint_names
         self._lock = threading.Lock()
         keep = int(self.config.buffer_duration * self.info.driver_rate_hz * 2) + 16
@@ -158,6 +164,8 @@ class MonitorNode(Node):
         self.state_gate = StateGate(self._names, self.model.lower, self.model.upper,
                                     self.model.velocity_limit, gate_config, self._log,
                                     self.config.joint_states_topic)
+        if fit is not None:   # after the limits: those stay the robot description's
+            self.model, self.actuator, self.friction = fit.model, fit.actuator, fit.friction
         self.last_prediction: Optional[Dict[str, Any]] = None
         #: Largest state variances of a window so far, ``(2 n,)`` (the NMSE's floor).
         self._scale_floor: Optional[torch.Tensor] = None
@@ -221,12 +229,13 @@ class MonitorNode(Node):
     def _on_model(self, msg: String) -> None:
         """Hand a model document to the gate (robots/gate.py), which judges it on its thread."""
         with self._lock:
-            model, actuator = self.model, self.actuator
-        self.model_gate.submit(msg.data, model, actuator, self._use_model, self._refused)
+            model, actuator, friction = self.model, self.actuator, self.friction
+        self.model_gate.submit(msg.data, model, actuator, self._use_model, self._refused,
+                               current_friction=friction)
 
-    def _use_model(self, model: RobotModel, actuator, decision) -> None:
+    def _use_model(self, model: RobotModel, actuator, friction, decision) -> None:
         with self._lock:
-            self.model, self.actuator = model, actuator
+            self.model, self.actuator, self.friction = model, actuator, friction
         self.models_accepted += 1
         self.get_logger().info(f'model update {self.models_accepted} accepted '
                                f'({decision.note})')
@@ -251,7 +260,7 @@ class MonitorNode(Node):
         """
         with self._lock:
             states, commands = list(self._states), list(self._commands)
-            model, actuator = self.model, self.actuator
+            model, actuator, friction = self.model, self.actuator, self.friction
             floor = self._scale_floor
         if not states:
             return None
@@ -263,7 +272,8 @@ class MonitorNode(Node):
             model, self.info, t, np.stack([s[1] for s in states]),
             np.stack([s[2] for s in states]), np.array([c[0] for c in commands]),
             np.stack([c[1] for c in commands]) if commands else np.zeros((0, m)),
-            self.config.horizon, self.config.dt, self.config.integrator, floor, actuator)
+            self.config.horizon, self.config.dt, self.config.integrator, floor, actuator,
+            friction)
         if result is None:
             return None
         # the largest variances seen so far normalise later windows (a balance after a

@@ -28,7 +28,9 @@ threads around it:
   consistent, and predicting the node's last seconds of states and commands no worse than
   the model in use; otherwise it is counted, logged (throttled), shown as WARN on
   ``/diagnostics``, and the old one stays.  The controller keeps the catalog's motor model
-  (the constants sent are only bounded).
+  (the constants sent are only bounded) and applies the friction module the document
+  carries.  ``model_file`` (:mod:`~diffsim_ros.nodes.model_file`): an offline fit to plan on
+  until the gate accepts a newer model.
 * Watchdog: with ``joint_states`` older than ``stale_timeout`` (or none yet), a plan that
   ended more than ``plan_timeout`` ago, or a non-finite command, it publishes
   ``safe_command`` (zero effort by default); stale data raise ``/diagnostics`` to ERROR,
@@ -60,6 +62,7 @@ from .convert import commands_msg, MessageError, ThrottledLogger
 from .diagnostics import diagnostics_msg, with_warnings
 from .gates import StateGate, StateGateConfig
 from .lockstep import LockstepPeer
+from .model_file import load_model_file, MODEL_FILE_DESCRIPTION
 from .monitor import MODEL_QOS
 from .params import declare_config, declare_robot, meta, ParameterError
 from .reference import load_reference_task, ReferenceFileError
@@ -95,6 +98,7 @@ class MpcConfig(ControllerConfig):
         'excitation trajectory to track (excitation.yaml of diffsim-excite), set at launch; '
         "validated at start-up (the robot's joints, finite, within its limits), time 0 at "
         "the first joint state, repeated with its period; '' = the robot's task"))
+    model_file: str = field(default='', metadata=meta(MODEL_FILE_DESCRIPTION))
     command_priority: int = field(default=50, metadata=meta(
         'SCHED_FIFO priority of the command thread on the wall clock (1-99, needs rtprio or '
         'root; refused: normal priority and a warning); 0 = normal scheduling. A controller '
@@ -132,6 +136,7 @@ class MpcNode(Node):
         gate_config = declare_config(self, StateGateConfig, 'gate.', defaults)
         model_gate_config = declare_config(self, ModelGateConfig, 'model_gate.', defaults)
         nominal = robots.interface(robot).nominal_model()
+        fit = load_model_file(robots.interface(robot), config.model_file)
         # lines logged by the executor thread: the command thread never waits on logging
         self._log = ThrottledLogger(self.get_logger(), deferred=True)
         task = None
@@ -145,8 +150,9 @@ class MpcNode(Node):
             self.get_logger().info(f'tracking {config.reference_file} '
                                    f'({task.duration_s:g} s, period '
                                    f'{1.0 / task.frequency_hz:g} s)')
-        self.planner = Planner(info, config, nominal, self._log, config.stale_timeout,
-                               config.plan_timeout, task)
+        self.planner = Planner(info, config, nominal if fit is None else fit.model, self._log,
+                               config.stale_timeout, config.plan_timeout, task,
+                               None if fit is None else fit.friction)
         self._inline = self.planner.inline   # a baseline is solved at every command tick
         self.safe_command = self.planner.safe_command
         self.model_gate = ModelGate(robots.interface(robot), model_gate_config,
@@ -244,8 +250,8 @@ class MpcNode(Node):
 
     def _on_model(self, msg: String) -> None:
         """Hand a model document to the gate (robots/gate.py), which judges it on its thread."""
-        def use(model: RobotModel, actuator, decision) -> None:
-            self.planner.offer(model)
+        def use(model: RobotModel, actuator, friction, decision) -> None:
+            self.planner.offer(model, friction)
             self._model_judged(msg)
             if not self._inline:
                 self._solve_event.set()
@@ -253,7 +259,8 @@ class MpcNode(Node):
         def refused(reason: str) -> None:
             self._models_rejected += 1
             self._model_judged(msg)
-        self.model_gate.submit(msg.data, self.model, None, use, refused)
+        self.model_gate.submit(msg.data, self.model, None, use, refused,
+                               current_friction=self.planner.friction)
 
     def _request_solve(self) -> None:
         if not self.planner.is_stale(self._now()):

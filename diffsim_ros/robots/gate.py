@@ -14,7 +14,8 @@ through :class:`ModelGate`:
    :func:`~diffsim_ros.core.rollout` through the interface's command map) from measured
    states, errors normalised per state coordinate by the variances of the data
    (:func:`~diffsim_ros.sysid.losses.state_scale`), and the candidate's normalised error
-   must not exceed ``(1 + margin)`` times the current model's.
+   must not exceed ``(1 + margin)`` times the current model's.  Each model is rolled out
+   with its own extra friction module (a fit's sigmoid or Stribeck friction), if it has one.
 
 When the node holds less than ``min_duration`` seconds of data (0: the smaller of 1 s and
 ``duration``), or the data are still (no joint velocity varies by more than
@@ -50,7 +51,7 @@ from ..sysid.losses import normalized_mse, state_scale, wrap_angle_error
 __all__ = ['ModelGateConfig', 'GateDecision', 'ModelGate', 'RecentData', 'judge_model',
            'prediction_error']
 
-Accept = Callable[[RobotModel, Optional[nn.Module], 'GateDecision'], None]
+Accept = Callable[[RobotModel, Optional[nn.Module], Optional[nn.Module], 'GateDecision'], None]
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,8 @@ class RecentData:
 
 def prediction_error(interface: RobotInterface, model: RobotModel,
                      actuator: Optional[nn.Module], data: Dict[str, np.ndarray],
-                     horizon: float, dt: float, scale: torch.Tensor) -> float:
+                     horizon: float, dt: float, scale: torch.Tensor,
+                     friction: Optional[nn.Module] = None) -> float:
     """
     Return the normalised k-step open-loop prediction error of a model on recorded data.
 
@@ -228,6 +230,7 @@ def prediction_error(interface: RobotInterface, model: RobotModel,
     :param horizon: window length, s.
     :param dt: step, s.
     :param scale: ``(2 n,)`` state variances normalising the errors.
+    :param friction: the model's extra friction module, or ``None``.
     :return: mean squared normalised error; ``inf`` if a rollout diverged.
     :raises ValueError: the data hold less than one window.
     """
@@ -246,7 +249,8 @@ def prediction_error(interface: RobotInterface, model: RobotModel,
     targets = x[1:].reshape(count, steps, -1)
     controls = torch.as_tensor(controls, dtype=model.dtype).reshape(count, steps, m)
     with torch.no_grad():
-        states = rollout(model, x0, controls, dt, 'rk4', interface.torque_fn(model, actuator))
+        states = rollout(model, x0, controls, dt, 'rk4',
+                         interface.torque_fn(model, actuator, friction=friction))
     if not bool(torch.isfinite(states).all()):
         return math.inf
     error = wrap_angle_error(states[:, 1:] - targets, model.tree.revolute_mask)
@@ -257,7 +261,9 @@ def prediction_error(interface: RobotInterface, model: RobotModel,
 def judge_model(interface: RobotInterface, candidate: RobotModel,
                 candidate_actuator: Optional[nn.Module], current: RobotModel,
                 current_actuator: Optional[nn.Module], data: Dict[str, np.ndarray],
-                config: ModelGateConfig, use_actuator: bool = True) -> GateDecision:
+                config: ModelGateConfig, use_actuator: bool = True,
+                candidate_friction: Optional[nn.Module] = None,
+                current_friction: Optional[nn.Module] = None) -> GateDecision:
     """
     Decide whether a candidate model may replace the current one (module docstring).
 
@@ -270,9 +276,11 @@ def judge_model(interface: RobotInterface, candidate: RobotModel,
     :param config: gate settings.
     :param use_actuator: predict with the candidate's motor model (False: the node keeps the
         nominal motor, so the candidate is judged with it; its constants are still bounded).
+    :param candidate_friction: the candidate's extra friction module, or ``None``.
+    :param current_friction: the extra friction module in use, or ``None``.
     :return: the decision.
     """
-    problems = interface.check_model(candidate, candidate_actuator)
+    problems = interface.check_model(candidate, candidate_actuator, candidate_friction)
     if problems:
         return GateDecision(False, tuple(problems), note=f'refused: {problems[0]}')
     t = data['t']
@@ -288,9 +296,10 @@ def judge_model(interface: RobotInterface, candidate: RobotModel,
     mask = current.tree.revolute_mask.to(torch.float64)
     scale = state_scale(torch.as_tensor(data['q']), torch.as_tensor(data['qd']), mask)
     errors = [prediction_error(interface, model, actuator, data, config.horizon, config.dt,
-                               scale)
-              for model, actuator in ((candidate, candidate_actuator if use_actuator
-                                       else None), (current, current_actuator))]
+                               scale, friction)
+              for model, actuator, friction in (
+                  (candidate, candidate_actuator if use_actuator else None, candidate_friction),
+                  (current, current_actuator, current_friction))]
     new, old = errors
     if new <= (1.0 + config.margin) * old or (math.isinf(old) and math.isfinite(new)):
         return GateDecision(True, compared=True, candidate_error=new, current_error=old,
@@ -341,7 +350,8 @@ class ModelGate:
         return ''
 
     def submit(self, text: str, current: RobotModel, current_actuator: Optional[nn.Module],
-               on_accept: Accept, on_refuse: Optional[Callable[[str], None]] = None) -> None:
+               on_accept: Accept, on_refuse: Optional[Callable[[str], None]] = None,
+               current_friction: Optional[nn.Module] = None) -> None:
         """
         Queue a document for judging (a newer one replaces one still queued: counted).
 
@@ -349,34 +359,39 @@ class ModelGate:
         :param current: the model in use (read when judging starts is fine: models are
             immutable).
         :param current_actuator: its motor model, or ``None``.
-        :param on_accept: called on the gate's thread with ``(model, actuator, decision)``.
+        :param on_accept: called on the gate's thread with ``(model, actuator, friction,
+            decision)`` (``friction``: the document's extra friction module or ``None``).
         :param on_refuse: called on the gate's thread with the reason.
+        :param current_friction: the extra friction module in use, or ``None``.
         """
-        job = (text, current, current_actuator, on_accept, on_refuse)
+        job = (text, current, current_actuator, current_friction, on_accept, on_refuse)
         with self._pending_lock:
             self._pending, replaced = job, self._pending
         self.superseded += replaced is not None
         self._wake.set()
 
-    def judge(self, text: str, current: RobotModel,
-              current_actuator: Optional[nn.Module]) -> Tuple[GateDecision, Any, Any]:
+    def judge(self, text: str, current: RobotModel, current_actuator: Optional[nn.Module],
+              current_friction: Optional[nn.Module] = None
+              ) -> Tuple[GateDecision, Any, Any, Any]:
         """
         Judge one document now, on the caller's thread.
 
         :param text: the document's JSON text.
         :param current: the model in use.
         :param current_actuator: its motor model, or ``None``.
-        :return: ``(decision, model or None, actuator or None)``.
+        :param current_friction: its extra friction module, or ``None``.
+        :return: ``(decision, model, actuator, friction)``, ``None`` where absent.
         """
         try:
-            model, actuator = load_model_message(text, self.interface)
+            model, actuator, friction = load_model_message(text, self.interface)
         except ModelMessageError as error:
             return GateDecision(False, (f'not a model of this robot: {error}',),
-                                note=f'refused: {error}'), None, None
+                                note=f'refused: {error}'), None, None, None
         data = self.recent.snapshot(len(self.interface.command_joints))
         decision = judge_model(self.interface, model, actuator, current, current_actuator,
-                               data, self.config, self.use_actuator)
-        return decision, model, actuator
+                               data, self.config, self.use_actuator, friction,
+                               current_friction)
+        return decision, model, actuator, friction
 
     def _refuse(self, reason: str, on_refuse) -> None:
         self.refused += 1
@@ -395,9 +410,11 @@ class ModelGate:
                 job, self._pending = self._pending, None
             if job is None:
                 continue
-            text, current, current_actuator, on_accept, on_refuse = job
+            text, current, current_actuator, current_friction, on_accept, on_refuse = job
             try:
-                decision, model, actuator = self.judge(text, current, current_actuator)
+                decision, model, actuator, friction = self.judge(text, current,
+                                                                 current_actuator,
+                                                                 current_friction)
             except Exception as error:  # noqa: BLE001 - a model that breaks a check is refused
                 self._refuse(f'could not be judged: {error!r}', on_refuse)
                 continue
@@ -408,7 +425,7 @@ class ModelGate:
             self.unjudged += not decision.compared
             self.last_note = decision.note
             self._refused_at = -math.inf
-            on_accept(model, actuator if self.use_actuator else None, decision)
+            on_accept(model, actuator if self.use_actuator else None, friction, decision)
 
     def diagnostics(self) -> Dict[str, Any]:
         """

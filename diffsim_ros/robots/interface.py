@@ -171,7 +171,7 @@ class RobotInterface:
         order = [self.info.joint_names.index(joint) for joint in model.joint_names]
         module = SigmoidFriction(model.n, **{
             key: torch.tensor([friction[key][i] for i in order], dtype=torch.float64)
-            for key in ('phi1', 'phi2', 'phi3')})
+            for key in ('phi1', 'phi2', 'phi3')}, dtype=torch.float64)   # not the default
         bare = model.replace(damping=torch.zeros_like(model.damping),
                              friction=torch.zeros_like(model.friction))
         return bare, module, str(friction.get('model', 'published friction')).split(';')[0]
@@ -253,18 +253,21 @@ class RobotInterface:
         return (wanted - at_zero) / gain
 
     def torque_fn(self, model: RobotModel, actuator: Optional[nn.Module] = None,
-                  coulomb_eps: float = FRICTION_VELOCITY_SCALE) -> TorqueFn:
+                  coulomb_eps: float = FRICTION_VELOCITY_SCALE,
+                  friction: Optional[nn.Module] = None) -> TorqueFn:
         """
         Return the net applied torque ``(q, qd, u) -> tau`` for :func:`~diffsim_ros.core.rollout`.
 
         :param model: the robot model (its damping and Coulomb friction are subtracted).
         :param actuator: motor model overriding the nominal one.
         :param coulomb_eps: smoothing velocity of the Coulomb term.
-        :return: ``motor_torque - damping qd - coulomb tanh(qd / eps)``.
+        :param friction: extra friction module ``(q, qd) -> tau_f`` of the model (a fit's
+            sigmoid or Stribeck friction), subtracted too; ``None``: none.
+        :return: ``motor_torque - damping qd - coulomb tanh(qd / eps) - friction(q, qd)``.
         """
         B = command_matrix(model, self.command_joints)
         torque = make_torque_fn(model, B, self._actuator_for(model, actuator),
-                                coulomb_eps=coulomb_eps)
+                                friction, coulomb_eps=coulomb_eps)
         if not self.driver_adds_gravity:
             return torque
 
@@ -328,12 +331,18 @@ class RobotInterface:
                     bounds[f'{joint}/{key}'] = (x0 / f_a, x0 * f_a)
         return bounds
 
-    def check_model(self, model: RobotModel, actuator: Optional[nn.Module] = None) -> List[str]:
+    def check_model(self, model: RobotModel, actuator: Optional[nn.Module] = None,
+                    friction: Optional[nn.Module] = None) -> List[str]:
         """
         Return every reason why a model (and motor model) may not replace the nominal one.
 
+        An extra friction module is plausible when its torque at the joint velocity limits
+        (1 rad/s or 1 m/s where the URDF has none) is finite and no larger than what the
+        bounds of the URDF's ``damping`` and ``coulomb`` fields allow at that velocity.
+
         :param model: candidate model, unbatched.
         :param actuator: candidate motor model (``DCMotor``) or ``None`` (the nominal one).
+        :param friction: candidate extra friction module ``(q, qd) -> tau_f`` or ``None``.
         :return: one line per problem (empty: plausible and physically consistent).
         """
         nominal = self.nominal_model()
@@ -372,11 +381,41 @@ class RobotInterface:
             if not low <= value <= high:
                 problems.append(f'{name} = {value:.6g} {unit} outside its plausible range '
                                 f'[{low:.6g}, {high:.6g}]')
+        if friction is not None:
+            problems += self._check_friction(model, friction)
         if not problems:
             q = torch.zeros(model.n, dtype=model.dtype)
             if not bool(torch.isfinite(aba(model, q, q, q)).all()):
                 problems.append('forward dynamics at rest are not finite')
         return problems
+
+    def _check_friction(self, model: RobotModel, friction: nn.Module) -> List[str]:
+        """Return the problems of an extra friction module (see :meth:`check_model`)."""
+        if getattr(friction, 'n', None) != model.n:
+            return [f'the {type(friction).__name__} friction has '
+                    f'{getattr(friction, "n", None)} joints, the model {model.n}']
+        speed = model.velocity_limit.to(torch.float64)
+        speed = torch.where(torch.isfinite(speed) & (speed > 0), speed, torch.ones_like(speed))
+        bounds = self.parameter_bounds()
+        high = torch.tensor([bounds[f'{joint}/damping'][1] * float(v)
+                             + bounds[f'{joint}/coulomb'][1]
+                             for joint, v in zip(model.joint_names, speed.tolist())],
+                            dtype=torch.float64)
+        like = next(friction.parameters(), speed)   # evaluated where it lives, not moved
+        qd = torch.stack((speed, -speed)).to(dtype=like.dtype, device=like.device)
+        with torch.no_grad():
+            try:
+                tau = friction(torch.zeros_like(qd), qd).double().cpu()
+            except (RuntimeError, ValueError) as error:
+                return [f'the {type(friction).__name__} friction cannot be evaluated: {error}']
+        if tuple(tau.shape) != (2, model.n) or not bool(torch.isfinite(tau).all()):
+            return [f'the {type(friction).__name__} friction torque at the velocity limits '
+                    'is not finite (or of another shape)']
+        return [f'{joint}: {type(friction).__name__} friction {value:.6g} at the velocity '
+                f'limit exceeds {limit:.6g} (damping and coulomb bounds)'
+                for joint, value, limit in zip(model.joint_names,
+                                               tau.abs().amax(0).tolist(), high.tolist())
+                if not value <= limit]
 
 
 @functools.lru_cache(maxsize=None)

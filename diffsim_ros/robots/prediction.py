@@ -68,7 +68,8 @@ def mean_commands(t_cmd: np.ndarray, u: np.ndarray, grid: np.ndarray, m: int) ->
 def predict_window(model: RobotModel, info: RobotInfo, t, q, qd, t_cmd, u,
                    horizon: float, dt: float, integrator: str,
                    scale_floor: Optional[torch.Tensor] = None,
-                   actuator: Optional[nn.Module] = None) -> Optional[Dict[str, Any]]:
+                   actuator: Optional[nn.Module] = None,
+                   friction: Optional[nn.Module] = None) -> Optional[Dict[str, Any]]:
     """
     Roll the model over the last ``horizon`` seconds of measurements and score it.
 
@@ -87,6 +88,8 @@ def predict_window(model: RobotModel, info: RobotInfo, t, q, qd, t_cmd, u,
         are not taken (the monitor passes the largest it has seen: a window of a still
         pendulum has variances near zero, and its NMSE would measure the noise).
     :param actuator: the model's motor model (``None``: the robot's nominal one).
+    :param friction: the model's extra friction module (a fit's sigmoid friction), or
+        ``None``.
     :return: ``None`` when the measurements span less than the horizon, else ``t`` (grid
         ``(K + 1,)``), ``q_measured``/``q_predicted`` ``(K + 1, n)``, ``qd_predicted``,
         ``nmse`` (state) and ``nmse_q`` ``(n,)``, both ``inf`` if the rollout diverged, and
@@ -103,7 +106,7 @@ def predict_window(model: RobotModel, info: RobotInfo, t, q, qd, t_cmd, u,
     with torch.no_grad():
         x_pred = rollout(model, x_meas[0], torch.as_tensor(controls, dtype=model.dtype,
                                                            device=model.device), dt, integrator,
-                         interface(info.name).torque_fn(model, actuator))
+                         interface(info.name).torque_fn(model, actuator, friction=friction))
     mask = model.tree.revolute_mask
     error = wrap_angle_error(x_pred - x_meas, mask)
     finite = bool(torch.isfinite(x_pred).all())
