@@ -141,9 +141,9 @@ from .fit_estimator import (apply_loss_options, budget, estimator_config, measur
                             motor_config, run_fit)
 from .fit_inputs import (apply_defaults, away_from_limits, check_out, conventions, data_format,
                          load_data, load_robot, needs_commands, preprocess, sample_rate, split)
-from .fits import write_model_document
 from .fit_options import (build_parser, EXIT_NOT_EXCITED, EXIT_USAGE, EXIT_WORSE, MIN_SAMPLES,
                           PROG, reported, UsageError)
+from .fits import write_model_document
 from .identifiability import mark_unidentifiable, unidentifiable
 from .progress import Progress
 from .report import (evaluate, export_urdf, parameter_table, physical_predictor, predictors, score,

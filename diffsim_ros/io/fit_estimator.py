@@ -88,11 +88,14 @@ def estimator_config(args: argparse.Namespace, info: Optional[robots.RobotInfo],
             raise UsageError(f'--actuator {args.actuator}: the ffnn black box has no friction '
                              'model; use --method diffnea or nea')
         if method == 'nea':
-            if args.actuator != 'viscous':
+            if args.actuator not in ('viscous', 'coulomb'):
                 raise UsageError(f'--actuator {args.actuator} needs --method diffnea (nea is '
                                  'linear least squares: viscous, or viscous + Coulomb by '
                                  'default)')
-            mapping['friction'] = ['viscous']
+            if args.actuator == 'viscous':
+                mapping['friction'] = ['viscous']
+        elif args.actuator == 'coulomb':
+            mapping['friction_model'] = 'none'   # the estimator's default: the URDF's fields
         elif args.actuator == 'viscous':
             mapping['friction_model'] = 'none'
             mapping['learn'] = [g for g in mapping.get('learn', ('inertial', 'damping'))

@@ -205,6 +205,8 @@ def apply_defaults(args: argparse.Namespace, defaults: Mapping[str, Any]) -> Dic
     for dest, builtin in OPTION_DEFAULTS.items():
         if getattr(args, dest) is not None:
             continue
+        if dest == 'actuator' and args.method != 'diffnea':
+            continue   # a data set's friction model is a DiffNEA module
         if dest in defaults:
             value = defaults[dest]
             applied[dest] = value

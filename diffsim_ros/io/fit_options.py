@@ -23,7 +23,7 @@ from ..sysid import estimators
 
 PROG = 'diffsim-fit'
 #: Friction choices of ``--actuator``.
-ACTUATOR_CHOICES = ('viscous', 'stribeck', 'sigmoid', 'nn-friction', 'nn-residual')
+ACTUATOR_CHOICES = ('viscous', 'coulomb', 'stribeck', 'sigmoid', 'nn-friction', 'nn-residual')
 #: Fewest training samples worth fitting.
 MIN_SAMPLES = 20
 #: Block length of the validation split of a single run, s.
@@ -36,7 +36,8 @@ EXIT_NOT_EXCITED = 3
 EXIT_WORSE = 4
 #: Built-in values of the options a data format may set (None: unset).
 OPTION_DEFAULTS = {'runs': None, 'validation': None, 'input_delay': None, 'rate': None,
-                   'derivatives': 'auto', 'cutoff': 20.0, 'early_stopping': 'validation'}
+                   'derivatives': 'auto', 'cutoff': 20.0, 'early_stopping': 'validation',
+                   'actuator': None}
 #: Default ``--max-condition``.  Measured (sysid/excitation.py): chirps, multisines and the
 #: recorded Qube, cart-pole and Panda excitations 3-40; robots at rest or at constant velocity
 #: with sensor noise 650 and more; this lies a factor 3-5 from both.
@@ -58,6 +59,7 @@ data:
   quanser   quanser_qube_pyrado / quanser_cartpole_pyrado folder, a group or a rollout CSV:
             train on chirps, validate on swing-ups; Qube: --input-delay 2, 250 Hz runs
   panda-gaz panda_gaz2019_excitation folder: --validation last:0.3 --rate 200 --cutoff 5
+            (diffnea: --actuator sigmoid)
   dfki      dfki_double_pendulum (design A.0; validate on the swing-ups) or
             dfki_simple_pendulum folder or file: --rate 250 --cutoff 10
   missing qd/qdd are estimated with a zero-phase Butterworth filter (--cutoff)
@@ -215,7 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help='estimator (default: %(default)s, an inverse-dynamics fit '
                              'refined with the multi-step rollout loss)')
     parser.add_argument('--actuator', choices=ACTUATOR_CHOICES, default=None,
-                        help="friction model (default: the estimator's viscous + Coulomb)")
+                        help='friction model: viscous, coulomb (viscous + tanh Coulomb, the '
+                        "URDF's two fields), or an extra module (default: coulomb; Panda data "
+                        "set with diffnea: sigmoid, Gaz et al.'s offset sigmoids)")
     parser.add_argument('--topic', help='JointState topic of a bag (default: /joint_states '
                         'or the only one)')
     parser.add_argument('--command-topic', help='Float64MultiArray command topic of a bag '

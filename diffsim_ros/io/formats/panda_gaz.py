@@ -21,8 +21,10 @@ from ..datasets import DATASETS, load_panda_excitation
 __all__ = ['FORMAT']
 
 FILE = 'exciting_traj_measured.csv'
+#: ``actuator``: the published identification's own friction form (Gaz et al., Table I:
+#: offset sigmoids), for DiffNEA; see ``benchmarks/README.md`` (panda) for both forms.
 _DEFAULTS = {'validation': 'last:0.3', 'rate': 200.0, 'derivatives': 'filter', 'cutoff': 5.0,
-             'early_stopping': 'train'}
+             'early_stopping': 'train', 'actuator': 'sigmoid'}
 
 
 def _detect(path: Path) -> bool:
