@@ -60,6 +60,26 @@ def test_config_limits_and_safe_command_are_checked_against_the_robot():
                         ControllerConfig(controller='baseline'))
 
 
+@pytest.mark.parametrize('robot', ['wam4', 'panda'])
+def test_the_arms_baseline_tracks_its_reference(robot):
+    # an arm's baseline is computed torque on the task's gains (it raised KeyError before)
+    planner, _ = planner_for(robot, controller='baseline')
+    task = get_task(robot)
+    model = robots.interface(robot).nominal_model()
+    q, qd = start_state(task, model)
+    planner.observe(q.numpy(), qd.numpy(), stamp=0.0, received=0.0)
+    planner.solve(0.0)
+    on_reference, stale = planner.command(0.0)
+    assert not stale and np.all(np.isfinite(on_reference))
+    # pushed off the reference on the first joint, the command pushes it back
+    q_off = q.clone()
+    q_off[0] += 0.1
+    planner.observe(q_off.numpy(), qd.numpy(), stamp=0.001, received=0.001)
+    planner.solve(0.001)
+    pushed, _ = planner.command(0.001)
+    assert pushed[0] < on_reference[0] - 1.0
+
+
 def test_safe_command_while_stale_without_a_plan_or_after_the_plan_ended():
     planner, _ = planner_for('qube')
     safe = planner.safe_command

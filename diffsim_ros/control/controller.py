@@ -32,7 +32,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .baselines import PDGravity, SwingUpLQR
+from .baselines import ComputedTorque, SwingUpLQR
 from .costs import QuadraticCost, TrackingCost
 from .dynamics import ModelDynamics
 from .ilqr import ILQR, ILQRConfig
@@ -197,8 +197,11 @@ def make_controller(info: RobotInfo, model: RobotModel, config: ControllerConfig
             keys = ('energy_gain', 'max_acceleration', 'centering', 'switch_angle')
             return SwingUpLQR(dynamics, task.pendulum_joint, task.actuated_joint,
                               **{k: task.extra[k] for k in keys if k in task.extra}), rate
-        return PDGravity(dynamics, lambda t: reference(task, t), task.extra['kp'],
-                         task.extra['kd'], horizon=horizon), rate
+        # the task's computed-torque gains (acceleration per rad, per rad/s), as sim-eval
+        gains = task.extra['computed_torque']
+        return ComputedTorque(dynamics, lambda t: reference(task, t),
+                              kp=[gains['kp']] * model.n, kd=[gains['kd']] * model.n,
+                              horizon=horizon), rate
     if task is not None and task.kind == 'tracking':
         # The reference as a function of the horizon's times (TrackingCost.bind calls it with
         # a (H + 1,) tensor), so that a configured horizon may differ from the task's.
