@@ -51,6 +51,7 @@ from diffsim_ros import robots  # noqa: I100
 from diffsim_ros.core import crba, load_urdf, rnea
 from diffsim_ros.core.model import RobotModel
 from diffsim_ros.io import datasets
+from diffsim_ros.io.formats import dfki as dfki_format
 from diffsim_ros.io.report import (physical_predictor, Predictor, predictors, rollout_study,
                                    torque_metrics)
 from diffsim_ros.sysid.dataset import Trajectory
@@ -76,8 +77,10 @@ CARTPOLE_SKIP = 0
 QUANSER_CUTOFF_HZ = 20.0
 PANDA_RATE_HZ = 200.0
 PANDA_CUTOFF_HZ = 5.0
-DFKI_RATE_HZ = 250.0
-DFKI_CUTOFF_HZ = 10.0
+#: DFKI records: ``diffsim-fit``'s data-set defaults (``io/formats/dfki.py``), one place.
+DFKI_RATE_HZ = float(dfki_format.DOUBLE_DEFAULTS['rate'])
+DFKI_CUTOFF_HZ = float(dfki_format.DOUBLE_DEFAULTS['cutoff'])
+DFKI_SIMPLE_CUTOFF_HZ = float(dfki_format.SIMPLE_DEFAULTS['cutoff'])
 #: Smoothing velocity of the tanh Coulomb term in the DFKI rows (DiffNEA's default), rad/s.
 DFKI_COULOMB_EPS = 1e-2
 #: A rollout whose NMSE is not finite or above this counts as diverged.
@@ -831,6 +834,27 @@ def dfki_published_predictor(nominal: RobotModel) -> Predictor:
     return Predictor(label='published', model=model, accel=accel, torque=base.torque)
 
 
+def dfki_prepare(runs: Sequence[Trajectory], rate_hz: float = DFKI_RATE_HZ,
+                 cutoff_hz: float = DFKI_CUTOFF_HZ) -> List[Trajectory]:
+    """
+    Resample DFKI records, estimate derivatives and crop the filter's edge transient.
+
+    ``ceil(rate / cutoff)`` samples are cropped at each end, as ``diffsim-fit`` crops them:
+    the records start at rest and the zero-phase filter's edge leaves acceleration spikes
+    there that least squares fits with high leverage (uncropped, NEA's gravity and inertia
+    combinations of the double pendulum came out 55-70 % of the published ones).
+
+    :param runs: loaded records.
+    :param rate_hz: resampling rate, Hz.
+    :param cutoff_hz: derivative low-pass cutoff, Hz.
+    :return: the runs with ``qd``, ``qdd`` and filtered ``tau`` (and ``u``).
+    """
+    edge = int(math.ceil(rate_hz / cutoff_hz))
+    out = [estimate_derivatives(resample(r, rate_hz), cutoff_hz=cutoff_hz, filter_inputs=True)
+           for r in runs]
+    return [r.crop(edge, len(r) - edge) for r in out]
+
+
 def dfki_double_runs(root: Path, rate_hz: float = DFKI_RATE_HZ,
                      cutoff_hz: float = DFKI_CUTOFF_HZ
                      ) -> Tuple[List[Trajectory], List[Trajectory], List[Trajectory]]:
@@ -844,14 +868,10 @@ def dfki_double_runs(root: Path, rate_hz: float = DFKI_RATE_HZ,
     :param root: data root.
     :param rate_hz: resampling rate, Hz.
     :param cutoff_hz: derivative low-pass cutoff, Hz.
-    :return: the three lists, resampled, with zero-phase derivatives and filtered torques,
-        ``ceil(rate / cutoff)`` samples cropped at each end (the filter's edge transient,
-        cropped as ``diffsim-fit`` crops it, so that the catalogue row is its nominal model's).
+    :return: the three lists, prepared by :func:`dfki_prepare` (so that the catalogue row is
+        ``diffsim-fit``'s nominal model on the same samples).
     """
-    edge = int(math.ceil(rate_hz / cutoff_hz))
-    runs = [estimate_derivatives(resample(r, rate_hz), cutoff_hz=cutoff_hz, filter_inputs=True)
-            for r in datasets.load_dfki_double_pendulum(root)]
-    runs = [r.crop(edge, len(r) - edge) for r in runs]
+    runs = dfki_prepare(datasets.load_dfki_double_pendulum(root), rate_hz, cutoff_hz)
     sysid = [r for r in runs if datasets.run_kind(r.run) != 'swingup']
     swingups = [r for r in runs if datasets.run_kind(r.run) == 'swingup']
     return sysid[:-1], sysid[-1:], swingups
@@ -949,12 +969,10 @@ def dfki_study(root: Path, quick: bool) -> Dict[str, Any]:
     published = dfki_published(root)
     out: Dict[str, Any] = {'published': published, 'simple': {}, 'double': {},
                            'double_simulation': dfki_simulation_study(root, quick)}
-    simple = [estimate_derivatives(resample(r, DFKI_RATE_HZ), cutoff_hz=DFKI_CUTOFF_HZ)
-              for r in datasets.load_dfki_simple_pendulum(root)]
-    double = [r for r in datasets.load_dfki_double_pendulum(root)
-              if datasets.run_kind(r.run) == 'sine']
-    double = [estimate_derivatives(resample(r, DFKI_RATE_HZ), cutoff_hz=DFKI_CUTOFF_HZ)
-              for r in (double[:2] if quick else double)]
+    simple = dfki_prepare(datasets.load_dfki_simple_pendulum(root), DFKI_RATE_HZ,
+                          DFKI_SIMPLE_CUTOFF_HZ)
+    double = dfki_prepare(datasets.load_dfki_double_pendulum(root, kinds=('sine',)))
+    double = double[:2] if quick else double
     methods = {'NEA': ('nea', {'source': 'tau', 'friction': ['viscous', 'coulomb', 'offset'],
                                'coulomb': 'tanh', 'coulomb_eps': 0.01, 'armature': True})}
     if not quick:
