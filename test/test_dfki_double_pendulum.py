@@ -17,7 +17,7 @@ when ``$DIFFSIM_DATA`` / ``<repo>/../shared/data`` is absent.
 import json
 import math
 
-from benchmarks.identification import (DFKI_COULOMB_EPS, dfki_configs, dfki_double_runs,
+from benchmarks.identification import (dfki_configs, DFKI_COULOMB_EPS, dfki_double_runs,
                                        dfki_prepare, dfki_published_predictor,
                                        fitted_predictor, rollout_entry)
 from diffsim_ros import robots
