@@ -10,16 +10,15 @@ link lengths and no shipped URDF), one of its ``.npz`` records, or the
 
 Defaults (:data:`DOUBLE_DEFAULTS`, :data:`SIMPLE_DEFAULTS`; ``benchmarks/identification.py``
 prepares the data with the same values): resampled at 250 Hz (``--rate 250``; the records run
-at 400 to 670 Hz with jitter), velocities and accelerations from the positions with a
-zero-phase low-pass filter (``--derivatives filter``), training data stop the fit
+at 400 to 670 Hz with jitter), velocities and accelerations from the positions with a 10 Hz
+zero-phase low-pass filter (``--derivatives filter --cutoff 10``), training data stop the fit
 (``--early-stopping train``).  Double pendulum: validate on the three pendubot swing-ups
-(``--validation swingup``), ``--cutoff 7``; chosen on another split (fit the six sine records,
-validate on the passive-joint and tracking records), where NEA simulated best at 7 Hz (0.5 s
-rollout NMSE 0.052, against 0.148 at the former 10 Hz, 0.055 at 5 Hz and 0.40 at 3 Hz) and its
-gravity and inertia combinations land within 6-13 % of the authors' published ones (at 10 Hz
-15-24 % below): above about 7 Hz the differentiated positions carry content the torques do
-not explain, which shrinks every least-squares coefficient.  Simple pendulum (one 3.9 s
-record): on its last 30 % (``--validation last:0.3``), ``--cutoff 10``.
+(``--validation swingup``).  The cutoff was checked on another split than the swing-ups (fit
+the sine records, validate on the passive-joint and tracking records): ``diffsim-fit``'s
+default DiffNEA schedule simulates those better at 10 Hz than at 7 Hz (0.5 s rollout NMSE
+0.028 against 0.053; catalogue 0.042 and 0.037), while NEA does better at 7 Hz (0.052 against
+0.148): with ``--method nea`` pass ``--cutoff 7``.  Simple pendulum (one 3.9 s record): on
+its last 30 % (``--validation last:0.3``).
 """
 
 from pathlib import Path
@@ -34,7 +33,7 @@ DESIGN = 'A.0'
 SIMPLE_FILE = 'sysid_data_measured.csv'
 _FILTER = {'rate': 250.0, 'derivatives': 'filter', 'early_stopping': 'train'}
 #: ``diffsim-fit`` option defaults of the double-pendulum folder.
-DOUBLE_DEFAULTS = {**_FILTER, 'cutoff': 7.0, 'validation': 'swingup'}
+DOUBLE_DEFAULTS = {**_FILTER, 'cutoff': 10.0, 'validation': 'swingup'}
 #: ``diffsim-fit`` option defaults of the simple-pendulum folder or file.
 SIMPLE_DEFAULTS = {**_FILTER, 'cutoff': 10.0, 'validation': 'last:0.3'}
 
