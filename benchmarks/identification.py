@@ -18,7 +18,11 @@ Sections (``benchmarks/README.md`` explains each in full):
   NEA and DiffNEA (inverse, and diffsim-fit's default, each with and without Gaz's sigmoid
   friction), beside their Table IV; identified masses beside their Table VIII;
 * dfki: identifiable parameter combinations of the DFKI simple and double pendulum beside
-  the published ones.
+  the published ones; for the double pendulum also the simulation table: train on the
+  design A.0 identification records (the last one stops the fit), validate on the three
+  held-out pendubot swing-ups; 0.5 s / 1 s / 2 s rollout NMSE and held-out torque NMSE / MSE
+  per joint for the catalogue model, the authors' published model with their friction,
+  NEA, DiffNEA-inverse and ``diffsim-fit``'s DiffNEA default.
 
 Run ``python benchmarks/identification.py [--quick] [--json PATH]``; the data root is
 ``$DIFFSIM_DATA`` or ``shared/data`` next to the repository (``--data DIR``).
@@ -49,6 +53,7 @@ from diffsim_ros import robots  # noqa: I100
 from diffsim_ros.core import crba, load_urdf, rnea
 from diffsim_ros.core.model import RobotModel
 from diffsim_ros.io import datasets
+from diffsim_ros.io.formats import dfki as dfki_format
 from diffsim_ros.io.report import (physical_predictor, Predictor, predictors, rollout_study,
                                    torque_metrics)
 from diffsim_ros.io.selection import early_stopping_split
@@ -78,8 +83,12 @@ PANDA_CUTOFF_HZ = 5.0
 #: Trailing fraction of the Panda excitation held out, and its rollout horizons, s.
 PANDA_VALIDATION = 0.3
 PANDA_HORIZONS = (0.25, 0.5)
-DFKI_RATE_HZ = 250.0
-DFKI_CUTOFF_HZ = 10.0
+#: DFKI records: ``diffsim-fit``'s data-set defaults (``io/formats/dfki.py``), one place.
+DFKI_RATE_HZ = float(dfki_format.DOUBLE_DEFAULTS['rate'])
+DFKI_CUTOFF_HZ = float(dfki_format.DOUBLE_DEFAULTS['cutoff'])
+DFKI_SIMPLE_CUTOFF_HZ = float(dfki_format.SIMPLE_DEFAULTS['cutoff'])
+#: Smoothing velocity of the tanh Coulomb term in the DFKI rows (DiffNEA's default), rad/s.
+DFKI_COULOMB_EPS = 1e-2
 #: A rollout whose NMSE is not finite or above this counts as diverged.
 DIVERGED_NMSE = 1e3
 HORIZONS = (0.5, 1.0, 2.0)
@@ -821,22 +830,204 @@ def dfki_published(root: Path) -> Dict[str, Dict[str, float]]:
     return {'simple': published, 'double': double}
 
 
+class AtanFriction(torch.nn.Module):
+    """
+    The DFKI friction model ``tau_f = b qd + cf atan(gain qd)`` with fixed coefficients.
+
+    :param viscous: ``b`` per joint, N m s/rad.
+    :param coulomb: ``cf`` per joint, N m (the level is ``cf pi / 2`` at high speed).
+    :param gain: ``gain`` of the atan, s/rad.
+    :param dtype: floating dtype.
+    """
+
+    def __init__(self, viscous: Sequence[float], coulomb: Sequence[float], gain: float,
+                 dtype: torch.dtype = torch.float64) -> None:
+        super().__init__()
+        self.register_buffer('viscous', torch.tensor(viscous, dtype=dtype))
+        self.register_buffer('coulomb', torch.tensor(coulomb, dtype=dtype))
+        self.gain = float(gain)
+
+    def forward(self, q: torch.Tensor, qd: torch.Tensor) -> torch.Tensor:
+        """
+        Return the friction torque.
+
+        :param q: joint positions ``(..., n)``, rad (unused).
+        :param qd: joint velocities ``(..., n)``, rad/s.
+        :return: ``(..., n)`` N m, subtracted from the applied torque.
+        """
+        del q
+        return self.viscous * qd + self.coulomb * torch.atan(self.gain * qd)
+
+
+def dfki_published_predictor(nominal: RobotModel) -> Predictor:
+    """
+    Return the authors' identified double pendulum (model_2.0) as their plant simulates it.
+
+    The shipped URDF and the catalog's rotor armature already carry model_2.0's inertials and
+    ``gr^2 Ir + Ir``, ``gr^2 Ir`` on the diagonal; this row adds what the URDF cannot hold:
+    their friction ``b qd + cf atan(100 qd)`` (the URDF: ``cf pi / 2 tanh(qd / eps)``) and the
+    rotor coupling ``-gr Ir`` off the diagonal of their mass matrix (``docs/text/dynamics.rst``).
+    The coupling enters the rollouts; the torque metrics (``rnea`` of the model) leave it out.
+
+    :param nominal: the shipped model with the catalog's armature.
+    :return: the predictor.
+    """
+    info = robots.get('double_pendulum')
+    zero = torch.zeros_like(nominal.damping)
+    model = nominal.replace(damping=zero, friction=zero)
+    friction = AtanFriction(info.friction['viscous'], info.friction['coulomb_atan'],
+                            info.friction['atan_gain'], nominal.dtype)
+    base = physical_predictor('published', model, info.command_joints, None, friction,
+                              DFKI_COULOMB_EPS)
+    coupling = -info.motor['gear_ratio'] * info.motor['rotor_inertia']
+    rotor = torch.tensor([[0.0, coupling], [coupling, 0.0]], dtype=model.dtype)
+
+    def accel(q: torch.Tensor, qd: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+        bias = rnea(model, q, qd, torch.zeros_like(q))
+        mass = crba(model, q) + rotor
+        return torch.linalg.solve(mass, (base.torque(q, qd, u) - bias)[..., None])[..., 0]
+    return Predictor(label='published', model=model, accel=accel, torque=base.torque)
+
+
+def dfki_prepare(runs: Sequence[Trajectory], rate_hz: float = DFKI_RATE_HZ,
+                 cutoff_hz: float = DFKI_CUTOFF_HZ) -> List[Trajectory]:
+    """
+    Resample DFKI records, estimate derivatives and crop the filter's edge transient.
+
+    ``ceil(rate / cutoff)`` samples are cropped at each end, as ``diffsim-fit`` crops them:
+    the records start at rest and the zero-phase filter's edge leaves acceleration spikes
+    there that least squares fits with high leverage (uncropped, NEA's gravity and inertia
+    combinations of the double pendulum came out 55-70 % of the published ones).
+
+    :param runs: loaded records.
+    :param rate_hz: resampling rate, Hz.
+    :param cutoff_hz: derivative low-pass cutoff, Hz.
+    :return: the runs with ``qd``, ``qdd`` and filtered ``tau`` (and ``u``).
+    """
+    edge = int(math.ceil(rate_hz / cutoff_hz))
+    out = [estimate_derivatives(resample(r, rate_hz), cutoff_hz=cutoff_hz, filter_inputs=True)
+           for r in runs]
+    return [r.crop(edge, len(r) - edge) for r in out]
+
+
+def dfki_double_runs(root: Path, rate_hz: float = DFKI_RATE_HZ,
+                     cutoff_hz: float = DFKI_CUTOFF_HZ
+                     ) -> Tuple[List[Trajectory], List[Trajectory], List[Trajectory]]:
+    """
+    Return ``(train, early-stopping, validation)`` of the DFKI double pendulum (design A.0).
+
+    The split of ``diffsim-fit dfki_double_pendulum`` (``--validation swingup
+    --early-stopping train``): the identification records but the last are fitted, the last
+    (``trajectory_13``) stops the fit, the three pendubot swing-ups are held out.
+
+    :param root: data root.
+    :param rate_hz: resampling rate, Hz.
+    :param cutoff_hz: derivative low-pass cutoff, Hz.
+    :return: the three lists, prepared by :func:`dfki_prepare` (so that the catalogue row is
+        ``diffsim-fit``'s nominal model on the same samples).
+    """
+    runs = dfki_prepare(datasets.load_dfki_double_pendulum(root), rate_hz, cutoff_hz)
+    sysid = [r for r in runs if datasets.run_kind(r.run) != 'swingup']
+    swingups = [r for r in runs if datasets.run_kind(r.run) == 'swingup']
+    return sysid[:-1], sysid[-1:], swingups
+
+
+def dfki_configs(quick: bool) -> Dict[str, Tuple[str, Dict[str, Any]]]:
+    """
+    Return the fitted rows of the DFKI double-pendulum simulation table.
+
+    :param quick: NEA and DiffNEA-inverse only.
+    :return: ``label -> (estimator, config)``; ``DiffNEA-default`` is what ``diffsim-fit
+        --method diffnea`` runs on this data (no motor: measured torques are the input).
+    """
+    out: Dict[str, Tuple[str, Dict[str, Any]]] = {
+        'NEA': ('nea', {'source': 'tau', 'friction': ['viscous', 'coulomb'], 'coulomb': 'tanh',
+                        'coulomb_eps': DFKI_COULOMB_EPS, 'armature': True}),
+        'DiffNEA-inverse': ('diffnea', {
+            'source': 'tau', 'learn': ['inertial', 'damping', 'coulomb'],
+            'adam_iterations': ADAM_ITERATIONS, 'lbfgs_iterations': LBFGS_ITERATIONS,
+            'lbfgs_max_inner': LBFGS_MAX_INNER})}
+    if not quick:
+        out['DiffNEA-default'] = ('diffnea', dict(
+            {'source': 'tau'}, **simulation_schedule(DFKI_RATE_HZ, DiffNEAConfig.learn)))
+    return out
+
+
+def dfki_entry(predictor: Predictor, reference: Predictor, validation: Sequence[Trajectory],
+               horizons: Sequence[float]) -> Dict[str, Any]:
+    """
+    Score one model on the held-out runs: rollout NMSE and torque error per joint.
+
+    :param predictor: the model.
+    :param reference: the catalogue model (torque variance scale shared by every row).
+    :param validation: held-out runs.
+    :param horizons: rollout horizons, s.
+    :return: :func:`rollout_entry` plus ``torque_nmse`` / ``torque_mse`` ``{joint: value}``.
+    """
+    entry = rollout_entry(predictor, validation, 'tau', horizons)
+    torque = torque_metrics(predictor, validation, 'tau', reference) or {}
+    entry['torque_nmse'] = torque.get('nmse', {})
+    entry['torque_mse'] = {j: None if v is None else v ** 2
+                           for j, v in torque.get('rmse', {}).items()}
+    return entry
+
+
+def dfki_simulation_study(root: Path, quick: bool) -> Dict[str, Any]:
+    """
+    Fit the DFKI double pendulum on its identification records and simulate the swing-ups.
+
+    Every row is scored on the same held-out swing-ups (:func:`dfki_double_runs`) with the
+    measured torques as input; the fits start from the catalogue model.
+
+    :param root: data root.
+    :param quick: fewer rows and horizons.
+    :return: ``{row: {'nmse_<h>s', 'diverged', 'torque_nmse', 'torque_mse', 'fit_s'}}`` and a
+        ``_setup`` entry.
+    """
+    train, stopping, validation = dfki_double_runs(root)
+    horizons = QUICK_HORIZONS if quick else HORIZONS
+    nominal = robots.interface('double_pendulum').nominal_model()
+    catalogue = physical_predictor('catalogue', nominal, nominal.joint_names, None, None,
+                                   DFKI_COULOMB_EPS)
+    out: Dict[str, Any] = {'_setup': {
+        'train_runs': len(train), 'train_seconds': sum(r.duration for r in train),
+        'early_stopping_runs': [r.run for r in stopping],
+        'validation_runs': len(validation),
+        'validation_seconds': sum(r.duration for r in validation),
+        'rate_hz': DFKI_RATE_HZ, 'cutoff_hz': DFKI_CUTOFF_HZ, 'horizons_s': list(horizons),
+        'joints': list(nominal.joint_names)}}
+    rows: Dict[str, Predictor] = {'catalogue': catalogue,
+                                  'published model_2.0': dfki_published_predictor(nominal)}
+    for label, predictor in rows.items():
+        out[label] = dict(dfki_entry(predictor, catalogue, validation, horizons), fit_s=0.0)
+        _print_row('double_pendulum', label, out[label], horizons)
+    for label, (method, config) in dfki_configs(quick).items():
+        start = time.perf_counter()
+        with torch.no_grad() if method == 'nea' else contextlib.nullcontext():
+            result = fit(method, nominal, train, stopping, config)
+        seconds = time.perf_counter() - start
+        fitted = fitted_predictor(result, nominal, method, config)
+        out[label] = dict(dfki_entry(fitted, catalogue, validation, horizons), fit_s=seconds)
+        _print_row('double_pendulum', label, out[label], horizons)
+    return out
+
+
 def dfki_study(root: Path, quick: bool) -> Dict[str, Any]:
     """
     Identify the DFKI simple and double pendulum with NEA (and DiffNEA) and compare.
 
     :param root: data root.
     :param quick: NEA only, two double-pendulum runs.
-    :return: ``{'simple': {method: combos}, 'double': {...}, 'published': {...}}``.
+    :return: ``{'simple': {method: combos}, 'double': {...}, 'published': {...},
+        'double_simulation': {...}}`` (:func:`dfki_simulation_study`).
     """
     published = dfki_published(root)
-    out: Dict[str, Any] = {'published': published, 'simple': {}, 'double': {}}
-    simple = [estimate_derivatives(resample(r, DFKI_RATE_HZ), cutoff_hz=DFKI_CUTOFF_HZ)
-              for r in datasets.load_dfki_simple_pendulum(root)]
-    double = [r for r in datasets.load_dfki_double_pendulum(root)
-              if datasets.run_kind(r.run) == 'sine']
-    double = [estimate_derivatives(resample(r, DFKI_RATE_HZ), cutoff_hz=DFKI_CUTOFF_HZ)
-              for r in (double[:2] if quick else double)]
+    out: Dict[str, Any] = {'published': published, 'simple': {}, 'double': {},
+                           'double_simulation': dfki_simulation_study(root, quick)}
+    simple = dfki_prepare(datasets.load_dfki_simple_pendulum(root), DFKI_RATE_HZ,
+                          DFKI_SIMPLE_CUTOFF_HZ)
+    double = dfki_prepare(datasets.load_dfki_double_pendulum(root, kinds=('sine',)))
+    double = double[:2] if quick else double
     methods = {'NEA': ('nea', {'source': 'tau', 'friction': ['viscous', 'coulomb', 'offset'],
                                'coulomb': 'tanh', 'coulomb_eps': 0.01, 'armature': True})}
     if not quick:
@@ -950,10 +1141,32 @@ def print_report(payload: Dict[str, Any], target: _common.Target) -> List[str]:
             title = f'DFKI {name} pendulum: identified vs published'
             _common.print_section(title, [_common.format_table(headers, rows)])
             md += [f'**{title}**', '', _common.format_markdown_table(headers, rows), '']
+        simulation = dfki.get('double_simulation')
+        if simulation:
+            md += _dfki_simulation_table(simulation)
     print()
     print(target.line())
     md += [f'- {target.line()}', '']
     return md
+
+
+def _dfki_simulation_table(section: Dict[str, Any]) -> List[str]:
+    """Print the DFKI double-pendulum simulation table and return it as markdown lines."""
+    setup = section['_setup']
+    horizons, joints = setup['horizons_s'], setup['joints']
+    headers = (['model'] + [f'NMSE {h:g} s' for h in horizons]
+               + [f'torque NMSE {j}' for j in joints] + [f'torque MSE {j}' for j in joints]
+               + ['diverged', 'fit s'])
+    rows = [[label] + [_fmt(entry.get(f'nmse_{h:g}s')) for h in horizons]
+            + [_fmt(entry['torque_nmse'].get(j)) for j in joints]
+            + [_fmt(entry['torque_mse'].get(j)) for j in joints]
+            + ['yes' if entry['diverged'] else 'no', _fmt(entry.get('fit_s'))]
+            for label, entry in section.items() if not label.startswith('_')]
+    title = (f'DFKI double pendulum: train {setup["train_runs"]} identification records '
+             f'({setup["train_seconds"]:.0f} s), validate {setup["validation_runs"]} held-out '
+             f'swing-ups ({setup["validation_seconds"]:.0f} s), measured torque as input')
+    _common.print_section(title, [_common.format_table(headers, rows)])
+    return [f'**{title}**', '', _common.format_markdown_table(headers, rows), '']
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
