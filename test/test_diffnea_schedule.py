@@ -113,3 +113,21 @@ def test_diffsim_fit_keeps_measured_torques_in_the_refinement_of_torque_sensing_
         config, _ = estimator_config(args, robots.get(robot), [run])
         weights[robot] = config.schedule()[1].torque_weight
     assert weights == {'panda': 1.0, 'qube': 0.0}
+
+
+def test_a_data_sets_friction_model_yields_to_a_config_that_names_one(tmp_path):
+    parser = build_parser()
+    names = robots.interface('panda').nominal_model().joint_names
+    t = torch.arange(50, dtype=F64) / 200.0
+    zeros = torch.zeros(50, 7, dtype=F64)
+    run = Trajectory(t=t, q=zeros, qd=zeros, tau=zeros, joint_names=names, run='r')
+    config_file = tmp_path / 'c.yaml'
+    config_file.write_text('friction_model: stribeck\n')
+    chosen = {}
+    for label, extra in (('data set', []), ('config', ['--config', str(config_file)])):
+        args = parser.parse_args(['x.csv', '--robot', 'panda', '--out', str(tmp_path / 'o'),
+                                  *extra])
+        args.actuator = 'sigmoid'   # what apply_defaults sets for the Panda data set
+        config, _ = estimator_config(args, robots.get('panda'), [run], ('actuator',))
+        chosen[label] = config.friction_model
+    assert chosen == {'data set': 'sigmoid', 'config': 'stribeck'}

@@ -311,7 +311,7 @@ def fit_command(args: argparse.Namespace, progress: Progress) -> Dict[str, Any]:
         at_limits = (f' left after {prep["limit_samples_dropped"]} samples at position limits '
                      '(--limit-margin)') if prep['limit_samples_dropped'] else ''
         raise UsageError(f'fewer than {MIN_SAMPLES} training samples{at_limits}')
-    config, _ = estimator_config(args, info, train)
+    config, _ = estimator_config(args, info, train, tuple(applied))
     config = apply_loss_options(args, config, train)
     source = _check_inputs(nominal, config, train, validation)
     excited, warning = measure_excitation(nominal, train, config, args.max_condition, progress)

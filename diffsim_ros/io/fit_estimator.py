@@ -62,18 +62,24 @@ def motor_config(info: robots.RobotInfo) -> Tuple[str, Dict[str, Any]]:
 
 
 def estimator_config(args: argparse.Namespace, info: Optional[robots.RobotInfo],
-                     runs: Sequence[Trajectory]) -> Tuple[Any, Dict[str, Any]]:
+                     runs: Sequence[Trajectory],
+                     data_set_options: Sequence[str] = ()) -> Tuple[Any, Dict[str, Any]]:
     """
     Build the estimator configuration: robot defaults < ``--config`` < command-line flags.
 
     :param args: parsed arguments.
     :param info: catalog entry or ``None``.
     :param runs: the runs (whether they carry efforts).
+    :param data_set_options: options the data set set (:func:`~diffsim_ros.io.fit_inputs.
+        apply_defaults`): a data set's ``--actuator`` yields to a ``--config`` that names
+        its friction model.
     :return: ``(frozen config, the mapping it was made from)``.
     :raises UsageError: unknown keys or values, or an ``--actuator`` the method cannot take.
     """
     method = args.method
     mapping = _read_config(args.config)
+    if 'actuator' in data_set_options and 'friction_model' in mapping:
+        args.actuator = None
     if method != 'ffnn' and needs_commands(info):
         actuator, kwargs = motor_config(info)
         mapping.setdefault('actuator', actuator)
