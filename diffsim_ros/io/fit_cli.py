@@ -469,7 +469,7 @@ def _published(info: Optional[robots.RobotInfo], model: RobotModel, joints: Sequ
     if info is None:
         return None
     published = robots.interface(info.name).published_friction()
-    if published is None:
+    if published is None or needs_commands(info):   # scored on joint torques only
         return None
     bare, friction, description = published
     predictor = physical_predictor(
