@@ -437,13 +437,11 @@ def nominal_values(result: IdentificationResult, nominal: RobotModel,
             values[f'{joint}/motor_constant'] = constants[k]
             values[f'{joint}/resistance'] = resistances[k]
     name = getattr(config, 'friction_model', 'none')
-    if name in ('viscous', 'coulomb', 'stribeck'):
+    if name in ('viscous', 'coulomb', 'stribeck', 'sigmoid'):   # analytic: .coefficients
         kwargs = {**dict(getattr(config, 'friction_kwargs', None) or {}),
                   'dtype': nominal.dtype}
         start = make_friction(name, nominal.n, **kwargs)
-        coefficients = getattr(start, 'coefficients', None) or {
-            key: getattr(start, key) for key in ('damping', 'coulomb') if hasattr(start, key)}
-        for key, tensor in coefficients.items():
+        for key, tensor in start.coefficients.items():
             kind = 'viscous' if key == 'damping' else key
             for i, joint in enumerate(nominal.joint_names):
                 values[f'{joint}/friction_{kind}'] = float(tensor.detach().reshape(-1)[i])

@@ -870,11 +870,7 @@ def _physical_parameters(params: PhysicalParameters, model: RobotModel,
             out[f'{joint}/resistance'] = (float(actuator.resistance[k]), 'Ohm')
     friction = params.friction
     if friction is not None and not _is_network(friction):
-        coefficients = getattr(friction, 'coefficients', None)
-        if coefficients is None:
-            coefficients = {name: getattr(friction, name) for name in ('damping', 'coulomb')
-                            if hasattr(friction, name)}
-        for name, values in coefficients.items():
+        for name, values in friction.coefficients.items():
             kind = 'viscous' if name == 'damping' else name
             flat = values.detach().reshape(-1).tolist()
             for i, joint in enumerate(model.joint_names):
