@@ -10,6 +10,11 @@ from .actuators import (CoulombFriction, DCMotor, FFNN, FrictionModel, make_fric
                         NNFriction, NNResidual, NoFriction, SigmoidFriction, StribeckFriction,
                         ViscousFriction)
 from .compiled import compile_algorithm
+from .contact import (CONTACT_METHODS, CONTACT_PARAMETER_UNITS, ContactFrame, ContactModel,
+                      ContactStep, box_vertices, compliant_contact_force, contact_kinematics,
+                      contact_parameters_from_theta, contact_parameters_to_theta, contact_step,
+                      ground_frame)
+from .contact_solver import contact_residual, project_friction_cone, solve_contact_impulses
 from .crba import crba
 from .energy import kinetic_energy, potential_energy
 from .errors import DiffsimError, ShapeError, UnsupportedJointError, URDFError
@@ -31,6 +36,10 @@ from .rnea import rnea
 from .urdf import load_urdf
 
 __all__ = [
+    'CONTACT_METHODS', 'CONTACT_PARAMETER_UNITS', 'ContactFrame', 'ContactModel', 'ContactStep',
+    'box_vertices', 'compliant_contact_force', 'contact_kinematics',
+    'contact_parameters_from_theta', 'contact_parameters_to_theta', 'contact_residual',
+    'contact_step', 'ground_frame', 'project_friction_cone', 'solve_contact_impulses',
     'CoulombFriction', 'DCMotor', 'DiffNEAParameterization', 'DiffsimError', 'FFNN',
     'FrictionModel', 'INTEGRATORS', 'InertialParameterization', 'KinematicParameterization',
     'KinematicTree', 'LogCholeskyParameterization', 'NNFriction', 'NNResidual', 'NoFriction',
