@@ -542,7 +542,7 @@ CONTACT_METHODS = {'complementarity': _complementarity, 'compliant': _compliant}
 
 def contact_step(model: RobotModel, q: Tensor, v: Tensor, tau: Tensor, dt: float,
                  contact: ContactModel, method: str = 'complementarity', tol: float = 1e-10,
-                 max_iter: int = 2000, regularization: float = 1e-8) -> ContactStep:
+                 max_iter: int = 1000, regularization: float = 1e-8) -> ContactStep:
     """
     Advance one semi-implicit time step with contact.
 
@@ -562,7 +562,7 @@ def contact_step(model: RobotModel, q: Tensor, v: Tensor, tau: Tensor, dt: float
     :param contact: contact shapes and parameters.
     :param method: a key of ``CONTACT_METHODS``.
     :param tol: solver tolerance in velocity units (complementarity).
-    :param max_iter: solver iteration cap (complementarity).
+    :param max_iter: solver APGD iteration cap (complementarity).
     :param regularization: compliance added to the Delassus diagonal, relative to its mean.
     :return: the :class:`ContactStep`.
     """

@@ -31,6 +31,12 @@ from torch import Tensor
 
 __all__ = ['project_friction_cone', 'solve_contact_impulses', 'contact_residual']
 
+# Newton steps that polish the APGD iterate. They finish well-conditioned problems (random
+# dense Delassus matrices: 4 steps to 1e-13); on a cube resting on a plane (24 impulse
+# components, 6 degrees of freedom) the active set keeps changing under full steps and the
+# polish rarely helps: there APGD alone sets the accuracy (see solve_contact_impulses).
+_NEWTON_ITERATIONS = 10
+
 
 def project_friction_cone(y: Tensor, mu: Tensor) -> Tensor:
     """
@@ -127,34 +133,65 @@ def _projection_jacobians(point: Tensor, mu: Tensor) -> Tuple[Tensor, Tensor]:
     return torch.stack(rows, -2), torch.stack(mu_rows, -1)
 
 
+def _fixed_point_matrix(A: Tensor, b: Tensor, mu: Tensor, lam: Tensor):
+    # F(lambda) = lambda - P(lambda - alpha (A lambda + b)) and its generalized Jacobian
+    # K = I - D (I - alpha A), D the projection's Jacobian; also d P / d mu and alpha.
+    alpha = _step_size(A).unsqueeze(-1)
+    grad = (A @ lam.unsqueeze(-1)).squeeze(-1) + b
+    shape = lam.shape[:-1] + (-1, 3)
+    point = (lam - alpha * grad).reshape(shape)
+    D_blocks, D_mu = _projection_jacobians(point, mu)
+    D = _block_diagonal(D_blocks)
+    eye = torch.eye(lam.shape[-1], dtype=lam.dtype, device=lam.device)
+    K = eye - D + alpha.unsqueeze(-1) * (D @ A)
+    F = lam - project_friction_cone(point, mu).reshape(lam.shape)
+    return F, K, D, D_mu, alpha
+
+
+def _newton(A: Tensor, b: Tensor, mu: Tensor, lam: Tensor, tol: float,
+            max_iter: int) -> Tuple[Tensor, int]:
+    # Semismooth Newton on the fixed-point equation, from the APGD iterate: once the active
+    # set is right it converges in a few steps where APGD crawls (a cube on a plane has 24
+    # impulse components for 6 degrees of freedom, a badly conditioned Delassus matrix). A
+    # step is kept only where it lowers the residual; elsewhere a projected gradient step.
+    scale = 1.0 + b.abs().amax(-1)
+    for iteration in range(max_iter):
+        F, K, _, _, alpha = _fixed_point_matrix(A, b, mu, lam)
+        residual = F.abs().amax(-1) / alpha.squeeze(-1)
+        if bool((residual <= tol * scale).all()):
+            return lam, iteration
+        step, _ = torch.linalg.solve_ex(K, -F)
+        candidate = lam + step
+        grad = (A @ candidate.unsqueeze(-1)).squeeze(-1) + b
+        shape = lam.shape[:-1] + (-1, 3)
+        F_new = candidate - project_friction_cone((candidate - alpha * grad).reshape(shape),
+                                                  mu).reshape(lam.shape)
+        better = torch.isfinite(F_new).all(-1) & (F_new.abs().amax(-1) / alpha.squeeze(-1)
+                                                   < residual)
+        lam = torch.where(better.unsqueeze(-1), candidate, lam - F)
+    return lam, max_iter
+
+
 class _ContactImpulses(torch.autograd.Function):
     """Cone-constrained QP solution with the implicit-function-theorem backward."""
 
     @staticmethod
     def forward(ctx, A, b, mu, tol, max_iter):
-        lam, iterations = _apgd(A, b, mu, tol, max_iter)
+        lam, _ = _apgd(A, b, mu, tol, max_iter)
+        lam, _ = _newton(A, b, mu, lam, tol, _NEWTON_ITERATIONS)
         ctx.save_for_backward(A, b, mu, lam)
-        ctx.iterations = iterations
         return lam
 
     @staticmethod
     def backward(ctx, grad_lam):
         A, b, mu, lam = ctx.saved_tensors
-        alpha = _step_size(A).unsqueeze(-1)
-        grad = (A @ lam.unsqueeze(-1)).squeeze(-1) + b
-        shape = lam.shape[:-1] + (-1, 3)
-        D_blocks, D_mu = _projection_jacobians((lam - alpha * grad).reshape(shape), mu)
-        D = _block_diagonal(D_blocks)
-        m = lam.shape[-1]
-        eye = torch.eye(m, dtype=lam.dtype, device=lam.device)
+        _, K, D, D_mu, alpha = _fixed_point_matrix(A, b, mu, lam)
         # Linearising lambda = P(lambda - alpha (A lambda + b)) gives
-        # (I - D + alpha D A) d lambda = -alpha D (dA lambda + db) + D_mu dmu.
-        K = eye - D + alpha.unsqueeze(-1) * (D @ A)
+        # K d lambda = -alpha D (dA lambda + db) + D_mu dmu; the adjoint solves with K^T.
         w = torch.linalg.solve(K.mT, grad_lam.unsqueeze(-1)).squeeze(-1)
-        Dt_w = (D.mT @ w.unsqueeze(-1)).squeeze(-1)
-        grad_b = -alpha * Dt_w
+        grad_b = -alpha * (D.mT @ w.unsqueeze(-1)).squeeze(-1)
         grad_A = grad_b.unsqueeze(-1) * lam.unsqueeze(-2)
-        grad_mu = (D_mu * w.reshape(shape)).sum(-1)
+        grad_mu = (D_mu * w.reshape(D_mu.shape)).sum(-1)
         return grad_A, grad_b, grad_mu, None, None
 
 
@@ -167,7 +204,7 @@ def _block_diagonal(blocks: Tensor) -> Tensor:
 
 
 def solve_contact_impulses(A: Tensor, b: Tensor, mu: Tensor, tol: float = 1e-10,
-                           max_iter: int = 2000) -> Tensor:
+                           max_iter: int = 1000) -> Tensor:
     """
     Solve the cone-constrained contact QP of Anitescu's step, batched, differentiably.
 
@@ -182,7 +219,9 @@ def solve_contact_impulses(A: Tensor, b: Tensor, mu: Tensor, tol: float = 1e-10,
     :param mu: ``(..., nc)`` Coulomb friction coefficients, ``>= 0``.
     :param tol: stop when the fixed-point step moves no component by more than
         ``tol (1 + max |b|)`` in velocity units.
-    :param max_iter: iteration cap (the result is returned as reached).
+    :param max_iter: cap on the APGD iterations (ten semismooth Newton steps follow; the
+        result is returned as reached: check it with :func:`contact_residual`; redundant
+        contacts, a cube flat on the ground, converge slowly).
     :return: ``(..., m)`` impulses [N s].
     """
     batch = torch.broadcast_shapes(A.shape[:-2], b.shape[:-1], mu.shape[:-1])
