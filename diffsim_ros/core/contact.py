@@ -522,7 +522,7 @@ def _complementarity(model, q, v, tau, dt, contact, frame, tol, max_iter, regula
     offset = torch.stack((frame.phi / dt - bounce, torch.zeros_like(bounce),
                           torch.zeros_like(bounce)), -1)
     b = (b + offset).reshape(b.shape[:-2] + (3 * nc,))
-    mu = contact.friction.unsqueeze(-1).expand(frame.phi.shape)
+    mu = contact.friction.unsqueeze(-1) * torch.ones_like(frame.phi)  # particles x states
     lam = solve_contact_impulses(A, b, mu, tol, max_iter)
     v_next = v_free + (MinvJt @ lam.unsqueeze(-1)).squeeze(-1)
     return v_next, lam.reshape(lam.shape[:-1] + (nc, 3))
