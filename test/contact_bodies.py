@@ -7,10 +7,9 @@ rates of those coordinates. The real ``crba``, ``rnea`` and ``jacobian`` apply u
 away from pitch = +-90 deg the mass matrix is positive definite.
 """
 
-import torch
-
 from diffsim_ros.core import ContactModel, load_urdf
 from diffsim_ros.core.contact import box_vertices
+import torch
 
 GRAVITY = 9.81
 AXES = {'x': '1 0 0', 'y': '0 1 0', 'z': '0 0 1'}

@@ -4,12 +4,12 @@ from dataclasses import replace
 import math
 
 from contact_bodies import cube, GRAVITY, sphere
+from diffsim_ros.core import (contact_kinematics, contact_parameters_from_theta,
+                              contact_parameters_to_theta, contact_step, ContactModel, crba,
+                              ShapeError)
+from diffsim_ros.core.contact import box_vertices
 import pytest
 import torch
-
-from diffsim_ros.core import (ContactModel, contact_kinematics, contact_parameters_from_theta,
-                              contact_parameters_to_theta, contact_step, crba, ShapeError)
-from diffsim_ros.core.contact import box_vertices
 
 SIDE = 0.1048
 MASS = 0.37
@@ -39,8 +39,8 @@ def _random_near_ground(model, contact, batch, seed):
                    torch.zeros(batch, 1, dtype=torch.float64),
                    torch.rand(batch, 3, dtype=torch.float64, generator=g) * 2.0 - 1.0), -1)
     phi = contact_kinematics(model, q, contact).phi
-    q[:, 2] = q[:, 2] - phi.amin(-1) + 1e-4 * torch.rand(batch, dtype=torch.float64,
-                                                           generator=g)
+    lift = 1e-4 * torch.rand(batch, dtype=torch.float64, generator=g)
+    q[:, 2] = q[:, 2] - phi.amin(-1) + lift
     v = torch.randn(batch, 6, dtype=torch.float64, generator=g)
     v[:, 2] = -v[:, 2].abs() - 0.5  # moving towards the ground
     return q, v

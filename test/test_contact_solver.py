@@ -1,9 +1,8 @@
 """Tests of the batched friction-cone solver and its implicit backward."""
 
+from diffsim_ros.core import contact_residual, project_friction_cone, solve_contact_impulses
 import pytest
 import torch
-
-from diffsim_ros.core import contact_residual, project_friction_cone, solve_contact_impulses
 
 
 def _problem(seed: int, batch: int = 4, nc: int = 3, rank: int = 12, shift: float = 0.1,
@@ -40,6 +39,7 @@ def test_solution_satisfies_the_cone_complementarity_conditions():
     assert (lam3[..., 1:].norm(dim=-1) - mu * lam3[..., 0]).max() <= 1e-10
     assert (mu * w3[..., 1:].norm(dim=-1) - w3[..., 0]).max() <= 1e-9
     assert (lam * w).sum(-1).abs().max() <= 1e-9
+
     # Against brute force: no feasible perturbation lowers the QP objective.
     def objective(x):
         return 0.5 * (x.unsqueeze(-2) @ A @ x.unsqueeze(-1)).squeeze() + (b * x).sum(-1)

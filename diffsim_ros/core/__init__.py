@@ -10,10 +10,10 @@ from .actuators import (CoulombFriction, DCMotor, FFNN, FrictionModel, make_fric
                         NNFriction, NNResidual, NoFriction, SigmoidFriction, StribeckFriction,
                         ViscousFriction)
 from .compiled import compile_algorithm
-from .contact import (CONTACT_METHODS, CONTACT_PARAMETER_UNITS, ContactFrame, ContactModel,
-                      ContactStep, box_vertices, compliant_contact_force, contact_kinematics,
-                      contact_parameters_from_theta, contact_parameters_to_theta, contact_step,
-                      ground_frame)
+from .contact import (box_vertices, compliant_contact_force, contact_kinematics,
+                      CONTACT_METHODS, CONTACT_PARAMETER_UNITS, contact_parameters_from_theta,
+                      contact_parameters_to_theta, contact_step, ContactFrame, ContactModel,
+                      ContactStep, ground_frame)
 from .contact_solver import contact_residual, project_friction_cone, solve_contact_impulses
 from .crba import crba
 from .energy import kinetic_energy, potential_energy

@@ -333,8 +333,8 @@ def _segment_closest(p1: Tensor, q1: Tensor, p2: Tensor, q2: Tensor) -> Tuple[Te
     d_s = torch.where(d_ok, denom, torch.ones_like(denom))
     s = torch.where(d_ok, ((b * f - c * e) / d_s).clamp(0, 1), torch.zeros_like(a))
     t = (b * s + f) / e_s
-    s = torch.where(t < 0, (-c / a_s).clamp(0, 1), torch.where(t > 1, ((b - c) / a_s).clamp(0, 1),
-                                                                 s))
+    s_far = torch.where(t > 1, ((b - c) / a_s).clamp(0, 1), s)
+    s = torch.where(t < 0, (-c / a_s).clamp(0, 1), s_far)
     t = t.clamp(0, 1)
     # Degenerate segments: a point against a segment, or two points.
     s = torch.where(e_ok, s, (-c / a_s).clamp(0, 1))
@@ -435,8 +435,8 @@ def contact_kinematics(model: RobotModel, q: Tensor, contact: ContactModel) -> C
     def cat(index):
         # Each part is (*its batch, k, *trailing): broadcast the batches, join along k.
         tail = trailing[index]
-        return torch.cat([p[index].expand(batch + p[index].shape[p[index].dim() - len(tail)
-                                                                  - 1:]) for p in parts],
+        pieces = [p[index] for p in parts]
+        return torch.cat([x.expand(batch + x.shape[x.dim() - len(tail) - 1:]) for x in pieces],
                          len(batch))
 
     phi, normal, tangents, point, J_point = (cat(i) for i in range(5))
@@ -576,4 +576,3 @@ def contact_step(model: RobotModel, q: Tensor, v: Tensor, tau: Tensor, dt: float
     v_next, impulses = CONTACT_METHODS[method](model, q, v, tau, dt, contact, frame, tol,
                                                max_iter, regularization)
     return ContactStep(_integrate(model, q, v_next, dt), v_next, impulses, frame)
-

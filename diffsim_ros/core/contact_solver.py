@@ -166,8 +166,8 @@ def _newton(A: Tensor, b: Tensor, mu: Tensor, lam: Tensor, tol: float,
         shape = lam.shape[:-1] + (-1, 3)
         F_new = candidate - project_friction_cone((candidate - alpha * grad).reshape(shape),
                                                   mu).reshape(lam.shape)
-        better = torch.isfinite(F_new).all(-1) & (F_new.abs().amax(-1) / alpha.squeeze(-1)
-                                                   < residual)
+        residual_new = F_new.abs().amax(-1) / alpha.squeeze(-1)
+        better = torch.isfinite(F_new).all(-1) & (residual_new < residual)
         lam = torch.where(better.unsqueeze(-1), candidate, lam - F)
     return lam, max_iter
 
