@@ -11,7 +11,7 @@ from .actuators import (CoulombFriction, DCMotor, FFNN, FrictionModel, make_fric
                         ViscousFriction)
 from .compiled import compile_algorithm
 from .configuration import (check_configuration, configuration_sizes, difference,
-                            from_mujoco, from_ros_pose, from_ros_twist, integrate, normalize,
+                            free_joint_from_mujoco, free_joint_to_mujoco, from_mujoco, from_ros_pose, from_ros_twist, integrate, normalize,
                             QUATERNION_NORM_TOLERANCE, root_configuration, root_pose_matrix,
                             to_mujoco, to_ros_pose, to_ros_twist)
 from .crba import crba
@@ -46,6 +46,7 @@ __all__ = [
     'URDFError', 'UnsupportedJointError', 'ViscousFriction', 'aba', 'aba_native', 'body_poses',
     'check_configuration', 'compile_algorithm', 'configuration_sizes', 'crba', 'crba_native',
     'difference', 'feedback_rollout_native', 'forward_dynamics', 'forward_kinematics',
+    'free_joint_from_mujoco', 'free_joint_to_mujoco',
     'from_mujoco', 'from_ros_pose', 'from_ros_twist', 'integrate',
     'inertial_from_mass_com_inertia', 'inertial_from_pseudo_inertia',
     'is_physically_consistent', 'jacobian', 'joint_friction', 'joint_torque_regressor',

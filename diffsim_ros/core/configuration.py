@@ -201,13 +201,43 @@ def _require_floating(model, what: str) -> None:
                          'floating_base=True)); this model is fixed to the world')
 
 
+def free_joint_to_mujoco(q: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
+    """
+    Convert a free-flyer ``(q, v)`` layout to MuJoCo's free-joint layout, whatever follows.
+
+    MuJoCo's free joint stores ``[p_world, quat (w, x, y, z)]`` and ``[linear velocity in
+    world axes, angular velocity in body axes]``; entries after the root are copied.  Many
+    recorded data sets (ContactNets, dair_pll tosses) use this layout too.
+
+    :param q: configurations ``(..., 7 + k)`` in our layout.
+    :param v: velocities ``(..., 6 + k)`` in our layout.
+    :return: ``(qpos (..., 7 + k), qvel (..., 6 + k))``.
+    """
+    quat = q[..., 3:7]
+    qpos = torch.cat((q[..., :3], quat[..., 3:], quat[..., :3], q[..., 7:]), dim=-1)
+    qvel = torch.cat((_root_rotate(q, v[..., :3]), v[..., 3:]), dim=-1)
+    return qpos, qvel
+
+
+def free_joint_from_mujoco(qpos: Tensor, qvel: Tensor) -> Tuple[Tensor, Tensor]:
+    """
+    Convert MuJoCo's free-joint layout to ours (inverse of :func:`free_joint_to_mujoco`).
+
+    :param qpos: ``(..., 7 + k)`` with the quaternion (w, x, y, z) at ``[3:7]``.
+    :param qvel: ``(..., 6 + k)`` with the linear velocity in world axes at ``[0:3]``.
+    :return: ``(q (..., 7 + k), v (..., 6 + k))``.
+    """
+    q = torch.cat((qpos[..., :3], qpos[..., 4:7], qpos[..., 3:4], qpos[..., 7:]), dim=-1)
+    v = torch.cat((_root_rotate(q, qvel[..., :3], inverse=True), qvel[..., 3:]), dim=-1)
+    return q, v
+
+
 def to_mujoco(model, q: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
     """
     Convert our ``(q, v)`` to MuJoCo ``qpos``/``qvel`` of a free joint followed by hinges.
 
-    MuJoCo's free joint stores ``[p_world, quat (w, x, y, z)]`` and ``[linear velocity in
-    world axes, angular velocity in body axes]``; hinge/slide joints are unchanged (same
-    order assumed).  Fixed-base models are returned as they are.
+    See :func:`free_joint_to_mujoco`; hinge/slide joints are unchanged (same order assumed).
+    Fixed-base models are returned as they are.
 
     :param model: the robot.
     :param q: configurations ``(..., nq)``.
@@ -216,10 +246,7 @@ def to_mujoco(model, q: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
     """
     if not is_floating(model):
         return q, v
-    quat = q[..., 3:7]
-    qpos = torch.cat((q[..., :3], quat[..., 3:], quat[..., :3], q[..., 7:]), dim=-1)
-    qvel = torch.cat((_root_rotate(q, v[..., :3]), v[..., 3:]), dim=-1)
-    return qpos, qvel
+    return free_joint_to_mujoco(q, v)
 
 
 def from_mujoco(model, qpos: Tensor, qvel: Tensor) -> Tuple[Tensor, Tensor]:
@@ -233,9 +260,7 @@ def from_mujoco(model, qpos: Tensor, qvel: Tensor) -> Tuple[Tensor, Tensor]:
     """
     if not is_floating(model):
         return qpos, qvel
-    q = torch.cat((qpos[..., :3], qpos[..., 4:7], qpos[..., 3:4], qpos[..., 7:]), dim=-1)
-    v = torch.cat((_root_rotate(q, qvel[..., :3], inverse=True), qvel[..., 3:]), dim=-1)
-    return q, v
+    return free_joint_from_mujoco(qpos, qvel)
 
 
 def _xyz(vec) -> Dict[str, float]:
