@@ -15,23 +15,24 @@ Per toss, errors are averaged over its windows (a) or samples (b); the tables gi
 median and 90th percentile over tosses.  ``--quick`` reads a few tosses.
 """
 
+import os
 from pathlib import Path
 import sys
 import time
 from typing import Any, Dict, List, Optional, Sequence
-import xml.etree.ElementTree as ElementTree
 
 import numpy as np
 import torch
 
-if __package__ in (None, ''):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+try:
+    from benchmarks import _common
+except ImportError:  # run as ``python benchmarks/tosses.py``
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from benchmarks import _common
 
-from benchmarks import _common  # noqa: E402
-from diffsim_ros import core  # noqa: E402
-from diffsim_ros.core.configuration import free_joint_from_mujoco, \
-    free_joint_to_mujoco  # noqa: E402
-from diffsim_ros.io.tosses import load_cube_tosses, load_elbow_tosses, TossSet  # noqa: E402
+from diffsim_ros import core  # noqa: I100
+from diffsim_ros.core.configuration import free_joint_from_mujoco, free_joint_to_mujoco
+from diffsim_ros.io.tosses import load_cube_tosses, load_elbow_tosses, TossSet
 
 HORIZON = 8
 CONTACT_MARGIN_M = 0.01

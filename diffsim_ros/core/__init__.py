@@ -11,7 +11,8 @@ from .actuators import (CoulombFriction, DCMotor, FFNN, FrictionModel, make_fric
                         ViscousFriction)
 from .compiled import compile_algorithm
 from .configuration import (check_configuration, configuration_sizes, difference,
-                            free_joint_from_mujoco, free_joint_to_mujoco, from_mujoco, from_ros_pose, from_ros_twist, integrate, normalize,
+                            free_joint_from_mujoco, free_joint_to_mujoco, from_mujoco,
+                            from_ros_pose, from_ros_twist, integrate, normalize,
                             QUATERNION_NORM_TOLERANCE, root_configuration, root_pose_matrix,
                             to_mujoco, to_ros_pose, to_ros_twist)
 from .crba import crba
