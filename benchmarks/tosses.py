@@ -5,7 +5,7 @@ Real tosses with nominal parameters: our floating model and MuJoCo against the r
     samples are still in free flight, roll out 8 steps (RK4 at the recording's dt, no
     contact) with our floating model and with MuJoCo from the same URDF, and compare with the
     recording at step 8: position of elbow_1's frame (m), geodesic orientation (rad), hinge
-    angle (rad).  First contact is the first sample whose lowest box corner is below
+    angle (rad); beside them a prediction without forces (constant velocity).  First contact is the first sample whose lowest box corner is below
     ``--contact-margin`` (1 cm by default; the table is z = 0, every toss ends at exactly 0).
 (b) ContactNets cube, whole tosses (release to rest) from the first recorded state with
     nominal parameters (0.37 kg, mu 0.18, edge 0.1048 m): MuJoCo (its default soft contact;
@@ -134,22 +134,40 @@ def elbow_targets(tosses: TossSet, starts: Sequence[tuple]) -> Dict[str, torch.T
     return {'x0': x0, 'q_end': q_end}
 
 
-def rollout_ours(tosses: TossSet, x0: torch.Tensor) -> Optional[torch.Tensor]:
+def floating_model(tosses: TossSet):
+    """Return our floating model of the object, or None while load_urdf has no floating base."""
+    try:
+        return core.load_urdf(xml=tosses.urdf_path.read_text(encoding='utf-8'),
+                              dtype=torch.float64, floating_base=True)
+    except TypeError:
+        return None
+
+
+def rollout_ours(model, x0: torch.Tensor, dt: float) -> torch.Tensor:
     """
     Roll our floating model out ``HORIZON`` steps (RK4 at the recording's dt).
 
-    :return: end configurations ``(W, nq)``, or None while load_urdf has no floating base.
+    :param model: the object's floating model.
+    :param x0: start states ``(W, nq + nv)``.
+    :param dt: step in s.
+    :return: end configurations ``(W, nq)``.
     """
-    try:
-        model = core.load_urdf(xml=tosses.urdf_path.read_text(encoding='utf-8'),
-                               dtype=torch.float64, floating_base=True)
-    except TypeError:
-        return None
-    nv = int(model.nv)
-    controls = torch.zeros(x0.shape[0], HORIZON, nv, dtype=torch.float64)
+    controls = torch.zeros(x0.shape[0], HORIZON, int(model.nv), dtype=torch.float64)
     with torch.no_grad():
-        states = core.rollout(model, x0, controls, tosses.dt, method='rk4')
+        states = core.rollout(model, x0, controls, dt, method='rk4')
     return states[:, -1, :int(model.nq)]
+
+
+def constant_velocity(model, x0: torch.Tensor, dt: float) -> torch.Tensor:
+    """
+    Predict without forces: every coordinate keeps its start velocity for ``HORIZON`` steps.
+
+    The reference that shows what gravity and the rigid-body dynamics add.
+
+    :return: end configurations ``(W, nq)``.
+    """
+    nq = int(model.nq)
+    return core.integrate(model, x0[:, :nq], x0[:, nq:], HORIZON * dt)
 
 
 def rollout_mujoco(mj_model, x0: torch.Tensor, steps: int, substeps: int = 1) -> torch.Tensor:
@@ -200,9 +218,13 @@ def elbow_study(data: Path, limit: Optional[int], margin: float) -> Dict[str, An
     toss_of = np.array([i for i, _ in windows['starts']])
     targets = elbow_targets(tosses, windows['starts'])
     engines = {}
+    model = floating_model(tosses)
     start = time.perf_counter()
-    predicted = {'ours': rollout_ours(tosses, targets['x0'])}
+    predicted = {'ours': None if model is None else rollout_ours(model, targets['x0'],
+                                                                 tosses.dt)}
     engines['ours_s'] = time.perf_counter() - start
+    predicted['constant_velocity'] = (None if model is None else
+                                      constant_velocity(model, targets['x0'], tosses.dt))
     start = time.perf_counter()
     mj_model = mujoco_model(tosses, tosses.dt, contact=False)
     predicted['mujoco'] = rollout_mujoco(mj_model, targets['x0'], HORIZON)[:, -1]
@@ -279,7 +301,7 @@ def markdown(payload: Dict[str, Any]) -> str:
                   'then over tosses.', '',
                   '| engine | position mm (mean / median / p90) | orientation deg | hinge deg |',
                   '|---|---|---|---|']
-        for name in ('ours', 'mujoco'):
+        for name in ('ours', 'mujoco', 'constant_velocity'):
             row = elbow['errors'][name]
             if 'note' in row:
                 lines.append(f'| {name} | {row["note"]} | | |')
