@@ -5,9 +5,10 @@ Real tosses with nominal parameters: our floating model and MuJoCo against the r
     samples are still in free flight, roll out 8 steps (RK4 at the recording's dt, no
     contact) with our floating model and with MuJoCo from the same URDF, and compare with the
     recording at step 8: position of elbow_1's frame (m), geodesic orientation (rad), hinge
-    angle (rad); beside them a prediction without forces (constant velocity).  First contact is the first sample whose lowest box corner is below
-    ``--contact-margin`` (1 cm by default; the table is z = 0, every toss ends at exactly 0).
-(b) ContactNets cube, whole tosses (release to rest) from the first recorded state with
+    angle (rad); beside them a prediction without forces (constant velocity).  First
+    contact is the first sample whose lowest box corner is below ``--contact-margin``
+    (1 cm by default; the table is z = 0, every toss ends at exactly 0).
+(b) ContactNets cube, whole tosses (release to rest) from the second recorded state with
     nominal parameters (0.37 kg, mu 0.18, edge 0.1048 m): MuJoCo (its default soft contact;
     restitution is not a MuJoCo parameter), and our contact step once it exists
     (``diffsim_ros.core.contact_step``); position and orientation error at every sample.
