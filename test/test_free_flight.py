@@ -137,3 +137,14 @@ def test_spinning_free_fall_matches_mujoco():
     # The spin precesses: the body-frame angular velocity turns by more than 1 rad.
     assert float(torch.arccos(torch.nn.functional.cosine_similarity(
         ours[10:13], X0[10:13], dim=0))) > 1.0
+
+
+@pytest.mark.parametrize('method', ['rk4', 'semi_implicit_euler'])
+def test_gradcheck_through_a_floating_step(monkeypatch, method):
+    """Check float64 gradients of one manifold step w.r.t. the state (quaternion included)."""
+    layout = types.SimpleNamespace(floating_base=True, nq=7, nv=6, n=6)
+    monkeypatch.setattr(integrators, 'aba', newton_euler_free_body)
+    step = integrators.INTEGRATORS[method]
+    x = X0.clone().requires_grad_(True)
+    u = torch.zeros(6, dtype=F64)
+    assert torch.autograd.gradcheck(lambda x: step(layout, x, u, 0.01), (x,))
