@@ -241,9 +241,18 @@ def test_regressor(ref):
     Y = core.joint_torque_regressor(ref.model, as_tensor(q), as_tensor(v), as_tensor(a))
     assert tuple(Y.shape) == (N_STATES, ref.model.nv, 10 * ref.model.njoints)
     tau = Y @ ref.model.inertial.flatten(-2)
+    # Pinocchio's columns per joint: m, mc, then Ixx, Ixy, Iyy, Ixz, Iyz, Izz (ours: Ixx, Ixy,
+    # Ixz, Iyy, Iyz, Izz), both about the joint (body) frame origin.
+    order = [0, 1, 2, 3, 4, 5, 7, 6, 8, 9]
+    columns = [10 * (ref.pin_model.getJointId(name) - 1) + k
+               for name in ref.model.joint_names for k in order]
+    data = ref.pin_model.createData()
     for b in range(N_STATES):
         assert_close(tau[b], pin_rnea(ref.pin_model, ref.pmap, q[b], v[b], a[b]),
                      f'regressor {b}')
+        Y_pin = pin.computeJointTorqueRegressor(ref.pin_model, data, ref.pmap.q(q[b]),
+                                                ref.pmap.v(v[b]), ref.pmap.v(a[b]))
+        assert_close(Y[b], np.asarray(Y_pin)[ref.pmap.idx_v][:, columns], f'Y {b}')
 
 
 # --------------------------------------------------------------------------------------
