@@ -135,13 +135,10 @@ def elbow_targets(tosses: TossSet, starts: Sequence[tuple]) -> Dict[str, torch.T
     return {'x0': x0, 'q_end': q_end}
 
 
-def floating_model(tosses: TossSet):
-    """Return our floating model of the object, or None while load_urdf has no floating base."""
-    try:
-        return core.load_urdf(xml=tosses.urdf_path.read_text(encoding='utf-8'),
-                              dtype=torch.float64, floating_base=True)
-    except TypeError:
-        return None
+def floating_model(tosses: TossSet) -> core.RobotModel:
+    """Return our floating model of the object (its URDF, ``floating_base=True``)."""
+    return core.load_urdf(xml=tosses.urdf_path.read_text(encoding='utf-8'),
+                          dtype=torch.float64, floating_base=True)
 
 
 def rollout_ours(model, x0: torch.Tensor, dt: float) -> torch.Tensor:
@@ -221,32 +218,26 @@ def elbow_study(data: Path, limit: Optional[int], margin: float) -> Dict[str, An
     engines = {}
     model = floating_model(tosses)
     start = time.perf_counter()
-    predicted = {'ours': None if model is None else rollout_ours(model, targets['x0'],
-                                                                 tosses.dt)}
+    predicted = {'ours': rollout_ours(model, targets['x0'], tosses.dt)}
     engines['ours_s'] = time.perf_counter() - start
-    predicted['constant_velocity'] = (None if model is None else
-                                      constant_velocity(model, targets['x0'], tosses.dt))
+    predicted['constant_velocity'] = constant_velocity(model, targets['x0'], tosses.dt)
     start = time.perf_counter()
     mj_model = mujoco_model(tosses, tosses.dt, contact=False)
     predicted['mujoco'] = rollout_mujoco(mj_model, targets['x0'], HORIZON)[:, -1]
     engines['mujoco_s'] = time.perf_counter() - start
     rows = {}
     for name, q_end in predicted.items():
-        if q_end is None:
-            rows[name] = {'note': 'not run: load_urdf has no floating_base on this branch'}
-            continue
         true = targets['q_end']
         errors = {'position_m': (q_end[:, :3] - true[:, :3]).norm(dim=-1),
                   'orientation_rad': geodesic_angle(q_end[:, 3:7], true[:, 3:7]),
                   'hinge_rad': (q_end[:, 7] - true[:, 7]).abs()}
         rows[name] = {key: summarize(per_toss_mean(value, toss_of))
                       for key, value in errors.items()}
-    if predicted['ours'] is not None:
-        rows['ours_vs_mujoco_max'] = {
-            'position_m': float((predicted['ours'][:, :3] - predicted['mujoco'][:, :3])
-                                .norm(dim=-1).max()),
-            'orientation_rad': float(geodesic_angle(predicted['ours'][:, 3:7],
-                                                    predicted['mujoco'][:, 3:7]).max())}
+    rows['ours_vs_mujoco_max'] = {
+        'position_m': float((predicted['ours'][:, :3] - predicted['mujoco'][:, :3])
+                            .norm(dim=-1).max()),
+        'orientation_rad': float(geodesic_angle(predicted['ours'][:, 3:7],
+                                                predicted['mujoco'][:, 3:7]).max())}
     contact = np.array(windows['contact'])
     return {'tosses': len(tosses), 'tosses_with_windows': int(len(np.unique(toss_of))),
             'windows': len(windows['starts']), 'dt': tosses.dt, 'horizon': HORIZON,
@@ -304,9 +295,6 @@ def markdown(payload: Dict[str, Any]) -> str:
                   '|---|---|---|---|']
         for name in ('ours', 'mujoco', 'constant_velocity'):
             row = elbow['errors'][name]
-            if 'note' in row:
-                lines.append(f'| {name} | {row["note"]} | | |')
-                continue
             cells = [' / '.join(_cells(row['position_m'], 1e3)),
                      ' / '.join(_cells(row['orientation_rad'], 180 / np.pi)),
                      ' / '.join(_cells(row['hinge_rad'], 180 / np.pi))]

@@ -4,15 +4,14 @@ Check the configuration space of floating bases.
 integrate/difference against Pinocchio, gradients, checks, and the conversions to MuJoCo
 qpos/qvel and ROS pose/twist dicts.
 
-The layout functions read only ``floating_base``/``nq``/``nv`` (``n`` for fixed bases), so a
-layout stand-in is enough here; the floating models themselves are tested elsewhere.
+The models are free-flyer chains loaded with ``load_urdf(..., floating_base=True)``; the
+Pinocchio reference is built from the same URDF with ``JointModelFreeFlyer``.
 """
 
 import math
-import types
 
 from diffsim_ros.core import (check_configuration, difference, from_mujoco, from_ros_pose,
-                              from_ros_twist, integrate, matrix_to_quat, normalize,
+                              from_ros_twist, integrate, load_urdf, matrix_to_quat, normalize,
                               quat_exp, quat_log, quat_to_matrix, to_mujoco, to_ros_pose,
                               to_ros_twist)
 import numpy as np
@@ -20,13 +19,26 @@ import pytest
 import torch
 
 F64 = torch.float64
-N_JOINTS = 2                       # hinges after the free-flyer in the Pinocchio model
+N_JOINTS = 2                       # hinges after the free-flyer
+_AXES = ('0 1 0', '0 0 1', '1 0 0')
+
+
+def chain_urdf(n_joints: int) -> str:
+    """Return a chain of ``n_joints`` revolute joints (axes y, z, x) with unit boxes."""
+    inertial = ('<inertial><origin xyz="0.1 0 0"/><mass value="1"/><inertia ixx="0.01" '
+                'ixy="0" ixz="0" iyy="0.02" iyz="0" izz="0.03"/></inertial>')
+    links = ''.join(f'<link name="l{i}">{inertial}</link>' for i in range(n_joints + 1))
+    joints = ''.join(
+        f'<joint name="j{i + 1}" type="revolute"><parent link="l{i}"/>'
+        f'<child link="l{i + 1}"/><origin xyz="0.2 0 0"/><axis xyz="{_AXES[i % 3]}"/>'
+        '<limit lower="-100" upper="100" effort="1" velocity="1"/></joint>'
+        for i in range(n_joints))
+    return f'<robot name="chain">{links}{joints}</robot>'
 
 
 def floating_layout(n_joints: int = N_JOINTS):
-    """Return a layout stand-in: a free-flyer followed by ``n_joints`` one-DOF joints."""
-    return types.SimpleNamespace(floating_base=True, nq=7 + n_joints, nv=6 + n_joints,
-                                 n=6 + n_joints)
+    """Return a free-flyer followed by ``n_joints`` revolute joints."""
+    return load_urdf(xml=chain_urdf(n_joints), floating_base=True)
 
 
 def random_states(generator: torch.Generator, count: int, n_joints: int = N_JOINTS):
@@ -54,12 +66,10 @@ def same_rotation_quat(a: np.ndarray, b: np.ndarray) -> float:
 
 @pytest.fixture(scope='module')
 def pin_free_model():
-    """Pinocchio free-flyer followed by two revolute joints (RY then RZ)."""
+    """Return Pinocchio's model of the same chain on a free-flyer."""
     pin = pytest.importorskip('pinocchio')
-    model = pin.Model()
-    model.addJoint(0, pin.JointModelFreeFlyer(), pin.SE3.Identity(), 'root_joint')
-    model.addJoint(1, pin.JointModelRY(), pin.SE3.Identity(), 'j1')
-    model.addJoint(2, pin.JointModelRZ(), pin.SE3.Identity(), 'j2')
+    model = pin.buildModelFromXML(chain_urdf(N_JOINTS), pin.JointModelFreeFlyer())
+    assert (model.nq, model.nv) == (7 + N_JOINTS, 6 + N_JOINTS)
     return model
 
 
@@ -181,7 +191,7 @@ def test_non_unit_quaternion_gets_one_precise_error():
 
 
 def test_fixed_base_is_the_vector_space_update_bit_for_bit():
-    layout = types.SimpleNamespace(n=3)
+    layout = load_urdf(xml=chain_urdf(3))
     generator = torch.Generator().manual_seed(10)
     q = torch.randn(5, 3, generator=generator, dtype=F64)
     v = torch.randn(5, 3, generator=generator, dtype=F64)
@@ -260,7 +270,7 @@ def test_ros_pose_and_twist_roundtrip():
     with pytest.raises(ValueError, match="unknown twist frame 'local'; valid: world, body"):
         to_ros_twist(layout, q[0], v[0], frame='local')
     with pytest.raises(ValueError, match='floating-base model'):
-        to_ros_pose(types.SimpleNamespace(n=2), q[0, :2])
+        to_ros_pose(load_urdf(xml=chain_urdf(2)), q[0, :2])
     with pytest.raises(ValueError, match="missing field 'w'"):
         from_ros_pose({'position': {'x': 0, 'y': 0, 'z': 0},
                        'orientation': {'x': 0, 'y': 0, 'z': 0}})

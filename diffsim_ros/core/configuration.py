@@ -14,6 +14,7 @@ from typing import Dict, Tuple
 import torch
 
 from .errors import check_trailing_shape
+from .model import RobotModel
 from .spatial import (homogeneous, matrix_to_quat, quat_conjugate, quat_exp, quat_log,
                       quat_multiply, quat_rotate, quat_to_matrix, SMALL_ANGLE_SQ)
 
@@ -25,24 +26,24 @@ Tensor = torch.Tensor
 QUATERNION_NORM_TOLERANCE = 1e-6
 
 
-def is_floating(model) -> bool:
+def is_floating(model: RobotModel) -> bool:
     """
     Return whether ``model`` has a free-flyer root joint.
 
     :param model: a robot model.
-    :return: ``model.floating_base`` (False for models that predate floating bases).
+    :return: ``model.floating_base``.
     """
-    return bool(getattr(model, 'floating_base', False))
+    return model.floating_base
 
 
-def configuration_sizes(model) -> Tuple[int, int]:
+def configuration_sizes(model: RobotModel) -> Tuple[int, int]:
     """
     Return ``(nq, nv)``, the sizes of a configuration and of a velocity.
 
     :param model: a robot model.
     :return: ``(model.nq, model.nv)``; ``(n, n)`` for a fixed-base model.
     """
-    return int(getattr(model, 'nq', model.n)), int(getattr(model, 'nv', model.n))
+    return model.nq, model.nv
 
 
 def _series_or_exact(theta_sq: Tensor, small: Tensor, series, exact) -> Tensor:
@@ -95,7 +96,7 @@ def se3_left_jacobian_inverse_apply(w: Tensor, p: Tensor) -> Tensor:
     return p - 0.5 * w_p + c * torch.linalg.cross(w, w_p)
 
 
-def integrate(model, q: Tensor, v: Tensor, dt: float = 1.0) -> Tensor:
+def integrate(model: RobotModel, q: Tensor, v: Tensor, dt: float = 1.0) -> Tensor:
     """
     Return the configuration reached from ``q`` by moving with velocity ``v`` for ``dt``.
 
@@ -121,7 +122,7 @@ def integrate(model, q: Tensor, v: Tensor, dt: float = 1.0) -> Tensor:
                       q[..., 7:] + step[..., 6:]), dim=-1)
 
 
-def difference(model, q0: Tensor, q1: Tensor) -> Tensor:
+def difference(model: RobotModel, q0: Tensor, q1: Tensor) -> Tensor:
     """
     Return the velocity that :func:`integrate` needs to go from ``q0`` to ``q1`` in unit time.
 
@@ -142,7 +143,7 @@ def difference(model, q0: Tensor, q1: Tensor) -> Tensor:
     return torch.cat((u, w, q1[..., 7:] - q0[..., 7:]), dim=-1)
 
 
-def normalize(model, q: Tensor) -> Tensor:
+def normalize(model: RobotModel, q: Tensor) -> Tensor:
     """
     Return ``q`` with a unit root quaternion (unchanged for fixed-base models).
 
@@ -157,7 +158,7 @@ def normalize(model, q: Tensor) -> Tensor:
     return torch.cat((q[..., :3], quat, q[..., 7:]), dim=-1)
 
 
-def check_configuration(model, q: Tensor,
+def check_configuration(model: RobotModel, q: Tensor,
                         tolerance: float = QUATERNION_NORM_TOLERANCE) -> None:
     """
     Raise ``ValueError`` unless ``q`` has the model's size and a unit root quaternion.
@@ -194,7 +195,7 @@ def _root_rotate(q: Tensor, vec: Tensor, inverse: bool = False) -> Tensor:
     return quat_rotate(quat_conjugate(quat) if inverse else quat, vec)
 
 
-def _require_floating(model, what: str) -> None:
+def _require_floating(model: RobotModel, what: str) -> None:
     """Raise ``ValueError`` for a fixed-base model where a free root is needed."""
     if not is_floating(model):
         raise ValueError(f'{what} needs a floating-base model (load_urdf(..., '
@@ -232,7 +233,7 @@ def free_joint_from_mujoco(qpos: Tensor, qvel: Tensor) -> Tuple[Tensor, Tensor]:
     return q, v
 
 
-def to_mujoco(model, q: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
+def to_mujoco(model: RobotModel, q: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
     """
     Convert our ``(q, v)`` to MuJoCo ``qpos``/``qvel`` of a free joint followed by hinges.
 
@@ -249,7 +250,7 @@ def to_mujoco(model, q: Tensor, v: Tensor) -> Tuple[Tensor, Tensor]:
     return free_joint_to_mujoco(q, v)
 
 
-def from_mujoco(model, qpos: Tensor, qvel: Tensor) -> Tuple[Tensor, Tensor]:
+def from_mujoco(model: RobotModel, qpos: Tensor, qvel: Tensor) -> Tuple[Tensor, Tensor]:
     """
     Convert MuJoCo ``qpos``/``qvel`` to our ``(q, v)`` (inverse of :func:`to_mujoco`).
 
@@ -274,7 +275,7 @@ def _vector(d: Dict[str, float], keys: str = 'xyz') -> list:
         raise ValueError(f'missing field {error.args[0]!r} (need {", ".join(keys)})') from None
 
 
-def to_ros_pose(model, q: Tensor) -> Dict[str, Dict[str, float]]:
+def to_ros_pose(model: RobotModel, q: Tensor) -> Dict[str, Dict[str, float]]:
     """
     Return the root pose of one configuration as a ``geometry_msgs/Pose``-shaped dict.
 
@@ -309,7 +310,7 @@ def _check_twist_frame(frame: str) -> None:
         raise ValueError(f'unknown twist frame {frame!r}; valid: {", ".join(_TWIST_FRAMES)}')
 
 
-def to_ros_twist(model, q: Tensor, v: Tensor,
+def to_ros_twist(model: RobotModel, q: Tensor, v: Tensor,
                  frame: str = 'world') -> Dict[str, Dict[str, float]]:
     """
     Return the root velocity as a ``geometry_msgs/Twist``-shaped dict.
