@@ -398,3 +398,30 @@ def test_floating_joint_below_the_root_is_refused():
         core.load_urdf(xml=xml)
     with pytest.raises(core.UnsupportedJointError, match="joint 'loose_free'"):
         core.load_urdf(xml=xml, floating_base=True)
+
+
+def test_fixed_base_layout_is_unchanged():
+    """Without a free-flyer: nq == nv == n == njoints, no 'root_joint'."""
+    core = require_core()
+    model = core.load_urdf(xml=case_urdf(('seed', 3)))
+    assert not model.floating_base and FREE_FLYER not in model.joint_names
+    assert model.nq == model.nv == model.n == model.njoints == model.tree.n
+
+
+def test_many_free_bodies_batch_in_the_leading_dims():
+    """Five free bodies with their own inertials: one batched call equals five calls."""
+    core = require_core()
+    model = _load(('free_body', 40)).model
+    rng = state_rng('five bodies')
+    inertial = torch.stack([_load(('free_body', s)).model.inertial for s in FREE_BODY_SEEDS]
+                           + [model.inertial])
+    q, v, x = random_floating_state(rng, (), batch=(5,))
+    batched = model.replace(inertial=inertial)
+    a = core.aba(batched, as_tensor(q), as_tensor(v), as_tensor(x))
+    tau = core.rnea(batched, as_tensor(q), as_tensor(v), as_tensor(a))
+    assert tuple(a.shape) == (5, 6)
+    for b in range(5):
+        single = model.replace(inertial=inertial[b])
+        assert_close(a[b], core.aba(single, as_tensor(q[b]), as_tensor(v[b]), as_tensor(x[b])),
+                     f'aba body {b}')
+        assert_close(tau[b], x[b], f'rnea(aba) body {b}')
