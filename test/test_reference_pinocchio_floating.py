@@ -425,3 +425,13 @@ def test_many_free_bodies_batch_in_the_leading_dims():
         assert_close(a[b], core.aba(single, as_tensor(q[b]), as_tensor(v[b]), as_tensor(x[b])),
                      f'aba body {b}')
         assert_close(tau[b], x[b], f'rnea(aba) body {b}')
+
+
+def test_native_entry_points_fall_back_to_torch_on_a_floating_base():
+    """rnea_native/aba_native/crba_native take (nq, nv) states and give the torch result."""
+    core = require_core('rnea_native', 'aba_native', 'crba_native')
+    ref = _load(('seed', 11))
+    q, v, x = (as_tensor(t) for t in _states(ref, 'native'))
+    assert torch.equal(core.rnea_native(ref.model, q, v, x), core.rnea(ref.model, q, v, x))
+    assert torch.equal(core.aba_native(ref.model, q, v, x), core.aba(ref.model, q, v, x))
+    assert torch.equal(core.crba_native(ref.model, q), core.crba(ref.model, q))
