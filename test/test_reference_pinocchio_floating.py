@@ -435,3 +435,24 @@ def test_native_entry_points_fall_back_to_torch_on_a_floating_base():
     assert torch.equal(core.rnea_native(ref.model, q, v, x), core.rnea(ref.model, q, v, x))
     assert torch.equal(core.aba_native(ref.model, q, v, x), core.aba(ref.model, q, v, x))
     assert torch.equal(core.crba_native(ref.model, q), core.crba(ref.model, q))
+
+
+@pytest.mark.parametrize('seed', (50, 51))
+def test_identities_with_a_parameter_batch(seed):
+    """No reference needed: aba(rnea(a)) = a, M a + h = rnea, T = v M v / 2, over particles."""
+    core = require_core('kinetic_energy')
+    model = core.load_urdf(xml=robot_to_urdf(seeded_robot(seed)), floating_base=True)
+    g = torch.Generator().manual_seed(seed)
+    scale = 1.0 + 0.5 * torch.rand(4, 1, model.njoints, 1, generator=g, dtype=torch.float64)
+    particles = model.replace(inertial=model.inertial * scale)          # (4, 1, njoints, 10)
+    q, v, a = (as_tensor(x) for x in random_floating_state(
+        state_rng(f'identities{seed}'), joint_types_of(model.urdf, model.joint_names[1:]),
+        batch=(3,)))
+    tau = core.rnea(particles, q, v, a)
+    assert tuple(tau.shape) == (4, 3, model.nv)
+    assert_close(core.aba(particles, q, v, tau), a.expand(4, 3, model.nv), 'aba(rnea)')
+    M = core.crba(particles, q)
+    h = core.rnea(particles, q, v, torch.zeros_like(a))
+    assert_close((M @ a.unsqueeze(-1)).squeeze(-1) + h, tau, 'M a + h')
+    kinetic = 0.5 * (v.unsqueeze(-2) @ M @ v.unsqueeze(-1))[..., 0, 0]
+    assert_close(core.kinetic_energy(particles, q, v), kinetic, 'kinetic energy')
