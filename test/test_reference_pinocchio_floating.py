@@ -398,3 +398,61 @@ def test_floating_joint_below_the_root_is_refused():
         core.load_urdf(xml=xml)
     with pytest.raises(core.UnsupportedJointError, match="joint 'loose_free'"):
         core.load_urdf(xml=xml, floating_base=True)
+
+
+def test_fixed_base_layout_is_unchanged():
+    """Without a free-flyer: nq == nv == n == njoints, no 'root_joint'."""
+    core = require_core()
+    model = core.load_urdf(xml=case_urdf(('seed', 3)))
+    assert not model.floating_base and FREE_FLYER not in model.joint_names
+    assert model.nq == model.nv == model.n == model.njoints == model.tree.n
+
+
+def test_many_free_bodies_batch_in_the_leading_dims():
+    """Five free bodies with their own inertials: one batched call equals five calls."""
+    core = require_core()
+    model = _load(('free_body', 40)).model
+    rng = state_rng('five bodies')
+    inertial = torch.stack([_load(('free_body', s)).model.inertial for s in FREE_BODY_SEEDS]
+                           + [model.inertial])
+    q, v, x = random_floating_state(rng, (), batch=(5,))
+    batched = model.replace(inertial=inertial)
+    a = core.aba(batched, as_tensor(q), as_tensor(v), as_tensor(x))
+    tau = core.rnea(batched, as_tensor(q), as_tensor(v), as_tensor(a))
+    assert tuple(a.shape) == (5, 6)
+    for b in range(5):
+        single = model.replace(inertial=inertial[b])
+        assert_close(a[b], core.aba(single, as_tensor(q[b]), as_tensor(v[b]), as_tensor(x[b])),
+                     f'aba body {b}')
+        assert_close(tau[b], x[b], f'rnea(aba) body {b}')
+
+
+def test_native_entry_points_fall_back_to_torch_on_a_floating_base():
+    """rnea_native/aba_native/crba_native take (nq, nv) states and give the torch result."""
+    core = require_core('rnea_native', 'aba_native', 'crba_native')
+    ref = _load(('seed', 11))
+    q, v, x = (as_tensor(t) for t in _states(ref, 'native'))
+    assert torch.equal(core.rnea_native(ref.model, q, v, x), core.rnea(ref.model, q, v, x))
+    assert torch.equal(core.aba_native(ref.model, q, v, x), core.aba(ref.model, q, v, x))
+    assert torch.equal(core.crba_native(ref.model, q), core.crba(ref.model, q))
+
+
+@pytest.mark.parametrize('seed', (50, 51))
+def test_identities_with_a_parameter_batch(seed):
+    """No reference needed: aba(rnea(a)) = a, M a + h = rnea, T = v M v / 2, over particles."""
+    core = require_core('kinetic_energy')
+    model = core.load_urdf(xml=robot_to_urdf(seeded_robot(seed)), floating_base=True)
+    g = torch.Generator().manual_seed(seed)
+    scale = 1.0 + 0.5 * torch.rand(4, 1, model.njoints, 1, generator=g, dtype=torch.float64)
+    particles = model.replace(inertial=model.inertial * scale)          # (4, 1, njoints, 10)
+    q, v, a = (as_tensor(x) for x in random_floating_state(
+        state_rng(f'identities{seed}'), joint_types_of(model.urdf, model.joint_names[1:]),
+        batch=(3,)))
+    tau = core.rnea(particles, q, v, a)
+    assert tuple(tau.shape) == (4, 3, model.nv)
+    assert_close(core.aba(particles, q, v, tau), a.expand(4, 3, model.nv), 'aba(rnea)')
+    M = core.crba(particles, q)
+    h = core.rnea(particles, q, v, torch.zeros_like(a))
+    assert_close((M @ a.unsqueeze(-1)).squeeze(-1) + h, tau, 'M a + h')
+    kinetic = 0.5 * (v.unsqueeze(-2) @ M @ v.unsqueeze(-1))[..., 0, 0]
+    assert_close(core.kinetic_energy(particles, q, v), kinetic, 'kinetic energy')

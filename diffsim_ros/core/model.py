@@ -245,7 +245,9 @@ class RobotModel:
         Return the model index of a movable joint.
 
         :param name: joint name.
-        :return: index into ``joint_names``.
+        :return: index into ``joint_names`` (with a floating base this is the joint's body
+            index, not its position in ``q`` or ``v``: joint ``i > 0`` is ``q[i + 6]``,
+            ``v[i + 5]``).
         :raises KeyError: naming the valid joints when ``name`` is unknown.
         """
         try:

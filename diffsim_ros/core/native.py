@@ -316,8 +316,8 @@ class _CrbaFunction(torch.autograd.Function):
 
 
 def _check_states(model: RobotModel, states: Tuple[Tensor, ...], names: Tuple[str, ...]):
-    n = model.n
     for name, value in zip(names, states):
+        n = model.nq if name == 'q' else model.nv   # they differ on a floating base
         shape = value.shape
         if not shape or shape[-1] != n:
             check_trailing_shape(name, value, (n,))
