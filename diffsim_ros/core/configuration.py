@@ -14,9 +14,10 @@ from typing import Dict, Tuple
 import torch
 
 from .errors import check_trailing_shape
+from .kinematics import root_transform
 from .model import RobotModel
-from .spatial import (homogeneous, matrix_to_quat, quat_conjugate, quat_exp, quat_log,
-                      quat_multiply, quat_rotate, quat_to_matrix, SMALL_ANGLE_SQ)
+from .spatial import (matrix_to_quat, quat_conjugate, quat_exp, quat_log, quat_multiply,
+                      quat_rotate, SMALL_ANGLE_SQ)
 
 Tensor = torch.Tensor
 
@@ -354,7 +355,7 @@ def root_pose_matrix(q: Tensor) -> Tensor:
     :param q: floating-base configurations ``(..., nq)``.
     :return: ``(..., 4, 4)``.
     """
-    return homogeneous(quat_to_matrix(q[..., 3:7]), q[..., :3])
+    return root_transform(q)
 
 
 def root_configuration(T_world_root: Tensor) -> Tensor:

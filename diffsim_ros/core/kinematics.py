@@ -4,7 +4,8 @@ import torch
 
 from .errors import check_trailing_shape
 from .model import RobotModel
-from .spatial import homogeneous, skew, small_matmul, small_matvec, transform_inertial
+from .spatial import (homogeneous, quat_to_matrix, skew, small_matmul, small_matvec,
+                      transform_inertial)
 
 Tensor = torch.Tensor
 
@@ -25,26 +26,6 @@ def check_state(model: RobotModel, q: Tensor, **tangent: Tensor) -> None:
         check_trailing_shape(name, value, (model.nv,), 'nv' if floating else '')
 
 
-def _normalized_quaternion_matrix(quaternion: Tensor) -> Tensor:
-    """
-    Return the rotation of ``quaternion / |quaternion|`` (x, y, z, w order).
-
-    Dividing by the squared norm (instead of assuming a unit quaternion) makes the pose
-    invariant to the quaternion's scale, so gradients w.r.t. its four entries are tangent to
-    the unit sphere; for a unit quaternion this is the usual (Pinocchio's) matrix.
-    """
-    x, y, z, w = quaternion.unbind(-1)
-    s = 2.0 / (quaternion * quaternion).sum(-1)
-    xx, yy, zz = s * x * x, s * y * y, s * z * z
-    xy, xz, yz = s * x * y, s * x * z, s * y * z
-    wx, wy, wz = s * w * x, s * w * y, s * w * z
-    return torch.stack((
-        1.0 - yy - zz, xy - wz, xz + wy,
-        xy + wz, 1.0 - xx - zz, yz - wx,
-        xz - wy, yz + wx, 1.0 - xx - yy,
-    ), dim=-1).unflatten(-1, (3, 3))
-
-
 def root_transform(q: Tensor) -> Tensor:
     """
     Return the free-flyer's motion ``T(q[:7])``: translation ``q[:3]``, quaternion ``q[3:7]``.
@@ -52,7 +33,7 @@ def root_transform(q: Tensor) -> Tensor:
     :param q: configurations ``(..., nq)`` of a floating-base model (or any ``(..., >= 7)``).
     :return: ``(..., 4, 4)``; the root body's pose is the root joint's origin times this.
     """
-    return homogeneous(_normalized_quaternion_matrix(q[..., 3:7]), q[..., :3])
+    return homogeneous(quat_to_matrix(q[..., 3:7]), q[..., :3])
 
 
 def joint_positions(model: RobotModel, q: Tensor) -> Tensor:

@@ -301,16 +301,24 @@ def quat_rotate(q: Tensor, v: Tensor) -> Tensor:
 
 def quat_to_matrix(q: Tensor) -> Tensor:
     """
-    Convert unit quaternions to rotation matrices.
+    Convert quaternions to rotation matrices, the rotation of ``q / |q|``.
 
-    :param q: unit quaternions ``(..., 4)`` (x, y, z, w).
+    Dividing by the squared norm (instead of assuming a unit quaternion) makes the matrix
+    invariant to the quaternion's scale, so gradients w.r.t. its four entries are tangent to
+    the unit sphere; for a unit quaternion this is the usual (Pinocchio's) matrix.
+
+    :param q: nonzero quaternions ``(..., 4)`` (x, y, z, w).
     :return: ``(..., 3, 3)`` rotation matrices.
     """
     x, y, z, w = q.unbind(-1)
+    s = 2.0 / (q * q).sum(-1)
+    xx, yy, zz = s * x * x, s * y * y, s * z * z
+    xy, xz, yz = s * x * y, s * x * z, s * y * z
+    wx, wy, wz = s * w * x, s * w * y, s * w * z
     return torch.stack((
-        1 - 2 * (y * y + z * z), 2 * (x * y - z * w), 2 * (x * z + y * w),
-        2 * (x * y + z * w), 1 - 2 * (x * x + z * z), 2 * (y * z - x * w),
-        2 * (x * z - y * w), 2 * (y * z + x * w), 1 - 2 * (x * x + y * y),
+        1.0 - yy - zz, xy - wz, xz + wy,
+        xy + wz, 1.0 - xx - zz, yz - wx,
+        xz - wy, yz + wx, 1.0 - xx - yy,
     ), dim=-1).reshape(q.shape[:-1] + (3, 3))
 
 
