@@ -10,6 +10,11 @@ from .actuators import (CoulombFriction, DCMotor, FFNN, FrictionModel, make_fric
                         NNFriction, NNResidual, NoFriction, SigmoidFriction, StribeckFriction,
                         ViscousFriction)
 from .compiled import compile_algorithm
+from .configuration import (check_configuration, configuration_sizes, difference,
+                            free_joint_from_mujoco, free_joint_to_mujoco, from_mujoco,
+                            from_ros_pose, from_ros_twist, integrate, normalize,
+                            QUATERNION_NORM_TOLERANCE, root_configuration, root_pose_matrix,
+                            to_mujoco, to_ros_pose, to_ros_twist)
 from .contact import (box_vertices, compliant_contact_force, contact_kinematics,
                       CONTACT_METHODS, CONTACT_PARAMETER_UNITS, contact_parameters_from_theta,
                       contact_parameters_to_theta, contact_step, ContactFrame, ContactModel,
@@ -33,6 +38,8 @@ from .parameterization import (DiffNEAParameterization, inertial_from_mass_com_i
                                regularize_inertial)
 from .regressor import joint_torque_regressor
 from .rnea import rnea
+from .spatial import (matrix_to_quat, quat_conjugate, quat_exp, quat_log, quat_multiply,
+                      quat_rotate, quat_to_matrix)
 from .urdf import load_urdf
 
 __all__ = [
@@ -43,15 +50,21 @@ __all__ = [
     'CoulombFriction', 'DCMotor', 'DiffNEAParameterization', 'DiffsimError', 'FFNN',
     'FrictionModel', 'INTEGRATORS', 'InertialParameterization', 'KinematicParameterization',
     'KinematicTree', 'LogCholeskyParameterization', 'NNFriction', 'NNResidual', 'NoFriction',
-    'PARAMETER_FIELDS', 'RawParameterization', 'RobotModel', 'ShapeError', 'SigmoidFriction',
+    'PARAMETER_FIELDS', 'QUATERNION_NORM_TOLERANCE', 'RawParameterization', 'RobotModel',
+    'ShapeError', 'SigmoidFriction',
     'StribeckFriction',
     'URDFError', 'UnsupportedJointError', 'ViscousFriction', 'aba', 'aba_native', 'body_poses',
-    'compile_algorithm', 'crba', 'crba_native', 'feedback_rollout_native', 'forward_dynamics',
-    'forward_kinematics',
+    'check_configuration', 'compile_algorithm', 'configuration_sizes', 'crba', 'crba_native',
+    'difference', 'feedback_rollout_native', 'forward_dynamics', 'forward_kinematics',
+    'free_joint_from_mujoco', 'free_joint_to_mujoco',
+    'from_mujoco', 'from_ros_pose', 'from_ros_twist', 'integrate',
     'inertial_from_mass_com_inertia', 'inertial_from_pseudo_inertia',
     'is_physically_consistent', 'jacobian', 'joint_friction', 'joint_torque_regressor',
     'joint_transforms', 'kinetic_energy', 'load_urdf', 'make_friction', 'native_available',
-    'make_parameterization', 'mass_com_inertia', 'potential_energy', 'pseudo_inertia',
-    'regularize_inertial', 'rk4', 'rnea', 'rnea_native', 'rollout', 'semi_implicit_euler',
+    'make_parameterization', 'mass_com_inertia', 'matrix_to_quat', 'normalize',
+    'potential_energy', 'pseudo_inertia', 'quat_conjugate', 'quat_exp', 'quat_log',
+    'quat_multiply', 'quat_rotate', 'quat_to_matrix',
+    'regularize_inertial', 'rk4', 'rnea', 'rnea_native', 'rollout', 'root_configuration',
+    'root_pose_matrix', 'semi_implicit_euler', 'to_mujoco', 'to_ros_pose', 'to_ros_twist',
     'with_joint_friction',
 ]

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor
 import torch.nn.functional as F
 
+from .configuration import integrate
 from .contact_solver import solve_contact_impulses
 from .crba import crba
 from .errors import check_trailing_shape, ShapeError
@@ -378,7 +379,7 @@ def contact_kinematics(model: RobotModel, q: Tensor, contact: ContactModel) -> C
     :param contact: the contact model (its links must exist in ``model``).
     :return: the :class:`ContactFrame` of the ``contact.n_contacts`` candidates.
     """
-    check_trailing_shape('q', q, (getattr(model, 'nq', model.n),))
+    check_trailing_shape('q', q, (model.nq,))
     T_all = forward_kinematics(model, q)
     T_world = {link: T_all[..., model.link_index(link), :, :] for link in contact.links}
     J_world = {link: jacobian(model, q, link, frame='world') for link in contact.links}
@@ -490,14 +491,6 @@ def _free_velocity(model, q, v, tau, dt):
     return L, v + dt * torch.cholesky_solve((tau - h).unsqueeze(-1), L).squeeze(-1)
 
 
-def _integrate(model: RobotModel, q: Tensor, v: Tensor, dt: float) -> Tensor:
-    if getattr(model, 'floating_base', False):
-        # The configuration update of floating trees belongs to core/configuration.py.
-        from .configuration import integrate
-        return integrate(model, q, v, dt)
-    return q + dt * v
-
-
 def _contact_rows(frame: ContactFrame) -> Tensor:
     # (..., 3 nc, nv): rows [normal, tangent 1, tangent 2] of each candidate in turn.
     J = torch.cat((frame.J_n.unsqueeze(-2), frame.J_t), -2)
@@ -569,10 +562,9 @@ def contact_step(model: RobotModel, q: Tensor, v: Tensor, tau: Tensor, dt: float
     if method not in CONTACT_METHODS:
         raise ValueError(f'unknown contact method {method!r}; valid methods: '
                          f'{", ".join(CONTACT_METHODS)}')
-    nv = getattr(model, 'nv', model.n)
-    check_trailing_shape('v', v, (nv,))
-    check_trailing_shape('tau', tau, (nv,))
+    check_trailing_shape('v', v, (model.nv,))
+    check_trailing_shape('tau', tau, (model.nv,))
     frame = contact_kinematics(model, q, contact)
     v_next, impulses = CONTACT_METHODS[method](model, q, v, tau, dt, contact, frame, tol,
                                                max_iter, regularization)
-    return ContactStep(_integrate(model, q, v_next, dt), v_next, impulses, frame)
+    return ContactStep(integrate(model, q, v_next, dt), v_next, impulses, frame)
