@@ -47,7 +47,7 @@ def two_link():
 
 def cube(side: float = 0.1048, mass: float = 0.37, mu: float = 0.18, **kwargs):
     """
-    Return a cube (vertex contact) and its contact model.
+    Return a cube with vertex contact, and its contact model.
 
     :param side: edge length [m] (default: the ContactNets cube).
     :param mass: mass [kg].

@@ -90,22 +90,36 @@ def contact_residual(A: Tensor, b: Tensor, mu: Tensor, lam: Tensor) -> Tensor:
 
 
 def _apgd(A: Tensor, b: Tensor, mu: Tensor, tol: float, max_iter: int) -> Tuple[Tensor, int]:
+    # Works on the flattened batch and drops converged problems every ten iterations, so a
+    # batch costs what its unconverged members cost, not max_iter times the whole batch.
+    m = b.shape[-1]
+    out = torch.empty_like(b).reshape(-1, m)
+    index = torch.arange(out.shape[0], device=b.device)
+    A, b, mu = A.reshape(-1, m, m), b.reshape(-1, m), mu.reshape(-1, m // 3)
     alpha = _step_size(A).unsqueeze(-1)
-    shape = b.shape[:-1] + (-1, 3)
     scale = 1.0 + b.abs().amax(-1)
 
     def prox(point: Tensor) -> Tensor:
         grad = (A @ point.unsqueeze(-1)).squeeze(-1) + b
-        return project_friction_cone((point - alpha * grad).reshape(shape), mu).reshape(b.shape)
+        return project_friction_cone((point - alpha * grad).reshape(-1, m // 3, 3),
+                                     mu).reshape(point.shape)
 
     lam = prox(torch.zeros_like(b))
     y = lam
     theta = torch.ones_like(scale)
+    iteration = 0
     for iteration in range(1, max_iter + 1):
         lam_next = prox(y)
         if iteration % 10 == 0:
-            if bool(((lam_next - y).abs().amax(-1) / alpha.squeeze(-1) <= tol * scale).all()):
-                return lam_next, iteration
+            done = (lam_next - y).abs().amax(-1) / alpha.squeeze(-1) <= tol * scale
+            if bool(done.any()):
+                out[index[done]] = lam_next[done]
+                keep = ~done
+                if not bool(keep.any()):
+                    return out, iteration
+                index, A, b, mu, alpha, scale = (index[keep], A[keep], b[keep], mu[keep],
+                                                 alpha[keep], scale[keep])
+                lam, lam_next, y, theta = lam[keep], lam_next[keep], y[keep], theta[keep]
         theta_next = 0.5 * (-theta ** 2 + theta * torch.sqrt(theta ** 2 + 4.0))
         beta = (theta * (1.0 - theta) / (theta ** 2 + theta_next)).unsqueeze(-1)
         y_next = lam_next + beta * (lam_next - lam)
@@ -115,7 +129,8 @@ def _apgd(A: Tensor, b: Tensor, mu: Tensor, tol: float, max_iter: int) -> Tuple[
         y = torch.where(uphill.unsqueeze(-1), lam_next, y_next)
         theta = torch.where(uphill, torch.ones_like(theta), theta_next)
         lam = lam_next
-    return lam, max_iter
+    out[index] = lam
+    return out, iteration
 
 
 def _projection_jacobians(point: Tensor, mu: Tensor) -> Tuple[Tensor, Tensor]:
@@ -178,7 +193,14 @@ class _ContactImpulses(torch.autograd.Function):
     @staticmethod
     def forward(ctx, A, b, mu, tol, max_iter):
         lam, _ = _apgd(A, b, mu, tol, max_iter)
-        lam, _ = _newton(A, b, mu, lam, tol, _NEWTON_ITERATIONS)
+        m = b.shape[-1]
+        A_flat, b_flat, mu_flat = A.reshape(-1, m, m), b.reshape(-1, m), mu.reshape(-1, m // 3)
+        open_ = contact_residual(A_flat, b_flat, mu_flat, lam) > tol * (1.0 + b_flat.abs()
+                                                                        .amax(-1))
+        if bool(open_.any()):
+            lam[open_] = _newton(A_flat[open_], b_flat[open_], mu_flat[open_], lam[open_], tol,
+                                 _NEWTON_ITERATIONS)[0]
+        lam = lam.reshape(b.shape)
         ctx.save_for_backward(A, b, mu, lam)
         return lam
 
