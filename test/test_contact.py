@@ -6,7 +6,7 @@ import math
 from contact_bodies import cube, GRAVITY, sphere, two_link
 from diffsim_ros.core import (contact_kinematics, contact_parameters_from_theta,
                               contact_parameters_to_theta, contact_step, ContactModel, crba,
-                              integrate, quat_to_matrix, ShapeError)
+                              forward_kinematics, integrate, quat_to_matrix, ShapeError)
 from diffsim_ros.core.contact import box_vertices
 import pytest
 import torch
@@ -301,3 +301,45 @@ def test_bad_input_gets_one_precise_error():
     with pytest.raises(ValueError, match='valid methods: complementarity, compliant'):
         contact_step(model, q, torch.zeros(6, dtype=torch.float64),
                      torch.zeros(6, dtype=torch.float64), 0.01, contact, method='lcp')
+
+
+def test_restitution_returns_that_fraction_of_the_impact_speed():
+    # A sphere arriving at 2 m/s, exactly touching: the step asks phi / dt + J_n v+ >= e |v_n|.
+    for e in (0.0, 0.5, 1.0):
+        model, contact = sphere(mu=0.5, restitution=e)
+        q = _state(0.0, 0.0, 0.05, 0.0, 0.0, 0.0, 1.0)
+        v = _state(0.0, 0.0, -2.0, 0.0, 0.0, 0.0)
+        step = contact_step(model, q, v, torch.zeros(6, dtype=torch.float64), 1e-3, contact)
+        # Off by the solver's compliance only: regularization (1e-8) x the mean Delassus
+        # diagonal (below 1/m + r^2/I = 17.5 /kg) x the normal impulse.
+        compliance = 1e-8 * 17.5 * float(step.impulses[0, 0])
+        assert float(step.v[2]) == pytest.approx(2.0 * e, abs=compliance + 1e-12)
+
+
+def test_capsule_pairs_find_the_closest_points():
+    # Signed distance of random capsule/sphere pairs against dense sampling of the segments.
+    model = two_link()
+    g = torch.Generator().manual_seed(9)
+    q, _ = _two_link_state(9)
+    for trial in range(20):
+        ends = 0.3 * torch.randn(2, 2, 3, dtype=torch.float64, generator=g)
+        if trial % 4 == 0:
+            ends[1, 1] = ends[1, 0]  # a sphere as a zero-length capsule
+        if trial % 4 == 1:
+            ends[1] = ends[0] + torch.tensor([0.0, 0.0, 0.5], dtype=torch.float64)  # parallel
+        contact = ContactModel.create(
+            friction=0.5, ground=False, capsule_links=('body', 'arm'), capsule_ends=ends,
+            capsule_radii=[0.01, 0.02], pairs=((('capsule', 0), ('capsule', 1)),))
+        frame = contact_kinematics(model, q, contact)
+        T = forward_kinematics(model, q)
+        world = []
+        for i, link in enumerate(('body', 'arm')):
+            T_link = T[model.link_index(link)]
+            world.append(ends[i] @ T_link[:3, :3].mT + T_link[:3, 3])
+        s = torch.linspace(0, 1, 2001, dtype=torch.float64).unsqueeze(-1)
+        a = world[0][0] + s * (world[0][1] - world[0][0])
+        b = world[1][0] + s * (world[1][1] - world[1][0])
+        brute = torch.cdist(a, b).min() - 0.03
+        # Sampling at 1/2000 of the segment lengths bounds the brute force's own error.
+        assert float(frame.phi[0]) <= float(brute) + 1e-12
+        assert float(frame.phi[0]) == pytest.approx(float(brute), abs=1e-6)

@@ -31,7 +31,6 @@ from typing import Dict, NamedTuple, Optional, Tuple
 
 import torch
 from torch import Tensor
-import torch.nn.functional as F
 
 from .configuration import integrate
 from .contact_solver import solve_contact_impulses
@@ -39,6 +38,7 @@ from .crba import crba
 from .errors import check_trailing_shape, ShapeError
 from .kinematics import forward_kinematics, jacobian
 from .model import RobotModel
+from .parameterization import _softplus, _softplus_inverse
 from .rnea import rnea
 
 __all__ = ['CONTACT_METHODS', 'CONTACT_PARAMETER_UNITS', 'ContactFrame', 'ContactModel',
@@ -222,7 +222,7 @@ def contact_parameters_to_theta(contact: ContactModel) -> Dict[str, Tensor]:
         value = (torch.cat(contact.vertices, -2) if name == 'vertices'
                  else getattr(contact, name))
         if name in _POSITIVE:
-            value = value + torch.log(-torch.expm1(-value))
+            value = _softplus_inverse(value)
         elif name in _UNIT_INTERVAL:
             value = torch.logit(value.clamp(1e-12, 1 - 1e-12))
         theta[name] = value
@@ -248,7 +248,7 @@ def contact_parameters_from_theta(template: ContactModel,
         if name not in valid:
             raise KeyError(f'unknown contact parameter {name!r}; valid: {", ".join(valid)}')
         if name in _POSITIVE:
-            value = F.softplus(value, threshold=40.0)
+            value = _softplus(value)
         elif name in _UNIT_INTERVAL:
             value = torch.sigmoid(value)
         if name == 'vertices':
