@@ -74,6 +74,21 @@ def test_free_body_conserves_angular_momentum_and_energy(body):
     torch.testing.assert_close(energy, energy[:1].expand_as(energy), atol=1e-11, rtol=0)
 
 
+def test_semi_implicit_euler_holds_linear_momentum_of_a_spinning_body(body):
+    """Check that a spinning body's world velocity and straight path survive 1000 steps."""
+    without_gravity = body.replace(gravity=torch.zeros(3, dtype=F64))
+    with torch.no_grad():
+        states = rollout(without_gravity, X0, torch.zeros(1000, 6, dtype=F64), 1e-3,
+                         method='semi_implicit_euler')
+    velocity_world = quat_rotate(states[:, 3:7], states[:, 7:10])
+    torch.testing.assert_close(velocity_world, velocity_world[:1].expand_as(velocity_world),
+                               atol=1e-12, rtol=0)
+    # The origin (the centre of mass) moves on a straight line at that velocity.
+    t = torch.arange(1001, dtype=F64).unsqueeze(-1) * 1e-3
+    torch.testing.assert_close(states[:, :3], X0[:3] + t * velocity_world[0], atol=1e-12,
+                               rtol=0)
+
+
 def free_body_urdf() -> str:
     """Return one link, frame at the centre of mass, principal axes along its axes."""
     ixx, iyy, izz = INERTIA

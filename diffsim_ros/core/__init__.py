@@ -12,9 +12,9 @@ from .actuators import (CoulombFriction, DCMotor, FFNN, FrictionModel, make_fric
 from .compiled import compile_algorithm
 from .configuration import (check_configuration, configuration_sizes, difference,
                             free_joint_from_mujoco, free_joint_to_mujoco, from_mujoco,
-                            from_ros_pose, from_ros_twist, integrate, normalize,
+                            from_ros_pose, from_ros_twist, integrate, momentum_hold, normalize,
                             QUATERNION_NORM_TOLERANCE, root_configuration, root_pose_matrix,
-                            to_mujoco, to_ros_pose, to_ros_twist)
+                            semi_implicit_update, to_mujoco, to_ros_pose, to_ros_twist)
 from .contact import (box_vertices, compliant_contact_force, contact_kinematics,
                       CONTACT_METHODS, CONTACT_PARAMETER_UNITS, contact_parameters_from_theta,
                       contact_parameters_to_theta, contact_step, ContactFrame, ContactModel,
@@ -61,10 +61,11 @@ __all__ = [
     'inertial_from_mass_com_inertia', 'inertial_from_pseudo_inertia',
     'is_physically_consistent', 'jacobian', 'joint_friction', 'joint_torque_regressor',
     'joint_transforms', 'kinetic_energy', 'load_urdf', 'make_friction', 'native_available',
-    'make_parameterization', 'mass_com_inertia', 'matrix_to_quat', 'normalize',
+    'make_parameterization', 'momentum_hold', 'mass_com_inertia', 'matrix_to_quat', 'normalize',
     'potential_energy', 'pseudo_inertia', 'quat_conjugate', 'quat_exp', 'quat_log',
     'quat_multiply', 'quat_rotate', 'quat_to_matrix',
     'regularize_inertial', 'rk4', 'rnea', 'rnea_native', 'rollout', 'root_configuration',
-    'root_pose_matrix', 'semi_implicit_euler', 'to_mujoco', 'to_ros_pose', 'to_ros_twist',
+    'root_pose_matrix', 'semi_implicit_euler', 'semi_implicit_update', 'to_mujoco',
+    'to_ros_pose', 'to_ros_twist',
     'with_joint_friction',
 ]

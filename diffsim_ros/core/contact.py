@@ -32,7 +32,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .configuration import integrate
+from .configuration import momentum_hold, semi_implicit_update
 from .contact_solver import solve_contact_impulses
 from .crba import crba
 from .errors import check_trailing_shape, ShapeError
@@ -485,10 +485,13 @@ def compliant_contact_force(frame: ContactFrame, v: Tensor, contact: ContactMode
 
 
 def _free_velocity(model, q, v, tau, dt):
+    # The velocity of a contact-free step, with the root's world momentum held over the step
+    # (momentum_hold): the gap and cone conditions then hold for the velocity that moves q.
     M = crba(model, q)
     h = rnea(model, q, v, torch.zeros_like(v))
     L = torch.linalg.cholesky(M)
-    return L, v + dt * torch.cholesky_solve((tau - h).unsqueeze(-1), L).squeeze(-1)
+    return L, (v + dt * torch.cholesky_solve((tau - h).unsqueeze(-1), L).squeeze(-1)
+               + momentum_hold(model, v, dt))
 
 
 def _contact_rows(frame: ContactFrame) -> Tensor:
@@ -545,7 +548,8 @@ def contact_step(model: RobotModel, q: Tensor, v: Tensor, tau: Tensor, dt: float
     :func:`~diffsim_ros.core.contact_solver.solve_contact_impulses` (implicit gradients).
     Penetration present at the start is removed within the step. ``'compliant'``: the forces
     of :func:`compliant_contact_force` added to ``tau``, same integrator. Then
-    ``q+ = integrate(q, v+ dt)``. ``h = rnea(q, v, 0)`` includes gravity.
+    ``q+`` from :func:`~diffsim_ros.core.configuration.semi_implicit_update` (the root's
+    world-frame linear velocity held over the step). ``h = rnea(q, v, 0)`` includes gravity.
 
     :param model: the robot.
     :param q: configuration ``(..., nq)``.
@@ -567,4 +571,5 @@ def contact_step(model: RobotModel, q: Tensor, v: Tensor, tau: Tensor, dt: float
     frame = contact_kinematics(model, q, contact)
     v_next, impulses = CONTACT_METHODS[method](model, q, v, tau, dt, contact, frame, tol,
                                                max_iter, regularization)
-    return ContactStep(integrate(model, q, v_next, dt), v_next, impulses, frame)
+    q_next, v_next = semi_implicit_update(model, q, v_next, dt)
+    return ContactStep(q_next, v_next, impulses, frame)

@@ -12,7 +12,8 @@ from typing import Callable, Optional
 import torch
 
 from .aba import aba
-from .configuration import configuration_sizes, integrate, is_floating
+from .configuration import (configuration_sizes, integrate, is_floating, momentum_hold,
+                            semi_implicit_update)
 from .errors import check_trailing_shape
 from .model import RobotModel
 
@@ -83,12 +84,15 @@ def semi_implicit_euler(model: RobotModel, x: Tensor, u: Tensor, dt: float,
     :param u: commands ``(..., m)``, held constant over the step.
     :param dt: step in s.
     :param torque_fn: see :func:`forward_dynamics`.
-    :return: next states ``(..., nq + nv)``: ``v' = v + dt a``, ``q' = integrate(q, v', dt)``.
+    :return: next states ``(..., nq + nv)``: ``v' = v + dt a``, ``q' = q + dt v'`` (a
+        floating root holds its world-frame linear velocity over the step, see
+        :func:`~diffsim_ros.core.configuration.momentum_hold`).
     """
     nq, nv = configuration_sizes(model)
     q, qd = x.split((nq, nv), dim=-1)
-    qd_next = qd + dt * forward_dynamics(model, q, qd, u, torque_fn)
-    return torch.cat((integrate(model, q, qd_next, dt), qd_next), dim=-1)
+    qd_step = qd + dt * forward_dynamics(model, q, qd, u, torque_fn) \
+        + momentum_hold(model, qd, dt)
+    return torch.cat(semi_implicit_update(model, q, qd_step, dt), dim=-1)
 
 
 def rk4(model: RobotModel, x: Tensor, u: Tensor, dt: float,
