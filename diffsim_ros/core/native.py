@@ -156,23 +156,25 @@ def _unsupported(model: RobotModel, positions: Tuple[Tensor, ...], states: Tuple
     """
     Return why a call cannot use the kernels, or ``None`` when it can.
 
-    ``positions`` (q, qd) may not require grad, ``states`` (qdd, tau) may; ``kinematic`` are
-    the kinematic parameters the algorithm reads.
+    ``positions`` may not require grad (CRBA's ``q``: no adjoint), ``states`` (q, qd, qdd,
+    tau) may; ``kinematic`` are the kinematic parameters the algorithm reads.
     """
     dtype = model.dtype
+    if getattr(model, 'floating_base', False):
+        return 'floating-base model (the kernels are fixed-base only)'
     if dtype not in _DTYPES:
         return 'dtype is not float32/float64 throughout'
     if not model.n:
         return 'the model has no movable joint'
     tensors = positions + states + (model.inertial, model.armature) + kinematic
     for t in tensors:
-        if not t.is_cpu or t.dtype != dtype:
-            if any(not t.is_cpu for t in tensors):
+        if t.dtype != dtype or t.device.type != 'cpu':
+            if any(t.device.type != 'cpu' for t in tensors):
                 return 'tensors are not on the CPU'
             return 'dtype is not float32/float64 throughout'
     if torch.is_grad_enabled():
         if any(t.requires_grad for t in positions):
-            return 'q or qd requires grad (no native state adjoint)'
+            return 'q requires grad in CRBA (no native position adjoint)'
         if any(t.requires_grad for t in kinematic):
             return 'a kinematic parameter (origin_xyz/origin_rpy/gravity) requires grad'
     return None
@@ -240,54 +242,53 @@ def _prepare(model: RobotModel, states: Tuple[Tensor, ...], params: Tuple[Tensor
 
 
 class _RneaFunction(torch.autograd.Function):
-    """RNEA kernel with gradients w.r.t. ``qdd``, ``inertial`` and ``armature``."""
+    """RNEA kernel with gradients w.r.t. ``q``, ``qd``, ``qdd``, ``inertial``, ``armature``."""
 
     @staticmethod
     def forward(ctx, q, qd, qdd, inertial, armature, origins, gravity, structure, ext):
         # the kernel saves every sample's poses, velocities and accelerations for backward
         tau, kinematics = ext.rnea_forward(q, qd, qdd, inertial, armature, origins, gravity,
                                            *structure, True)
-        ctx.save_for_backward(qdd, inertial, armature, kinematics)
+        ctx.save_for_backward(qd, qdd, inertial, armature, kinematics)
         ctx.structure, ctx.ext = structure, ext
         return tau
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_tau):
-        # d tau / d qdd = M(q) + diag(armature) (M g from the saved poses); RNEA is linear in
-        # pi and armature, with the parameter gradients summed in the kernel where shared.
-        qdd, inertial, armature, kinematics = ctx.saved_tensors
+        # one reverse sweep of the recursion per sample (rnea_adjoint_sample): d/d qdd is
+        # M g (armature included), the parameter gradients are summed in the kernel where
+        # shared.
+        qd, qdd, inertial, armature, kinematics = ctx.saved_tensors
         needs = ctx.needs_input_grad
-        grad_qdd, grad_pi, grad_arm = ctx.ext.rnea_backward(
-            kinematics, grad_tau.contiguous(), qdd, inertial, armature, *ctx.structure,
-            needs[2], needs[3], needs[4])
-        return None, None, grad_qdd, grad_pi, grad_arm, None, None, None, None
+        grads = ctx.ext.rnea_backward(kinematics, grad_tau.contiguous(), qd, qdd, inertial,
+                                      armature, *ctx.structure, *needs[:5])
+        return (*grads, None, None, None, None)
 
 
 class _AbaFunction(torch.autograd.Function):
-    """ABA kernel with gradients w.r.t. ``tau``, ``inertial`` and ``armature``."""
+    """ABA kernel with gradients w.r.t. ``q``, ``qd``, ``tau``, ``inertial``, ``armature``."""
 
     @staticmethod
     def forward(ctx, q, qd, tau, inertial, armature, origins, gravity, structure, ext):
         # the kernel saves the kinematics and the articulated-inertia terms U, D for backward
         qdd, rows = ext.aba_forward(q, qd, tau, inertial, armature, origins, gravity,
                                     *structure, True)
-        ctx.save_for_backward(qdd, inertial, armature, rows)
+        ctx.save_for_backward(qd, qdd, inertial, armature, rows)
         ctx.structure, ctx.ext = structure, ext
         return qdd
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_qdd):
-        # M qdd + h(pi) = tau: d qdd = M^-1 (d tau - Y d pi - diag(qdd) d armature), so every
+        # M qdd + h(q, qd, pi) = tau: d qdd = M^-1 (d tau - d rnea(q, qd, qdd)), so every
         # gradient goes through lam = M^-1 g, solved from the saved rows in the same pass
-        # that accumulates -Y^T lam.
-        qdd, inertial, armature, rows = ctx.saved_tensors
+        # that accumulates -Y^T lam, then one RNEA adjoint of -lam gives q and qd.
+        qd, qdd, inertial, armature, rows = ctx.saved_tensors
         needs = ctx.needs_input_grad
-        grad_tau, grad_pi, grad_arm = ctx.ext.aba_backward(
-            rows, grad_qdd.contiguous(), qdd, inertial, armature, *ctx.structure, needs[2],
-            needs[3], needs[4])
-        return None, None, grad_tau, grad_pi, grad_arm, None, None, None, None
+        grads = ctx.ext.aba_backward(rows, grad_qdd.contiguous(), qd, qdd, inertial, armature,
+                                     *ctx.structure, *needs[:5])
+        return (*grads, None, None, None, None)
 
 
 class _CrbaFunction(torch.autograd.Function):
@@ -321,87 +322,72 @@ def _check_states(model: RobotModel, states: Tuple[Tensor, ...], names: Tuple[st
             check_trailing_shape(name, value, (n,))
 
 
-def _dispatch(function: type, fallback: Callable, model: RobotModel, q: Tensor, qd: Tensor,
-              x: Tensor, x_name: str) -> Tensor:
-    states = (q, qd, x)
-    _check_states(model, states, ('q', 'qd', x_name))
-    reason = _unsupported(model, (q, qd), (x,),
-                          (model.origin_xyz, model.origin_rpy, model.gravity))
-    ext = None if reason else _extension()
-    if reason:
-        log_fallback(reason)
+def kernels_for(model: RobotModel, q: Tensor, qd: Optional[Tensor] = None,
+                x: Optional[Tensor] = None) -> Tuple[Optional[object], Optional[str]]:
+    """
+    Say whether the kernels can run one call of RNEA/ABA (``qd`` and ``x`` given) or CRBA.
+
+    Compiles the kernels on first use.  Shapes are not checked here (the run does).
+
+    :param model: the robot.
+    :param q: joint positions.
+    :param qd: joint velocities, None for CRBA.
+    :param x: ``qdd`` (RNEA) or ``tau`` (ABA), None for CRBA.
+    :return: ``(extension, None)`` when they can, else ``(None, reason)``.
+    """
+    if qd is None:
+        reason = _unsupported(model, (q,), (), (model.origin_xyz, model.origin_rpy))
+    else:
+        reason = _unsupported(model, (), (q, qd, x),
+                              (model.origin_xyz, model.origin_rpy, model.gravity))
+    if reason is not None:
+        return None, reason
+    ext = _extension()
     if ext is None:
-        return fallback(model, q, qd, x)
+        return None, native_available()[1]
+    return ext, None
+
+
+def run_dynamics(ext: object, inverse: bool, model: RobotModel, q: Tensor, qd: Tensor,
+                 x: Tensor) -> Tensor:
+    """
+    Run the RNEA (``inverse``) or ABA kernel on a call :func:`kernels_for` accepted.
+
+    :param ext: the extension :func:`kernels_for` returned.
+    :param inverse: True for RNEA (``x`` is ``qdd``), False for ABA (``x`` is ``tau``).
+    :param model: the robot.
+    :param q: joint positions ``(..., n)``.
+    :param qd: joint velocities ``(..., n)``.
+    :param x: ``qdd`` or ``tau`` ``(..., n)``.
+    :return: ``tau`` or ``qdd`` ``(..., n)``, differentiable as the module docstring says.
+    """
+    states = (q, qd, x)
+    _check_states(model, states, ('q', 'qd', 'qdd' if inverse else 'tau'))
     states, params, batch = _prepare(
         model, states, (model.inertial, model.armature, model.joint_origins(), model.gravity),
         _TRAILING)
     structure = _structure(model)
-    if torch.is_grad_enabled() and (states[2].requires_grad or params[0].requires_grad
-                                    or params[1].requires_grad):
+    if torch.is_grad_enabled() and any(t.requires_grad for t in states + params[:2]):
+        function = _RneaFunction if inverse else _AbaFunction
         out = function.apply(*states, *params, structure, ext)
     else:
-        kernel = ext.rnea_forward if function is _RneaFunction else ext.aba_forward
+        kernel = ext.rnea_forward if inverse else ext.aba_forward
         out = kernel(*states, *params, *structure, False)[0]
     full = batch + (model.n,)
     return out if out.shape == full else out.reshape(full)
 
 
-def rnea_native(model: RobotModel, q: Tensor, qd: Tensor, qdd: Tensor) -> Tensor:
+def run_crba(ext: object, model: RobotModel, q: Tensor) -> Tensor:
     """
-    Compute inverse dynamics like :func:`diffsim_ros.core.rnea` with the fused C++ kernel.
+    Run the CRBA kernel on a call :func:`kernels_for` accepted.
 
-    Same semantics, shapes and broadcasting (model parameters may carry batch dims), rigid
-    body terms plus ``armature * qdd``.  Differentiable w.r.t. ``model.inertial``,
-    ``model.armature`` and ``qdd``; falls back to :func:`diffsim_ros.core.rnea` in the cases
-    listed in the module docstring.
-
-    :param model: the robot; its parameters may carry leading batch dims.
-    :param q: joint positions ``(..., n)`` [rad or m].
-    :param qd: joint velocities ``(..., n)``.
-    :param qdd: joint accelerations ``(..., n)``.
-    :return: joint torques/forces ``(..., n)`` [N m or N].
-    """
-    return _dispatch(_RneaFunction, rnea, model, q, qd, qdd, 'qdd')
-
-
-def aba_native(model: RobotModel, q: Tensor, qd: Tensor, tau: Tensor) -> Tensor:
-    """
-    Compute forward dynamics like :func:`diffsim_ros.core.aba` with the fused C++ kernel.
-
-    Same semantics, shapes and broadcasting as the torch version.  Differentiable w.r.t.
-    ``model.inertial``, ``model.armature`` and ``tau``; falls back to
-    :func:`diffsim_ros.core.aba` in the cases listed in the module docstring.
-
-    :param model: the robot; its parameters may carry leading batch dims.
+    :param ext: the extension :func:`kernels_for` returned.
+    :param model: the robot.
     :param q: joint positions ``(..., n)``.
-    :param qd: joint velocities ``(..., n)``.
-    :param tau: applied joint torques/forces ``(..., n)`` (damping/friction not included).
-    :return: joint accelerations ``(..., n)``.
-    """
-    return _dispatch(_AbaFunction, aba, model, q, qd, tau, 'tau')
-
-
-def crba_native(model: RobotModel, q: Tensor) -> Tensor:
-    """
-    Compute the joint-space inertia matrix like :func:`diffsim_ros.core.crba` with C++.
-
-    Same semantics, shapes and broadcasting (model parameters may carry batch dims),
-    armature on the diagonal.  Differentiable w.r.t. ``model.inertial`` and
-    ``model.armature``; falls back to :func:`diffsim_ros.core.crba` in the cases listed in
-    the module docstring (``gravity`` plays no part here).
-
-    :param model: the robot; its parameters may carry leading batch dims.
-    :param q: joint positions ``(..., n)``.
-    :return: symmetric positive-definite ``(..., n, n)`` [kg m^2, kg, kg m].
+    :return: ``(..., n, n)``, differentiable w.r.t. ``inertial`` and ``armature``.
     """
     states = (q,)
     _check_states(model, states, ('q',))
-    reason = _unsupported(model, states, (), (model.origin_xyz, model.origin_rpy))
-    ext = None if reason else _extension()
-    if reason:
-        log_fallback(reason)
-    if ext is None:
-        return crba(model, q)
     states, params, batch = _prepare(
         model, states, (model.inertial, model.armature, model.joint_origins()), _TRAILING[:3])
     structure = _structure(model)
@@ -411,6 +397,71 @@ def crba_native(model: RobotModel, q: Tensor) -> Tensor:
         out = ext.crba_forward(*states, *params, *structure, False)[0]
     full = batch + (model.n, model.n)
     return out if out.shape == full else out.reshape(full)
+
+
+def rnea_native(model: RobotModel, q: Tensor, qd: Tensor, qdd: Tensor) -> Tensor:
+    """
+    Compute inverse dynamics like :func:`diffsim_ros.core.rnea` with the fused C++ kernel.
+
+    Same semantics, shapes and broadcasting (model parameters may carry batch dims), rigid
+    body terms plus ``armature * qdd``.  Differentiable w.r.t. ``q``, ``qd``, ``qdd``,
+    ``model.inertial`` and ``model.armature``; falls back to the torch implementation in the
+    cases listed in the module docstring.  :func:`diffsim_ros.core.rnea` chooses this path
+    by itself where it applies.
+
+    :param model: the robot; its parameters may carry leading batch dims.
+    :param q: joint positions ``(..., n)`` [rad or m].
+    :param qd: joint velocities ``(..., n)``.
+    :param qdd: joint accelerations ``(..., n)``.
+    :return: joint torques/forces ``(..., n)`` [N m or N].
+    """
+    ext, reason = kernels_for(model, q, qd, qdd)
+    if ext is None:
+        log_fallback(reason)
+        return rnea(model, q, qd, qdd)
+    return run_dynamics(ext, True, model, q, qd, qdd)
+
+
+def aba_native(model: RobotModel, q: Tensor, qd: Tensor, tau: Tensor) -> Tensor:
+    """
+    Compute forward dynamics like :func:`diffsim_ros.core.aba` with the fused C++ kernel.
+
+    Same semantics, shapes and broadcasting as the torch version.  Differentiable w.r.t.
+    ``q``, ``qd``, ``tau``, ``model.inertial`` and ``model.armature``; falls back to the
+    torch implementation in the cases listed in the module docstring.
+    :func:`diffsim_ros.core.aba` chooses this path by itself where it applies.
+
+    :param model: the robot; its parameters may carry leading batch dims.
+    :param q: joint positions ``(..., n)``.
+    :param qd: joint velocities ``(..., n)``.
+    :param tau: applied joint torques/forces ``(..., n)`` (damping/friction not included).
+    :return: joint accelerations ``(..., n)``.
+    """
+    ext, reason = kernels_for(model, q, qd, tau)
+    if ext is None:
+        log_fallback(reason)
+        return aba(model, q, qd, tau)
+    return run_dynamics(ext, False, model, q, qd, tau)
+
+
+def crba_native(model: RobotModel, q: Tensor) -> Tensor:
+    """
+    Compute the joint-space inertia matrix like :func:`diffsim_ros.core.crba` with C++.
+
+    Same semantics, shapes and broadcasting (model parameters may carry batch dims),
+    armature on the diagonal.  Differentiable w.r.t. ``model.inertial`` and
+    ``model.armature``; falls back to the torch implementation in the cases listed in the
+    module docstring (``gravity`` plays no part here).
+
+    :param model: the robot; its parameters may carry leading batch dims.
+    :param q: joint positions ``(..., n)``.
+    :return: symmetric positive-definite ``(..., n, n)`` [kg m^2, kg, kg m].
+    """
+    ext, reason = kernels_for(model, q)
+    if ext is None:
+        log_fallback(reason)
+        return crba(model, q)
+    return run_crba(ext, model, q)
 
 
 class RolloutKernel:
