@@ -1,12 +1,19 @@
-"""The fused C++ RNEA/ABA/CRBA kernels equal the torch algorithms, with exact gradients."""
+"""
+The fused C++ RNEA/ABA/CRBA kernels equal the torch algorithms, with exact gradients.
+
+``rnea``/``aba``/``crba`` below are the torch implementations (the references); the public
+``diffsim_ros.core`` names are the dispatching functions, tested at the end.
+"""
 
 import logging
 from pathlib import Path
 
-from diffsim_ros import robots
-from diffsim_ros.core import aba, crba, load_urdf, rnea, ShapeError
-from diffsim_ros.core import native, native_build
+from diffsim_ros import core, robots
+from diffsim_ros.core import BackendError, dispatch, load_urdf, native, native_build, ShapeError
+from diffsim_ros.core.aba import aba
+from diffsim_ros.core.crba import crba
 from diffsim_ros.core.native import aba_native, crba_native, rnea_native
+from diffsim_ros.core.rnea import rnea
 import pytest
 import torch
 from torch.autograd import gradcheck
@@ -159,14 +166,18 @@ def test_gradients_equal_torch_autograd_across_threads(kernels, algorithm):
         _close(mine, theirs)
 
 
+STATES = ('q', 'qd', 'x')
+
+
 def _grads_like_torch(algorithm, model, q, qd, x, leaves):
-    """Compare outputs and gradients w.r.t. the named model fields (and 'x') with torch."""
+    """Compare outputs and gradients w.r.t. the named model fields and states with torch."""
     fast, reference = PAIRS[algorithm]
     results = []
     for fn in (fast, reference):
         values = {name: value.clone().requires_grad_() for name, value in leaves.items()}
-        fields = {name: value for name, value in values.items() if name != 'x'}
-        out = fn(model.replace(**fields), q, qd, values.get('x', x))
+        fields = {name: value for name, value in values.items() if name not in STATES}
+        out = fn(model.replace(**fields), values.get('q', q), values.get('qd', qd),
+                 values.get('x', x))
         weight = torch.linspace(-1.0, 2.0, out.numel(), dtype=out.dtype).reshape(out.shape)
         results.append((out, torch.autograd.grad((out * weight).sum(), tuple(values.values()))))
     (out, grads), (expected, expected_grads) = results
@@ -220,7 +231,7 @@ def test_crba_position_and_kinematic_gradients_fall_back(kernels, caplog):
         moved = model.replace(origin_xyz=xyz)
         expected = torch.autograd.grad(crba(moved, q.detach()).sum(), xyz)[0]
         mine = torch.autograd.grad(crba_native(moved, q.detach()).sum(), xyz)[0]
-    assert 'q or qd requires grad' in caplog.text
+    assert 'q requires grad in CRBA' in caplog.text
     assert 'kinematic parameter' in caplog.text
     _close(mine, expected)
 
@@ -255,15 +266,57 @@ def test_kernel_rejects_mismatched_parameter_rows(kernels):
                          *native._structure(model), False)
 
 
-def test_state_gradients_fall_back_to_torch(kernels, caplog):
+#: Shipped robots and random trees (branching, prismatic joints) for the state gradients.
+STATE_MODELS = {**MODELS, 'panda': load_urdf(xml=robots.urdf_string('panda')),
+                'qube': load_urdf(xml=robots.urdf_string('qube')),
+                'cartpole': load_urdf(xml=robots.urdf_string('cartpole'))}
+
+
+def _native_node(out):
+    return type(out.grad_fn).__name__ in ('_RneaFunctionBackward', '_AbaFunctionBackward')
+
+
+@pytest.mark.parametrize('model_name', ['tree', 'wam4', 'cartpole'])
+@pytest.mark.parametrize('algorithm', ['rnea', 'aba'])
+def test_gradcheck_states_natively(kernels, model_name, algorithm, caplog):
+    # q, qd and qdd/tau together with the parameters, through the kernels' own adjoint.
     g = torch.Generator().manual_seed(6)
-    model = MODELS['tree']
-    q, qd, qdd = (_randn(g, model.n) for _ in range(3))
-    q.requires_grad_()
+    model = _with_armature(STATE_MODELS[model_name], g)
+    fast, _ = PAIRS[algorithm]
+    leaves = tuple(_randn(g, 2, model.n).requires_grad_() for _ in range(3)) + (
+        model.inertial.clone().requires_grad_(), model.armature.clone().requires_grad_())
+
+    def fn(q, qd, x, inertial, armature):
+        return fast(model.replace(inertial=inertial, armature=armature), q, qd, x)
     with caplog.at_level(logging.INFO, logger=native.__name__):
         native._logged.clear()
-        assert gradcheck(lambda q: rnea_native(model, q, qd, qdd), (q,), eps=1e-6, atol=1e-6)
-    assert 'q or qd requires grad' in caplog.text
+        assert _native_node(fn(*leaves))
+        assert gradcheck(fn, leaves, eps=1e-6, atol=1e-6)
+    assert 'falling back' not in caplog.text
+
+
+@pytest.mark.parametrize('model_name', STATE_MODELS)
+@pytest.mark.parametrize('algorithm', ['rnea', 'aba'])
+def test_state_gradients_equal_torch_autograd(kernels, model_name, algorithm):
+    # 300 samples: several chunks on several threads where there are any.
+    g = torch.Generator().manual_seed(13)
+    model = _with_armature(STATE_MODELS[model_name], g)
+    q, qd, x = (_randn(g, 300, model.n) for _ in range(3))
+    _grads_like_torch(algorithm, model, q, qd, x, {'q': q, 'qd': qd, 'x': x,
+                                                   'inertial': model.inertial})
+
+
+@pytest.mark.parametrize('algorithm', ['rnea', 'aba'])
+def test_state_gradients_with_particles_and_random_trees(kernels, algorithm):
+    # Held-out random trees, particle-batched inertials (P, 1, n, 10) against states (B, n).
+    g = torch.Generator().manual_seed(14)
+    for seed in range(100, 106):
+        model = load_urdf(xml=robot_to_urdf(seeded_robot(seed)))
+        inertial = model.inertial * (1.0 + 0.1 * torch.rand(3, 1, model.n, 10, generator=g,
+                                                            dtype=torch.float64))
+        q, qd, x = (_randn(g, 4, model.n) for _ in range(3))
+        _grads_like_torch(algorithm, model, q, qd, x, {'q': q, 'qd': qd, 'x': x,
+                                                       'inertial': inertial})
 
 
 def test_disabled_falls_back(monkeypatch, caplog):
@@ -311,3 +364,137 @@ def test_shape_errors_name_the_argument(kernels):
     q = torch.zeros(model.n + 1, dtype=torch.float64)
     with pytest.raises(ShapeError, match='qdd'):
         rnea_native(model, q[:-1], q[:-1], q)
+
+
+# --- the public functions choose the path (diffsim_ros.core.dispatch) ---------------------
+
+PUBLIC = {'rnea': lambda m, q, qd, x, **kw: core.rnea(m, q, qd, x, **kw),
+          'aba': lambda m, q, qd, x, **kw: core.aba(m, q, qd, x, **kw),
+          'crba': lambda m, q, qd, x, **kw: core.crba(m, q, **kw)}
+
+
+@pytest.fixture
+def default_backend(monkeypatch):
+    """Start from no process-wide choice and no environment variable; restore afterwards."""
+    monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
+    monkeypatch.setattr(dispatch, '_default', {'backend': None})
+
+
+def _path(out):
+    """Return which implementation produced ``out`` (it must require grad)."""
+    name = type(out.grad_fn).__name__
+    return 'native' if name.startswith(('_Rnea', '_Aba', '_Crba')) else 'torch'
+
+
+def _inputs(model, generator, batch=3):
+    leaves = [_randn(generator, batch, model.n).requires_grad_() for _ in range(3)]
+    return model.replace(inertial=model.inertial.clone().requires_grad_()), leaves
+
+
+@pytest.mark.parametrize('algorithm', PUBLIC)
+def test_public_functions_take_the_kernels_by_default(kernels, default_backend, algorithm):
+    # The README's first example, with gradients w.r.t. the states and the inertials.
+    g = torch.Generator().manual_seed(20)
+    model, (q, qd, x) = _inputs(load_urdf(xml=robots.urdf_string('panda')), g)
+    q_crba = q.detach()  # CRBA's kernel has no q adjoint: asked for, it takes torch
+    out = PUBLIC[algorithm](model, q_crba if algorithm == 'crba' else q, qd, x)
+    assert dispatch.get_backend() == 'auto'
+    assert _path(out) == 'native'
+    _close(out, PAIRS[algorithm][1](model, q, qd, x))
+    # float32 also runs natively
+    model32 = load_urdf(xml=robots.urdf_string('panda'), dtype=torch.float32)
+    q32 = torch.zeros(model32.n)
+    with torch.no_grad():
+        assert PUBLIC[algorithm](model32, q32, q32, q32, backend='native').dtype == torch.float32
+    assert _path(core.crba(model, q)) == 'torch'
+
+
+def test_integrators_use_the_dispatching_aba(kernels, default_backend):
+    g = torch.Generator().manual_seed(21)
+    model = load_urdf(xml=robots.urdf_string('wam4'))
+    q, qd, u = (_randn(g, 2, model.n).requires_grad_() for _ in range(3))
+    assert _path(core.forward_dynamics(model, q, qd, u)) == 'native'
+
+
+@pytest.mark.parametrize('algorithm', PUBLIC)
+def test_auto_takes_torch_where_the_kernels_do_not_apply(kernels, default_backend, algorithm):
+    g = torch.Generator().manual_seed(22)
+    model = MODELS['tree']
+    q, qd, x = (_randn(g, 2, model.n) for _ in range(3))
+    gravity = model.gravity.clone().requires_grad_()
+    origin = model.origin_xyz.clone().requires_grad_()
+    for moved in (model.replace(gravity=gravity), model.replace(origin_xyz=origin)):
+        if algorithm == 'crba' and moved.gravity.requires_grad:
+            continue  # CRBA does not read gravity
+        out = PUBLIC[algorithm](moved, q, qd, x)
+        assert _path(out) == 'torch'
+        _close(out, PAIRS[algorithm][1](moved, q, qd, x))
+        with pytest.raises(BackendError, match='kinematic parameter'):
+            PUBLIC[algorithm](moved, q, qd, x, backend='native')
+    # other dtypes: the kernels take float32/float64 only
+    half = model.to(torch.bfloat16)
+    with pytest.raises(BackendError, match='float32/float64'):
+        PUBLIC[algorithm](half, *(t.to(torch.bfloat16) for t in (q, qd, x)), backend='native')
+
+
+def test_floating_base_models_take_torch(kernels, default_backend):
+    # The floating branch adds RobotModel.floating_base; the kernels are fixed-base only.
+    class Floating:
+        floating_base = True
+
+        def __getattr__(self, name):
+            return getattr(MODELS['wam4'], name)
+    model = Floating()
+    q = torch.zeros(4, dtype=torch.float64)
+    assert native.kernels_for(model, q, q, q) == (None, native.kernels_for(model, q)[1])
+    assert 'floating' in native.kernels_for(model, q)[1]
+    with pytest.raises(BackendError, match='floating'):
+        core.rnea(model, q, q, q, backend='native')
+
+
+@pytest.mark.parametrize('algorithm', PUBLIC)
+def test_forced_backends_and_their_precedence(kernels, default_backend, monkeypatch,
+                                              algorithm):
+    g = torch.Generator().manual_seed(23)
+    model, (q, qd, x) = _inputs(MODELS['wam4'], g)
+    call = PUBLIC[algorithm]
+    if algorithm == 'crba':
+        q = q.detach()  # CRBA's kernel has no q adjoint
+    assert _path(call(model, q, qd, x, backend='torch')) == 'torch'
+    assert _path(call(model, q, qd, x, backend='native')) == 'native'
+    # the environment variable, then set_backend, then the argument, each overriding
+    monkeypatch.setenv(dispatch.ENV_VAR, 'torch')
+    assert _path(call(model, q, qd, x)) == 'torch'
+    core.set_backend('native')
+    assert dispatch.get_backend() == 'native'
+    assert _path(call(model, q, qd, x)) == 'native'
+    assert _path(call(model, q, qd, x, backend='auto')) == 'native'
+    assert _path(call(model, q, qd, x, backend='torch')) == 'torch'
+    core.set_backend(None)
+    assert _path(call(model, q, qd, x)) == 'torch'
+    monkeypatch.setenv(dispatch.ENV_VAR, 'native')
+    with pytest.raises(BackendError, match='requires grad'):
+        call(model.replace(origin_rpy=model.origin_rpy.clone().requires_grad_()), q, qd, x)
+
+
+def test_unknown_backend_names_list_the_valid_ones(default_backend, monkeypatch):
+    model = MODELS['wam4']
+    q = torch.zeros(model.n, dtype=torch.float64)
+    with pytest.raises(ValueError, match="'fast'.*auto, native, torch"):
+        core.rnea(model, q, q, q, backend='fast')
+    with pytest.raises(ValueError, match='set_backend'):
+        core.set_backend('cuda')
+    monkeypatch.setenv(dispatch.ENV_VAR, 'Native')
+    with pytest.raises(ValueError, match=r'\$DIFFSIM_BACKEND'):
+        core.aba(model, q, q, q)
+
+
+def test_native_without_kernels_raises(default_backend, monkeypatch):
+    monkeypatch.setattr(native, '_state', {**native._state})
+    monkeypatch.setattr(native, '_logged', set())
+    native.set_enabled(False)
+    model = MODELS['wam4']
+    q = torch.zeros(model.n, dtype=torch.float64)
+    assert torch.equal(core.rnea(model, q, q, q), rnea(model, q, q, q))
+    with pytest.raises(BackendError, match='set_enabled'):
+        core.crba(model, q, backend='native')

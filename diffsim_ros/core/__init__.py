@@ -5,12 +5,10 @@ Functions take ``(model, state...)`` and return new tensors; see docs/convention
 frames, units and batching rules.
 """
 
-from .aba import aba
 from .actuators import (CoulombFriction, DCMotor, FFNN, FrictionModel, make_friction,
                         NNFriction, NNResidual, NoFriction, SigmoidFriction, StribeckFriction,
                         ViscousFriction)
 from .compiled import compile_algorithm
-from .crba import crba
 from .energy import kinetic_energy, potential_energy
 from .errors import DiffsimError, ShapeError, UnsupportedJointError, URDFError
 from .integrators import (forward_dynamics, INTEGRATORS, joint_friction, rk4, rollout,
@@ -27,22 +25,26 @@ from .parameterization import (DiffNEAParameterization, inertial_from_mass_com_i
                                RawParameterization,
                                regularize_inertial)
 from .regressor import joint_torque_regressor
-from .rnea import rnea
 from .urdf import load_urdf
+# Last: the public rnea/aba/crba are the dispatching functions (the names would otherwise
+# be bound to their submodules, which the imports above load).
+from .dispatch import aba, BackendError, crba, get_backend, rnea, set_backend  # noqa: I100
 
 __all__ = [
-    'CoulombFriction', 'DCMotor', 'DiffNEAParameterization', 'DiffsimError', 'FFNN',
+    'BackendError', 'CoulombFriction',
+    'DCMotor', 'DiffNEAParameterization', 'DiffsimError', 'FFNN',
     'FrictionModel', 'INTEGRATORS', 'InertialParameterization', 'KinematicParameterization',
     'KinematicTree', 'LogCholeskyParameterization', 'NNFriction', 'NNResidual', 'NoFriction',
     'PARAMETER_FIELDS', 'RawParameterization', 'RobotModel', 'ShapeError', 'SigmoidFriction',
     'StribeckFriction',
     'URDFError', 'UnsupportedJointError', 'ViscousFriction', 'aba', 'aba_native', 'body_poses',
     'compile_algorithm', 'crba', 'crba_native', 'feedback_rollout_native', 'forward_dynamics',
-    'forward_kinematics',
+    'forward_kinematics', 'get_backend',
     'inertial_from_mass_com_inertia', 'inertial_from_pseudo_inertia',
     'is_physically_consistent', 'jacobian', 'joint_friction', 'joint_torque_regressor',
     'joint_transforms', 'kinetic_energy', 'load_urdf', 'make_friction', 'native_available',
     'make_parameterization', 'mass_com_inertia', 'potential_energy', 'pseudo_inertia',
     'regularize_inertial', 'rk4', 'rnea', 'rnea_native', 'rollout', 'semi_implicit_euler',
+    'set_backend',
     'with_joint_friction',
 ]

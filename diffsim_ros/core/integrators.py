@@ -4,7 +4,7 @@ from typing import Callable, Optional
 
 import torch
 
-from .aba import aba
+from .dispatch import aba
 from .errors import check_trailing_shape
 from .model import RobotModel
 

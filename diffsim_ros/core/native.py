@@ -41,7 +41,7 @@ import logging
 from pathlib import Path
 import shutil
 import threading
-from typing import Callable, Optional, Tuple
+from typing import Optional, Tuple
 import weakref
 
 import torch

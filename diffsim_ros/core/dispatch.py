@@ -1,0 +1,151 @@
+"""
+RNEA, ABA and CRBA as users call them: the fastest path that gives the same result and gradients.
+
+Two implementations compute the same quantities (they agree to 1e-12 relative in float64):
+
+* ``'native'``: the fused per-sample C++ kernels of :mod:`diffsim_ros.core.native`, on the
+  CPU in float32/float64 for fixed-base models, differentiable w.r.t. ``q``, ``qd``,
+  ``qdd``/``tau`` and the parameters ``inertial`` and ``armature`` (CRBA: the parameters
+  only).  They cannot give gradients w.r.t. the kinematic parameters (``origin_xyz``,
+  ``origin_rpy``, ``gravity``) nor CRBA's w.r.t. ``q``, and do not run floating-base models,
+  CUDA tensors or other dtypes.
+* ``'torch'``: the batched torch algorithms (:mod:`~diffsim_ros.core.rnea`,
+  :mod:`~diffsim_ros.core.aba`, :mod:`~diffsim_ros.core.crba`): every case, every device.
+  On CUDA this is eager torch; :func:`~diffsim_ros.core.compile_algorithm` is the explicit
+  way to ``torch.compile`` it (compilation costs tens of seconds per shape).
+
+``'auto'`` (the default) takes ``'native'`` wherever the call allows it, else ``'torch'``,
+deciding per call from what is asked (device, dtype, model, which inputs require grad).
+A path is forced, in this order of precedence, by the ``backend=`` argument of a call, by
+:func:`set_backend` for the process, or by the environment variable ``DIFFSIM_BACKEND``
+(``auto``, ``native`` or ``torch``; read at each call without a set default, the one
+environment variable the core reads, so that a user can switch a whole program without
+editing it).  A forced ``'native'`` that cannot run raises :class:`BackendError` with the
+reason instead of silently using torch.
+"""
+
+import os
+from typing import Optional
+
+import torch
+
+from . import native
+from .aba import aba as aba_torch
+from .crba import crba as crba_torch
+from .errors import DiffsimError
+from .model import RobotModel
+from .rnea import rnea as rnea_torch
+
+Tensor = torch.Tensor
+
+#: Valid backend names.
+BACKENDS = ('auto', 'native', 'torch')
+#: Environment variable giving the process-wide default when :func:`set_backend` did not.
+ENV_VAR = 'DIFFSIM_BACKEND'
+
+_default = {'backend': None}
+
+
+class BackendError(DiffsimError, RuntimeError):
+    """A forced backend cannot run the call (the message says why)."""
+
+
+def _valid(name: str, source: str) -> str:
+    if name not in BACKENDS:
+        raise ValueError(f'{source}: unknown backend {name!r}; valid: {", ".join(BACKENDS)}')
+    return name
+
+
+def set_backend(backend: Optional[str]) -> None:
+    """
+    Set the process-wide default backend of :func:`rnea`, :func:`aba` and :func:`crba`.
+
+    :param backend: ``'auto'``, ``'native'`` or ``'torch'``; None to go back to
+        ``$DIFFSIM_BACKEND`` (``'auto'`` when unset).
+    """
+    _default['backend'] = None if backend is None else _valid(backend, 'set_backend')
+
+
+def get_backend() -> str:
+    """
+    Return the backend a call without ``backend=`` uses.
+
+    :return: ``'auto'``, ``'native'`` or ``'torch'``.
+    """
+    backend = _default['backend']
+    if backend is None:
+        backend = _valid(os.environ.get(ENV_VAR) or 'auto', f'${ENV_VAR}')
+    return backend
+
+
+def _kernels(backend: Optional[str], model: RobotModel, q: Tensor, qd: Optional[Tensor],
+             x: Optional[Tensor], name: str) -> Optional[object]:
+    """Return the native extension when this call runs natively, else None (torch)."""
+    choice = get_backend() if backend is None else _valid(backend, f'{name}(backend=...)')
+    if choice == 'torch':
+        return None
+    ext, reason = native.kernels_for(model, q, qd, x)
+    if ext is None and choice == 'native':
+        raise BackendError(f"{name}: backend 'native' cannot run this call: {reason}")
+    return ext
+
+
+def rnea(model: RobotModel, q: Tensor, qd: Tensor, qdd: Tensor,
+         backend: Optional[str] = None) -> Tensor:
+    """
+    Compute inverse dynamics ``tau = M(q) qdd + C(q, qd) qd + g(q)`` on the fastest path.
+
+    Rigid-body terms plus ``armature * qdd``; joint damping/friction are not included.  See
+    :func:`diffsim_ros.core.rnea.rnea` for the algorithm and the module docstring for the
+    paths.
+
+    :param model: the robot; its parameters may carry leading batch dims.
+    :param q: joint positions ``(..., n)`` [rad or m].
+    :param qd: joint velocities ``(..., n)``.
+    :param qdd: joint accelerations ``(..., n)``.
+    :param backend: ``'auto'``, ``'native'`` or ``'torch'``; None: :func:`get_backend`.
+    :return: joint torques/forces ``(..., n)`` [N m or N].
+    """
+    ext = _kernels(backend, model, q, qd, qdd, 'rnea')
+    if ext is None:
+        return rnea_torch(model, q, qd, qdd)
+    return native.run_dynamics(ext, True, model, q, qd, qdd)
+
+
+def aba(model: RobotModel, q: Tensor, qd: Tensor, tau: Tensor,
+        backend: Optional[str] = None) -> Tensor:
+    """
+    Compute forward dynamics ``qdd = M(q)^-1 (tau - C(q, qd) qd - g(q))`` on the fastest path.
+
+    See :func:`diffsim_ros.core.aba.aba` for the algorithm and the module docstring for the
+    paths.
+
+    :param model: the robot; its parameters may carry leading batch dims.
+    :param q: joint positions ``(..., n)``.
+    :param qd: joint velocities ``(..., n)``.
+    :param tau: applied joint torques/forces ``(..., n)`` (damping/friction not included).
+    :param backend: ``'auto'``, ``'native'`` or ``'torch'``; None: :func:`get_backend`.
+    :return: joint accelerations ``(..., n)``.
+    """
+    ext = _kernels(backend, model, q, qd, tau, 'aba')
+    if ext is None:
+        return aba_torch(model, q, qd, tau)
+    return native.run_dynamics(ext, False, model, q, qd, tau)
+
+
+def crba(model: RobotModel, q: Tensor, backend: Optional[str] = None) -> Tensor:
+    """
+    Compute the joint-space inertia matrix ``M(q)`` on the fastest path.
+
+    Armature on the diagonal.  See :func:`diffsim_ros.core.crba.crba` for the algorithm and
+    the module docstring for the paths (a gradient w.r.t. ``q`` takes torch).
+
+    :param model: the robot; its parameters may carry leading batch dims.
+    :param q: joint positions ``(..., n)``.
+    :param backend: ``'auto'``, ``'native'`` or ``'torch'``; None: :func:`get_backend`.
+    :return: symmetric positive-definite ``(..., n, n)`` [kg m^2, kg, kg m].
+    """
+    ext = _kernels(backend, model, q, None, None, 'crba')
+    if ext is None:
+        return crba_torch(model, q)
+    return native.run_crba(ext, model, q)
