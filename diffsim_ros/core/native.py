@@ -73,6 +73,7 @@ _lock = threading.Lock()
 _state = {'module': None, 'reason': None, 'tried': False, 'enabled': True}
 _logged = set()
 _structures = weakref.WeakKeyDictionary()
+_models = weakref.WeakKeyDictionary()
 
 
 def log_fallback(reason: str, level: int = logging.INFO) -> None:
@@ -151,6 +152,61 @@ def _structure(model: RobotModel) -> Tuple[Tensor, Tensor, Tensor]:
     return per_tree[key]
 
 
+class _ModelEntry:
+    """
+    What the kernels need of one model, worked out once per model (calls at B = 1 are bound
+    by per-call Python work): why the model itself cannot run (dtype, device, floating base,
+    no joint), the tree structure, and its parameters as the kernels read them when they
+    carry no batch dims, re-prepared only when a parameter is changed in place.
+    """
+
+    __slots__ = ('__weakref__', 'reason', 'dtype', 'structure', 'stamp', 'params')
+
+    def __init__(self, model: RobotModel) -> None:
+        self.reason = _model_reason(model)
+        self.dtype = model.dtype
+        self.structure = None if self.reason else _structure(model)
+        self.stamp = None
+        self.params = None
+
+    def plain_params(self, model: RobotModel) -> Optional[Tuple[Tensor, ...]]:
+        """Return ``(inertial, armature, origins, gravity)`` without batch dims, or None."""
+        sources = (model.inertial, model.armature, model.origin_xyz, model.origin_rpy,
+                   model.gravity)
+        stamp = tuple(t._version for t in sources)
+        if stamp != self.stamp:
+            params = (model.inertial, model.armature, model.joint_origins(), model.gravity)
+            plain = all(t.dim() == k and t.is_contiguous() for t, k in zip(params, _TRAILING))
+            self.params = params if plain else None
+            self.stamp = stamp
+        return self.params
+
+
+def _model_reason(model: RobotModel) -> Optional[str]:
+    """Return why no call on this model can use the kernels, or ``None``."""
+    dtype = model.dtype
+    if getattr(model, 'floating_base', False):
+        return 'floating-base model (the kernels are fixed-base only)'
+    if dtype not in _DTYPES:
+        return 'dtype is not float32/float64 throughout'
+    if not model.n:
+        return 'the model has no movable joint'
+    params = (model.inertial, model.armature, model.origin_xyz, model.origin_rpy,
+              model.gravity)
+    if any(t.device.type != 'cpu' for t in params):
+        return 'tensors are not on the CPU'
+    if any(t.dtype != dtype for t in params):
+        return 'dtype is not float32/float64 throughout'
+    return None
+
+
+def _entry(model: RobotModel) -> _ModelEntry:
+    entry = _models.get(model)
+    if entry is None:
+        entry = _models[model] = _ModelEntry(model)
+    return entry
+
+
 def _unsupported(model: RobotModel, positions: Tuple[Tensor, ...], states: Tuple[Tensor, ...],
                  kinematic: Tuple[Tensor, ...]) -> Optional[str]:
     """
@@ -159,24 +215,23 @@ def _unsupported(model: RobotModel, positions: Tuple[Tensor, ...], states: Tuple
     ``positions`` may not require grad (CRBA's ``q``: no adjoint), ``states`` (q, qd, qdd,
     tau) may; ``kinematic`` are the kinematic parameters the algorithm reads.
     """
-    dtype = model.dtype
-    if getattr(model, 'floating_base', False):
-        return 'floating-base model (the kernels are fixed-base only)'
-    if dtype not in _DTYPES:
-        return 'dtype is not float32/float64 throughout'
-    if not model.n:
-        return 'the model has no movable joint'
-    tensors = positions + states + (model.inertial, model.armature) + kinematic
+    entry = _entry(model)
+    if entry.reason:
+        return entry.reason
+    dtype = entry.dtype
+    tensors = positions + states
     for t in tensors:
-        if t.dtype != dtype or t.device.type != 'cpu':
-            if any(t.device.type != 'cpu' for t in tensors):
+        if t.dtype is not dtype or not t.is_cpu:
+            if any(not t.is_cpu for t in tensors):
                 return 'tensors are not on the CPU'
             return 'dtype is not float32/float64 throughout'
     if torch.is_grad_enabled():
-        if any(t.requires_grad for t in positions):
-            return 'q requires grad in CRBA (no native position adjoint)'
-        if any(t.requires_grad for t in kinematic):
-            return 'a kinematic parameter (origin_xyz/origin_rpy/gravity) requires grad'
+        for t in positions:
+            if t.requires_grad:
+                return 'q requires grad in CRBA (no native position adjoint)'
+        for t in kinematic:
+            if t.requires_grad:
+                return 'a kinematic parameter (origin_xyz/origin_rpy/gravity) requires grad'
     return None
 
 
@@ -361,18 +416,29 @@ def run_dynamics(ext: object, inverse: bool, model: RobotModel, q: Tensor, qd: T
     :param x: ``qdd`` or ``tau`` ``(..., n)``.
     :return: ``tau`` or ``qdd`` ``(..., n)``, differentiable as the module docstring says.
     """
+    entry = _entry(model)
+    params = entry.plain_params(model)
+    shape = q.shape
+    batch = None
     states = (q, qd, x)
-    _check_states(model, states, ('q', 'qd', 'qdd' if inverse else 'tau'))
-    states, params, batch = _prepare(
-        model, states, (model.inertial, model.armature, model.joint_origins(), model.gravity),
-        _TRAILING)
-    structure = _structure(model)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in states + params[:2]):
+    if params is None or not shape or shape[-1] != model.n or qd.shape != shape \
+            or x.shape != shape or not (q.is_contiguous() and qd.is_contiguous()
+                                        and x.is_contiguous()):
+        # the general call: broadcast states and parameters to one flat batch
+        _check_states(model, states, ('q', 'qd', 'qdd' if inverse else 'tau'))
+        states, params, batch = _prepare(
+            model, states,
+            (model.inertial, model.armature, model.joint_origins(), model.gravity), _TRAILING)
+    if torch.is_grad_enabled() and (states[0].requires_grad or states[1].requires_grad
+                                    or states[2].requires_grad or params[0].requires_grad
+                                    or params[1].requires_grad):
         function = _RneaFunction if inverse else _AbaFunction
-        out = function.apply(*states, *params, structure, ext)
+        out = function.apply(*states, *params, entry.structure, ext)
     else:
         kernel = ext.rnea_forward if inverse else ext.aba_forward
-        out = kernel(*states, *params, *structure, False)[0]
+        out = kernel(*states, *params, *entry.structure, False)[0]
+    if batch is None:
+        return out
     full = batch + (model.n,)
     return out if out.shape == full else out.reshape(full)
 
