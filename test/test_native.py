@@ -409,6 +409,20 @@ def test_public_functions_take_the_kernels_by_default(kernels, default_backend, 
     assert _path(core.crba(model, q)) == 'torch'
 
 
+def test_parameters_changed_in_place_are_seen(kernels, default_backend):
+    # The kernels keep a model's prepared parameters; an in-place change must reach them.
+    g = torch.Generator().manual_seed(24)
+    model = load_urdf(xml=robots.urdf_string('wam4'))
+    q, qd, x = (_randn(g, model.n) for _ in range(3))
+    with torch.no_grad():
+        for algorithm, call in PUBLIC.items():
+            call(model, q, qd, x)
+            model.origin_xyz.add_(0.01)
+            model.inertial.mul_(1.1)
+            model.gravity.mul_(0.5)
+            _close(call(model, q, qd, x), PAIRS[algorithm][1](model, q, qd, x))
+
+
 def test_integrators_use_the_dispatching_aba(kernels, default_backend):
     g = torch.Generator().manual_seed(21)
     model = load_urdf(xml=robots.urdf_string('wam4'))

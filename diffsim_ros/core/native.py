@@ -154,10 +154,12 @@ def _structure(model: RobotModel) -> Tuple[Tensor, Tensor, Tensor]:
 
 class _ModelEntry:
     """
-    What the kernels need of one model, worked out once per model (calls at B = 1 are bound
-    by per-call Python work): why the model itself cannot run (dtype, device, floating base,
-    no joint), the tree structure, and its parameters as the kernels read them when they
-    carry no batch dims, re-prepared only when a parameter is changed in place.
+    What the kernels need of one model, worked out once per model.
+
+    Calls at B = 1 are bound by per-call Python work, so this keeps why the model itself
+    cannot run (dtype, device, floating base, no joint), the tree structure, and its
+    parameters as the kernels read them when they carry no batch dims, re-prepared only when
+    a parameter is changed in place.
     """
 
     __slots__ = ('__weakref__', 'reason', 'dtype', 'structure', 'stamp', 'params')
