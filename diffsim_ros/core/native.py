@@ -62,8 +62,8 @@ DISABLED = 'disabled by set_enabled(False)'
 SOURCE = Path(__file__).resolve().parent / 'native' / 'rnea.cpp'
 EXTENSION_NAME = 'diffsim_ros_native_dynamics'
 #: Compiler and linker flags of the kernels (part of their build cache key).
-CFLAGS = ('-O3', '-march=native', '-fopenmp')
-LDFLAGS = ('-fopenmp',)
+CFLAGS = ('-O3', '-march=native', '-pthread')
+LDFLAGS = ('-pthread',)
 _DTYPES = (torch.float32, torch.float64)
 #: Trailing (non-batch) dims of inertial, armature, joint origins and gravity.
 _TRAILING = (2, 1, 3, 1)

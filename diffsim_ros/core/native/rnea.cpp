@@ -15,7 +15,9 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 namespace {
@@ -193,6 +195,9 @@ inline T subspace_dot(const T* axis, bool prismatic, const T* f) {
 // the first kKinRow * n values of a saved row.  The forward kernels write them where the
 // backward kernels can read them again, so a backward pass recomputes no pose (no sin/cos).
 constexpr int64_t kKinRow = 24;
+// RNEA additionally saves the forces F_i its backward sweep transmits (6n), which the
+// position adjoint reads: kRneaRow * n values.
+constexpr int64_t kRneaRow = 30;
 // ABA additionally saves U = IA_i S_i (6n) and D_i (n), all M^-1 needs: kAbaRow * n values.
 constexpr int64_t kAbaRow = 31;
 
@@ -271,8 +276,9 @@ constexpr int64_t kAdjointWork = 24;
 // Reverse-mode adjoint of rnea_sample for the upstream gradient g (n), at the saved poses,
 // velocities and accelerations k: adds scale * d(g . tau)/dx to gq, gqd (x = q, qd) and
 // gpi (n, 10), and writes d(g . tau)/d qdd = M g (armature included) to gqdd; null outputs
-// are skipped.  Joint i moves its body by X_i(q_i) with dX_i/dq_i = -S_i x X_i, so with
-// z = X_i (parent's motion):
+// are skipped.  saved_F: the transmitted forces F_i when the forward pass kept them, else
+// null (computed here from k when gq is asked for).  Joint i moves its body by X_i(q_i)
+// with dX_i/dq_i = -S_i x X_i, so with z = X_i (parent's motion):
 //  - tau_i = S_i . F_i, F_parent += X_i^T F_i: the force adjoint w_i = X_i w_parent + S_i g_i
 //    (propagated like a velocity), and q_i gets -(S_i x X_i w_parent) . F_i;
 //  - f_i = I a_i + v_i x* I v_i: abar_i = I w_i (+ children), vbar_i -= w_i x* I v_i +
@@ -283,26 +289,28 @@ constexpr int64_t kAdjointWork = 24;
 //    vbar_parent += X_i^T vbar_i.
 // ws: kAdjointWork * n values.
 template <typename T>
-void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const T* pi,
-                         const T* armature, const T* qd, const T* qdd, const T* g, T scale,
-                         T* gq, T* gqd, T* gqdd, T* gpi, T* ws) {
+void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const T* saved_F,
+                         const T* pi, const T* armature, const T* qd, const T* qdd, const T* g,
+                         T scale, T* gq, T* gqd, T* gqdd, T* gpi, T* ws) {
   const int64_t n = tree.n;
-  T* F = ws;
   T* w = ws + 6 * n;
   T* abar = ws + 12 * n;
   T* vbar = ws + 18 * n;
   const bool state = gq != nullptr || gqd != nullptr;
-  if (gq != nullptr) {
+  const T* F = saved_F;
+  if (F == nullptr && gq != nullptr) {
+    T* f = ws;
     for (int64_t i = 0; i < n; ++i) {
       T Iv[6];
-      inertia_apply(pi + 10 * i, k.a + 6 * i, F + 6 * i);
+      inertia_apply(pi + 10 * i, k.a + 6 * i, f + 6 * i);
       inertia_apply(pi + 10 * i, k.v + 6 * i, Iv);
-      add_force_cross(k.v + 6 * i, Iv, F + 6 * i);
+      add_force_cross(k.v + 6 * i, Iv, f + 6 * i);
     }
     for (int64_t i = n - 1; i >= 0; --i) {
       const int64_t parent = tree.parent[i];
-      if (parent >= 0) add_force_to_parent(k.R + 9 * i, k.p + 3 * i, F + 6 * i, F + 6 * parent);
+      if (parent >= 0) add_force_to_parent(k.R + 9 * i, k.p + 3 * i, f + 6 * i, f + 6 * parent);
     }
+    F = f;
   }
   for (int64_t i = 0; i < n; ++i) {
     const bool pr = tree.prismatic[i] != 0;
@@ -758,8 +766,14 @@ int64_t chunk_count(int64_t batch, int64_t work) {
   return std::max<int64_t>(1, std::min<int64_t>(threads * kChunksPerThread, by_size));
 }
 
-// Runs body(chunk, first, end) over contiguous sample ranges, with at most
-// torch.get_num_threads() OpenMP threads; chunk indices address per-chunk partial sums.
+// Runs body(chunk, first, end) over contiguous sample ranges, on at most
+// torch.get_num_threads() threads; chunk indices address per-chunk partial sums.  The calling
+// thread works too, and every thread takes the next chunk from a shared counter, so a thread
+// the scheduler takes away delays the call by at most the chunk it holds.  The helpers are
+// plain threads started per call (tens of microseconds, against the hundreds of microseconds
+// of work chunk_count asks for) that exit when the chunks run out: unlike an OpenMP team,
+// nothing spins between calls, which on a busy machine took the cores from the serial work
+// around the kernels (2-thread calls measured 10-35x slower under load, 1-thread calls held).
 template <typename F>
 void for_chunks(int64_t batch, int64_t chunks, const F& body) {
   const int64_t threads = std::min<int64_t>(chunks, at::get_num_threads());
@@ -767,8 +781,17 @@ void for_chunks(int64_t batch, int64_t chunks, const F& body) {
     for (int64_t c = 0; c < chunks; ++c) body(c, batch * c / chunks, batch * (c + 1) / chunks);
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(static_cast<int>(threads))
-  for (int64_t c = 0; c < chunks; ++c) body(c, batch * c / chunks, batch * (c + 1) / chunks);
+  std::atomic<int64_t> next{0};
+  const auto work = [&]() {
+    for (int64_t c = next++; c < chunks; c = next++) {
+      body(c, batch * c / chunks, batch * (c + 1) / chunks);
+    }
+  };
+  std::vector<std::thread> helpers;
+  helpers.reserve(threads - 1);
+  for (int64_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+  work();
+  for (auto& helper : helpers) helper.join();
 }
 
 Tree make_tree(const torch::Tensor& parent, const torch::Tensor& prismatic) {
@@ -854,7 +877,7 @@ std::vector<torch::Tensor> rnea_forward(torch::Tensor q, torch::Tensor qd, torch
   check_state(qd, batch, n, "qd");
   check_state(qdd, batch, n, "qdd");
   auto tau = torch::empty_like(q);
-  auto saved = saved_rows(q, batch, kKinRow, save);
+  auto saved = saved_rows(q, batch, kRneaRow, save);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "rnea_forward", [&] {
     using T = scalar_t;
     const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
@@ -868,9 +891,11 @@ std::vector<torch::Tensor> rnea_forward(torch::Tensor q, torch::Tensor qd, torch
     for_chunks(batch, chunk_count(batch, batch * n), [&](int64_t, int64_t b0, int64_t b1) {
       Scratch<T> ws(n, kKinRow);
       for (int64_t b = b0; b < b1; ++b) {
-        const Kin<T> k(save ? rows + b * kKinRow * n : ws.row.data(), n);
+        T* row = save ? rows + b * kRneaRow * n : ws.row.data();
+        const Kin<T> k(row, n);
         rnea_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n,
-                    qdp + b * n, qddp + b * n, out + b * n, k, ws.f.data());
+                    qdp + b * n, qddp + b * n, out + b * n, k,
+                    save ? row + kKinRow * n : ws.f.data());
       }
     });
   });
@@ -892,7 +917,7 @@ std::vector<torch::Tensor> rnea_backward(torch::Tensor saved, torch::Tensor g, t
   const int64_t batch = batch_of(g, n, "grad");
   check_state(qd, batch, n, "qd");
   check_state(qdd, batch, n, "qdd");
-  check_saved(saved, batch, kKinRow * n);
+  check_saved(saved, batch, kRneaRow * n);
   const int64_t chunks = chunk_count(batch, batch * n);
   auto grad_q = need_q ? torch::zeros_like(g) : torch::Tensor();
   auto grad_qd = need_qd ? torch::zeros_like(g) : torch::Tensor();
@@ -916,10 +941,11 @@ std::vector<torch::Tensor> rnea_backward(torch::Tensor saved, torch::Tensor g, t
       for (int64_t b = b0; b < b1; ++b) {
         const T* gb = gp + b * n;
         if (adjoint) {
-          const Kin<T> k(rows + b * kKinRow * n, n);
-          rnea_adjoint_sample(tree, ax, k, pi.at(b), arm.at(b), qdp + b * n, qddp + b * n, gb,
-                              T(1), gq ? gq + b * n : nullptr, gqd ? gqd + b * n : nullptr,
-                              mg ? mg + b * n : nullptr, gpi.active ? gpi.at(c, b) : nullptr,
+          T* row = rows + b * kRneaRow * n;
+          const Kin<T> k(row, n);
+          rnea_adjoint_sample(tree, ax, k, row + kKinRow * n, pi.at(b), arm.at(b), qdp + b * n,
+                              qddp + b * n, gb, T(1), gq ? gq + b * n : nullptr,
+                              gqd ? gqd + b * n : nullptr, mg ? mg + b * n : nullptr, gpi.active ? gpi.at(c, b) : nullptr,
                               ws.data());
         }
         if (garm.active) {
@@ -1014,10 +1040,10 @@ std::vector<torch::Tensor> aba_backward(torch::Tensor saved, torch::Tensor g, to
                             gp + b * n, lp + b * n, gpi.active ? gpi.at(c, b) : nullptr,
                             pA.data(), w.data());
         if (need_q || need_qd) {
-          rnea_adjoint_sample(tree, ax, k, pi.at(b), arm.at(b), qdp + b * n, qddp + b * n,
-                              lp + b * n, T(-1), gq ? gq + b * n : nullptr,
-                              gqd ? gqd + b * n : nullptr, static_cast<T*>(nullptr),
-                              static_cast<T*>(nullptr), ws.data());
+          rnea_adjoint_sample(tree, ax, k, static_cast<const T*>(nullptr), pi.at(b), arm.at(b),
+                              qdp + b * n, qddp + b * n, lp + b * n, T(-1),
+                              gq ? gq + b * n : nullptr, gqd ? gqd + b * n : nullptr,
+                              static_cast<T*>(nullptr), static_cast<T*>(nullptr), ws.data());
         }
         if (garm.active) {
           T* ga = garm.at(c, b);
