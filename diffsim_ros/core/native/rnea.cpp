@@ -945,8 +945,8 @@ std::vector<torch::Tensor> rnea_backward(torch::Tensor saved, torch::Tensor g, t
           const Kin<T> k(row, n);
           rnea_adjoint_sample(tree, ax, k, row + kKinRow * n, pi.at(b), arm.at(b), qdp + b * n,
                               qddp + b * n, gb, T(1), gq ? gq + b * n : nullptr,
-                              gqd ? gqd + b * n : nullptr, mg ? mg + b * n : nullptr, gpi.active ? gpi.at(c, b) : nullptr,
-                              ws.data());
+                              gqd ? gqd + b * n : nullptr, mg ? mg + b * n : nullptr,
+                              gpi.active ? gpi.at(c, b) : nullptr, ws.data());
         }
         if (garm.active) {
           T* ga = garm.at(c, b);
