@@ -1,40 +1,61 @@
 """
-Fused per-sample C++ kernels for large-batch RNEA, ABA and CRBA, with inertial gradients.
+Fused per-sample C++ kernels for RNEA, ABA and CRBA, with state and inertial gradients.
 
+:func:`diffsim_ros.core.rnea`, :func:`~diffsim_ros.core.aba` and
+:func:`~diffsim_ros.core.crba` (:mod:`diffsim_ros.core.dispatch`) run these kernels by
+themselves wherever a call allows it; :func:`rnea_native` and friends are the explicit
+entry points, which fall back to torch instead of raising.
 :func:`feedback_rollout_native` also runs whole closed-loop rollouts (semi-implicit Euler
 ABA steps under a clipped affine feedback law) for the controllers, without gradients: MPC
 on small robots is bound by per-step call overhead, which one call per horizon removes.
 
-The batched torch algorithms (:func:`diffsim_ros.core.rnea`, :func:`diffsim_ros.core.aba`,
-:func:`diffsim_ros.core.crba`) run a few hundred full-batch tensor operations, each streaming
+The batched torch algorithms (:mod:`diffsim_ros.core.rnea`, :mod:`diffsim_ros.core.aba`,
+:mod:`diffsim_ros.core.crba`) run a few hundred full-batch tensor operations, each streaming
 ``(B, n, ...)`` intermediates through memory.  The kernels here (``native/rnea.cpp``) run one
-sample's whole recursion in a workspace that stays in cache, OpenMP-parallel over the batch
-with at most ``torch.get_num_threads()`` threads.  They are compiled on first use with
-:func:`torch.utils.cpp_extension.load` with ``-march=native``, once per source text, flags
-and toolchain: the build is cached in ``TORCH_EXTENSIONS_DIR`` (by default
+sample's whole recursion in a workspace that stays in cache.  They are compiled on first use
+with :func:`torch.utils.cpp_extension.load` with ``-march=native``, once per source text,
+flags and toolchain: the build is cached in ``TORCH_EXTENSIONS_DIR`` (by default
 ``~/.cache/torch_extensions``) under ``diffsim_ros_native_dynamics_<key>``, the key hashing
 ``native/rnea.cpp``'s text, :data:`CFLAGS`, :data:`LDFLAGS`, the compiler, the torch version,
 the Python ABI and the CPU model, so checkouts with the same source share one build.  Loaders
 that start together wait for one build (logged), and a lock left by a killed build is
 removed with a warning (:mod:`diffsim_ros.core.native_build`).
 
-Gradients: all three functions are differentiable w.r.t. ``model.inertial`` and
-``model.armature``.  When a gradient is needed, the forward kernels save each sample's poses
-(RNEA and ABA also velocities and accelerations, ABA its articulated-inertia terms
-``U = IA S`` and ``D``), so the backward pass recomputes no pose and, for ABA, solves
-``M^-1 g`` from ``U`` and ``D`` in the same sweep that accumulates the parameter gradient.
-RNEA is linear in the inertial parameters, so ``d(g . tau)/d pi_j = phi(w_j, a_j) -
-phi(v_j x w_j, v_j)`` with ``w`` the upstream gradient propagated like a velocity; CRBA too,
-``M = sum_k J_k^T I(pi_k) J_k``, so ``d<G, M>/d pi_k = sum_ij G_ij phi(c_i, c_j)`` over the
-columns ``c`` of ``J_k``.  :func:`rnea_native` is also differentiable w.r.t. ``qdd``
-(``M g``) and :func:`aba_native` w.r.t. ``tau`` (``M^-1 g``).  Parameters without batch
-dims go to the kernels as they are and the kernels return their gradients summed over the
-batch, so a call adds no view or reduction to the autograd graph.
+Threads: a call is split over threads only where each thread gets at least 2048
+joint-samples (batch x joints, a few hundred microseconds of work: ``kMinWorkPerThread`` in
+the source), and over at most ``torch.get_num_threads()``; smaller calls (every MPC-size
+call) run on the calling thread alone.  Split calls start their helper threads per call and
+hand out chunks of samples from a shared counter, so a thread the scheduler takes away on a
+busy machine delays the call by the one chunk it holds, and nothing spins between calls
+(an OpenMP team did, and its 2-thread calls ran 10-35x slower under load).
 
-Whenever ``q`` or ``qd`` or a kinematic parameter (``origin_xyz``, ``origin_rpy``,
-``gravity``; CRBA does not read ``gravity``) requires grad, the call falls back to the torch
-implementation, as it does on CUDA, for dtypes other than float32/float64, without a C++
-compiler, or after :func:`set_enabled` ``(False)``; each reason is logged once.
+Gradients: :func:`rnea_native` and :func:`aba_native` are differentiable w.r.t. ``q``,
+``qd``, ``qdd``/``tau``, ``model.inertial`` and ``model.armature``; :func:`crba_native`
+w.r.t. ``model.inertial`` and ``model.armature``.  When a gradient is needed, the forward
+kernels save each sample's poses, velocities and accelerations (RNEA also its transmitted
+forces, ABA its articulated-inertia terms ``U = IA S`` and ``D``), so a backward pass
+recomputes no pose.  RNEA's backward is one reverse sweep of the recursion per sample, its
+hand-written adjoint (``rnea_adjoint_sample``): the upstream gradient ``g`` propagates from
+the root like a velocity (``w_i = X_i w_parent + S_i g_i``), giving ``d/d pi_j = phi(w_j,
+a_j) - phi(v_j x w_j, v_j)`` and, swept back from the leaves, the acceleration and velocity
+adjoints that give ``M g`` (``qdd``), ``qd`` and, through ``dX_i/dq_i = -S_i x X_i``,
+``q``.  ABA's backward solves ``lam = M^-1 g`` from the saved ``U`` and ``D``; with
+``M qdd + h = tau``, ``g . d qdd = lam . d tau - lam . d rnea(q, qd, qdd)``, so the
+gradients w.r.t. ``q``, ``qd`` and the parameters are one RNEA adjoint of ``-lam`` at the
+saved solution.  CRBA is linear in the parameters, ``M = sum_k J_k^T I(pi_k) J_k``, so
+``d<G, M>/d pi_k = sum_ij G_ij phi(c_i, c_j)`` over the columns ``c`` of ``J_k``.
+Parameters without batch dims go to the kernels as they are and the kernels return their
+gradients summed over the batch, so a call adds no view or reduction to the autograd graph.
+
+Per-call work at small batches is what bounds MPC-size calls, so what the kernels need of a
+model (checks, tree structure, parameters as the kernels read them) is prepared once per
+model and again only when a parameter is changed in place.
+
+Whenever a kinematic parameter (``origin_xyz``, ``origin_rpy``, ``gravity``; CRBA does not
+read ``gravity``) or CRBA's ``q`` requires grad, the call falls back to the torch
+implementation, as it does for floating-base models, on CUDA, for dtypes other than
+float32/float64, without a C++ compiler, or after :func:`set_enabled` ``(False)``; each
+reason is logged once.
 """
 
 import logging
