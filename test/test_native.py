@@ -6,7 +6,10 @@ The fused C++ RNEA/ABA/CRBA kernels equal the torch algorithms, with exact gradi
 """
 
 import logging
+import os
 from pathlib import Path
+import subprocess
+import sys
 
 from diffsim_ros import core, robots
 from diffsim_ros.core import BackendError, dispatch, load_urdf, native, native_build, ShapeError
@@ -377,7 +380,7 @@ PUBLIC = {'rnea': lambda m, q, qd, x, **kw: core.rnea(m, q, qd, x, **kw),
 def default_backend(monkeypatch):
     """Start from no process-wide choice and no environment variable; restore afterwards."""
     monkeypatch.delenv(dispatch.ENV_VAR, raising=False)
-    monkeypatch.setattr(dispatch, '_default', {'backend': None})
+    monkeypatch.setattr(dispatch, '_default', {'backend': None, 'env': None})
 
 
 def _path(out):
@@ -476,8 +479,10 @@ def test_forced_backends_and_their_precedence(kernels, default_backend, monkeypa
         q = q.detach()  # CRBA's kernel has no q adjoint
     assert _path(call(model, q, qd, x, backend='torch')) == 'torch'
     assert _path(call(model, q, qd, x, backend='native')) == 'native'
-    # the environment variable, then set_backend, then the argument, each overriding
+    # the environment variable (read at import and by set_backend(None)), then
+    # set_backend, then the argument, each overriding
     monkeypatch.setenv(dispatch.ENV_VAR, 'torch')
+    core.set_backend(None)
     assert _path(call(model, q, qd, x)) == 'torch'
     core.set_backend('native')
     assert dispatch.get_backend() == 'native'
@@ -487,8 +492,25 @@ def test_forced_backends_and_their_precedence(kernels, default_backend, monkeypa
     core.set_backend(None)
     assert _path(call(model, q, qd, x)) == 'torch'
     monkeypatch.setenv(dispatch.ENV_VAR, 'native')
+    core.set_backend(None)
     with pytest.raises(BackendError, match='requires grad'):
         call(model.replace(origin_rpy=model.origin_rpy.clone().requires_grad_()), q, qd, x)
+
+
+def test_environment_variable_sets_a_fresh_process(kernels):
+    # As a user would: DIFFSIM_BACKEND=torch python my_script.py
+    script = ('import torch; from diffsim_ros import core, robots\n'
+              'm = core.load_urdf(xml=robots.urdf_string("wam4"))\n'
+              'q = torch.zeros(m.n, dtype=torch.float64, requires_grad=True)\n'
+              'out = core.rnea(m, q, q, q)\n'
+              'print(core.get_backend(), type(out.grad_fn).__name__)\n')
+    for value, expected in (('torch', 'torch'), ('native', 'native'), ('', 'auto')):
+        env = {**os.environ, dispatch.ENV_VAR: value}
+        done = subprocess.run([sys.executable, '-c', script], env=env, capture_output=True,
+                              text=True, check=True)
+        backend, node = done.stdout.split()
+        assert backend == expected
+        assert node.startswith('_Rnea') == (expected != 'torch'), done.stdout
 
 
 def test_unknown_backend_names_list_the_valid_ones(default_backend, monkeypatch):
@@ -499,6 +521,7 @@ def test_unknown_backend_names_list_the_valid_ones(default_backend, monkeypatch)
     with pytest.raises(ValueError, match='set_backend'):
         core.set_backend('cuda')
     monkeypatch.setenv(dispatch.ENV_VAR, 'Native')
+    core.set_backend(None)
     with pytest.raises(ValueError, match=r'\$DIFFSIM_BACKEND'):
         core.aba(model, q, q, q)
 

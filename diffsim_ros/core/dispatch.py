@@ -18,10 +18,10 @@ Two implementations compute the same quantities (they agree to 1e-12 relative in
 deciding per call from what is asked (device, dtype, model, which inputs require grad).
 A path is forced, in this order of precedence, by the ``backend=`` argument of a call, by
 :func:`set_backend` for the process, or by the environment variable ``DIFFSIM_BACKEND``
-(``auto``, ``native`` or ``torch``; read at each call without a set default, the one
-environment variable the core reads, so that a user can switch a whole program without
-editing it).  A forced ``'native'`` that cannot run raises :class:`BackendError` with the
-reason instead of silently using torch.
+(``auto``, ``native`` or ``torch``; read when this module is imported and again by
+``set_backend(None)``: the one environment variable the core reads, so that a user can
+switch a whole program without editing it).  A forced ``'native'`` that cannot run raises
+:class:`BackendError` with the reason instead of silently using torch.
 """
 
 import os
@@ -43,7 +43,7 @@ BACKENDS = ('auto', 'native', 'torch')
 #: Environment variable giving the process-wide default when :func:`set_backend` did not.
 ENV_VAR = 'DIFFSIM_BACKEND'
 
-_default = {'backend': None}
+_default = {'backend': None, 'env': None}
 
 
 class BackendError(DiffsimError, RuntimeError):
@@ -61,9 +61,11 @@ def set_backend(backend: Optional[str]) -> None:
     Set the process-wide default backend of :func:`rnea`, :func:`aba` and :func:`crba`.
 
     :param backend: ``'auto'``, ``'native'`` or ``'torch'``; None to go back to
-        ``$DIFFSIM_BACKEND`` (``'auto'`` when unset).
+        ``$DIFFSIM_BACKEND`` (read again now; ``'auto'`` when unset).
     """
     _default['backend'] = None if backend is None else _valid(backend, 'set_backend')
+    if backend is None:
+        _default['env'] = os.environ.get(ENV_VAR) or None
 
 
 def get_backend() -> str:
@@ -74,8 +76,11 @@ def get_backend() -> str:
     """
     backend = _default['backend']
     if backend is None:
-        backend = _valid(os.environ.get(ENV_VAR) or 'auto', f'${ENV_VAR}')
+        backend = _valid(_default['env'] or 'auto', f'${ENV_VAR}')
     return backend
+
+
+set_backend(None)  # read $DIFFSIM_BACKEND
 
 
 def _kernels(backend: Optional[str], model: RobotModel, q: Tensor, qd: Optional[Tensor],

@@ -183,20 +183,22 @@ class _ModelEntry:
     a parameter is changed in place.
     """
 
-    __slots__ = ('__weakref__', 'reason', 'dtype', 'structure', 'stamp', 'params')
+    __slots__ = ('__weakref__', 'reason', 'dtype', 'n', 'structure', 'stamp', 'params')
 
     def __init__(self, model: RobotModel) -> None:
         self.reason = _model_reason(model)
         self.dtype = model.dtype
+        self.n = model.n
         self.structure = None if self.reason else _structure(model)
         self.stamp = None
         self.params = None
 
     def plain_params(self, model: RobotModel) -> Optional[Tuple[Tensor, ...]]:
         """Return ``(inertial, armature, origins, gravity)`` without batch dims, or None."""
-        sources = (model.inertial, model.armature, model.origin_xyz, model.origin_rpy,
-                   model.gravity)
-        stamp = tuple(t._version for t in sources)
+        # The model's tensors are fixed (a frozen dataclass) and passed as they are, so an
+        # in-place change of one reaches the kernels by itself, except for the joint
+        # origins computed from origin_xyz and origin_rpy.
+        stamp = (model.origin_xyz._version, model.origin_rpy._version)
         if stamp != self.stamp:
             params = (model.inertial, model.armature, model.joint_origins(), model.gravity)
             plain = all(t.dim() == k and t.is_contiguous() for t, k in zip(params, _TRAILING))
@@ -444,7 +446,7 @@ def run_dynamics(ext: object, inverse: bool, model: RobotModel, q: Tensor, qd: T
     shape = q.shape
     batch = None
     states = (q, qd, x)
-    if params is None or not shape or shape[-1] != model.n or qd.shape != shape \
+    if params is None or not shape or shape[-1] != entry.n or qd.shape != shape \
             or x.shape != shape or not (q.is_contiguous() and qd.is_contiguous()
                                         and x.is_contiguous()):
         # the general call: broadcast states and parameters to one flat batch
