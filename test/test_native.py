@@ -49,6 +49,15 @@ def kernels():
     return True
 
 
+@pytest.fixture
+def two_threads():
+    """Run with 2 torch threads, so that big calls split (the kernels' rule allows it)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
 def _close(actual, expected, dtype=torch.float64):
     scale = expected.abs().clamp(min=1.0)
     error = ((actual - expected).abs() / scale).max().item()
@@ -151,12 +160,12 @@ def test_gradcheck_particle_inertial(kernels, algorithm):
 
 
 @pytest.mark.parametrize('algorithm', PAIRS)
-def test_gradients_equal_torch_autograd_across_threads(kernels, algorithm):
+def test_gradients_equal_torch_autograd_across_threads(kernels, two_threads, algorithm):
     # More samples than one chunk per thread: the per-chunk partial sums must add up.
     g = torch.Generator().manual_seed(5)
     model = _with_armature(load_urdf(xml=robots.urdf_string('panda')), g)
     fast, reference = PAIRS[algorithm]
-    q, qd, x = (_randn(g, 200, model.n) for _ in range(3))
+    q, qd, x = (_randn(g, 700, model.n) for _ in range(3))
     weight = None
     grads = []
     for fn in (fast, reference):
@@ -300,11 +309,11 @@ def test_gradcheck_states_natively(kernels, model_name, algorithm, caplog):
 
 @pytest.mark.parametrize('model_name', STATE_MODELS)
 @pytest.mark.parametrize('algorithm', ['rnea', 'aba'])
-def test_state_gradients_equal_torch_autograd(kernels, model_name, algorithm):
-    # 300 samples: several chunks on several threads where there are any.
+def test_state_gradients_equal_torch_autograd(kernels, two_threads, model_name, algorithm):
+    # 1500 samples: 2 threads (>= 2048 joint-samples each) over several chunks.
     g = torch.Generator().manual_seed(13)
     model = _with_armature(STATE_MODELS[model_name], g)
-    q, qd, x = (_randn(g, 300, model.n) for _ in range(3))
+    q, qd, x = (_randn(g, 1500, model.n) for _ in range(3))
     _grads_like_torch(algorithm, model, q, qd, x, {'q': q, 'qd': qd, 'x': x,
                                                    'inertial': model.inertial})
 
