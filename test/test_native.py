@@ -269,6 +269,22 @@ def test_other_devices_are_not_supported(kernels):
     assert 'float32/float64' in native._unsupported(model, (torch.zeros(model.n),), (), ())
 
 
+def test_threads_split_only_big_calls(kernels):
+    # The documented rule: a call splits only where each thread gets >= 2048 joint-samples,
+    # over at most torch.get_num_threads() threads.
+    ext = native._extension()
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert [ext.threads_for(b, 7) for b in (1, 64, 585, 586, 10 ** 5)] == [1, 1, 1, 2, 2]
+        torch.set_num_threads(1)
+        assert ext.threads_for(10 ** 5, 7) == 1
+        torch.set_num_threads(4)
+        assert [ext.threads_for(b, 2) for b in (2047, 2048, 4096, 10 ** 5)] == [1, 2, 4, 4]
+    finally:
+        torch.set_num_threads(before)
+
+
 def test_kernel_rejects_mismatched_parameter_rows(kernels):
     model = MODELS['wam4']
     ext = native._extension()

@@ -757,27 +757,41 @@ void crba_inertial_adjoint_sample(const Tree& tree, const T* axis, const T* R, c
 // kMinWorkPerThread joint-samples (batch x joints; a few hundred microseconds of RNEA or ABA),
 // and over at most torch.get_num_threads() of them.  Below that, the fork/join and, on a busy
 // machine, the wait for a descheduled thread cost more than the split saves (2-thread calls
-// measured 10-35x slower under load where 1-thread calls held).
-int64_t chunk_count(int64_t batch, int64_t work) {
-  if (at::in_parallel_region()) return 1;
+// measured 10-35x slower under load where 1-thread calls held).  A split call has
+// kChunksPerThread chunks of samples per thread (the chunks also hold the partial sums of
+// shared parameter gradients).
+struct Split {
+  int64_t chunks;
+  int64_t threads;
+};
+
+Split split_for(int64_t batch, int64_t work) {
+  if (at::in_parallel_region()) return {1, 1};
   const int64_t threads = std::min<int64_t>(at::get_num_threads(), work / kMinWorkPerThread);
-  if (threads <= 1) return 1;
+  if (threads <= 1) return {1, 1};
   const int64_t by_size = std::max<int64_t>(1, batch / kMinSamplesPerChunk);
-  return std::max<int64_t>(1, std::min<int64_t>(threads * kChunksPerThread, by_size));
+  const int64_t chunks =
+      std::max<int64_t>(1, std::min<int64_t>(threads * kChunksPerThread, by_size));
+  return {chunks, std::min<int64_t>(threads, chunks)};
 }
 
-// Runs body(chunk, first, end) over contiguous sample ranges, on at most
-// torch.get_num_threads() threads; chunk indices address per-chunk partial sums.  The calling
-// thread works too, and every thread takes the next chunk from a shared counter, so a thread
-// the scheduler takes away delays the call by at most the chunk it holds.  The helpers are
-// plain threads started per call (tens of microseconds, against the hundreds of microseconds
-// of work chunk_count asks for) that exit when the chunks run out: unlike an OpenMP team,
-// nothing spins between calls, which on a busy machine took the cores from the serial work
-// around the kernels (2-thread calls measured 10-35x slower under load, 1-thread calls held).
+// Threads a call of `batch` samples of a `joints`-joint tree runs on (the rule above).
+int64_t threads_for(int64_t batch, int64_t joints) {
+  return split_for(batch, batch * joints).threads;
+}
+
+// Runs body(chunk, first, end) over contiguous sample ranges on split.threads threads; chunk
+// indices address per-chunk partial sums.  The calling thread works too, and every thread
+// takes the next chunk from a shared counter, so a thread the scheduler takes away delays
+// the call by at most the chunk it holds.  The helpers are plain threads started per call
+// (tens of microseconds, against the hundreds of microseconds of work split_for asks for)
+// that exit when the chunks run out: unlike an OpenMP team, nothing spins between calls,
+// which on a busy machine took the cores from the serial work around the kernels (2-thread
+// calls measured 10-35x slower under load, 1-thread calls held).
 template <typename F>
-void for_chunks(int64_t batch, int64_t chunks, const F& body) {
-  const int64_t threads = std::min<int64_t>(chunks, at::get_num_threads());
-  if (threads <= 1 || at::in_parallel_region()) {
+void for_chunks(int64_t batch, const Split& split, const F& body) {
+  const int64_t chunks = split.chunks, threads = split.threads;
+  if (threads <= 1) {
     for (int64_t c = 0; c < chunks; ++c) body(c, batch * c / chunks, batch * (c + 1) / chunks);
     return;
   }
@@ -888,7 +902,7 @@ std::vector<torch::Tensor> rnea_forward(torch::Tensor q, torch::Tensor qd, torch
     const T* ax = axis.data_ptr<T>();
     T* out = tau.data_ptr<T>();
     T* rows = save ? saved.data_ptr<T>() : nullptr;
-    for_chunks(batch, chunk_count(batch, batch * n), [&](int64_t, int64_t b0, int64_t b1) {
+    for_chunks(batch, split_for(batch, batch * n), [&](int64_t, int64_t b0, int64_t b1) {
       Scratch<T> ws(n, kKinRow);
       for (int64_t b = b0; b < b1; ++b) {
         T* row = save ? rows + b * kRneaRow * n : ws.row.data();
@@ -918,7 +932,8 @@ std::vector<torch::Tensor> rnea_backward(torch::Tensor saved, torch::Tensor g, t
   check_state(qd, batch, n, "qd");
   check_state(qdd, batch, n, "qdd");
   check_saved(saved, batch, kRneaRow * n);
-  const int64_t chunks = chunk_count(batch, batch * n);
+  const Split split = split_for(batch, batch * n);
+  const int64_t chunks = split.chunks;
   auto grad_q = need_q ? torch::zeros_like(g) : torch::Tensor();
   auto grad_qd = need_qd ? torch::zeros_like(g) : torch::Tensor();
   auto grad_qdd = need_qdd ? torch::empty_like(g) : torch::Tensor();
@@ -936,7 +951,7 @@ std::vector<torch::Tensor> rnea_backward(torch::Tensor saved, torch::Tensor g, t
     T* gqd = need_qd ? grad_qd.data_ptr<T>() : nullptr;
     T* mg = need_qdd ? grad_qdd.data_ptr<T>() : nullptr;
     const bool adjoint = need_q || need_qd || need_qdd || need_pi;
-    for_chunks(batch, chunks, [&](int64_t c, int64_t b0, int64_t b1) {
+    for_chunks(batch, split, [&](int64_t c, int64_t b0, int64_t b1) {
       std::vector<T> ws(kAdjointWork * n);
       for (int64_t b = b0; b < b1; ++b) {
         const T* gb = gp + b * n;
@@ -982,7 +997,7 @@ std::vector<torch::Tensor> aba_forward(torch::Tensor q, torch::Tensor qd, torch:
     const T* ax = axis.data_ptr<T>();
     T* out = qdd.data_ptr<T>();
     T* rows = save ? saved.data_ptr<T>() : nullptr;
-    for_chunks(batch, chunk_count(batch, batch * n), [&](int64_t, int64_t b0, int64_t b1) {
+    for_chunks(batch, split_for(batch, batch * n), [&](int64_t, int64_t b0, int64_t b1) {
       AbaScratch<T> ws(n);
       for (int64_t b = b0; b < b1; ++b) {
         T* row = save ? rows + b * kAbaRow * n : ws.row.data();
@@ -1014,7 +1029,8 @@ std::vector<torch::Tensor> aba_backward(torch::Tensor saved, torch::Tensor g, to
   check_state(qd, batch, n, "qd");
   check_state(qdd, batch, n, "qdd");
   check_saved(saved, batch, kAbaRow * n);
-  const int64_t chunks = chunk_count(batch, batch * n);
+  const Split split = split_for(batch, batch * n);
+  const int64_t chunks = split.chunks;
   auto lam = torch::empty_like(g);
   auto grad_q = need_q ? torch::zeros_like(g) : torch::Tensor();
   auto grad_qd = need_qd ? torch::zeros_like(g) : torch::Tensor();
@@ -1031,7 +1047,7 @@ std::vector<torch::Tensor> aba_backward(torch::Tensor saved, torch::Tensor g, to
     T* lp = lam.data_ptr<T>();
     T* gq = need_q ? grad_q.data_ptr<T>() : nullptr;
     T* gqd = need_qd ? grad_qd.data_ptr<T>() : nullptr;
-    for_chunks(batch, chunks, [&](int64_t c, int64_t b0, int64_t b1) {
+    for_chunks(batch, split, [&](int64_t c, int64_t b0, int64_t b1) {
       std::vector<T> pA(6 * n), w(6 * n), ws(need_q || need_qd ? kAdjointWork * n : 0);
       for (int64_t b = b0; b < b1; ++b) {
         T* row = rows + b * kAbaRow * n;
@@ -1077,7 +1093,7 @@ std::vector<torch::Tensor> crba_forward(torch::Tensor q, torch::Tensor inertial,
     const T* ax = axis.data_ptr<T>();
     T* out = M.data_ptr<T>();
     T* rows = save ? saved.data_ptr<T>() : nullptr;
-    for_chunks(batch, chunk_count(batch, batch * n), [&](int64_t, int64_t b0, int64_t b1) {
+    for_chunks(batch, split_for(batch, batch * n), [&](int64_t, int64_t b0, int64_t b1) {
       std::vector<T> row(kPoseRow * n), Ic(10 * n);
       for (int64_t b = b0; b < b1; ++b) {
         T* pose = save ? rows + b * kPoseRow * n : row.data();
@@ -1103,7 +1119,8 @@ std::vector<torch::Tensor> crba_backward(torch::Tensor saved, torch::Tensor G,
               "grad must be a contiguous (..., n, n) tensor");
   const int64_t batch = G.numel() / (n * n);
   check_saved(saved, batch, kPoseRow * n);
-  const int64_t chunks = chunk_count(batch, batch * n);
+  const Split split = split_for(batch, batch * n);
+  const int64_t chunks = split.chunks;
   std::vector<torch::Tensor> result;
   AT_DISPATCH_FLOATING_TYPES(G.scalar_type(), "crba_backward", [&] {
     using T = scalar_t;
@@ -1111,7 +1128,7 @@ std::vector<torch::Tensor> crba_backward(torch::Tensor saved, torch::Tensor G,
     GradOut<T> garm(need_armature, armature, batch, chunks, n);
     T* rows = saved.data_ptr<T>();
     const T *Gp = G.data_ptr<T>(), *ax = axis.data_ptr<T>();
-    for_chunks(batch, chunks, [&](int64_t c, int64_t b0, int64_t b1) {
+    for_chunks(batch, split, [&](int64_t c, int64_t b0, int64_t b1) {
       std::vector<T> ws(gpi.active ? 28 * n : 0);
       for (int64_t b = b0; b < b1; ++b) {
         const T* Gb = Gp + b * n * n;
@@ -1202,9 +1219,11 @@ std::vector<torch::Tensor> feedback_rollout(
     // (Qube solve p50 1.3 -> 6 ms with 2 threads beside one busy core), so only MPPI-sized
     // work is split.
     const int64_t work = batch * horizon * substeps * n;
-    const int64_t chunks = work < kMinParallelRolloutWork ? 1 : std::max<int64_t>(
-        1, std::min<int64_t>(chunk_count(batch * horizon * substeps, work), batch));
-    for_chunks(batch, chunks, [&](int64_t, int64_t b0, int64_t b1) {
+    Split split = work < kMinParallelRolloutWork ? Split{1, 1}
+                                                 : split_for(batch * horizon * substeps, work);
+    split.chunks = std::min<int64_t>(split.chunks, batch);
+    split.threads = std::min<int64_t>(split.threads, split.chunks);
+    for_chunks(batch, split, [&](int64_t, int64_t b0, int64_t b1) {
       AbaScratch<T> ws(n);
       std::vector<T> dz(nz), tau(n), qdd(n), x(nx);
       T* row = ws.row.data();
@@ -1532,6 +1551,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("aba_backward", &aba_backward,
         "Vector-Jacobian products of ABA w.r.t. q, qd, tau, inertial and armature, from saved "
         "rows");
+  m.def("threads_for", &threads_for,
+        "Threads a dynamics call of B samples of an n-joint tree runs on");
   m.def("crba_forward", &crba_forward,
         "Batched CRBA, one composite-inertia recursion per sample; optionally saves the poses");
   m.def("crba_backward", &crba_backward,
