@@ -264,6 +264,35 @@ void rnea_sample(const Tree& tree, const T* axis, const T* origins, const T* pi,
   }
 }
 
+// S x m for the joint's unit subspace S: [a x m_w; a x m_v] (revolute) or [0; a x m_w].
+template <typename T>
+inline void subspace_cross(const T* axis, bool prismatic, const T* m, T* out) {
+  if (prismatic) {
+    out[0] = out[1] = out[2] = T(0);
+    cross(axis, m, out + 3);
+  } else {
+    cross(axis, m, out);
+    cross(axis, m + 3, out + 3);
+  }
+}
+
+// (S x) x* f added to out: [x a x f_n; x a x f_f] (revolute) or [x a x f_f; 0].
+template <typename T>
+inline void add_subspace_force_cross(const T* axis, bool prismatic, T x, const T* f, T* out) {
+  T c[3];
+  cross(axis, f + 3, c);
+  if (prismatic) {
+    for (int r = 0; r < 3; ++r) out[r] += x * c[r];
+    return;
+  }
+  T d[3];
+  cross(axis, f, d);
+  for (int r = 0; r < 3; ++r) {
+    out[r] += x * d[r];
+    out[3 + r] += x * c[r];
+  }
+}
+
 template <typename T>
 inline T dot6(const T* a, const T* b) {
   return a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3] + a[4] * b[4] + a[5] * b[5];
@@ -316,11 +345,9 @@ void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
     const bool pr = tree.prismatic[i] != 0;
     T* wi = w + 6 * i;
     from_parent(k.R + 9 * i, k.p + 3 * i, tree.parent[i], w, wi);
-    T S[6] = {T(0), T(0), T(0), T(0), T(0), T(0)};
-    add_subspace(axis + 3 * i, pr, T(1), S);
     if (gq != nullptr && tree.parent[i] >= 0) {
       T Sxy[6];
-      motion_cross(S, wi, Sxy);
+      subspace_cross(axis + 3 * i, pr, wi, Sxy);
       gq[i] -= scale * dot6(Sxy, F + 6 * i);
     }
     add_subspace(axis + 3 * i, pr, g[i], wi);
@@ -347,34 +374,23 @@ void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
     if (state) {
       const T* v = k.v + 6 * i;
       T* vb = vbar + 6 * i;
-      T S[6] = {T(0), T(0), T(0), T(0), T(0), T(0)};
-      add_subspace(ax, pr, T(1), S);
-      T sqd[6] = {T(0), T(0), T(0), T(0), T(0), T(0)};
-      add_subspace(ax, pr, qd[i], sqd);
       T Iv[6], t[6] = {T(0), T(0), T(0), T(0), T(0), T(0)}, vxw[6], Ivxw[6];
       inertia_apply(pi + 10 * i, v, Iv);
       add_force_cross(wi, Iv, t);
       motion_cross(v, wi, vxw);
       inertia_apply(pi + 10 * i, vxw, Ivxw);
       for (int r = 0; r < 6; ++r) vb[r] -= t[r] + Ivxw[r];
-      add_force_cross(sqd, ab, vb);
-      if (gqd != nullptr) {
-        T vxS[6];
-        motion_cross(v, S, vxS);
-        gqd[i] += scale * (dot6(ab, vxS) + subspace_dot(ax, pr, vb));
-      }
+      add_subspace_force_cross(ax, pr, qd[i], ab, vb);
+      // S x v = S x z_v (S x S = 0), with z_v = X_i v_parent = v_i - S qd_i
+      T Sxv[6];
+      subspace_cross(ax, pr, v, Sxv);
+      if (gqd != nullptr) gqd[i] += scale * (subspace_dot(ax, pr, vb) - dot6(ab, Sxv));
       if (gq != nullptr) {
-        // z_a = X_i a_parent = a_i - S qdd_i - v_i x S qd_i, z_v = X_i v_parent = v_i - S qd_i
-        T za[6], zv[6];
-        motion_cross(v, sqd, za);
-        for (int r = 0; r < 6; ++r) {
-          za[r] = k.a[6 * i + r] - za[r];
-          zv[r] = v[r] - sqd[r];
-        }
+        // z_a = X_i a_parent = a_i - S qdd_i - v_i x S qd_i = a_i - S qdd_i + qd_i S x v_i
+        T za[6], Sxa[6];
+        for (int r = 0; r < 6; ++r) za[r] = k.a[6 * i + r] + qd[i] * Sxv[r];
         add_subspace(ax, pr, -qdd[i], za);
-        T Sxa[6], Sxv[6];
-        motion_cross(S, za, Sxa);
-        motion_cross(S, zv, Sxv);
+        subspace_cross(ax, pr, za, Sxa);
         gq[i] -= scale * (dot6(ab, Sxa) + dot6(vb, Sxv));
       }
       if (parent >= 0) add_force_to_parent(k.R + 9 * i, k.p + 3 * i, vb, vbar + 6 * parent);
