@@ -415,13 +415,22 @@ def kernels_for(model: RobotModel, q: Tensor, qd: Optional[Tensor] = None,
     :param x: ``qdd`` (RNEA) or ``tau`` (ABA), None for CRBA.
     :return: ``(extension, None)`` when they can, else ``(None, reason)``.
     """
-    if qd is None:
-        reason = _unsupported(model, (q,), (), (model.origin_xyz, model.origin_rpy))
-    else:
-        reason = _unsupported(model, (), (q, qd, x),
-                              (model.origin_xyz, model.origin_rpy, model.gravity))
-    if reason is not None:
-        return None, reason
+    entry = _entry(model)
+    dtype = entry.dtype
+    # the common call first, in as few Python operations as possible (B = 1 pays them)
+    common = qd is not None and not entry.reason and q.dtype is dtype and qd.dtype is dtype \
+        and x.dtype is dtype and q.is_cpu and qd.is_cpu and x.is_cpu and not (
+            torch.is_grad_enabled() and (model.origin_xyz.requires_grad
+                                         or model.origin_rpy.requires_grad
+                                         or model.gravity.requires_grad))
+    if not common:
+        if qd is None:
+            reason = _unsupported(model, (q,), (), (model.origin_xyz, model.origin_rpy))
+        else:
+            reason = _unsupported(model, (), (q, qd, x),
+                                  (model.origin_xyz, model.origin_rpy, model.gravity))
+        if reason is not None:
+            return None, reason
     ext = _extension()
     if ext is None:
         return None, native_available()[1]
