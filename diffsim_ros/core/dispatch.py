@@ -74,25 +74,28 @@ def get_backend() -> str:
 
     :return: ``'auto'``, ``'native'`` or ``'torch'``.
     """
-    backend = _default['backend']
-    if backend is None:
-        backend = _valid(_default['env'] or 'auto', f'${ENV_VAR}')
-    return backend
+    return _choice(None, 'get_backend')
 
 
 set_backend(None)  # read $DIFFSIM_BACKEND
 
 
-def _kernels(backend: Optional[str], model: RobotModel, q: Tensor, qd: Optional[Tensor],
-             x: Optional[Tensor], name: str) -> Optional[object]:
-    """Return the native extension when this call runs natively, else None (torch)."""
-    choice = get_backend() if backend is None else _valid(backend, f'{name}(backend=...)')
-    if choice == 'torch':
-        return None
-    ext, reason = native.kernels_for(model, q, qd, x)
-    if ext is None and choice == 'native':
-        raise BackendError(f"{name}: backend 'native' cannot run this call: {reason}")
-    return ext
+def _choice(backend: Optional[str], name: str) -> str:
+    """Return the backend of one call (the argument, else the process default)."""
+    if backend is None:
+        backend = _default['backend'] or _default['env'] or 'auto'
+        if backend not in BACKENDS:
+            _valid(backend, f'${ENV_VAR}')
+    elif backend not in BACKENDS:
+        _valid(backend, f'{name}(backend=...)')
+    return backend
+
+
+def _refuse(name: str, model: RobotModel, q: Tensor, qd: Optional[Tensor] = None,
+            x: Optional[Tensor] = None) -> None:
+    """Raise :class:`BackendError` saying why the kernels cannot run a forced call."""
+    reason = native.kernels_for(model, q, qd, x)[1]
+    raise BackendError(f"{name}: backend 'native' cannot run this call: {reason}")
 
 
 def rnea(model: RobotModel, q: Tensor, qd: Tensor, qdd: Tensor,
@@ -111,10 +114,14 @@ def rnea(model: RobotModel, q: Tensor, qd: Tensor, qdd: Tensor,
     :param backend: ``'auto'``, ``'native'`` or ``'torch'``; None: :func:`get_backend`.
     :return: joint torques/forces ``(..., n)`` [N m or N].
     """
-    ext = _kernels(backend, model, q, qd, qdd, 'rnea')
-    if ext is None:
-        return rnea_torch(model, q, qd, qdd)
-    return native.run_dynamics(ext, True, model, q, qd, qdd)
+    choice = _choice(backend, 'rnea')
+    if choice != 'torch':
+        out = native.try_dynamics(True, model, q, qd, qdd)
+        if out is not None:
+            return out
+        if choice == 'native':
+            _refuse('rnea', model, q, qd, qdd)
+    return rnea_torch(model, q, qd, qdd)
 
 
 def aba(model: RobotModel, q: Tensor, qd: Tensor, tau: Tensor,
@@ -132,10 +139,14 @@ def aba(model: RobotModel, q: Tensor, qd: Tensor, tau: Tensor,
     :param backend: ``'auto'``, ``'native'`` or ``'torch'``; None: :func:`get_backend`.
     :return: joint accelerations ``(..., n)``.
     """
-    ext = _kernels(backend, model, q, qd, tau, 'aba')
-    if ext is None:
-        return aba_torch(model, q, qd, tau)
-    return native.run_dynamics(ext, False, model, q, qd, tau)
+    choice = _choice(backend, 'aba')
+    if choice != 'torch':
+        out = native.try_dynamics(False, model, q, qd, tau)
+        if out is not None:
+            return out
+        if choice == 'native':
+            _refuse('aba', model, q, qd, tau)
+    return aba_torch(model, q, qd, tau)
 
 
 def crba(model: RobotModel, q: Tensor, backend: Optional[str] = None) -> Tensor:
@@ -150,7 +161,11 @@ def crba(model: RobotModel, q: Tensor, backend: Optional[str] = None) -> Tensor:
     :param backend: ``'auto'``, ``'native'`` or ``'torch'``; None: :func:`get_backend`.
     :return: symmetric positive-definite ``(..., n, n)`` [kg m^2, kg, kg m].
     """
-    ext = _kernels(backend, model, q, None, None, 'crba')
-    if ext is None:
-        return crba_torch(model, q)
-    return native.run_crba(ext, model, q)
+    choice = _choice(backend, 'crba')
+    if choice != 'torch':
+        ext, reason = native.kernels_for(model, q)
+        if ext is not None:
+            return native.run_crba(ext, model, q)
+        if choice == 'native':
+            raise BackendError(f"crba: backend 'native' cannot run this call: {reason}")
+    return crba_torch(model, q)

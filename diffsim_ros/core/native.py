@@ -437,6 +437,33 @@ def kernels_for(model: RobotModel, q: Tensor, qd: Optional[Tensor] = None,
     return ext, None
 
 
+def try_dynamics(inverse: bool, model: RobotModel, q: Tensor, qd: Tensor,
+                 x: Tensor) -> Optional[Tensor]:
+    """
+    Run RNEA (``inverse``) or ABA in the kernels when the call allows it.
+
+    :param inverse: True for RNEA (``x`` is ``qdd``), False for ABA (``x`` is ``tau``).
+    :param model: the robot.
+    :param q: joint positions ``(..., n)``.
+    :param qd: joint velocities ``(..., n)``.
+    :param x: ``qdd`` or ``tau`` ``(..., n)``.
+    :return: ``tau`` or ``qdd`` ``(..., n)``, or None when the kernels cannot run this call
+        (:func:`kernels_for` says why).
+    """
+    entry = _entry(model)
+    dtype = entry.dtype
+    # the common call in as few Python operations as possible (B = 1 pays each of them)
+    if entry.reason or q.dtype is not dtype or qd.dtype is not dtype or x.dtype is not dtype \
+            or not (q.is_cpu and qd.is_cpu and x.is_cpu) or (torch.is_grad_enabled() and (
+                model.origin_xyz.requires_grad or model.origin_rpy.requires_grad
+                or model.gravity.requires_grad)):
+        return None
+    ext = _extension()
+    if ext is None:
+        return None
+    return _run_dynamics(entry, ext, inverse, model, q, qd, x)
+
+
 def run_dynamics(ext: object, inverse: bool, model: RobotModel, q: Tensor, qd: Tensor,
                  x: Tensor) -> Tensor:
     """
@@ -450,7 +477,11 @@ def run_dynamics(ext: object, inverse: bool, model: RobotModel, q: Tensor, qd: T
     :param x: ``qdd`` or ``tau`` ``(..., n)``.
     :return: ``tau`` or ``qdd`` ``(..., n)``, differentiable as the module docstring says.
     """
-    entry = _entry(model)
+    return _run_dynamics(_entry(model), ext, inverse, model, q, qd, x)
+
+
+def _run_dynamics(entry: _ModelEntry, ext: object, inverse: bool, model: RobotModel,
+                  q: Tensor, qd: Tensor, x: Tensor) -> Tensor:
     params = entry.plain_params(model)
     shape = q.shape
     batch = None
