@@ -237,7 +237,7 @@ class OursEngine:
             return None, f'native kernels unavailable ({reason}); columns skipped'
         return ({'rnea': native.rnea_native, 'aba': native.aba_native,
                  'crba': native.crba_native},
-                'native kernels: diffsim_ros.core.native (fused C++/OpenMP, '
+                'native kernels: diffsim_ros.core.native (fused C++, up to '
                 f'{torch.get_num_threads()} threads), built or loaded in '
                 f'{time.perf_counter() - start:.1f} s')
 
