@@ -451,6 +451,16 @@ def test_parameters_changed_in_place_are_seen(kernels, default_backend):
             _close(call(model, q, qd, x), PAIRS[algorithm][1](model, q, qd, x))
 
 
+def test_auto_takes_torch_inside_torch_compile(kernels, default_backend, monkeypatch):
+    # Traced code (the controllers' compiled steps) must get the torch code, which compiles
+    # into the graph, not an opaque kernel call; a forced backend is left as asked.
+    model = MODELS['wam4']
+    q = torch.zeros(2, model.n, dtype=torch.float64).requires_grad_()
+    monkeypatch.setattr(torch.compiler, 'is_compiling', lambda: True)
+    assert _path(core.aba(model, q, q, q)) == 'torch'
+    assert _path(core.aba(model, q, q, q, backend='native')) == 'native'
+
+
 def test_integrators_use_the_dispatching_aba(kernels, default_backend):
     g = torch.Generator().manual_seed(21)
     model = load_urdf(xml=robots.urdf_string('wam4'))

@@ -15,7 +15,8 @@ Two implementations compute the same quantities (they agree to 1e-12 relative in
   way to ``torch.compile`` it (compilation costs tens of seconds per shape).
 
 ``'auto'`` (the default) takes ``'native'`` wherever the call allows it, else ``'torch'``,
-deciding per call from what is asked (device, dtype, model, which inputs require grad).
+deciding per call from what is asked (device, dtype, model, which inputs require grad);
+code being traced by ``torch.compile`` gets ``'torch'``, which compiles into its graph.
 A path is forced, in this order of precedence, by the ``backend=`` argument of a call, by
 :func:`set_backend` for the process, or by the environment variable ``DIFFSIM_BACKEND``
 (``auto``, ``native`` or ``torch``; read when this module is imported and again by
@@ -88,6 +89,10 @@ def _choice(backend: Optional[str], name: str) -> str:
             _valid(backend, f'${ENV_VAR}')
     elif backend not in BACKENDS:
         _valid(backend, f'{name}(backend=...)')
+    if backend == 'auto' and torch.compiler.is_compiling():
+        # inside torch.compile the torch code is what compiles into one graph; an opaque
+        # kernel call would break the graph
+        return 'torch'
     return backend
 
 
