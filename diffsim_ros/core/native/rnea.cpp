@@ -210,8 +210,11 @@ struct Kin {
 // Rows for samples whose kinematics are not saved: one per thread, reused.
 template <typename T>
 struct Scratch {
-  std::vector<T> row, f;
-  Scratch(int64_t n, int64_t row_size) : row(row_size * n), f(6 * n) {}
+  std::vector<T> buffer;  // one allocation: the row, then the forces f (6n)
+  int64_t f_offset;
+  Scratch(int64_t n, int64_t row_size) : buffer((row_size + 6) * n), f_offset(row_size * n) {}
+  T* row() { return buffer.data(); }
+  T* f() { return buffer.data() + f_offset; }
 };
 
 // First pass of RNEA: poses, v_i, a_i (with gravity as the base acceleration).
@@ -472,10 +475,19 @@ inline void add_inertia_to_parent(const T* R, const T* p, const T* M, T* out) {
   }
 }
 
+// One allocation per call (a B = 1 call pays each one): the saved-row layout, then c (6n),
+// IA (36n), pA (6n) and u (n).
 template <typename T>
 struct AbaScratch {
-  std::vector<T> row, c, IA, pA, u;
-  AbaScratch(int64_t n) : row(kAbaRow * n), c(6 * n), IA(36 * n), pA(6 * n), u(n) {}
+  std::vector<T> buffer;
+  T *c, *IA, *pA, *u;
+  explicit AbaScratch(int64_t n) : buffer((kAbaRow + 49) * n) {
+    c = buffer.data() + kAbaRow * n;
+    IA = c + 6 * n;
+    pA = IA + 36 * n;
+    u = pA + 6 * n;
+  }
+  T* row() { return buffer.data(); }
 };
 
 // ABA for one sample; writes the kinematics, U and D into the row k / U / D point into.
@@ -922,11 +934,11 @@ std::vector<torch::Tensor> rnea_forward(torch::Tensor q, torch::Tensor qd, torch
     for_chunks(batch, split_for(batch, batch * n), [&](int64_t, int64_t b0, int64_t b1) {
       Scratch<T> ws(n, kKinRow);
       for (int64_t b = b0; b < b1; ++b) {
-        T* row = save ? rows + b * kRneaRow * n : ws.row.data();
+        T* row = save ? rows + b * kRneaRow * n : ws.row();
         const Kin<T> k(row, n);
         rnea_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n,
                     qdp + b * n, qddp + b * n, out + b * n, k,
-                    save ? row + kKinRow * n : ws.f.data());
+                    save ? row + kKinRow * n : ws.f());
       }
     });
   });
@@ -1017,7 +1029,7 @@ std::vector<torch::Tensor> aba_forward(torch::Tensor q, torch::Tensor qd, torch:
     for_chunks(batch, split_for(batch, batch * n), [&](int64_t, int64_t b0, int64_t b1) {
       AbaScratch<T> ws(n);
       for (int64_t b = b0; b < b1; ++b) {
-        T* row = save ? rows + b * kAbaRow * n : ws.row.data();
+        T* row = save ? rows + b * kAbaRow * n : ws.row();
         const Kin<T> k(row, n);
         aba_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n,
                    qdp + b * n, taup + b * n, out + b * n, k, row + kKinRow * n,
@@ -1243,7 +1255,7 @@ std::vector<torch::Tensor> feedback_rollout(
     for_chunks(batch, split, [&](int64_t, int64_t b0, int64_t b1) {
       AbaScratch<T> ws(n);
       std::vector<T> dz(nz), tau(n), qdd(n), x(nx);
-      T* row = ws.row.data();
+      T* row = ws.row();
       const Kin<T> k(row, n);
       for (int64_t b = b0; b < b1; ++b) {
         for (int64_t i = 0; i < nx; ++i) x[i] = x0p[b * nx + i];
