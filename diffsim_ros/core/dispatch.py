@@ -103,6 +103,20 @@ def _refuse(name: str, model: RobotModel, q: Tensor, qd: Optional[Tensor] = None
     raise BackendError(f"{name}: backend 'native' cannot run this call: {reason}")
 
 
+def _dynamics(name: str, backend: Optional[str], model: RobotModel, q: Tensor, qd: Tensor,
+              x: Tensor) -> Tensor:
+    """Run RNEA (``name == 'rnea'``, ``x = qdd``) or ABA (``x = tau``) on the chosen path."""
+    choice = _choice(backend, name)
+    inverse = name == 'rnea'
+    if choice != 'torch':
+        out = native.try_dynamics(inverse, model, q, qd, x)
+        if out is not None:
+            return out
+        if choice == 'native':
+            _refuse(name, model, q, qd, x)
+    return (rnea_torch if inverse else aba_torch)(model, q, qd, x)
+
+
 def rnea(model: RobotModel, q: Tensor, qd: Tensor, qdd: Tensor,
          backend: Optional[str] = None) -> Tensor:
     """
@@ -119,14 +133,7 @@ def rnea(model: RobotModel, q: Tensor, qd: Tensor, qdd: Tensor,
     :param backend: ``'auto'``, ``'native'`` or ``'torch'``; None: :func:`get_backend`.
     :return: joint torques/forces ``(..., n)`` [N m or N].
     """
-    choice = _choice(backend, 'rnea')
-    if choice != 'torch':
-        out = native.try_dynamics(True, model, q, qd, qdd)
-        if out is not None:
-            return out
-        if choice == 'native':
-            _refuse('rnea', model, q, qd, qdd)
-    return rnea_torch(model, q, qd, qdd)
+    return _dynamics('rnea', backend, model, q, qd, qdd)
 
 
 def aba(model: RobotModel, q: Tensor, qd: Tensor, tau: Tensor,
@@ -144,14 +151,7 @@ def aba(model: RobotModel, q: Tensor, qd: Tensor, tau: Tensor,
     :param backend: ``'auto'``, ``'native'`` or ``'torch'``; None: :func:`get_backend`.
     :return: joint accelerations ``(..., n)``.
     """
-    choice = _choice(backend, 'aba')
-    if choice != 'torch':
-        out = native.try_dynamics(False, model, q, qd, tau)
-        if out is not None:
-            return out
-        if choice == 'native':
-            _refuse('aba', model, q, qd, tau)
-    return aba_torch(model, q, qd, tau)
+    return _dynamics('aba', backend, model, q, qd, tau)
 
 
 def crba(model: RobotModel, q: Tensor, backend: Optional[str] = None) -> Tensor:
