@@ -183,7 +183,8 @@ class _ModelEntry:
     a parameter is changed in place.
     """
 
-    __slots__ = ('__weakref__', 'reason', 'dtype', 'n', 'structure', 'stamp', 'params')
+    __slots__ = ('__weakref__', 'reason', 'dtype', 'n', 'structure', 'stamp', 'params',
+                 'args')
 
     def __init__(self, model: RobotModel) -> None:
         self.reason = _model_reason(model)
@@ -192,6 +193,7 @@ class _ModelEntry:
         self.structure = None if self.reason else _structure(model)
         self.stamp = None
         self.params = None
+        self.args = None
 
     def plain_params(self, model: RobotModel) -> Optional[Tuple[Tensor, ...]]:
         """Return ``(inertial, armature, origins, gravity)`` without batch dims, or None."""
@@ -203,6 +205,8 @@ class _ModelEntry:
             params = (model.inertial, model.armature, model.joint_origins(), model.gravity)
             plain = all(t.dim() == k and t.is_contiguous() for t, k in zip(params, _TRAILING))
             self.params = params if plain else None
+            # the kernels' arguments after the states, ``save`` excepted
+            self.args = params + self.structure if plain else None
             self.stamp = stamp
         return self.params
 
@@ -452,15 +456,25 @@ def try_dynamics(inverse: bool, model: RobotModel, q: Tensor, qd: Tensor,
     """
     entry = _entry(model)
     dtype = entry.dtype
+    grad = torch.is_grad_enabled()
     # the common call in as few Python operations as possible (B = 1 pays each of them)
     if entry.reason or q.dtype is not dtype or qd.dtype is not dtype or x.dtype is not dtype \
-            or not (q.is_cpu and qd.is_cpu and x.is_cpu) or (torch.is_grad_enabled() and (
+            or not (q.is_cpu and qd.is_cpu and x.is_cpu) or (grad and (
                 model.origin_xyz.requires_grad or model.origin_rpy.requires_grad
                 or model.gravity.requires_grad)):
         return None
     ext = _extension()
     if ext is None:
         return None
+    params = entry.plain_params(model)
+    shape = q.shape
+    if params is not None and qd.shape == shape and x.shape == shape and shape \
+            and shape[-1] == entry.n and q.is_contiguous() and qd.is_contiguous() \
+            and x.is_contiguous() and not (grad and (
+                q.requires_grad or qd.requires_grad or x.requires_grad
+                or params[0].requires_grad or params[1].requires_grad)):
+        kernel = ext.rnea_forward if inverse else ext.aba_forward
+        return kernel(q, qd, x, *entry.args, False)[0]
     return _run_dynamics(entry, ext, inverse, model, q, qd, x)
 
 
