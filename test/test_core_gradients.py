@@ -23,13 +23,29 @@ def _tree():
     raise RuntimeError('no branching random tree found')
 
 
-MODELS = {'tree': _tree(), 'wam4': load_urdf(xml=robots.urdf_string('wam4'))}
+def _floating_tree():
+    # A small free-flying branching tree: the root's 7/6 coordinates and two joints.
+    for seed in range(100):
+        model = load_urdf(xml=robot_to_urdf(seeded_robot(seed, n_movable=3)),
+                          floating_base=True)
+        if len(set(model.tree.parents)) < model.njoints:
+            return model
+    raise RuntimeError('no branching random tree found')
+
+
+MODELS = {'tree': _tree(), 'wam4': load_urdf(xml=robots.urdf_string('wam4')),
+          'floating': _floating_tree()}
 
 
 def _inputs(model, seed):
     g = torch.Generator().manual_seed(seed)
-    return [torch.randn(model.n, generator=g, dtype=torch.float64, requires_grad=True)
-            for _ in range(3)]
+    q = torch.randn(model.nq, generator=g, dtype=torch.float64)
+    if model.floating_base:
+        # a unit quaternion; gradcheck then perturbs all four entries (q[3:7]) freely
+        q[3:7] = q[3:7] / q[3:7].norm()
+    return [q.requires_grad_()] + [
+        torch.randn(model.nv, generator=g, dtype=torch.float64, requires_grad=True)
+        for _ in range(2)]
 
 
 def _with_parameters(model, values):

@@ -490,18 +490,22 @@ def test_auto_takes_torch_where_the_kernels_do_not_apply(kernels, default_backen
 
 
 def test_floating_base_models_take_torch(kernels, default_backend):
-    # The floating branch adds RobotModel.floating_base; the kernels are fixed-base only.
-    class Floating:
-        floating_base = True
-
-        def __getattr__(self, name):
-            return getattr(MODELS['wam4'], name)
-    model = Floating()
-    q = torch.zeros(4, dtype=torch.float64)
-    assert native.kernels_for(model, q, q, q) == (None, native.kernels_for(model, q)[1])
-    assert 'floating' in native.kernels_for(model, q)[1]
-    with pytest.raises(BackendError, match='floating'):
-        core.rnea(model, q, q, q, backend='native')
+    # The kernels are fixed-base only: a free-flyer model runs the torch algorithms.
+    g = torch.Generator().manual_seed(25)
+    model = load_urdf(xml=robots.urdf_string('panda'), floating_base=True)
+    assert model.floating_base and model.nq == model.nv + 1
+    q = _randn(g, 2, model.nq)
+    q[..., 3:7] = q[..., 3:7] / q[..., 3:7].norm(dim=-1, keepdim=True)
+    v, a = (_randn(g, 2, model.nv).requires_grad_() for _ in range(2))
+    tau = core.rnea(model, q, v, a)
+    assert _path(tau) == 'torch'
+    _close(tau, rnea(model, q, v, a))
+    assert _path(core.aba(model, q, v, tau.detach())) == 'torch'
+    assert 'floating' in native.kernels_for(model, q, v, a)[1]
+    for call in (lambda: core.rnea(model, q, v, a, backend='native'),
+                 lambda: core.crba(model, q, backend='native')):
+        with pytest.raises(BackendError, match='floating'):
+            call()
 
 
 @pytest.mark.parametrize('algorithm', PUBLIC)

@@ -62,7 +62,9 @@ def test_massless_link_without_inertial_is_allowed_between_bodies():
 @pytest.mark.parametrize('xml, error, match', [
     ('<robot name="r"><link name="a">', URDFError, 'well-formed'),
     ('<model/>', URDFError, '<robot>'),
-    (_robot('floating'), UnsupportedJointError, "joint 'j1'.*floating"),
+    (_robot(extra_links=LINK.format(name='l2', mass='1.0') + '<joint name="j2" type="floating">'
+            '<parent link="l1"/><child link="l2"/></joint>'),
+     UnsupportedJointError, "joint 'j2': a floating joint is supported only at the root"),
     (_robot('planar'), UnsupportedJointError, "joint 'j1'.*planar"),
     (_robot('ball'), UnsupportedJointError, "unknown joint type 'ball'"),
     (_robot(extra_joint='<mimic joint="j0"/>'), UnsupportedJointError, 'mimic'),

@@ -23,6 +23,8 @@ import numpy as np
 import torch
 
 MOVABLE_TYPES = ('revolute', 'continuous', 'prismatic')
+#: Name of the free-flyer joint (ours and Pinocchio's).
+FREE_FLYER = 'root_joint'
 JOINT_TYPES = MOVABLE_TYPES + ('fixed',)
 #: Agreement required with Pinocchio and MuJoCo, relative to max(1, |reference|), float64.
 TOL = 1e-9
@@ -461,38 +463,83 @@ def joint_types_of(xml: str, joint_names: Sequence[str]) -> list:
 # Pinocchio
 # --------------------------------------------------------------------------------------
 
-def pinocchio_model(xml: str) -> tuple:
+def pinocchio_model(xml: str, floating_base: bool = False) -> tuple:
     """
-    Build a Pinocchio model (fixed base) and data from a URDF string.
+    Build a Pinocchio model and data from a URDF string.
 
     :param xml: URDF XML.
+    :param floating_base: mount the root link on a ``JointModelFreeFlyer`` (named
+        ``'root_joint'``, as ``load_urdf(..., floating_base=True)`` names it).
     :return: ``(pin_model, pin_data)``.
     """
     import pinocchio as pin
-    pin_model = pin.buildModelFromXML(xml)
+    if floating_base:
+        pin_model = pin.buildModelFromXML(xml, pin.JointModelFreeFlyer())
+    else:
+        pin_model = pin.buildModelFromXML(xml)
     return pin_model, pin_model.createData()
 
 
+def random_floating_state(rng: np.random.Generator, joint_types: Sequence[str],
+                          batch: tuple = (), velocity_scale: float = 2.0) -> tuple:
+    """
+    Draw a floating-base state: a random root pose, then :func:`random_state`'s joints.
+
+    :param rng: random generator.
+    :param joint_types: type of each 1-DOF joint (the free-flyer excluded), our order.
+    :param batch: leading batch shape.
+    :param velocity_scale: standard deviation of the velocities.
+    :return: ``(q, v, x)`` of shapes ``batch + (nq,)``, ``batch + (nv,)``, ``batch + (nv,)``:
+        ``q = [p (uniform in [-1, 1] m), unit quaternion (x, y, z, w), joints]``.
+    """
+    q, qd, x = random_state(rng, joint_types, batch, velocity_scale)
+    batch = tuple(batch)
+    position = rng.uniform(-1.0, 1.0, batch + (3,))
+    quaternion = rng.standard_normal(batch + (4,))
+    quaternion /= np.linalg.norm(quaternion, axis=-1, keepdims=True)
+    twist = velocity_scale * rng.standard_normal(batch + (6,))
+    wrench = 3.0 * rng.standard_normal(batch + (6,))
+    return (np.concatenate((position, quaternion, q), -1), np.concatenate((twist, qd), -1),
+            np.concatenate((wrench, x), -1))
+
+
 class PinocchioMap:
-    """Translate between our joint order and a Pinocchio model's coordinates."""
+    """
+    Translate between our joint order and a Pinocchio model's coordinates.
+
+    A free-flyer named ``'root_joint'`` first in ``joint_names`` (our floating base) takes
+    our ``q[:7]`` (position, quaternion x y z w) and ``v[:6]`` (linear, angular) as they
+    are: the layouts are the same.
+    """
 
     def __init__(self, pin_model, joint_names: Sequence[str]) -> None:
         """
         Index the Pinocchio joints of the given names.
 
         :param pin_model: Pinocchio model.
-        :param joint_names: our movable joints, in our order.
+        :param joint_names: our movable joints, in our order (``'root_joint'`` first for a
+            floating base).
         :raises ValueError: a name is unknown to Pinocchio, a joint is not one-dof, or the
             model has other degrees of freedom.
         """
         self.joint_names = tuple(joint_names)
         self.nq = pin_model.nq
         self.nv = pin_model.nv
-        if self.nv != len(self.joint_names):
+        self.root_q = None
+        idx_v_root = []
+        names = self.joint_names
+        if names[:1] == (FREE_FLYER,):
+            jid = pin_model.getJointId(FREE_FLYER)
+            if (pin_model.nqs[jid], pin_model.nvs[jid]) != (7, 6):
+                raise ValueError(f'{FREE_FLYER!r} is not a free-flyer in Pinocchio')
+            self.root_q = pin_model.idx_qs[jid]
+            idx_v_root = list(range(pin_model.idx_vs[jid], pin_model.idx_vs[jid] + 6))
+            names = names[1:]
+        if self.nv != len(names) + len(idx_v_root):
             raise ValueError(f'Pinocchio has nv={self.nv}, we have {len(self.joint_names)} '
                              f'joints: {self.joint_names}')
         idx_q, idx_v, continuous = [], [], []
-        for name in self.joint_names:
+        for name in names:
             if not pin_model.existJointName(name):
                 raise ValueError(f'Pinocchio model has no joint {name!r}')
             jid = pin_model.getJointId(name)
@@ -503,18 +550,21 @@ class PinocchioMap:
             idx_v.append(pin_model.idx_vs[jid])
             continuous.append(pin_model.nqs[jid] == 2)
         self.idx_q = np.array(idx_q, dtype=int)
-        self.idx_v = np.array(idx_v, dtype=int)
+        self.idx_v = np.array(idx_v_root + idx_v, dtype=int)
         self.continuous = np.array(continuous, dtype=bool)
 
     def q(self, q: np.ndarray) -> np.ndarray:
         """
-        Map our positions ``(n,)`` to a Pinocchio configuration ``(nq,)``.
+        Map our positions ``(nq,)`` to a Pinocchio configuration ``(nq_pin,)``.
 
-        :param q: joint positions in our order.
+        :param q: joint positions in our order (a free-flyer's 7 coordinates first).
         :return: Pinocchio configuration; continuous joints as ``(cos q, sin q)``.
         """
         q = np.asarray(q, dtype=float)
         q_pin = np.zeros(self.nq)
+        if self.root_q is not None:
+            q_pin[self.root_q:self.root_q + 7] = q[:7]
+            q = q[7:]
         for i, (iq, cont) in enumerate(zip(self.idx_q, self.continuous)):
             if cont:
                 q_pin[iq] = math.cos(q[i])
@@ -527,7 +577,7 @@ class PinocchioMap:
         """
         Map a tangent-space vector (velocity, acceleration, torque) to Pinocchio's order.
 
-        :param v: ``(n,)`` in our order.
+        :param v: ``(nv,)`` in our order.
         :return: ``(nv,)`` in Pinocchio's order.
         """
         v_pin = np.zeros(self.nv)

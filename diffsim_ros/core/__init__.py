@@ -9,6 +9,11 @@ from .actuators import (CoulombFriction, DCMotor, FFNN, FrictionModel, make_fric
                         NNFriction, NNResidual, NoFriction, SigmoidFriction, StribeckFriction,
                         ViscousFriction)
 from .compiled import compile_algorithm
+from .configuration import (check_configuration, configuration_sizes, difference,
+                            free_joint_from_mujoco, free_joint_to_mujoco, from_mujoco,
+                            from_ros_pose, from_ros_twist, integrate, normalize,
+                            QUATERNION_NORM_TOLERANCE, root_configuration, root_pose_matrix,
+                            to_mujoco, to_ros_pose, to_ros_twist)
 from .energy import kinetic_energy, potential_energy
 from .errors import DiffsimError, ShapeError, UnsupportedJointError, URDFError
 from .integrators import (forward_dynamics, INTEGRATORS, joint_friction, rk4, rollout,
@@ -25,26 +30,34 @@ from .parameterization import (DiffNEAParameterization, inertial_from_mass_com_i
                                RawParameterization,
                                regularize_inertial)
 from .regressor import joint_torque_regressor
+from .spatial import (matrix_to_quat, quat_conjugate, quat_exp, quat_log, quat_multiply,
+                      quat_rotate, quat_to_matrix)
 from .urdf import load_urdf
 # Last: the public rnea/aba/crba are the dispatching functions (the names would otherwise
 # be bound to their submodules, which the imports above load).
 from .dispatch import aba, BackendError, crba, get_backend, rnea, set_backend  # noqa: I100
 
 __all__ = [
-    'BackendError', 'CoulombFriction',
-    'DCMotor', 'DiffNEAParameterization', 'DiffsimError', 'FFNN',
+    'BackendError', 'CoulombFriction', 'DCMotor', 'DiffNEAParameterization', 'DiffsimError',
+    'FFNN',
     'FrictionModel', 'INTEGRATORS', 'InertialParameterization', 'KinematicParameterization',
     'KinematicTree', 'LogCholeskyParameterization', 'NNFriction', 'NNResidual', 'NoFriction',
-    'PARAMETER_FIELDS', 'RawParameterization', 'RobotModel', 'ShapeError', 'SigmoidFriction',
+    'PARAMETER_FIELDS', 'QUATERNION_NORM_TOLERANCE', 'RawParameterization', 'RobotModel',
+    'ShapeError', 'SigmoidFriction',
     'StribeckFriction',
     'URDFError', 'UnsupportedJointError', 'ViscousFriction', 'aba', 'aba_native', 'body_poses',
-    'compile_algorithm', 'crba', 'crba_native', 'feedback_rollout_native', 'forward_dynamics',
-    'forward_kinematics', 'get_backend',
+    'check_configuration', 'compile_algorithm', 'configuration_sizes', 'crba', 'crba_native',
+    'difference', 'feedback_rollout_native', 'forward_dynamics', 'forward_kinematics',
+    'free_joint_from_mujoco', 'free_joint_to_mujoco',
+    'from_mujoco', 'from_ros_pose', 'from_ros_twist', 'get_backend', 'integrate',
     'inertial_from_mass_com_inertia', 'inertial_from_pseudo_inertia',
     'is_physically_consistent', 'jacobian', 'joint_friction', 'joint_torque_regressor',
     'joint_transforms', 'kinetic_energy', 'load_urdf', 'make_friction', 'native_available',
-    'make_parameterization', 'mass_com_inertia', 'potential_energy', 'pseudo_inertia',
-    'regularize_inertial', 'rk4', 'rnea', 'rnea_native', 'rollout', 'semi_implicit_euler',
-    'set_backend',
+    'make_parameterization', 'mass_com_inertia', 'matrix_to_quat', 'normalize',
+    'potential_energy', 'pseudo_inertia', 'quat_conjugate', 'quat_exp', 'quat_log',
+    'quat_multiply', 'quat_rotate', 'quat_to_matrix',
+    'regularize_inertial', 'rk4', 'rnea', 'rnea_native', 'rollout', 'root_configuration',
+    'root_pose_matrix', 'semi_implicit_euler', 'set_backend', 'to_mujoco', 'to_ros_pose',
+    'to_ros_twist',
     'with_joint_friction',
 ]

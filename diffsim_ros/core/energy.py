@@ -2,10 +2,9 @@
 
 import torch
 
-from .errors import check_trailing_shape
-from .kinematics import body_poses, motion_subspaces, world_inertial
+from .kinematics import body_poses, check_state, motion_subspaces, world_inertial
 from .model import RobotModel
-from .rnea import body_velocities
+from .rnea import body_velocities, floating_velocities
 from .spatial import inertia_apply, small_matvec
 
 Tensor = torch.Tensor
@@ -16,15 +15,17 @@ def kinetic_energy(model: RobotModel, q: Tensor, qd: Tensor) -> Tensor:
     Return ``0.5 qd^T M(q) qd`` (rotor armature included).
 
     :param model: the robot.
-    :param q: joint positions ``(..., n)``.
-    :param qd: joint velocities ``(..., n)``.
-    :return: ``(...)`` in J.
+    :param q: joint positions ``(..., nq)``.
+    :param qd: joint velocities ``(..., nv)``.
+    :return: ``(...)`` in J; a floating base's root body is included.
     """
-    check_trailing_shape('q', q, (model.n,))
-    check_trailing_shape('qd', qd, (model.n,))
+    check_state(model, q, qd=qd)
     T_world_body = body_poses(model, q)
     S = motion_subspaces(model, T_world_body)
-    v = body_velocities(model, S, qd)
+    if model.tree.floating:
+        v = floating_velocities(model, T_world_body, S, qd)[2]
+    else:
+        v = body_velocities(model, S, qd)
     Iv = inertia_apply(world_inertial(model, T_world_body), v)
     return 0.5 * ((v * Iv).sum((-1, -2)) + (model.armature * qd * qd).sum(-1))
 
@@ -34,10 +35,11 @@ def potential_energy(model: RobotModel, q: Tensor) -> Tensor:
     Return the gravitational potential energy of the moving bodies (zero at the world origin).
 
     :param model: the robot.
-    :param q: joint positions ``(..., n)``.
-    :return: ``(...)`` in J; links fixed to the base are not counted (as in Pinocchio).
+    :param q: joint positions ``(..., nq)``.
+    :return: ``(...)`` in J; links fixed to the world are not counted (as in Pinocchio), a
+        floating base's root body is.
     """
-    check_trailing_shape('q', q, (model.n,))
+    check_state(model, q)
     T_world_body = body_poses(model, q)
     R = T_world_body[..., :3, :3]
     p = T_world_body[..., :3, 3]

@@ -21,6 +21,9 @@ Tensor = torch.Tensor
 REVOLUTE = 'revolute'
 CONTINUOUS = 'continuous'
 PRISMATIC = 'prismatic'
+FLOATING = 'floating'
+#: Name of the free-flyer joint of a floating-base model (Pinocchio's name).
+ROOT_JOINT = 'root_joint'
 
 # Fields that are physical parameters: differentiable, may carry leading batch dims.
 # Value = number of trailing dims that belong to the parameter itself.
@@ -28,6 +31,9 @@ PARAMETER_FIELDS = {
     'origin_xyz': 2, 'origin_rpy': 2, 'inertial': 2,
     'damping': 1, 'friction': 1, 'armature': 1, 'gravity': 1,
 }
+# Parameter fields with one entry per degree of freedom (nv); the others with a trailing
+# per-joint dimension have one row per joint (njoints), gravity has none.
+PER_DOF_FIELDS = ('damping', 'friction', 'armature')
 _INERTIAL_SUFFIXES = ('m', 'mx', 'my', 'mz', 'ixx', 'ixy', 'ixz', 'iyy', 'iyz', 'izz')
 
 
@@ -38,6 +44,8 @@ class KinematicTree:
 
     Bodies are the child links of movable joints after merging fixed joints; body ``i`` moves
     with joint ``i``.  Joints are topologically ordered (``parents[i] < i``); ``-1`` is the base.
+    In a floating-base tree joint 0 is the free-flyer ``'root_joint'`` (6 DOF, type
+    ``'floating'``, zero axis and generators) whose body 0 is the URDF root link.
     """
 
     joint_names: tuple
@@ -58,11 +66,22 @@ class KinematicTree:
     eye4: Tensor
     revolute_mask: Tensor        # (n,) 1 for revolute/continuous joints
     prismatic_mask: Tensor       # (n,) 1 for prismatic joints
+    floating: bool = False       # joint 0 is a free-flyer
 
     @property
     def n(self) -> int:
-        """Return the number of movable joints."""
+        """Return the number of joints (root joint included) = the number of bodies."""
         return len(self.joint_names)
+
+    @property
+    def nq(self) -> int:
+        """Return the configuration size: 7 for a free-flyer root, 1 per other joint."""
+        return self.n + 6 if self.floating else self.n
+
+    @property
+    def nv(self) -> int:
+        """Return the number of degrees of freedom: 6 for a free-flyer root, 1 per other joint."""
+        return self.n + 5 if self.floating else self.n
 
     def to(self, dtype=None, device=None) -> 'KinematicTree':
         """Return a copy with every constant tensor converted."""
@@ -73,12 +92,13 @@ class KinematicTree:
 
 
 def build_tree(joint_names, joint_types, parents, body_links, link_names, link_bodies, axis,
-               T_body_parentlink, T_body_link) -> KinematicTree:
+               T_body_parentlink, T_body_link, floating: bool = False) -> KinematicTree:
     """
     Assemble a :class:`KinematicTree` and its precomputed index/generator tensors.
 
     :param joint_names: movable joint names in topological order.
-    :param joint_types: ``'revolute'``, ``'continuous'`` or ``'prismatic'`` per joint.
+    :param joint_types: ``'revolute'``, ``'continuous'``, ``'prismatic'`` per joint
+        (``'floating'`` for joint 0 of a floating-base tree, with a zero axis).
     :param parents: parent joint index per joint, ``-1`` for the base.
     :param body_links: child link name of each joint.
     :param link_names: every link name (FK order).
@@ -86,6 +106,7 @@ def build_tree(joint_names, joint_types, parents, body_links, link_names, link_b
     :param axis: ``(n, 3)`` unit axes.
     :param T_body_parentlink: ``(n, 4, 4)``.
     :param T_body_link: ``(n_links, 4, 4)``.
+    :param floating: joint 0 is a free-flyer (every other joint descends from it).
     :return: the tree.
     """
     n = len(joint_names)
@@ -96,8 +117,9 @@ def build_tree(joint_names, joint_types, parents, body_links, link_names, link_b
         while j >= 0:
             ancestors[i, j] = 1.0
             j = parents[j]
-    revolute = torch.tensor([t != PRISMATIC for t in joint_types], dtype=dtype, device=device)
-    prismatic = 1.0 - revolute
+    revolute = torch.tensor([t in (REVOLUTE, CONTINUOUS) for t in joint_types], dtype=dtype,
+                            device=device)
+    prismatic = torch.tensor([t == PRISMATIC for t in joint_types], dtype=dtype, device=device)
     K3 = skew(axis) * revolute[:, None, None]
     K = torch.zeros(n, 4, 4, dtype=dtype, device=device)
     K[:, :3, :3] = K3
@@ -111,19 +133,24 @@ def build_tree(joint_names, joint_types, parents, body_links, link_names, link_b
         body_links=tuple(body_links), link_names=tuple(link_names),
         link_bodies=tuple(link_bodies), axis=axis, T_body_parentlink=T_body_parentlink,
         T_body_link=T_body_link, ancestors=ancestors, has_parent_offsets=has_offsets,
-        K=K, K2=K2, P=P, eye4=eye, revolute_mask=revolute, prismatic_mask=prismatic)
+        K=K, K2=K2, P=P, eye4=eye, revolute_mask=revolute, prismatic_mask=prismatic,
+        floating=bool(floating))
 
 
 @dataclass(frozen=True, eq=False)
 class RobotModel:
     """
-    A fixed-base rigid-body tree with physical parameters.
+    A rigid-body tree, fixed or floating base, with physical parameters.
 
     Parameter fields (see ``PARAMETER_FIELDS``) may have leading batch dims ``(...)``:
-    ``origin_xyz``/``origin_rpy`` ``(..., n, 3)`` joint origins relative to the parent link
-    (URDF ``<origin>``), ``inertial`` ``(..., n, 10)`` per body (docs/conventions.md),
-    ``damping`` [N m s/rad or N s/m], ``friction`` [N m or N], ``armature`` [kg m^2 or kg]
-    ``(..., n)``, ``gravity`` ``(..., 3)`` [m/s^2] in the world frame.
+    ``origin_xyz``/``origin_rpy`` ``(..., njoints, 3)`` joint origins relative to the parent
+    link (URDF ``<origin>``), ``inertial`` ``(..., njoints, 10)`` per body
+    (docs/conventions.md), ``damping`` [N m s/rad or N s/m], ``friction`` [N m or N],
+    ``armature`` [kg m^2 or kg] ``(..., nv)`` per degree of freedom, ``gravity`` ``(..., 3)``
+    [m/s^2] in the world frame.  ``lower``/``upper`` are ``(nq,)``, ``velocity_limit`` and
+    ``effort_limit`` ``(nv,)``.  A fixed base has ``nq == nv == njoints == n``; a floating
+    base (``floating_base``) has the free-flyer ``'root_joint'`` first, ``nq = njoints + 6``,
+    ``nv = njoints + 5`` (docs/conventions.md, "Floating base").
     """
 
     name: str
@@ -149,7 +176,7 @@ class RobotModel:
         for name, trailing in PARAMETER_FIELDS.items():
             value = getattr(self, name)
             expected = (3,) if name == 'gravity' else (
-                (n,) if trailing == 1 else (n, 10 if name == 'inertial' else 3))
+                (self.tree.nv,) if trailing == 1 else (n, 10 if name == 'inertial' else 3))
             shape = tuple(value.shape)
             if len(shape) < len(expected) or shape[len(shape) - len(expected):] != expected:
                 raise ShapeError(f'RobotModel.{name}: expected shape (..., '
@@ -158,12 +185,32 @@ class RobotModel:
     # -- structure -------------------------------------------------------------------------
     @property
     def n(self) -> int:
-        """Return the number of movable joints (degrees of freedom)."""
+        """Return the number of degrees of freedom (``nv``)."""
+        return self.tree.nv
+
+    @property
+    def nq(self) -> int:
+        """Return the configuration size (``nv + 1`` with a floating base, else ``nv``)."""
+        return self.tree.nq
+
+    @property
+    def nv(self) -> int:
+        """Return the number of degrees of freedom (size of velocities and torques)."""
+        return self.tree.nv
+
+    @property
+    def njoints(self) -> int:
+        """Return the number of joints, ``'root_joint'`` included (= number of bodies)."""
         return self.tree.n
 
     @property
+    def floating_base(self) -> bool:
+        """Return whether joint 0 is a free-flyer (``'root_joint'``)."""
+        return self.tree.floating
+
+    @property
     def joint_names(self) -> tuple:
-        """Return the movable joint names in model order."""
+        """Return the movable joint names in model order (``'root_joint'`` first if floating)."""
         return self.tree.joint_names
 
     @property
@@ -198,7 +245,9 @@ class RobotModel:
         Return the model index of a movable joint.
 
         :param name: joint name.
-        :return: index into ``joint_names``.
+        :return: index into ``joint_names`` (with a floating base this is the joint's body
+            index, not its position in ``q`` or ``v``: joint ``i > 0`` is ``q[i + 6]``,
+            ``v[i + 5]``).
         :raises KeyError: naming the valid joints when ``name`` is unknown.
         """
         try:
@@ -224,21 +273,21 @@ class RobotModel:
     # -- parameter views -------------------------------------------------------------------
     @property
     def mass(self) -> Tensor:
-        """Return body masses ``(..., n)`` in kg (fixed children merged in)."""
+        """Return body masses ``(..., njoints)`` in kg (fixed children merged in)."""
         return self.inertial[..., 0]
 
     @property
     def com(self) -> Tensor:
-        """Return body centres of mass ``(..., n, 3)`` in the body frame, m."""
+        """Return body centres of mass ``(..., njoints, 3)`` in the body frame, m."""
         return mass_com_inertia(self.inertial)[1]
 
     @property
     def inertia_com(self) -> Tensor:
-        """Return body inertias about the CoM ``(..., n, 3, 3)`` in body axes, kg m^2."""
+        """Return body inertias about the CoM ``(..., njoints, 3, 3)``, body axes, kg m^2."""
         return mass_com_inertia(self.inertial)[2]
 
     def inertial_parameter_names(self) -> tuple:
-        """Return the ``10 n`` names of ``inertial.flatten(-2)``, e.g. ``'link1/mx'``."""
+        """Return the ``10 njoints`` names of ``inertial.flatten(-2)``, e.g. ``'link1/mx'``."""
         return tuple(f'{link}/{suffix}' for link in self.tree.body_links
                      for suffix in _INERTIAL_SUFFIXES)
 
@@ -283,7 +332,7 @@ class RobotModel:
         """
         Return joint placements in their parent *body* frame at q = 0.
 
-        :return: ``T_parentbody_joint`` with shape ``(..., n, 4, 4)``.
+        :return: ``T_parentbody_joint`` with shape ``(..., njoints, 4, 4)``.
         """
         def compute():
             T = homogeneous(rpy_to_matrix(self.origin_rpy), self.origin_xyz)

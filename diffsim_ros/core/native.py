@@ -214,8 +214,8 @@ class _ModelEntry:
 def _model_reason(model: RobotModel) -> Optional[str]:
     """Return why no call on this model can use the kernels, or ``None``."""
     dtype = model.dtype
-    if getattr(model, 'floating_base', False):
-        return 'floating-base model (the kernels are fixed-base only)'
+    if model.floating_base:
+        return 'floating-base models are not handled by the kernels'
     if dtype not in _DTYPES:
         return 'dtype is not float32/float64 throughout'
     if not model.n:
@@ -399,8 +399,8 @@ class _CrbaFunction(torch.autograd.Function):
 
 
 def _check_states(model: RobotModel, states: Tuple[Tensor, ...], names: Tuple[str, ...]):
-    n = model.n
     for name, value in zip(names, states):
+        n = model.nq if name == 'q' else model.nv   # they differ on a floating base
         shape = value.shape
         if not shape or shape[-1] != n:
             check_trailing_shape(name, value, (n,))
@@ -665,6 +665,8 @@ def rollout_kernel(model: RobotModel, command: Tensor, emf: Tensor, damping: Ten
     torque = (command, emf, damping, friction)
     if model.dtype not in _DTYPES:
         reason = 'dtype is not float32/float64 throughout'
+    elif model.floating_base:
+        reason = 'floating-base models are not handled by the kernels'
     elif model.inertial.dim() != 2 or model.armature.dim() != 1 or model.gravity.dim() != 1 \
             or model.origin_xyz.dim() != 2 or model.origin_rpy.dim() != 2:
         reason = 'rollout: the model has parameter batch dims'

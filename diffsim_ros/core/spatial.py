@@ -249,3 +249,142 @@ def transform_inertial(pi: Tensor, T_a_b: Tensor) -> Tensor:
     I_a = (I_rot + (2.0 * p_dot_h + m * p_sq)[..., None, None] * eye
            - ph - ph.mT - m[..., None, None] * p.unsqueeze(-1) * p.unsqueeze(-2))
     return inertial_vector(m, h + m.unsqueeze(-1) * p, I_a)
+
+
+# Quaternions are (..., 4) ordered (x, y, z, w) (Pinocchio, Eigen coefficients, ROS).
+# Below this squared angle (rad^2) the exponential/log use their Taylor series, so that values
+# and gradients stay finite and exact at zero rotation; the series' truncation error there is
+# below 3e-17 relative, under float64 rounding.
+SMALL_ANGLE_SQ = 1e-4
+
+
+def quat_multiply(q1: Tensor, q2: Tensor) -> Tensor:
+    """
+    Hamilton product ``q1 * q2`` (rotation ``q2`` first, then ``q1``).
+
+    :param q1: quaternions ``(..., 4)`` (x, y, z, w).
+    :param q2: quaternions ``(..., 4)`` (x, y, z, w), broadcastable against ``q1``.
+    :return: ``(..., 4)`` (x, y, z, w), not renormalised.
+    """
+    v1, w1 = q1[..., :3], q1[..., 3:]
+    v2, w2 = q2[..., :3], q2[..., 3:]
+    shape = torch.broadcast_shapes(v1.shape, v2.shape)
+    vec = w1 * v2 + w2 * v1 + torch.linalg.cross(v1.expand(shape), v2.expand(shape))
+    scalar = w1 * w2 - (v1 * v2).sum(-1, keepdim=True)
+    return torch.cat((vec, scalar), dim=-1)
+
+
+def quat_conjugate(q: Tensor) -> Tensor:
+    """
+    Return the conjugate (the inverse of a unit quaternion).
+
+    :param q: quaternions ``(..., 4)`` (x, y, z, w).
+    :return: ``(..., 4)`` equal to ``(-x, -y, -z, w)``.
+    """
+    return torch.cat((-q[..., :3], q[..., 3:]), dim=-1)
+
+
+def quat_rotate(q: Tensor, v: Tensor) -> Tensor:
+    """
+    Rotate vectors by unit quaternions, ``R(q) @ v``.
+
+    :param q: unit quaternions ``(..., 4)`` (x, y, z, w).
+    :param v: vectors ``(..., 3)``, broadcastable against ``q``.
+    :return: ``(..., 3)``.
+    """
+    u, w = q[..., :3], q[..., 3:]
+    shape = torch.broadcast_shapes(u.shape, v.shape)
+    u = u.expand(shape)
+    t = 2.0 * torch.linalg.cross(u, v.expand(shape))
+    return v + w * t + torch.linalg.cross(u, t)
+
+
+def quat_to_matrix(q: Tensor) -> Tensor:
+    """
+    Convert quaternions to rotation matrices, the rotation of ``q / |q|``.
+
+    Dividing by the squared norm (instead of assuming a unit quaternion) makes the matrix
+    invariant to the quaternion's scale, so gradients w.r.t. its four entries are tangent to
+    the unit sphere; for a unit quaternion this is the usual (Pinocchio's) matrix.
+
+    :param q: nonzero quaternions ``(..., 4)`` (x, y, z, w).
+    :return: ``(..., 3, 3)`` rotation matrices.
+    """
+    x, y, z, w = q.unbind(-1)
+    s = 2.0 / (q * q).sum(-1)
+    xx, yy, zz = s * x * x, s * y * y, s * z * z
+    xy, xz, yz = s * x * y, s * x * z, s * y * z
+    wx, wy, wz = s * w * x, s * w * y, s * w * z
+    return torch.stack((
+        1.0 - yy - zz, xy - wz, xz + wy,
+        xy + wz, 1.0 - xx - zz, yz - wx,
+        xz - wy, yz + wx, 1.0 - xx - yy,
+    ), dim=-1).reshape(q.shape[:-1] + (3, 3))
+
+
+def matrix_to_quat(R: Tensor) -> Tensor:
+    """
+    Convert rotation matrices to unit quaternions (Shepperd's method, ``w >= 0``).
+
+    :param R: rotation matrices ``(..., 3, 3)``.
+    :return: ``(..., 4)`` (x, y, z, w); of the two signs the one with ``w >= 0``.
+    """
+    r = R.flatten(-2)
+    m00, m01, m02, m10, m11, m12, m20, m21, m22 = r.unbind(-1)
+    # Four candidate formulas, each well conditioned when its pivot is the largest.
+    pivots = torch.stack((1 + m00 + m11 + m22, 1 + m00 - m11 - m22,
+                          1 - m00 + m11 - m22, 1 - m00 - m11 + m22), dim=-1)
+    best = pivots.argmax(-1, keepdim=True)
+    s = 2.0 * torch.sqrt(pivots.gather(-1, best).squeeze(-1).clamp_min(1e-300))
+    candidates = torch.stack((
+        torch.stack(((m21 - m12) / s, (m02 - m20) / s, (m10 - m01) / s, 0.25 * s), -1),
+        torch.stack((0.25 * s, (m01 + m10) / s, (m02 + m20) / s, (m21 - m12) / s), -1),
+        torch.stack(((m01 + m10) / s, 0.25 * s, (m12 + m21) / s, (m02 - m20) / s), -1),
+        torch.stack(((m02 + m20) / s, (m12 + m21) / s, 0.25 * s, (m10 - m01) / s), -1),
+    ), dim=-2)
+    index = best.unsqueeze(-1).expand(best.shape[:-1] + (1, 4))
+    q = candidates.gather(-2, index).squeeze(-2)
+    return torch.where(q[..., 3:] < 0, -q, q)
+
+
+def quat_exp(w: Tensor) -> Tensor:
+    """
+    Return the unit quaternion of the rotation vector ``w`` (``exp`` of ``w / 2``).
+
+    A Taylor series below :data:`SMALL_ANGLE_SQ` keeps gradients finite and exact at zero.
+
+    :param w: rotation vectors ``(..., 3)`` in rad (axis times angle).
+    :return: ``(..., 4)`` (x, y, z, w) with ``w >= 0`` for angles up to pi.
+    """
+    theta_sq = (w * w).sum(-1, keepdim=True)
+    small = theta_sq < SMALL_ANGLE_SQ
+    theta = torch.sqrt(torch.where(small, torch.ones_like(theta_sq), theta_sq))
+    half = 0.5 * theta
+    # sin(theta / 2) / theta and cos(theta / 2), exact or by series in theta^2.
+    sinc = torch.where(small, 0.5 - theta_sq / 48.0 + theta_sq * theta_sq / 3840.0,
+                       torch.sin(half) / theta)
+    cos = torch.where(small, 1.0 - theta_sq / 8.0 + theta_sq * theta_sq / 384.0,
+                      torch.cos(half))
+    return torch.cat((sinc * w, cos), dim=-1)
+
+
+def quat_log(q: Tensor) -> Tensor:
+    """
+    Return the rotation vector of a unit quaternion (inverse of :func:`quat_exp`).
+
+    The sign of ``q`` is chosen so that the angle lies in ``[0, pi]`` (the shortest rotation);
+    a series near zero angle keeps gradients finite and exact.
+
+    :param q: unit quaternions ``(..., 4)`` (x, y, z, w).
+    :return: rotation vectors ``(..., 3)`` in rad, norm in ``[0, pi]``.
+    """
+    q = torch.where(q[..., 3:] < 0, -q, q)
+    u, c = q[..., :3], q[..., 3:]
+    s_sq = (u * u).sum(-1, keepdim=True)
+    small = s_sq < SMALL_ANGLE_SQ * c * c
+    s = torch.sqrt(torch.where(small, torch.ones_like(s_sq), s_sq))
+    # angle / sin(angle / 2) = 2 atan2(s, c) / s; series of atan(x) / x in x^2 = s^2 / c^2.
+    c_safe = torch.where(small, c, torch.ones_like(c))
+    x_sq = s_sq / (c_safe * c_safe)
+    series = 2.0 / c_safe * (1.0 - x_sq / 3.0 + x_sq * x_sq / 5.0 - x_sq ** 3 / 7.0)
+    return torch.where(small, series, 2.0 * torch.atan2(s, c) / s) * u

@@ -10,12 +10,13 @@ import xml.etree.ElementTree as ET
 import torch
 
 from .errors import UnsupportedJointError, URDFError
-from .model import build_tree, CONTINUOUS, PRISMATIC, REVOLUTE, RobotModel
+from .model import (build_tree, CONTINUOUS, FLOATING, PRISMATIC, REVOLUTE, RobotModel,
+                    ROOT_JOINT)
 from .parameterization import inertial_from_mass_com_inertia
 from .spatial import homogeneous, rpy_to_matrix, transform_inertial
 
 _MOVABLE = (REVOLUTE, CONTINUOUS, PRISMATIC)
-_UNSUPPORTED = ('floating', 'planar')
+_UNSUPPORTED = ('planar',)
 
 
 #: Largest URDF file :func:`load_urdf` reads, bytes (the Panda's is 20 kB).
@@ -24,12 +25,19 @@ MAX_URDF_BYTES = 16 * 2 ** 20
 
 def load_urdf(path: Optional[Union[str, os.PathLike]] = None,
               dtype: torch.dtype = torch.float64, device: Optional[torch.device] = None,
-              gravity: tuple = (0.0, 0.0, -9.81), *, xml: Optional[str] = None) -> RobotModel:
+              gravity: tuple = (0.0, 0.0, -9.81), *, xml: Optional[str] = None,
+              floating_base: bool = False) -> RobotModel:
     """
-    Parse a URDF file, or URDF XML text, into a fixed-base :class:`RobotModel`.
+    Parse a URDF file, or URDF XML text, into a :class:`RobotModel`.
 
     Revolute, continuous and prismatic joints become degrees of freedom; fixed joints are
-    merged into their parent body (inertia included).  The root link is fixed to the world.
+    merged into their parent body (inertia included).  The root link is fixed to the world,
+    unless ``floating_base`` is set or the URDF's root joint is ``type="floating"`` (from a
+    parentless dummy link to the real root link): then joint 0 is the free-flyer
+    ``'root_joint'`` (6 DOF, Pinocchio's ``JointModelFreeFlyer``) and body 0 the root link.
+    The dummy link of a URDF floating joint stays fixed to the world (its inertia, if any,
+    is ignored, as in Pinocchio).  A one-link URDF with ``floating_base=True`` is a single
+    free rigid body.
 
     The file and the text come through separate arguments, so that text received from
     elsewhere (a topic, a parameter) is never taken for a path: ``load_urdf(path)`` reads a
@@ -42,11 +50,13 @@ def load_urdf(path: Optional[Union[str, os.PathLike]] = None,
     :param device: device of the model tensors.
     :param gravity: gravity vector in the world frame, m/s^2.
     :param xml: the URDF document itself (instead of ``path``).
+    :param floating_base: mount the root link on a free-flyer joint.
     :return: the model.
     :raises URDFError: neither or both sources given, an unreadable or oversized file,
         malformed document or infeasible inertial data (message names the offending link or
         joint).
-    :raises UnsupportedJointError: floating/planar/unknown joint types or ``<mimic>``.
+    :raises UnsupportedJointError: planar/unknown joint types, ``<mimic>``, or a floating
+        joint anywhere but at the root (the message names the joint).
     """
     if (path is None) == (xml is None):
         raise URDFError('load_urdf needs exactly one of path (a file) and xml (the text)')
@@ -64,7 +74,7 @@ def load_urdf(path: Optional[Union[str, os.PathLike]] = None,
         raise URDFError(f'URDF root element must be <robot>, got <{root.tag}>')
     links = _parse_links(root)
     joints = _parse_joints(root, links)
-    model = _assemble(root.get('name', 'robot'), links, joints, text, gravity)
+    model = _assemble(root.get('name', 'robot'), links, joints, text, gravity, floating_base)
     _check_mass_matrix(model)
     return model.to(dtype=dtype, device=device)
 
@@ -172,11 +182,11 @@ def _parse_joints(root, links: dict) -> list:
         jtype = element.get('type')
         if jtype in _UNSUPPORTED:
             raise UnsupportedJointError(
-                f'{where}: joint type {jtype!r} is not supported (fixed-base trees with '
-                'revolute, continuous, prismatic and fixed joints only)')
-        if jtype not in _MOVABLE + ('fixed',):
+                f'{where}: joint type {jtype!r} is not supported (trees with revolute, '
+                'continuous, prismatic and fixed joints, and a floating joint at the root only)')
+        if jtype not in _MOVABLE + ('fixed', FLOATING):
             raise UnsupportedJointError(f'{where}: unknown joint type {jtype!r}; valid types: '
-                                        'revolute, continuous, prismatic, fixed')
+                                        'revolute, continuous, prismatic, fixed, floating')
         if element.find('mimic') is not None:
             raise UnsupportedJointError(f'{where}: <mimic> joints are not supported')
         parent = _link_ref(element, 'parent', where, links)
@@ -222,7 +232,38 @@ def _link_ref(element, tag: str, where: str, links: dict) -> str:
     return name
 
 
-def _assemble(robot_name: str, links: dict, joints: list, text: str, gravity) -> RobotModel:
+def _root_joint(root: str, joints: list, floating_base: bool) -> Optional[dict]:
+    """
+    Return the free-flyer joint of a floating-base tree, or ``None`` for a fixed base.
+
+    A URDF floating joint must leave the root link; it becomes ``'root_joint'`` with its
+    ``<origin>`` as placement.  ``floating_base`` without one mounts ``root`` on a free-flyer
+    at the world origin.
+    """
+    floating = [j for j in joints if j['type'] == FLOATING]
+    for joint in floating:
+        if joint['parent'] != root:
+            raise UnsupportedJointError(
+                f'joint {joint["name"]!r}: a floating joint is supported only at the root '
+                f'(from the parentless link {root!r}); it leaves link {joint["parent"]!r}')
+    if floating:
+        others = [j['name'] for j in joints if j['parent'] == root and j['type'] != 'fixed'
+                  and j is not floating[0]]
+        if len(floating) > 1 or others:
+            raise UnsupportedJointError(
+                f'joint {(floating[1:] and floating[1]["name"]) or others[0]!r}: the root link '
+                f'{root!r} of a floating-base URDF may carry only its floating joint '
+                f'{floating[0]["name"]!r} and fixed joints')
+        return dict(floating[0], name=ROOT_JOINT)
+    if not floating_base:
+        return None
+    zero = torch.zeros(3, dtype=torch.float64)
+    return {'name': ROOT_JOINT, 'type': FLOATING, 'parent': None, 'child': root, 'xyz': zero,
+            'rpy': zero}
+
+
+def _assemble(robot_name: str, links: dict, joints: list, text: str, gravity,
+              floating_base: bool = False) -> RobotModel:
     child_links = {j['child'] for j in joints}
     roots = [name for name in links if name not in child_links]
     if len(roots) != 1:
@@ -234,10 +275,17 @@ def _assemble(robot_name: str, links: dict, joints: list, text: str, gravity) ->
     eye = torch.eye(4, dtype=torch.float64)
     link_order, link_body, link_offset = [roots[0]], {roots[0]: -1}, {roots[0]: eye}
     movable, stack = [], list(reversed(by_parent.get(roots[0], [])))
+    root_joint = _root_joint(roots[0], joints, floating_base)
+    if root_joint is not None and root_joint['parent'] is None:
+        # floating_base=True: the root link itself is body 0 of the free-flyer.
+        link_body[roots[0]] = 0
+        movable.append(dict(root_joint, parent_body=-1, T_body_parentlink=eye))
     while stack:  # depth-first pre-order: parents always precede children
         joint = stack.pop()
         parent, child = joint['parent'], joint['child']
         T_origin = homogeneous(rpy_to_matrix(joint['rpy']), joint['xyz'])
+        if joint['type'] == FLOATING:
+            joint = dict(joint, name=ROOT_JOINT)
         if joint['type'] == 'fixed':
             link_body[child] = link_body[parent]
             link_offset[child] = link_offset[parent] @ T_origin
@@ -256,41 +304,53 @@ def _assemble(robot_name: str, links: dict, joints: list, text: str, gravity) ->
         raise URDFError('URDF has no movable (revolute, continuous, prismatic) joint')
 
     n = len(movable)
+    floating = root_joint is not None
     inertial = torch.zeros(n, 10, dtype=torch.float64)
     for link in link_order:
         body = link_body[link]
         if body >= 0:
             inertial[body] += transform_inertial(links[link], link_offset[link])
+    zero3 = torch.zeros(3, dtype=torch.float64)
     tree = build_tree(
         joint_names=[j['name'] for j in movable], joint_types=[j['type'] for j in movable],
         parents=[j['parent_body'] for j in movable], body_links=[j['child'] for j in movable],
         link_names=link_order, link_bodies=[link_body[name] for name in link_order],
-        axis=torch.stack([j['axis'] for j in movable]),
+        axis=torch.stack([zero3 if j['type'] == FLOATING else j['axis'] for j in movable]),
         T_body_parentlink=torch.stack([j['T_body_parentlink'] for j in movable]),
-        T_body_link=torch.stack([link_offset[name] for name in link_order]))
+        T_body_link=torch.stack([link_offset[name] for name in link_order]),
+        floating=floating)
+    # Per-DOF columns: the free-flyer's six entries first (no damping, friction or limits).
+    inf = float('inf')
+    root = {'damping': 0.0, 'friction': 0.0, 'lower': -inf, 'upper': inf, 'velocity': inf,
+            'effort': inf}
 
-    def column(key):
-        return torch.tensor([j[key] for j in movable], dtype=torch.float64)
+    def column(key, root_size=6):
+        values = [j[key] for j in movable[1:]] if floating else [j[key] for j in movable]
+        return torch.tensor([root[key]] * root_size * floating + values, dtype=torch.float64)
 
     return RobotModel(
         name=robot_name, tree=tree, origin_xyz=torch.stack([j['xyz'] for j in movable]),
         origin_rpy=torch.stack([j['rpy'] for j in movable]), inertial=inertial,
         damping=column('damping'), friction=column('friction'),
-        armature=torch.zeros(n, dtype=torch.float64),
-        gravity=torch.tensor(gravity, dtype=torch.float64), lower=column('lower'),
-        upper=column('upper'), velocity_limit=column('velocity'), effort_limit=column('effort'),
-        urdf=text)
+        armature=torch.zeros(tree.nv, dtype=torch.float64),
+        gravity=torch.tensor(gravity, dtype=torch.float64), lower=column('lower', 7),
+        upper=column('upper', 7), velocity_limit=column('velocity'),
+        effort_limit=column('effort'), urdf=text)
 
 
 def _check_mass_matrix(model: RobotModel) -> None:
     """Reject trees where some joint moves no inertia (singular mass matrix)."""
     from .crba import crba
-    q = torch.zeros(model.n, dtype=model.dtype)
+    q = torch.zeros(model.nq, dtype=model.dtype)
+    if model.floating_base:
+        q[6] = 1.0  # identity quaternion (x, y, z, w)
     M = crba(model, q)
     diagonal = torch.diagonal(M)
+    offset = 5 if model.floating_base else 0
     for i, value in enumerate(diagonal.tolist()):
         if value <= 1e-12:
-            raise URDFError(f'joint {model.joint_names[i]!r} moves no mass or inertia (its '
+            name = model.joint_names[max(i - offset, 0)]
+            raise URDFError(f'joint {name!r} moves no mass or inertia (its '
                             'subtree is massless along the joint axis): mass matrix is singular')
     if torch.linalg.cholesky_ex(M).info != 0:
         raise URDFError('mass matrix is singular at q = 0; check for massless bodies')

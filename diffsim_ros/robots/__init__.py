@@ -23,8 +23,8 @@ import types
 
 from .catalog import RobotInfo, ROBOTS
 
-__all__ = ['RobotInfo', 'RobotInterface', 'get', 'interface', 'names', 'urdf_path',
-           'urdf_string']
+__all__ = ['RobotInfo', 'RobotInterface', 'get', 'interface', 'names', 'object_urdf_path',
+           'urdf_path', 'urdf_string']
 _LAZY = ('interface', 'RobotInterface', 'model_parameters')
 
 
@@ -92,6 +92,25 @@ def urdf_path(name: str) -> Path:
     :raises ValueError: unknown name.
     """
     return _URDF_DIR / get(name).urdf_file
+
+
+#: Free objects (not robots: no catalog entry, no interface) whose URDFs ship here, for the
+#: toss data sets (:mod:`diffsim_ros.io.tosses`); load with ``floating_base=True``.
+OBJECTS = {'cube_toss': 'cube_toss.urdf', 'elbow_toss': 'elbow_toss.urdf'}
+
+
+def object_urdf_path(name: str) -> Path:
+    """
+    Return the path of a shipped free object's URDF.
+
+    :param name: one of :data:`OBJECTS` (``'cube_toss'``, ``'elbow_toss'``).
+    :return: absolute path of the ``.urdf`` file.
+    :raises ValueError: unknown name (the message lists the valid names).
+    """
+    try:
+        return _URDF_DIR / OBJECTS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f'unknown object {name!r}; valid names: {", ".join(OBJECTS)}') from None
 
 
 def urdf_string(name: str) -> str:
