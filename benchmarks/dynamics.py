@@ -18,8 +18,18 @@ For each algorithm and batch size B the script times, per call and per sample:
   ``aba_native``, ``crba_native``), float64, forward and forward+backward, when they
   compile here.
 
-Run ``python benchmarks/dynamics.py [--quick] [--json PATH] [--markdown PATH]``;
-``benchmarks/README.md`` explains the columns.
+``ours`` is the public API (``diffsim_ros.core.rnea`` etc., which take the native kernels
+where they apply); ``torch64`` forces the eager torch path with ``backend='torch'``.  The
+"fast by default" section then times what a user calls, through the public API, beside
+Pinocchio in the same run: RNEA forward+backward at B = 1024 (gradients w.r.t. q and the
+inertial parameters) per sample against Pinocchio's forward-only ``rnea`` loop, ABA at
+B = 1 against ``pin.aba``, and RNEA forward+backward at B = 1 (gradients w.r.t. q, qd and
+the inertial parameters) against ``computeRNEADerivatives``, with the floor of any
+autograd call of that shape.  ``--device cuda`` runs the public API on the GPU at B = 1 to
+65536 beside the CPU instead of the tables (and says so where there is no GPU).
+
+Run ``python benchmarks/dynamics.py [--quick] [--json PATH] [--markdown PATH]
+[--device cuda]``; ``benchmarks/README.md`` explains the columns.
 """
 
 import atexit
@@ -49,6 +59,12 @@ QUICK_SIZES = (1, 64, 1024)
 COMPILED_SIZES = (1, 1024)
 TARGET_BATCH = 1024
 ABA_B1_LIMIT_US = 150.0
+#: Fast-by-default targets (ratios to Pinocchio in the same run): ABA at B = 1 against
+#: ``pin.aba``; RNEA forward+backward at B = 1 against ``computeRNEADerivatives``.
+ABA_B1_RATIO_LIMIT = 2.0
+FB_B1_RATIO_LIMIT = 3.0
+#: Batch sizes of ``--device cuda`` (``--quick``: the first, middle and last).
+CUDA_SIZES = (1, 16, 256, 4096, 65536)
 DRM_SPEEDUP_TARGET = 25.0
 SEED = 0
 PACKAGES = ('torch', 'numpy', 'pin', 'differentiable-robot-model')
@@ -63,6 +79,8 @@ COLUMNS = (
     ('ours_compiled_fb_f64', 'comp64 f+b'),
     ('ours_native_fwd_f64', 'native64 fwd'),
     ('ours_native_fb_f64', 'native64 f+b'),
+    ('ours_torch_fwd_f64', 'torch64 fwd'),
+    ('ours_torch_fb_f64', 'torch64 f+b'),
     ('pin_loop', 'pin loop'),
     ('pin_batched', 'pin batch'),
     ('pin_dpi_loop', 'pin d/dpi'),
@@ -219,20 +237,24 @@ class OursEngine:
             return None, f'native kernels unavailable ({reason}); columns skipped'
         return ({'rnea': native.rnea_native, 'aba': native.aba_native,
                  'crba': native.crba_native},
-                'native kernels: diffsim_ros.core.native (fused C++/OpenMP, '
+                'native kernels: diffsim_ros.core.native (fused C++, up to '
                 f'{torch.get_num_threads()} threads), built or loaded in '
                 f'{time.perf_counter() - start:.1f} s')
 
-    def _function(self, alg: str, compiled: bool,
-                  native: bool = False) -> Callable[..., torch.Tensor]:
+    def _function(self, alg: str, compiled: bool, native: bool = False,
+                  backend: Optional[str] = None) -> Callable[..., torch.Tensor]:
         if native and self.native is not None:
             return self.native[alg]
         if compiled and self.compiled is not None:
             return self.compiled[alg]
-        return getattr(self.core, alg)
+        fn = getattr(self.core, alg)
+        if backend is None:
+            return fn
+        return lambda *args: fn(*args, backend=backend)
 
     def call(self, alg: str, dtype: torch.dtype, inputs: Inputs, backward: bool,
-             compiled: bool = False, native: bool = False) -> Callable[[], Any]:
+             compiled: bool = False, native: bool = False, backend: Optional[str] = None,
+             state_grads: Sequence[str] = (), device: str = 'cpu') -> Callable[[], Any]:
         """
         Return a no-argument callable running one batched call.
 
@@ -242,13 +264,20 @@ class OursEngine:
         :param backward: also back-propagate ``out.square().sum()`` to ``model.inertial``.
         :param compiled: use the core's compiled variant.
         :param native: use the fused native kernel.
+        :param backend: the public functions' ``backend=`` (None: their default).
+        :param state_grads: with ``backward``, also these of ``'q'``, ``'qd'`` as leaves.
+        :param device: ``'cpu'`` or ``'cuda'`` (synchronised after each call).
         :return: the callable.
         """
-        fn = self._function(alg, compiled, native)
-        tensors = {k: torch.as_tensor(v, dtype=dtype) for k, v in inputs.items()}
-        model = self.models[dtype]
+        fn = self._function(alg, compiled, native, backend)
+        tensors = {k: torch.as_tensor(v, dtype=dtype, device=device) for k, v in inputs.items()}
+        model = self.models[dtype].to(device=device)
         inertial = model.inertial.detach().clone()
+        leaves = [inertial]
         if backward:
+            for key in state_grads:
+                tensors[key].requires_grad_(True)
+                leaves.append(tensors[key])
             inertial.requires_grad_(True)
         model = model.replace(inertial=inertial)
         q, qd, qdd, tau = tensors['q'], tensors['qd'], tensors['qdd'], tensors['tau']
@@ -257,15 +286,20 @@ class OursEngine:
             'aba': lambda: fn(model, q, qd, tau),
             'crba': lambda: fn(model, q),
         }[alg]
+        sync = torch.cuda.synchronize if device != 'cpu' else (lambda: None)
         if not backward:
             def run_forward() -> torch.Tensor:
                 with torch.no_grad():
-                    return forward()
+                    out = forward()
+                sync()
+                return out
             return run_forward
 
         def run_backward() -> None:
-            inertial.grad = None
+            for leaf in leaves:
+                leaf.grad = None
             forward().square().sum().backward()
+            sync()
         return run_backward
 
     def outputs(self, inputs: Inputs) -> Dict[str, np.ndarray]:
@@ -602,6 +636,10 @@ def _cases(engines: Dict[str, Any], alg: str, inputs: Inputs,
                           ours.call(alg, torch.float64, inputs, False, compiled=True), 3))
             cases.append(('ours_compiled_fb_f64',
                           ours.call(alg, torch.float64, inputs, True, compiled=True), 3))
+        cases.append(('ours_torch_fwd_f64',
+                      ours.call(alg, torch.float64, inputs, False, backend='torch'), 3))
+        cases.append(('ours_torch_fb_f64',
+                      ours.call(alg, torch.float64, inputs, True, backend='torch'), 3))
         if ours.native is not None and alg in NATIVE_ALGORITHMS:
             cases.append(('ours_native_fwd_f64',
                           ours.call(alg, torch.float64, inputs, False, native=True), 3))
@@ -708,6 +746,143 @@ def targets(results: Results) -> List[_common.Target]:
             f'aba {key} at B=1 per call', None if timing is None else timing.seconds * 1e6,
             ABA_B1_LIMIT_US, 'us'))
     return lines
+
+
+class _Identity(torch.autograd.Function):
+    """A no-op autograd node with the public functions' inputs: the floor of any call."""
+
+    @staticmethod
+    def forward(ctx: Any, q: torch.Tensor, qd: torch.Tensor, x: torch.Tensor,
+                inertial: torch.Tensor) -> torch.Tensor:
+        ctx.shapes = inertial.shape
+        return q.clone()
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> Tuple[Optional[torch.Tensor], ...]:
+        return grad, grad, None, grad.new_zeros(ctx.shapes)
+
+
+def _autograd_floor(ours: 'OursEngine', inputs: Inputs) -> Callable[[], Any]:
+    """Return the forward+backward of :class:`_Identity` shaped like a B = 1 RNEA call."""
+    model = ours.models[torch.float64]
+    q, qd, qdd = (torch.as_tensor(inputs[k]).requires_grad_(k != 'qdd')
+                  for k in ('q', 'qd', 'qdd'))
+    inertial = model.inertial.detach().clone().requires_grad_()
+
+    def run() -> None:
+        for leaf in (q, qd, inertial):
+            leaf.grad = None
+        _Identity.apply(q, qd, qdd, inertial).square().sum().backward()
+    return run
+
+
+def _plain_call(ours: 'OursEngine', alg: str, inputs: Inputs,
+                backend: str) -> Callable[[], Any]:
+    """
+    Return one public call as a loop would make it: grad mode on, no input requiring grad.
+
+    (:meth:`OursEngine.call` wraps forward calls in ``torch.no_grad()``, which costs about
+    1.5 us by itself: a fifth of a B = 1 call.)
+    """
+    fn = getattr(ours.core, alg)
+    model = ours.models[torch.float64]
+    last = 'qdd' if alg == 'rnea' else 'tau'
+    q, qd, x = (torch.as_tensor(inputs[k]) for k in ('q', 'qd', last))
+    return lambda: fn(model, q, qd, x, backend=backend)
+
+
+def fast_by_default(engines: Dict[str, Any],
+                    quick: bool) -> Tuple[List[str], List[_common.Target], Dict[str, float]]:
+    """
+    Time the issue's three fast-by-default cases through the public API beside Pinocchio.
+
+    The public functions run with their default backend (``auto``) and, for comparison,
+    with ``backend='torch'``; forward+backward back-propagates ``out.square().sum()`` to
+    ``model.inertial`` and the named states, as a fit does.
+
+    :param engines: from :func:`load_engines` (needs ``ours`` and ``pin``).
+    :param quick: short budgets.
+    :return: printed lines, target lines and the figures in microseconds by name.
+    """
+    ours, pin = engines.get('ours'), engines.get('pin')
+    if ours is None or pin is None:
+        return ['needs both diffsim_ros and Pinocchio: skipped'], [], {}
+    n, b = ours.n, TARGET_BATCH
+    big, one = make_inputs(n, b), make_inputs(n, 1, seed=SEED + 2)
+    single = {k: v[0] for k, v in one.items()}
+    pm, pd = pin.model, pin.data
+    q1, qd1, qdd1, tau1 = (single[k] for k in ('q', 'qd', 'qdd', 'tau'))
+    cases = {
+        'pin rnea loop B=1024 (per sample)': (pin.loop('rnea', big), b),
+        'pin aba B=1': (lambda: pin.pin.aba(pm, pd, q1, qd1, tau1), 1),
+        'pin computeRNEADerivatives B=1': (
+            lambda: pin.pin.computeRNEADerivatives(pm, pd, q1, qd1, qdd1), 1),
+        'autograd floor f+b B=1 (no-op node)': (_autograd_floor(ours, one), 1),
+    }
+    for backend in ('auto', 'torch'):
+        cases[f'{backend}: rnea f+b (q, pi) B=1024 (per sample)'] = (ours.call(
+            'rnea', torch.float64, big, True, backend=backend, state_grads=('q',)), b)
+        cases[f'{backend}: aba B=1'] = (_plain_call(ours, 'aba', one, backend), 1)
+        cases[f'{backend}: rnea f+b (q, qd, pi) B=1'] = (ours.call(
+            'rnea', torch.float64, one, True, backend=backend, state_grads=('q', 'qd')), 1)
+    figures = {name: _common.time_call(fn, quick=quick, min_repeats=5, warmup=3).seconds
+               * 1e6 / per for name, (fn, per) in cases.items()}
+    lines = [f'{name}: {_common.fmt_number(us)} us' for name, us in figures.items()]
+    lines.insert(0, 'default backend here: ' + ours.core.get_backend())
+    found = [
+        _common.Target(f'public rnea f+b (q, inertial) per sample at B={b} / pin rnea loop '
+                       'per sample (forward only)',
+                       _quotient(figures[f'auto: rnea f+b (q, pi) B={b} (per sample)'],
+                                 figures[f'pin rnea loop B={b} (per sample)']), 1.0, 'x'),
+        _common.Target('public aba at B=1 / pin.aba',
+                       _quotient(figures['auto: aba B=1'], figures['pin aba B=1']),
+                       ABA_B1_RATIO_LIMIT, 'x'),
+        _common.Target('public rnea f+b (q, qd, inertial) at B=1 / pin computeRNEADerivatives',
+                       _quotient(figures['auto: rnea f+b (q, qd, pi) B=1'],
+                                 figures['pin computeRNEADerivatives B=1']),
+                       FB_B1_RATIO_LIMIT, 'x'),
+    ]
+    return lines, found, figures
+
+
+def cuda_sweep(engines: Dict[str, Any], quick: bool) -> Tuple[List[str], Dict[str, Any]]:
+    """
+    Time the public RNEA and ABA on the GPU at B = 1 ... 65536 beside the CPU.
+
+    Forward (no grad) and forward+backward (gradients w.r.t. q and the inertial
+    parameters), float64 and float32 on the GPU, float64 on the CPU (the default backend).
+
+    :param engines: from :func:`load_engines` (needs ``ours``).
+    :param quick: short budgets, three sizes.
+    :return: the table as text lines and the figures (us per call) by row and column.
+    """
+    ours = engines.get('ours')
+    if ours is None:
+        return ['diffsim_ros not importable: skipped'], {}
+    if not torch.cuda.is_available():
+        return ['no CUDA device here: --device cuda skipped'], {}
+    sizes = (CUDA_SIZES[0], CUDA_SIZES[len(CUDA_SIZES) // 2], CUDA_SIZES[-1]) if quick \
+        else CUDA_SIZES
+    columns = [(device, dtype, backward) for device, dtype in (
+        ('cpu', torch.float64), ('cuda', torch.float64), ('cuda', torch.float32))
+        for backward in (False, True)]
+    headers = ['alg', 'B'] + [f'{d} {str(t)[-7:]} {"f+b" if bw else "fwd"}'
+                              for d, t, bw in columns]
+    rows, figures = [], {}
+    for alg in ('rnea', 'aba'):
+        for batch in sizes:
+            inputs = make_inputs(ours.n, batch)
+            row = [alg, str(batch)]
+            for device, dtype, backward in columns:
+                fn = ours.call(alg, dtype, inputs, backward, device=device,
+                               state_grads=('q',))
+                us = _common.time_call(fn, quick=quick, min_repeats=3, warmup=2).seconds * 1e6
+                figures[f'{alg} B={batch} {device} {dtype} {"fb" if backward else "fwd"}'] = us
+                row.append(_common.fmt_number(us))
+            rows.append(row)
+    name = torch.cuda.get_device_name(0)
+    return [f'GPU: {name}; us per call', _common.format_table(headers, rows)], figures
 
 
 def tables(results: Results, sizes: Sequence[int], markdown: bool = False) -> List[str]:
@@ -837,10 +1012,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='also write the tables as markdown to PATH (for the README)')
     parser.add_argument('--no-compile', action='store_true',
                         help="skip the core's compiled variant (compiling takes minutes)")
+    parser.add_argument('--device', choices=('cpu', 'cuda'), default='cpu',
+                        help='cuda: time the public RNEA/ABA on the GPU at B = 1 to 65536 '
+                        'beside the CPU instead of the tables (skipped without a GPU)')
     args = parser.parse_args(argv)
     start = time.perf_counter()
     torch.set_num_threads(args.threads)
     urdf, urdf_note = resolve_urdf(args.urdf)
+    if args.device == 'cuda':
+        return _main_cuda(urdf, args)
     engines, notes = load_engines(urdf, args.threads, not (args.quick or args.no_compile))
     if not engines:
         sys.exit('no engine could be loaded')
@@ -870,18 +1050,37 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for block in blocks:
         title, body = block.split('\n\n', 1)
         _common.print_section(title, [body])
-    lines = targets(results)
+    fast_lines, fast_targets, fast_figures = fast_by_default(engines, args.quick)
+    _common.print_section('fast by default: the public API beside Pinocchio, same run',
+                          fast_lines)
+    lines = targets(results) + fast_targets
     _common.print_section('targets', [t.line() for t in lines])
     elapsed = time.perf_counter() - start
     print(f'\ntotal {elapsed:.1f} s')
     if args.markdown:
         with open(args.markdown, 'w', encoding='utf-8') as out:
             out.write(markdown_report(results, sizes, info, notes, agree, lines))
+            out.write('\n**Fast by default** (public API, same run)\n\n'
+                      + '\n'.join(f'- {line}' for line in fast_lines) + '\n')
     if args.json:
         meta = {'benchmark': 'dynamics', 'machine': info, 'quick': args.quick,
                 'threads': args.threads, 'sizes': list(sizes), 'urdf': urdf,
-                'notes': notes, 'elapsed_s': elapsed}
+                'notes': notes, 'elapsed_s': elapsed, 'fast_by_default_us': fast_figures}
         _common.write_json(args.json, report(results, first_calls, sizes, agree, lines, meta))
+    return 0
+
+
+def _main_cuda(urdf: str, args: Any) -> int:
+    """Run the ``--device cuda`` sweep (see :func:`cuda_sweep`); 0 also without a GPU."""
+    engines, notes = load_engines(urdf, args.threads, False)
+    info = _common.machine_info(PACKAGES)
+    info['torch_threads'] = torch.get_num_threads()
+    _common.print_section('machine', [f'{k}: {v}' for k, v in info.items()])
+    lines, figures = cuda_sweep(engines, args.quick)
+    _common.print_section('public rnea/aba on the GPU beside the CPU', lines)
+    if args.json:
+        _common.write_json(args.json, {'benchmark': 'dynamics --device cuda', 'machine': info,
+                                       'notes': notes, 'urdf': urdf, 'results_us': figures})
     return 0
 
 

@@ -5,7 +5,6 @@ Functions take ``(model, state...)`` and return new tensors; see docs/convention
 frames, units and batching rules.
 """
 
-from .aba import aba
 from .actuators import (CoulombFriction, DCMotor, FFNN, FrictionModel, make_friction,
                         NNFriction, NNResidual, NoFriction, SigmoidFriction, StribeckFriction,
                         ViscousFriction)
@@ -20,7 +19,6 @@ from .contact import (box_vertices, compliant_contact_force, contact_kinematics,
                       contact_parameters_to_theta, contact_step, ContactFrame, ContactModel,
                       ContactStep, ground_frame)
 from .contact_solver import contact_residual, project_friction_cone, solve_contact_impulses
-from .crba import crba
 from .energy import kinetic_energy, potential_energy
 from .errors import DiffsimError, ShapeError, UnsupportedJointError, URDFError
 from .integrators import (forward_dynamics, INTEGRATORS, joint_friction, rk4, rollout,
@@ -37,16 +35,19 @@ from .parameterization import (DiffNEAParameterization, inertial_from_mass_com_i
                                RawParameterization,
                                regularize_inertial)
 from .regressor import joint_torque_regressor
-from .rnea import rnea
 from .spatial import (matrix_to_quat, quat_conjugate, quat_exp, quat_log, quat_multiply,
                       quat_rotate, quat_to_matrix)
 from .urdf import load_urdf
+# Last: the public rnea/aba/crba are the dispatching functions (the names would otherwise
+# be bound to their submodules, which the imports above load).
+from .dispatch import aba, BackendError, crba, get_backend, rnea, set_backend  # noqa: I100
 
 __all__ = [
-    'CONTACT_METHODS', 'CONTACT_PARAMETER_UNITS', 'ContactFrame', 'ContactModel', 'ContactStep',
-    'box_vertices', 'compliant_contact_force', 'contact_kinematics',
-    'contact_parameters_from_theta', 'contact_parameters_to_theta', 'contact_residual',
-    'contact_step', 'ground_frame', 'project_friction_cone', 'solve_contact_impulses',
+    'BackendError', 'CONTACT_METHODS', 'CONTACT_PARAMETER_UNITS', 'ContactFrame',
+    'ContactModel', 'ContactStep', 'box_vertices', 'compliant_contact_force',
+    'contact_kinematics', 'contact_parameters_from_theta', 'contact_parameters_to_theta',
+    'contact_residual', 'contact_step', 'ground_frame', 'project_friction_cone',
+    'solve_contact_impulses',
     'CoulombFriction', 'DCMotor', 'DiffNEAParameterization', 'DiffsimError', 'FFNN',
     'FrictionModel', 'INTEGRATORS', 'InertialParameterization', 'KinematicParameterization',
     'KinematicTree', 'LogCholeskyParameterization', 'NNFriction', 'NNResidual', 'NoFriction',
@@ -57,7 +58,7 @@ __all__ = [
     'check_configuration', 'compile_algorithm', 'configuration_sizes', 'crba', 'crba_native',
     'difference', 'feedback_rollout_native', 'forward_dynamics', 'forward_kinematics',
     'free_joint_from_mujoco', 'free_joint_to_mujoco',
-    'from_mujoco', 'from_ros_pose', 'from_ros_twist', 'integrate',
+    'from_mujoco', 'from_ros_pose', 'from_ros_twist', 'get_backend', 'integrate',
     'inertial_from_mass_com_inertia', 'inertial_from_pseudo_inertia',
     'is_physically_consistent', 'jacobian', 'joint_friction', 'joint_torque_regressor',
     'joint_transforms', 'kinetic_energy', 'load_urdf', 'make_friction', 'native_available',
@@ -65,7 +66,7 @@ __all__ = [
     'potential_energy', 'pseudo_inertia', 'quat_conjugate', 'quat_exp', 'quat_log',
     'quat_multiply', 'quat_rotate', 'quat_to_matrix',
     'regularize_inertial', 'rk4', 'rnea', 'rnea_native', 'rollout', 'root_configuration',
-    'root_pose_matrix', 'semi_implicit_euler', 'semi_implicit_update', 'to_mujoco',
-    'to_ros_pose', 'to_ros_twist',
+    'root_pose_matrix', 'semi_implicit_euler', 'semi_implicit_update', 'set_backend',
+    'to_mujoco', 'to_ros_pose', 'to_ros_twist',
     'with_joint_friction',
 ]

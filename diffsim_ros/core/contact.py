@@ -34,12 +34,11 @@ from torch import Tensor
 
 from .configuration import momentum_hold, semi_implicit_update
 from .contact_solver import solve_contact_impulses
-from .crba import crba
+from .dispatch import crba, rnea
 from .errors import check_trailing_shape, ShapeError
 from .kinematics import forward_kinematics, jacobian
 from .model import RobotModel
 from .parameterization import _softplus, _softplus_inverse
-from .rnea import rnea
 
 __all__ = ['CONTACT_METHODS', 'CONTACT_PARAMETER_UNITS', 'ContactFrame', 'ContactModel',
            'ContactStep', 'box_vertices', 'compliant_contact_force', 'contact_kinematics',

@@ -11,9 +11,9 @@ from typing import Callable, Optional
 
 import torch
 
-from .aba import aba
 from .configuration import (configuration_sizes, integrate, is_floating, momentum_hold,
                             semi_implicit_update)
+from .dispatch import aba
 from .errors import check_trailing_shape
 from .model import RobotModel
 

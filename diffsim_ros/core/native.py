@@ -1,47 +1,68 @@
 """
-Fused per-sample C++ kernels for large-batch RNEA, ABA and CRBA, with inertial gradients.
+Fused per-sample C++ kernels for RNEA, ABA and CRBA, with state and inertial gradients.
 
+:func:`diffsim_ros.core.rnea`, :func:`~diffsim_ros.core.aba` and
+:func:`~diffsim_ros.core.crba` (:mod:`diffsim_ros.core.dispatch`) run these kernels by
+themselves wherever a call allows it; :func:`rnea_native` and friends are the explicit
+entry points, which fall back to torch instead of raising.
 :func:`feedback_rollout_native` also runs whole closed-loop rollouts (semi-implicit Euler
 ABA steps under a clipped affine feedback law) for the controllers, without gradients: MPC
 on small robots is bound by per-step call overhead, which one call per horizon removes.
 
-The batched torch algorithms (:func:`diffsim_ros.core.rnea`, :func:`diffsim_ros.core.aba`,
-:func:`diffsim_ros.core.crba`) run a few hundred full-batch tensor operations, each streaming
+The batched torch algorithms (:mod:`diffsim_ros.core.rnea`, :mod:`diffsim_ros.core.aba`,
+:mod:`diffsim_ros.core.crba`) run a few hundred full-batch tensor operations, each streaming
 ``(B, n, ...)`` intermediates through memory.  The kernels here (``native/rnea.cpp``) run one
-sample's whole recursion in a workspace that stays in cache, OpenMP-parallel over the batch
-with at most ``torch.get_num_threads()`` threads.  They are compiled on first use with
-:func:`torch.utils.cpp_extension.load` with ``-march=native``, once per source text, flags
-and toolchain: the build is cached in ``TORCH_EXTENSIONS_DIR`` (by default
+sample's whole recursion in a workspace that stays in cache.  They are compiled on first use
+with :func:`torch.utils.cpp_extension.load` with ``-march=native``, once per source text,
+flags and toolchain: the build is cached in ``TORCH_EXTENSIONS_DIR`` (by default
 ``~/.cache/torch_extensions``) under ``diffsim_ros_native_dynamics_<key>``, the key hashing
 ``native/rnea.cpp``'s text, :data:`CFLAGS`, :data:`LDFLAGS`, the compiler, the torch version,
 the Python ABI and the CPU model, so checkouts with the same source share one build.  Loaders
 that start together wait for one build (logged), and a lock left by a killed build is
 removed with a warning (:mod:`diffsim_ros.core.native_build`).
 
-Gradients: all three functions are differentiable w.r.t. ``model.inertial`` and
-``model.armature``.  When a gradient is needed, the forward kernels save each sample's poses
-(RNEA and ABA also velocities and accelerations, ABA its articulated-inertia terms
-``U = IA S`` and ``D``), so the backward pass recomputes no pose and, for ABA, solves
-``M^-1 g`` from ``U`` and ``D`` in the same sweep that accumulates the parameter gradient.
-RNEA is linear in the inertial parameters, so ``d(g . tau)/d pi_j = phi(w_j, a_j) -
-phi(v_j x w_j, v_j)`` with ``w`` the upstream gradient propagated like a velocity; CRBA too,
-``M = sum_k J_k^T I(pi_k) J_k``, so ``d<G, M>/d pi_k = sum_ij G_ij phi(c_i, c_j)`` over the
-columns ``c`` of ``J_k``.  :func:`rnea_native` is also differentiable w.r.t. ``qdd``
-(``M g``) and :func:`aba_native` w.r.t. ``tau`` (``M^-1 g``).  Parameters without batch
-dims go to the kernels as they are and the kernels return their gradients summed over the
-batch, so a call adds no view or reduction to the autograd graph.
+Threads: a call is split over threads only where each thread gets at least 2048
+joint-samples (batch x joints, a few hundred microseconds of work: ``kMinWorkPerThread`` in
+the source), and over at most ``torch.get_num_threads()``; smaller calls (every MPC-size
+call) run on the calling thread alone.  Split calls start their helper threads per call and
+hand out chunks of samples from a shared counter, so a thread the scheduler takes away on a
+busy machine delays the call by the one chunk it holds, and nothing spins between calls
+(an OpenMP team did, and its 2-thread calls ran 10-35x slower under load).
 
-Whenever ``q`` or ``qd`` or a kinematic parameter (``origin_xyz``, ``origin_rpy``,
-``gravity``; CRBA does not read ``gravity``) requires grad, the call falls back to the torch
-implementation, as it does on CUDA, for dtypes other than float32/float64, without a C++
-compiler, or after :func:`set_enabled` ``(False)``; each reason is logged once.
+Gradients: :func:`rnea_native` and :func:`aba_native` are differentiable w.r.t. ``q``,
+``qd``, ``qdd``/``tau``, ``model.inertial`` and ``model.armature``; :func:`crba_native`
+w.r.t. ``model.inertial`` and ``model.armature``.  When a gradient is needed, the forward
+kernels save each sample's poses, velocities and accelerations (RNEA also its transmitted
+forces, ABA its articulated-inertia terms ``U = IA S`` and ``D``), so a backward pass
+recomputes no pose.  RNEA's backward is one reverse sweep of the recursion per sample, its
+hand-written adjoint (``rnea_adjoint_sample``): the upstream gradient ``g`` propagates from
+the root like a velocity (``w_i = X_i w_parent + S_i g_i``), giving ``d/d pi_j = phi(w_j,
+a_j) - phi(v_j x w_j, v_j)`` and, swept back from the leaves, the acceleration and velocity
+adjoints that give ``M g`` (``qdd``), ``qd`` and, through ``dX_i/dq_i = -S_i x X_i``,
+``q``.  ABA's backward solves ``lam = M^-1 g`` from the saved ``U`` and ``D``; with
+``M qdd + h = tau``, ``g . d qdd = lam . d tau - lam . d rnea(q, qd, qdd)``, so the
+gradients w.r.t. ``q``, ``qd`` and the parameters are one RNEA adjoint of ``-lam`` at the
+saved solution.  CRBA is linear in the parameters, ``M = sum_k J_k^T I(pi_k) J_k``, so
+``d<G, M>/d pi_k = sum_ij G_ij phi(c_i, c_j)`` over the columns ``c`` of ``J_k``.
+Parameters without batch dims go to the kernels as they are and the kernels return their
+gradients summed over the batch, so a call adds no view or reduction to the autograd graph.
+
+Per-call work at small batches is what bounds MPC-size calls, so what the kernels need of a
+model (checks, tree structure, parameters as the kernels read them) is prepared once per
+model and again only when a parameter is changed in place.
+
+Whenever a kinematic parameter (``origin_xyz``, ``origin_rpy``, ``gravity``; CRBA does not
+read ``gravity``) or CRBA's ``q`` requires grad, the call falls back to the torch
+implementation, as it does for floating-base models, on CUDA, for dtypes other than
+float32/float64, without a C++ compiler, or after :func:`set_enabled` ``(False)``; each
+reason is logged once.
 """
 
 import logging
 from pathlib import Path
 import shutil
 import threading
-from typing import Callable, Optional, Tuple
+from typing import Optional, Tuple
 import weakref
 
 import torch
@@ -62,8 +83,8 @@ DISABLED = 'disabled by set_enabled(False)'
 SOURCE = Path(__file__).resolve().parent / 'native' / 'rnea.cpp'
 EXTENSION_NAME = 'diffsim_ros_native_dynamics'
 #: Compiler and linker flags of the kernels (part of their build cache key).
-CFLAGS = ('-O3', '-march=native', '-fopenmp')
-LDFLAGS = ('-fopenmp',)
+CFLAGS = ('-O3', '-march=native', '-pthread')
+LDFLAGS = ('-pthread',)
 _DTYPES = (torch.float32, torch.float64)
 #: Trailing (non-batch) dims of inertial, armature, joint origins and gravity.
 _TRAILING = (2, 1, 3, 1)
@@ -73,6 +94,7 @@ _lock = threading.Lock()
 _state = {'module': None, 'reason': None, 'tried': False, 'enabled': True}
 _logged = set()
 _structures = weakref.WeakKeyDictionary()
+_models = weakref.WeakKeyDictionary()
 
 
 def log_fallback(reason: str, level: int = logging.INFO) -> None:
@@ -151,32 +173,94 @@ def _structure(model: RobotModel) -> Tuple[Tensor, Tensor, Tensor]:
     return per_tree[key]
 
 
+class _ModelEntry:
+    """
+    What the kernels need of one model, worked out once per model.
+
+    Calls at B = 1 are bound by per-call Python work, so this keeps why the model itself
+    cannot run (dtype, device, floating base, no joint), the tree structure, and its
+    parameters as the kernels read them when they carry no batch dims, re-prepared only when
+    a parameter is changed in place.
+    """
+
+    __slots__ = ('__weakref__', 'reason', 'dtype', 'n', 'structure', 'stamp', 'params',
+                 'args')
+
+    def __init__(self, model: RobotModel) -> None:
+        self.reason = _model_reason(model)
+        self.dtype = model.dtype
+        self.n = model.n
+        self.structure = None if self.reason else _structure(model)
+        self.stamp = None
+        self.params = None
+        self.args = None
+
+    def plain_params(self, model: RobotModel) -> Optional[Tuple[Tensor, ...]]:
+        """Return ``(inertial, armature, origins, gravity)`` without batch dims, or None."""
+        # The model's tensors are fixed (a frozen dataclass) and passed as they are, so an
+        # in-place change of one reaches the kernels by itself, except for the joint
+        # origins computed from origin_xyz and origin_rpy.
+        stamp = (model.origin_xyz._version, model.origin_rpy._version)
+        if stamp != self.stamp:
+            params = (model.inertial, model.armature, model.joint_origins(), model.gravity)
+            plain = all(t.dim() == k and t.is_contiguous() for t, k in zip(params, _TRAILING))
+            self.params = params if plain else None
+            # the kernels' arguments after the states, ``save`` excepted
+            self.args = params + self.structure if plain else None
+            self.stamp = stamp
+        return self.params
+
+
+def _model_reason(model: RobotModel) -> Optional[str]:
+    """Return why no call on this model can use the kernels, or ``None``."""
+    dtype = model.dtype
+    if model.floating_base:
+        return 'floating-base models are not handled by the kernels'
+    if dtype not in _DTYPES:
+        return 'dtype is not float32/float64 throughout'
+    if not model.n:
+        return 'the model has no movable joint'
+    params = (model.inertial, model.armature, model.origin_xyz, model.origin_rpy,
+              model.gravity)
+    if any(t.device.type != 'cpu' for t in params):
+        return 'tensors are not on the CPU'
+    if any(t.dtype != dtype for t in params):
+        return 'dtype is not float32/float64 throughout'
+    return None
+
+
+def _entry(model: RobotModel) -> _ModelEntry:
+    entry = _models.get(model)
+    if entry is None:
+        entry = _models[model] = _ModelEntry(model)
+    return entry
+
+
 def _unsupported(model: RobotModel, positions: Tuple[Tensor, ...], states: Tuple[Tensor, ...],
                  kinematic: Tuple[Tensor, ...]) -> Optional[str]:
     """
     Return why a call cannot use the kernels, or ``None`` when it can.
 
-    ``positions`` (q, qd) may not require grad, ``states`` (qdd, tau) may; ``kinematic`` are
-    the kinematic parameters the algorithm reads.
+    ``positions`` may not require grad (CRBA's ``q``: no adjoint), ``states`` (q, qd, qdd,
+    tau) may; ``kinematic`` are the kinematic parameters the algorithm reads.
     """
-    dtype = model.dtype
-    if dtype not in _DTYPES:
-        return 'dtype is not float32/float64 throughout'
-    if not model.n:
-        return 'the model has no movable joint'
-    if model.floating_base:
-        return 'floating-base models are not handled by the kernels'
-    tensors = positions + states + (model.inertial, model.armature) + kinematic
+    entry = _entry(model)
+    if entry.reason:
+        return entry.reason
+    dtype = entry.dtype
+    tensors = positions + states
     for t in tensors:
-        if not t.is_cpu or t.dtype != dtype:
+        if t.dtype is not dtype or not t.is_cpu:
             if any(not t.is_cpu for t in tensors):
                 return 'tensors are not on the CPU'
             return 'dtype is not float32/float64 throughout'
     if torch.is_grad_enabled():
-        if any(t.requires_grad for t in positions):
-            return 'q or qd requires grad (no native state adjoint)'
-        if any(t.requires_grad for t in kinematic):
-            return 'a kinematic parameter (origin_xyz/origin_rpy/gravity) requires grad'
+        for t in positions:
+            if t.requires_grad:
+                return 'q requires grad in CRBA (no native position adjoint)'
+        for t in kinematic:
+            if t.requires_grad:
+                return 'a kinematic parameter (origin_xyz/origin_rpy/gravity) requires grad'
     return None
 
 
@@ -242,54 +326,53 @@ def _prepare(model: RobotModel, states: Tuple[Tensor, ...], params: Tuple[Tensor
 
 
 class _RneaFunction(torch.autograd.Function):
-    """RNEA kernel with gradients w.r.t. ``qdd``, ``inertial`` and ``armature``."""
+    """RNEA kernel with gradients w.r.t. ``q``, ``qd``, ``qdd``, ``inertial``, ``armature``."""
 
     @staticmethod
     def forward(ctx, q, qd, qdd, inertial, armature, origins, gravity, structure, ext):
         # the kernel saves every sample's poses, velocities and accelerations for backward
         tau, kinematics = ext.rnea_forward(q, qd, qdd, inertial, armature, origins, gravity,
                                            *structure, True)
-        ctx.save_for_backward(qdd, inertial, armature, kinematics)
+        ctx.save_for_backward(qd, qdd, inertial, armature, kinematics)
         ctx.structure, ctx.ext = structure, ext
         return tau
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_tau):
-        # d tau / d qdd = M(q) + diag(armature) (M g from the saved poses); RNEA is linear in
-        # pi and armature, with the parameter gradients summed in the kernel where shared.
-        qdd, inertial, armature, kinematics = ctx.saved_tensors
+        # one reverse sweep of the recursion per sample (rnea_adjoint_sample): d/d qdd is
+        # M g (armature included), the parameter gradients are summed in the kernel where
+        # shared.
+        qd, qdd, inertial, armature, kinematics = ctx.saved_tensors
         needs = ctx.needs_input_grad
-        grad_qdd, grad_pi, grad_arm = ctx.ext.rnea_backward(
-            kinematics, grad_tau.contiguous(), qdd, inertial, armature, *ctx.structure,
-            needs[2], needs[3], needs[4])
-        return None, None, grad_qdd, grad_pi, grad_arm, None, None, None, None
+        grads = ctx.ext.rnea_backward(kinematics, grad_tau.contiguous(), qd, qdd, inertial,
+                                      armature, *ctx.structure, *needs[:5])
+        return (*grads, None, None, None, None)
 
 
 class _AbaFunction(torch.autograd.Function):
-    """ABA kernel with gradients w.r.t. ``tau``, ``inertial`` and ``armature``."""
+    """ABA kernel with gradients w.r.t. ``q``, ``qd``, ``tau``, ``inertial``, ``armature``."""
 
     @staticmethod
     def forward(ctx, q, qd, tau, inertial, armature, origins, gravity, structure, ext):
         # the kernel saves the kinematics and the articulated-inertia terms U, D for backward
         qdd, rows = ext.aba_forward(q, qd, tau, inertial, armature, origins, gravity,
                                     *structure, True)
-        ctx.save_for_backward(qdd, inertial, armature, rows)
+        ctx.save_for_backward(qd, qdd, inertial, armature, rows)
         ctx.structure, ctx.ext = structure, ext
         return qdd
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_qdd):
-        # M qdd + h(pi) = tau: d qdd = M^-1 (d tau - Y d pi - diag(qdd) d armature), so every
+        # M qdd + h(q, qd, pi) = tau: d qdd = M^-1 (d tau - d rnea(q, qd, qdd)), so every
         # gradient goes through lam = M^-1 g, solved from the saved rows in the same pass
-        # that accumulates -Y^T lam.
-        qdd, inertial, armature, rows = ctx.saved_tensors
+        # that accumulates -Y^T lam, then one RNEA adjoint of -lam gives q and qd.
+        qd, qdd, inertial, armature, rows = ctx.saved_tensors
         needs = ctx.needs_input_grad
-        grad_tau, grad_pi, grad_arm = ctx.ext.aba_backward(
-            rows, grad_qdd.contiguous(), qdd, inertial, armature, *ctx.structure, needs[2],
-            needs[3], needs[4])
-        return None, None, grad_tau, grad_pi, grad_arm, None, None, None, None
+        grads = ctx.ext.aba_backward(rows, grad_qdd.contiguous(), qd, qdd, inertial, armature,
+                                     *ctx.structure, *needs[:5])
+        return (*grads, None, None, None, None)
 
 
 class _CrbaFunction(torch.autograd.Function):
@@ -323,87 +406,133 @@ def _check_states(model: RobotModel, states: Tuple[Tensor, ...], names: Tuple[st
             check_trailing_shape(name, value, (n,))
 
 
-def _dispatch(function: type, fallback: Callable, model: RobotModel, q: Tensor, qd: Tensor,
-              x: Tensor, x_name: str) -> Tensor:
-    states = (q, qd, x)
-    _check_states(model, states, ('q', 'qd', x_name))
-    reason = _unsupported(model, (q, qd), (x,),
-                          (model.origin_xyz, model.origin_rpy, model.gravity))
-    ext = None if reason else _extension()
-    if reason:
-        log_fallback(reason)
+def kernels_for(model: RobotModel, q: Tensor, qd: Optional[Tensor] = None,
+                x: Optional[Tensor] = None) -> Tuple[Optional[object], Optional[str]]:
+    """
+    Say whether the kernels can run one call of RNEA/ABA (``qd`` and ``x`` given) or CRBA.
+
+    Compiles the kernels on first use.  Shapes are not checked here (the run does).
+
+    :param model: the robot.
+    :param q: joint positions.
+    :param qd: joint velocities, None for CRBA.
+    :param x: ``qdd`` (RNEA) or ``tau`` (ABA), None for CRBA.
+    :return: ``(extension, None)`` when they can, else ``(None, reason)``.
+    """
+    entry = _entry(model)
+    dtype = entry.dtype
+    # the common call first, in as few Python operations as possible (B = 1 pays them)
+    common = qd is not None and not entry.reason and q.dtype is dtype and qd.dtype is dtype \
+        and x.dtype is dtype and q.is_cpu and qd.is_cpu and x.is_cpu and not (
+            torch.is_grad_enabled() and (model.origin_xyz.requires_grad
+                                         or model.origin_rpy.requires_grad
+                                         or model.gravity.requires_grad))
+    if not common:
+        if qd is None:
+            reason = _unsupported(model, (q,), (), (model.origin_xyz, model.origin_rpy))
+        else:
+            reason = _unsupported(model, (), (q, qd, x),
+                                  (model.origin_xyz, model.origin_rpy, model.gravity))
+        if reason is not None:
+            return None, reason
+    ext = _extension()
     if ext is None:
-        return fallback(model, q, qd, x)
-    states, params, batch = _prepare(
-        model, states, (model.inertial, model.armature, model.joint_origins(), model.gravity),
-        _TRAILING)
-    structure = _structure(model)
-    if torch.is_grad_enabled() and (states[2].requires_grad or params[0].requires_grad
+        return None, native_available()[1]
+    return ext, None
+
+
+def try_dynamics(inverse: bool, model: RobotModel, q: Tensor, qd: Tensor,
+                 x: Tensor) -> Optional[Tensor]:
+    """
+    Run RNEA (``inverse``) or ABA in the kernels when the call allows it.
+
+    :param inverse: True for RNEA (``x`` is ``qdd``), False for ABA (``x`` is ``tau``).
+    :param model: the robot.
+    :param q: joint positions ``(..., n)``.
+    :param qd: joint velocities ``(..., n)``.
+    :param x: ``qdd`` or ``tau`` ``(..., n)``.
+    :return: ``tau`` or ``qdd`` ``(..., n)``, or None when the kernels cannot run this call
+        (:func:`kernels_for` says why).
+    """
+    entry = _entry(model)
+    dtype = entry.dtype
+    grad = torch.is_grad_enabled()
+    # the common call in as few Python operations as possible (B = 1 pays each of them)
+    if entry.reason or q.dtype is not dtype or qd.dtype is not dtype or x.dtype is not dtype \
+            or not (q.is_cpu and qd.is_cpu and x.is_cpu) or (grad and (
+                model.origin_xyz.requires_grad or model.origin_rpy.requires_grad
+                or model.gravity.requires_grad)):
+        return None
+    ext = _extension()
+    if ext is None:
+        return None
+    params = entry.plain_params(model)
+    shape = q.shape
+    if params is not None and qd.shape == shape and x.shape == shape and shape \
+            and shape[-1] == entry.n and q.is_contiguous() and qd.is_contiguous() \
+            and x.is_contiguous() and not (grad and (
+                q.requires_grad or qd.requires_grad or x.requires_grad
+                or params[0].requires_grad or params[1].requires_grad)):
+        kernel = ext.rnea_forward if inverse else ext.aba_forward
+        return kernel(q, qd, x, *entry.args, False)[0]
+    return _run_dynamics(entry, ext, inverse, model, q, qd, x)
+
+
+def run_dynamics(ext: object, inverse: bool, model: RobotModel, q: Tensor, qd: Tensor,
+                 x: Tensor) -> Tensor:
+    """
+    Run the RNEA (``inverse``) or ABA kernel on a call :func:`kernels_for` accepted.
+
+    :param ext: the extension :func:`kernels_for` returned.
+    :param inverse: True for RNEA (``x`` is ``qdd``), False for ABA (``x`` is ``tau``).
+    :param model: the robot.
+    :param q: joint positions ``(..., n)``.
+    :param qd: joint velocities ``(..., n)``.
+    :param x: ``qdd`` or ``tau`` ``(..., n)``.
+    :return: ``tau`` or ``qdd`` ``(..., n)``, differentiable as the module docstring says.
+    """
+    return _run_dynamics(_entry(model), ext, inverse, model, q, qd, x)
+
+
+def _run_dynamics(entry: _ModelEntry, ext: object, inverse: bool, model: RobotModel,
+                  q: Tensor, qd: Tensor, x: Tensor) -> Tensor:
+    params = entry.plain_params(model)
+    shape = q.shape
+    batch = None
+    states = (q, qd, x)
+    if params is None or not shape or shape[-1] != entry.n or qd.shape != shape \
+            or x.shape != shape or not (q.is_contiguous() and qd.is_contiguous()
+                                        and x.is_contiguous()):
+        # the general call: broadcast states and parameters to one flat batch
+        _check_states(model, states, ('q', 'qd', 'qdd' if inverse else 'tau'))
+        states, params, batch = _prepare(
+            model, states,
+            (model.inertial, model.armature, model.joint_origins(), model.gravity), _TRAILING)
+    if torch.is_grad_enabled() and (states[0].requires_grad or states[1].requires_grad
+                                    or states[2].requires_grad or params[0].requires_grad
                                     or params[1].requires_grad):
-        out = function.apply(*states, *params, structure, ext)
+        function = _RneaFunction if inverse else _AbaFunction
+        out = function.apply(*states, *params, entry.structure, ext)
     else:
-        kernel = ext.rnea_forward if function is _RneaFunction else ext.aba_forward
-        out = kernel(*states, *params, *structure, False)[0]
+        kernel = ext.rnea_forward if inverse else ext.aba_forward
+        out = kernel(*states, *params, *entry.structure, False)[0]
+    if batch is None:
+        return out
     full = batch + (model.n,)
     return out if out.shape == full else out.reshape(full)
 
 
-def rnea_native(model: RobotModel, q: Tensor, qd: Tensor, qdd: Tensor) -> Tensor:
+def run_crba(ext: object, model: RobotModel, q: Tensor) -> Tensor:
     """
-    Compute inverse dynamics like :func:`diffsim_ros.core.rnea` with the fused C++ kernel.
+    Run the CRBA kernel on a call :func:`kernels_for` accepted.
 
-    Same semantics, shapes and broadcasting (model parameters may carry batch dims), rigid
-    body terms plus ``armature * qdd``.  Differentiable w.r.t. ``model.inertial``,
-    ``model.armature`` and ``qdd``; falls back to :func:`diffsim_ros.core.rnea` in the cases
-    listed in the module docstring.
-
-    :param model: the robot; its parameters may carry leading batch dims.
-    :param q: joint positions ``(..., n)`` [rad or m].
-    :param qd: joint velocities ``(..., n)``.
-    :param qdd: joint accelerations ``(..., n)``.
-    :return: joint torques/forces ``(..., n)`` [N m or N].
-    """
-    return _dispatch(_RneaFunction, rnea, model, q, qd, qdd, 'qdd')
-
-
-def aba_native(model: RobotModel, q: Tensor, qd: Tensor, tau: Tensor) -> Tensor:
-    """
-    Compute forward dynamics like :func:`diffsim_ros.core.aba` with the fused C++ kernel.
-
-    Same semantics, shapes and broadcasting as the torch version.  Differentiable w.r.t.
-    ``model.inertial``, ``model.armature`` and ``tau``; falls back to
-    :func:`diffsim_ros.core.aba` in the cases listed in the module docstring.
-
-    :param model: the robot; its parameters may carry leading batch dims.
+    :param ext: the extension :func:`kernels_for` returned.
+    :param model: the robot.
     :param q: joint positions ``(..., n)``.
-    :param qd: joint velocities ``(..., n)``.
-    :param tau: applied joint torques/forces ``(..., n)`` (damping/friction not included).
-    :return: joint accelerations ``(..., n)``.
-    """
-    return _dispatch(_AbaFunction, aba, model, q, qd, tau, 'tau')
-
-
-def crba_native(model: RobotModel, q: Tensor) -> Tensor:
-    """
-    Compute the joint-space inertia matrix like :func:`diffsim_ros.core.crba` with C++.
-
-    Same semantics, shapes and broadcasting (model parameters may carry batch dims),
-    armature on the diagonal.  Differentiable w.r.t. ``model.inertial`` and
-    ``model.armature``; falls back to :func:`diffsim_ros.core.crba` in the cases listed in
-    the module docstring (``gravity`` plays no part here).
-
-    :param model: the robot; its parameters may carry leading batch dims.
-    :param q: joint positions ``(..., n)``.
-    :return: symmetric positive-definite ``(..., n, n)`` [kg m^2, kg, kg m].
+    :return: ``(..., n, n)``, differentiable w.r.t. ``inertial`` and ``armature``.
     """
     states = (q,)
     _check_states(model, states, ('q',))
-    reason = _unsupported(model, states, (), (model.origin_xyz, model.origin_rpy))
-    ext = None if reason else _extension()
-    if reason:
-        log_fallback(reason)
-    if ext is None:
-        return crba(model, q)
     states, params, batch = _prepare(
         model, states, (model.inertial, model.armature, model.joint_origins()), _TRAILING[:3])
     structure = _structure(model)
@@ -413,6 +542,71 @@ def crba_native(model: RobotModel, q: Tensor) -> Tensor:
         out = ext.crba_forward(*states, *params, *structure, False)[0]
     full = batch + (model.n, model.n)
     return out if out.shape == full else out.reshape(full)
+
+
+def rnea_native(model: RobotModel, q: Tensor, qd: Tensor, qdd: Tensor) -> Tensor:
+    """
+    Compute inverse dynamics like :func:`diffsim_ros.core.rnea` with the fused C++ kernel.
+
+    Same semantics, shapes and broadcasting (model parameters may carry batch dims), rigid
+    body terms plus ``armature * qdd``.  Differentiable w.r.t. ``q``, ``qd``, ``qdd``,
+    ``model.inertial`` and ``model.armature``; falls back to the torch implementation in the
+    cases listed in the module docstring.  :func:`diffsim_ros.core.rnea` chooses this path
+    by itself where it applies.
+
+    :param model: the robot; its parameters may carry leading batch dims.
+    :param q: joint positions ``(..., n)`` [rad or m].
+    :param qd: joint velocities ``(..., n)``.
+    :param qdd: joint accelerations ``(..., n)``.
+    :return: joint torques/forces ``(..., n)`` [N m or N].
+    """
+    ext, reason = kernels_for(model, q, qd, qdd)
+    if ext is None:
+        log_fallback(reason)
+        return rnea(model, q, qd, qdd)
+    return run_dynamics(ext, True, model, q, qd, qdd)
+
+
+def aba_native(model: RobotModel, q: Tensor, qd: Tensor, tau: Tensor) -> Tensor:
+    """
+    Compute forward dynamics like :func:`diffsim_ros.core.aba` with the fused C++ kernel.
+
+    Same semantics, shapes and broadcasting as the torch version.  Differentiable w.r.t.
+    ``q``, ``qd``, ``tau``, ``model.inertial`` and ``model.armature``; falls back to the
+    torch implementation in the cases listed in the module docstring.
+    :func:`diffsim_ros.core.aba` chooses this path by itself where it applies.
+
+    :param model: the robot; its parameters may carry leading batch dims.
+    :param q: joint positions ``(..., n)``.
+    :param qd: joint velocities ``(..., n)``.
+    :param tau: applied joint torques/forces ``(..., n)`` (damping/friction not included).
+    :return: joint accelerations ``(..., n)``.
+    """
+    ext, reason = kernels_for(model, q, qd, tau)
+    if ext is None:
+        log_fallback(reason)
+        return aba(model, q, qd, tau)
+    return run_dynamics(ext, False, model, q, qd, tau)
+
+
+def crba_native(model: RobotModel, q: Tensor) -> Tensor:
+    """
+    Compute the joint-space inertia matrix like :func:`diffsim_ros.core.crba` with C++.
+
+    Same semantics, shapes and broadcasting (model parameters may carry batch dims),
+    armature on the diagonal.  Differentiable w.r.t. ``model.inertial`` and
+    ``model.armature``; falls back to the torch implementation in the cases listed in the
+    module docstring (``gravity`` plays no part here).
+
+    :param model: the robot; its parameters may carry leading batch dims.
+    :param q: joint positions ``(..., n)``.
+    :return: symmetric positive-definite ``(..., n, n)`` [kg m^2, kg, kg m].
+    """
+    ext, reason = kernels_for(model, q)
+    if ext is None:
+        log_fallback(reason)
+        return crba(model, q)
+    return run_crba(ext, model, q)
 
 
 class RolloutKernel:

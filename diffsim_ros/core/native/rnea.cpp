@@ -15,12 +15,15 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <thread>
 #include <vector>
 
 namespace {
 
 constexpr int64_t kMinSamplesPerChunk = 16;
+constexpr int64_t kMinWorkPerThread = 2048;
 // Chunks per thread: dynamic scheduling over several chunks keeps both cores busy when the
 // machine is shared and one thread gets descheduled.
 constexpr int64_t kChunksPerThread = 8;
@@ -192,6 +195,9 @@ inline T subspace_dot(const T* axis, bool prismatic, const T* f) {
 // the first kKinRow * n values of a saved row.  The forward kernels write them where the
 // backward kernels can read them again, so a backward pass recomputes no pose (no sin/cos).
 constexpr int64_t kKinRow = 24;
+// RNEA additionally saves the forces F_i its backward sweep transmits (6n), which the
+// position adjoint reads: kRneaRow * n values.
+constexpr int64_t kRneaRow = 30;
 // ABA additionally saves U = IA_i S_i (6n) and D_i (n), all M^-1 needs: kAbaRow * n values.
 constexpr int64_t kAbaRow = 31;
 
@@ -204,8 +210,11 @@ struct Kin {
 // Rows for samples whose kinematics are not saved: one per thread, reused.
 template <typename T>
 struct Scratch {
-  std::vector<T> row, f;
-  Scratch(int64_t n, int64_t row_size) : row(row_size * n), f(6 * n) {}
+  std::vector<T> buffer;  // one allocation: the row, then the forces f (6n)
+  int64_t f_offset;
+  Scratch(int64_t n, int64_t row_size) : buffer((row_size + 6) * n), f_offset(row_size * n) {}
+  T* row() { return buffer.data(); }
+  T* f() { return buffer.data() + f_offset; }
 };
 
 // First pass of RNEA: poses, v_i, a_i (with gravity as the base acceleration).
@@ -258,21 +267,138 @@ void rnea_sample(const Tree& tree, const T* axis, const T* origins, const T* pi,
   }
 }
 
-// Adds scale * d(g . tau)/d pi to grad (n, 10): phi(w_i, a_i) - phi(v_i x w_i, v_i), with w_i
-// the velocity-like propagation of the upstream gradient g as joint rates.
+// S x m for the joint's unit subspace S: [a x m_w; a x m_v] (revolute) or [0; a x m_w].
 template <typename T>
-void rnea_inertial_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k,
-                                  const T* g, T scale, T* grad, T* w) {
-  for (int64_t i = 0; i < tree.n; ++i) {
+inline void subspace_cross(const T* axis, bool prismatic, const T* m, T* out) {
+  if (prismatic) {
+    out[0] = out[1] = out[2] = T(0);
+    cross(axis, m, out + 3);
+  } else {
+    cross(axis, m, out);
+    cross(axis, m + 3, out + 3);
+  }
+}
+
+// (S x) x* f added to out: [x a x f_n; x a x f_f] (revolute) or [x a x f_f; 0].
+template <typename T>
+inline void add_subspace_force_cross(const T* axis, bool prismatic, T x, const T* f, T* out) {
+  T c[3];
+  cross(axis, f + 3, c);
+  if (prismatic) {
+    for (int r = 0; r < 3; ++r) out[r] += x * c[r];
+    return;
+  }
+  T d[3];
+  cross(axis, f, d);
+  for (int r = 0; r < 3; ++r) {
+    out[r] += x * d[r];
+    out[3 + r] += x * c[r];
+  }
+}
+
+template <typename T>
+inline T dot6(const T* a, const T* b) {
+  return a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3] + a[4] * b[4] + a[5] * b[5];
+}
+
+// Workspace of rnea_adjoint_sample: total forces F, force adjoints w, acceleration and
+// velocity adjoints (6n each).
+constexpr int64_t kAdjointWork = 24;
+
+// Reverse-mode adjoint of rnea_sample for the upstream gradient g (n), at the saved poses,
+// velocities and accelerations k: adds scale * d(g . tau)/dx to gq, gqd (x = q, qd) and
+// gpi (n, 10), and writes d(g . tau)/d qdd = M g (armature included) to gqdd; null outputs
+// are skipped.  saved_F: the transmitted forces F_i when the forward pass kept them, else
+// null (computed here from k when gq is asked for).  Joint i moves its body by X_i(q_i)
+// with dX_i/dq_i = -S_i x X_i, so with z = X_i (parent's motion):
+//  - tau_i = S_i . F_i, F_parent += X_i^T F_i: the force adjoint w_i = X_i w_parent + S_i g_i
+//    (propagated like a velocity), and q_i gets -(S_i x X_i w_parent) . F_i;
+//  - f_i = I a_i + v_i x* I v_i: abar_i = I w_i (+ children), vbar_i -= w_i x* I v_i +
+//    I (v_i x w_i);
+//  - a_i = X_i a_parent + S_i qdd_i + v_i x S_i qd_i: qd_i gets abar_i . (v_i x S_i),
+//    vbar_i += S_i qd_i x* abar_i, q_i gets -abar_i . (S_i x z), abar_parent += X_i^T abar_i;
+//  - v_i = X_i v_parent + S_i qd_i: qd_i gets S_i . vbar_i, q_i gets -vbar_i . (S_i x z),
+//    vbar_parent += X_i^T vbar_i.
+// ws: kAdjointWork * n values.
+template <typename T>
+void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const T* saved_F,
+                         const T* pi, const T* armature, const T* qd, const T* qdd, const T* g,
+                         T scale, T* gq, T* gqd, T* gqdd, T* gpi, T* ws) {
+  const int64_t n = tree.n;
+  T* w = ws + 6 * n;
+  T* abar = ws + 12 * n;
+  T* vbar = ws + 18 * n;
+  const bool state = gq != nullptr || gqd != nullptr;
+  const T* F = saved_F;
+  if (F == nullptr && gq != nullptr) {
+    T* f = ws;
+    for (int64_t i = 0; i < n; ++i) {
+      T Iv[6];
+      inertia_apply(pi + 10 * i, k.a + 6 * i, f + 6 * i);
+      inertia_apply(pi + 10 * i, k.v + 6 * i, Iv);
+      add_force_cross(k.v + 6 * i, Iv, f + 6 * i);
+    }
+    for (int64_t i = n - 1; i >= 0; --i) {
+      const int64_t parent = tree.parent[i];
+      if (parent >= 0) add_force_to_parent(k.R + 9 * i, k.p + 3 * i, f + 6 * i, f + 6 * parent);
+    }
+    F = f;
+  }
+  for (int64_t i = 0; i < n; ++i) {
     const bool pr = tree.prismatic[i] != 0;
     T* wi = w + 6 * i;
     from_parent(k.R + 9 * i, k.p + 3 * i, tree.parent[i], w, wi);
+    if (gq != nullptr && tree.parent[i] >= 0) {
+      T Sxy[6];
+      subspace_cross(axis + 3 * i, pr, wi, Sxy);
+      gq[i] -= scale * dot6(Sxy, F + 6 * i);
+    }
     add_subspace(axis + 3 * i, pr, g[i], wi);
-    const T* v = k.v + 6 * i;
-    T vxw[6];
-    motion_cross(v, wi, vxw);
-    add_phi(wi, k.a + 6 * i, scale, grad + 10 * i);
-    add_phi(vxw, v, -scale, grad + 10 * i);
+    if (gpi != nullptr) {
+      const T* v = k.v + 6 * i;
+      T vxw[6];
+      motion_cross(v, wi, vxw);
+      add_phi(wi, k.a + 6 * i, scale, gpi + 10 * i);
+      add_phi(vxw, v, -scale, gpi + 10 * i);
+    }
+  }
+  if (!state && gqdd == nullptr) return;
+  for (int64_t r = 0; r < 6 * n; ++r) abar[r] = vbar[r] = T(0);
+  for (int64_t i = n - 1; i >= 0; --i) {
+    const bool pr = tree.prismatic[i] != 0;
+    const T* ax = axis + 3 * i;
+    const T* wi = w + 6 * i;
+    T* ab = abar + 6 * i;
+    T Iw[6];
+    inertia_apply(pi + 10 * i, wi, Iw);
+    for (int r = 0; r < 6; ++r) ab[r] += Iw[r];
+    if (gqdd != nullptr) gqdd[i] = subspace_dot(ax, pr, ab) + armature[i] * g[i];
+    const int64_t parent = tree.parent[i];
+    if (state) {
+      const T* v = k.v + 6 * i;
+      T* vb = vbar + 6 * i;
+      T Iv[6], t[6] = {T(0), T(0), T(0), T(0), T(0), T(0)}, vxw[6], Ivxw[6];
+      inertia_apply(pi + 10 * i, v, Iv);
+      add_force_cross(wi, Iv, t);
+      motion_cross(v, wi, vxw);
+      inertia_apply(pi + 10 * i, vxw, Ivxw);
+      for (int r = 0; r < 6; ++r) vb[r] -= t[r] + Ivxw[r];
+      add_subspace_force_cross(ax, pr, qd[i], ab, vb);
+      // S x v = S x z_v (S x S = 0), with z_v = X_i v_parent = v_i - S qd_i
+      T Sxv[6];
+      subspace_cross(ax, pr, v, Sxv);
+      if (gqd != nullptr) gqd[i] += scale * (subspace_dot(ax, pr, vb) - dot6(ab, Sxv));
+      if (gq != nullptr) {
+        // z_a = X_i a_parent = a_i - S qdd_i - v_i x S qd_i = a_i - S qdd_i + qd_i S x v_i
+        T za[6], Sxa[6];
+        for (int r = 0; r < 6; ++r) za[r] = k.a[6 * i + r] + qd[i] * Sxv[r];
+        add_subspace(ax, pr, -qdd[i], za);
+        subspace_cross(ax, pr, za, Sxa);
+        gq[i] -= scale * (dot6(ab, Sxa) + dot6(vb, Sxv));
+      }
+      if (parent >= 0) add_force_to_parent(k.R + 9 * i, k.p + 3 * i, vb, vbar + 6 * parent);
+    }
+    if (parent >= 0) add_force_to_parent(k.R + 9 * i, k.p + 3 * i, ab, abar + 6 * parent);
   }
 }
 
@@ -349,10 +475,19 @@ inline void add_inertia_to_parent(const T* R, const T* p, const T* M, T* out) {
   }
 }
 
+// One allocation per call (a B = 1 call pays each one): the saved-row layout, then c (6n),
+// IA (36n), pA (6n) and u (n).
 template <typename T>
 struct AbaScratch {
-  std::vector<T> row, c, IA, pA, u;
-  AbaScratch(int64_t n) : row(kAbaRow * n), c(6 * n), IA(36 * n), pA(6 * n), u(n) {}
+  std::vector<T> buffer;
+  T *c, *IA, *pA, *u;
+  explicit AbaScratch(int64_t n) : buffer((kAbaRow + 49) * n) {
+    c = buffer.data() + kAbaRow * n;
+    IA = c + 6 * n;
+    pA = IA + 36 * n;
+    u = pA + 6 * n;
+  }
+  T* row() { return buffer.data(); }
 };
 
 // ABA for one sample; writes the kinematics, U and D into the row k / U / D point into.
@@ -463,24 +598,6 @@ void aba_backward_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
     motion_cross(v, wi, vxw);
     add_phi(wi, k.a + 6 * i, T(-1), grad + 10 * i);
     add_phi(vxw, v, T(1), grad + 10 * i);
-  }
-}
-
-// M g from saved poses: the RNEA recursions without velocity and gravity (no sin/cos).
-template <typename T>
-void mass_product_sample(const Tree& tree, const T* axis, const Kin<T>& k, const T* pi,
-                         const T* armature, const T* g, T* out, T* a, T* f) {
-  const int64_t n = tree.n;
-  for (int64_t i = 0; i < n; ++i) {
-    T* ai = a + 6 * i;
-    from_parent(k.R + 9 * i, k.p + 3 * i, tree.parent[i], a, ai);
-    add_subspace(axis + 3 * i, tree.prismatic[i] != 0, g[i], ai);
-    inertia_apply(pi + 10 * i, ai, f + 6 * i);
-  }
-  for (int64_t i = n - 1; i >= 0; --i) {
-    out[i] = subspace_dot(axis + 3 * i, tree.prismatic[i] != 0, f + 6 * i) + armature[i] * g[i];
-    const int64_t parent = tree.parent[i];
-    if (parent >= 0) add_force_to_parent(k.R + 9 * i, k.p + 3 * i, f + 6 * i, f + 6 * parent);
   }
 }
 
@@ -664,23 +781,59 @@ void crba_inertial_adjoint_sample(const Tree& tree, const T* axis, const T* R, c
 // Batch drivers
 // ---------------------------------------------------------------------------------------
 
-int64_t chunk_count(int64_t batch) {
+// Threads: a call splits over threads only where each thread gets at least
+// kMinWorkPerThread joint-samples (batch x joints; a few hundred microseconds of RNEA or ABA),
+// and over at most torch.get_num_threads() of them.  Below that, the fork/join and, on a busy
+// machine, the wait for a descheduled thread cost more than the split saves (2-thread calls
+// measured 10-35x slower under load where 1-thread calls held).  A split call has
+// kChunksPerThread chunks of samples per thread (the chunks also hold the partial sums of
+// shared parameter gradients).
+struct Split {
+  int64_t chunks;
+  int64_t threads;
+};
+
+Split split_for(int64_t batch, int64_t work) {
+  if (at::in_parallel_region()) return {1, 1};
+  const int64_t threads = std::min<int64_t>(at::get_num_threads(), work / kMinWorkPerThread);
+  if (threads <= 1) return {1, 1};
   const int64_t by_size = std::max<int64_t>(1, batch / kMinSamplesPerChunk);
-  const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
-  return std::max<int64_t>(1, std::min<int64_t>(threads * kChunksPerThread, by_size));
+  const int64_t chunks =
+      std::max<int64_t>(1, std::min<int64_t>(threads * kChunksPerThread, by_size));
+  return {chunks, std::min<int64_t>(threads, chunks)};
 }
 
-// Runs body(chunk, first, end) over contiguous sample ranges, with at most
-// torch.get_num_threads() OpenMP threads; chunk indices address per-chunk partial sums.
+// Threads a call of `batch` samples of a `joints`-joint tree runs on (the rule above).
+int64_t threads_for(int64_t batch, int64_t joints) {
+  return split_for(batch, batch * joints).threads;
+}
+
+// Runs body(chunk, first, end) over contiguous sample ranges on split.threads threads; chunk
+// indices address per-chunk partial sums.  The calling thread works too, and every thread
+// takes the next chunk from a shared counter, so a thread the scheduler takes away delays
+// the call by at most the chunk it holds.  The helpers are plain threads started per call
+// (tens of microseconds, against the hundreds of microseconds of work split_for asks for)
+// that exit when the chunks run out: unlike an OpenMP team, nothing spins between calls,
+// which on a busy machine took the cores from the serial work around the kernels (2-thread
+// calls measured 10-35x slower under load, 1-thread calls held).
 template <typename F>
-void for_chunks(int64_t batch, int64_t chunks, const F& body) {
-  const int64_t threads = std::min<int64_t>(chunks, at::get_num_threads());
-  if (threads <= 1 || at::in_parallel_region()) {
+void for_chunks(int64_t batch, const Split& split, const F& body) {
+  const int64_t chunks = split.chunks, threads = split.threads;
+  if (threads <= 1) {
     for (int64_t c = 0; c < chunks; ++c) body(c, batch * c / chunks, batch * (c + 1) / chunks);
     return;
   }
-#pragma omp parallel for schedule(dynamic, 1) num_threads(static_cast<int>(threads))
-  for (int64_t c = 0; c < chunks; ++c) body(c, batch * c / chunks, batch * (c + 1) / chunks);
+  std::atomic<int64_t> next{0};
+  const auto work = [&]() {
+    for (int64_t c = next++; c < chunks; c = next++) {
+      body(c, batch * c / chunks, batch * (c + 1) / chunks);
+    }
+  };
+  std::vector<std::thread> helpers;
+  helpers.reserve(threads - 1);
+  for (int64_t t = 1; t < threads; ++t) helpers.emplace_back(work);
+  work();
+  for (auto& helper : helpers) helper.join();
 }
 
 Tree make_tree(const torch::Tensor& parent, const torch::Tensor& prismatic) {
@@ -700,10 +853,11 @@ void check_state(const torch::Tensor& x, int64_t batch, int64_t n, const char* n
   TORCH_CHECK(batch_of(x, n, name) == batch, name, " does not match the batch of q");
 }
 
-// A (B, row * n) tensor for saved rows, or an empty one when nothing is saved.
+// A (B, row * n) tensor for saved rows, or an undefined one when nothing is saved.
 torch::Tensor saved_rows(const torch::Tensor& q, int64_t batch, int64_t row, bool save) {
-  return save ? torch::empty({batch, row * q.size(-1)}, q.options())
-              : torch::empty({0}, q.options());
+  // undefined (None in Python) when nothing is saved: an allocation costs about 1 us, a
+  // sizeable part of a call at B = 1
+  return save ? torch::empty({batch, row * q.size(-1)}, q.options()) : torch::Tensor();
 }
 
 void check_saved(const torch::Tensor& saved, int64_t batch, int64_t row) {
@@ -754,7 +908,7 @@ struct GradOut {
 // Inputs: q, qd, x (..., n) contiguous, all of the same batch B; inertial (n, 10) values or
 // (B, n, 10); armature n or (B, n); origins (n, 4, 4) or (B, n, 4, 4); gravity 3 or (B, 3);
 // axis (n, 3); parent, prismatic (n,) int64.  Returns (tau like q, saved): saved is
-// (B, kKinRow * n) when save, else empty.
+// (B, kRneaRow * n) when save (kinematics and transmitted forces), else undefined.
 std::vector<torch::Tensor> rnea_forward(torch::Tensor q, torch::Tensor qd, torch::Tensor qdd,
                                         torch::Tensor inertial, torch::Tensor armature,
                                         torch::Tensor origins, torch::Tensor gravity,
@@ -766,7 +920,7 @@ std::vector<torch::Tensor> rnea_forward(torch::Tensor q, torch::Tensor qd, torch
   check_state(qd, batch, n, "qd");
   check_state(qdd, batch, n, "qdd");
   auto tau = torch::empty_like(q);
-  auto saved = saved_rows(q, batch, kKinRow, save);
+  auto saved = saved_rows(q, batch, kRneaRow, save);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "rnea_forward", [&] {
     using T = scalar_t;
     const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
@@ -777,12 +931,14 @@ std::vector<torch::Tensor> rnea_forward(torch::Tensor q, torch::Tensor qd, torch
     const T* ax = axis.data_ptr<T>();
     T* out = tau.data_ptr<T>();
     T* rows = save ? saved.data_ptr<T>() : nullptr;
-    for_chunks(batch, chunk_count(batch), [&](int64_t, int64_t b0, int64_t b1) {
+    for_chunks(batch, split_for(batch, batch * n), [&](int64_t, int64_t b0, int64_t b1) {
       Scratch<T> ws(n, kKinRow);
       for (int64_t b = b0; b < b1; ++b) {
-        const Kin<T> k(save ? rows + b * kKinRow * n : ws.row.data(), n);
+        T* row = save ? rows + b * kRneaRow * n : ws.row();
+        const Kin<T> k(row, n);
         rnea_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n,
-                    qdp + b * n, qddp + b * n, out + b * n, k, ws.f.data());
+                    qdp + b * n, qddp + b * n, out + b * n, k,
+                    save ? row + kKinRow * n : ws.f());
       }
     });
   });
@@ -790,19 +946,25 @@ std::vector<torch::Tensor> rnea_forward(torch::Tensor q, torch::Tensor qd, torch
 }
 
 // Backward of RNEA from the rows rnea_forward saved, for the upstream gradient g (like q):
-// (M g or undefined, d(g . tau)/d inertial or undefined, d/d armature or undefined), each
-// parameter gradient in the parameter's shape (summed over the batch when shared).
-std::vector<torch::Tensor> rnea_backward(torch::Tensor saved, torch::Tensor g, torch::Tensor qdd,
-                                         torch::Tensor inertial, torch::Tensor armature,
-                                         torch::Tensor axis, torch::Tensor parent,
-                                         torch::Tensor prismatic, bool need_qdd, bool need_pi,
+// (d(g . tau)/d q, d/d qd, M g = d/d qdd, d/d inertial, d/d armature), each undefined unless
+// asked for, each parameter gradient in the parameter's shape (summed over the batch when
+// shared).
+std::vector<torch::Tensor> rnea_backward(torch::Tensor saved, torch::Tensor g, torch::Tensor qd,
+                                         torch::Tensor qdd, torch::Tensor inertial,
+                                         torch::Tensor armature, torch::Tensor axis,
+                                         torch::Tensor parent, torch::Tensor prismatic,
+                                         bool need_q, bool need_qd, bool need_qdd, bool need_pi,
                                          bool need_armature) {
   const Tree tree = make_tree(parent, prismatic);
   const int64_t n = tree.n;
   const int64_t batch = batch_of(g, n, "grad");
+  check_state(qd, batch, n, "qd");
   check_state(qdd, batch, n, "qdd");
-  check_saved(saved, batch, kKinRow * n);
-  const int64_t chunks = chunk_count(batch);
+  check_saved(saved, batch, kRneaRow * n);
+  const Split split = split_for(batch, batch * n);
+  const int64_t chunks = split.chunks;
+  auto grad_q = need_q ? torch::zeros_like(g) : torch::Tensor();
+  auto grad_qd = need_qd ? torch::zeros_like(g) : torch::Tensor();
   auto grad_qdd = need_qdd ? torch::empty_like(g) : torch::Tensor();
   std::vector<torch::Tensor> result;
   AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "rnea_backward", [&] {
@@ -812,19 +974,23 @@ std::vector<torch::Tensor> rnea_backward(torch::Tensor saved, torch::Tensor g, t
     GradOut<T> gpi(need_pi, inertial, batch, chunks, 10 * n);
     GradOut<T> garm(need_armature, armature, batch, chunks, n);
     T* rows = saved.data_ptr<T>();
-    const T *gp = g.data_ptr<T>(), *qddp = qdd.data_ptr<T>(), *ax = axis.data_ptr<T>();
+    const T *gp = g.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *qddp = qdd.data_ptr<T>();
+    const T* ax = axis.data_ptr<T>();
+    T* gq = need_q ? grad_q.data_ptr<T>() : nullptr;
+    T* gqd = need_qd ? grad_qd.data_ptr<T>() : nullptr;
     T* mg = need_qdd ? grad_qdd.data_ptr<T>() : nullptr;
-    for_chunks(batch, chunks, [&](int64_t c, int64_t b0, int64_t b1) {
-      std::vector<T> w(6 * n), f(6 * n);
+    const bool adjoint = need_q || need_qd || need_qdd || need_pi;
+    for_chunks(batch, split, [&](int64_t c, int64_t b0, int64_t b1) {
+      std::vector<T> ws(kAdjointWork * n);
       for (int64_t b = b0; b < b1; ++b) {
-        const Kin<T> k(rows + b * kKinRow * n, n);
         const T* gb = gp + b * n;
-        if (mg != nullptr) {
-          mass_product_sample(tree, ax, k, pi.at(b), arm.at(b), gb, mg + b * n, w.data(),
-                              f.data());
-        }
-        if (gpi.active) {
-          rnea_inertial_adjoint_sample(tree, ax, k, gb, T(1), gpi.at(c, b), w.data());
+        if (adjoint) {
+          T* row = rows + b * kRneaRow * n;
+          const Kin<T> k(row, n);
+          rnea_adjoint_sample(tree, ax, k, row + kKinRow * n, pi.at(b), arm.at(b), qdp + b * n,
+                              qddp + b * n, gb, T(1), gq ? gq + b * n : nullptr,
+                              gqd ? gqd + b * n : nullptr, mg ? mg + b * n : nullptr,
+                              gpi.active ? gpi.at(c, b) : nullptr, ws.data());
         }
         if (garm.active) {
           T* ga = garm.at(c, b);
@@ -832,7 +998,7 @@ std::vector<torch::Tensor> rnea_backward(torch::Tensor saved, torch::Tensor g, t
         }
       }
     });
-    result = {grad_qdd, gpi.finish(), garm.finish()};
+    result = {grad_q, grad_qd, grad_qdd, gpi.finish(), garm.finish()};
   });
   return result;
 }
@@ -860,10 +1026,10 @@ std::vector<torch::Tensor> aba_forward(torch::Tensor q, torch::Tensor qd, torch:
     const T* ax = axis.data_ptr<T>();
     T* out = qdd.data_ptr<T>();
     T* rows = save ? saved.data_ptr<T>() : nullptr;
-    for_chunks(batch, chunk_count(batch), [&](int64_t, int64_t b0, int64_t b1) {
+    for_chunks(batch, split_for(batch, batch * n), [&](int64_t, int64_t b0, int64_t b1) {
       AbaScratch<T> ws(n);
       for (int64_t b = b0; b < b1; ++b) {
-        T* row = save ? rows + b * kAbaRow * n : ws.row.data();
+        T* row = save ? rows + b * kAbaRow * n : ws.row();
         const Kin<T> k(row, n);
         aba_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n,
                    qdp + b * n, taup + b * n, out + b * n, k, row + kKinRow * n,
@@ -874,44 +1040,63 @@ std::vector<torch::Tensor> aba_forward(torch::Tensor q, torch::Tensor qd, torch:
   return {qdd, saved};
 }
 
-// Backward of ABA from the rows aba_forward saved: (lam = M^-1 g or undefined,
-// -d(lam . tau)/d inertial or undefined, -lam * qdd for the armature or undefined), the
-// parameter gradients in the parameters' shapes (summed over the batch when shared).
-std::vector<torch::Tensor> aba_backward(torch::Tensor saved, torch::Tensor g, torch::Tensor qdd,
-                                        torch::Tensor inertial, torch::Tensor armature,
-                                        torch::Tensor axis, torch::Tensor parent,
-                                        torch::Tensor prismatic, bool need_tau, bool need_pi,
+// Backward of ABA from the rows aba_forward saved: with lam = M^-1 g and M qdd + h = tau,
+// (d(g . qdd)/d q = -lam . d rnea/d q, the same for qd, lam = d/d tau, -d(lam . tau)/d inertial,
+// -lam * qdd for the armature), each undefined unless asked for (lam is always solved), the
+// parameter gradients in the parameters' shapes (summed over the batch when shared).  The
+// state gradients are one RNEA adjoint of lam at the saved kinematics (whose accelerations
+// are the solution qdd).
+std::vector<torch::Tensor> aba_backward(torch::Tensor saved, torch::Tensor g, torch::Tensor qd,
+                                        torch::Tensor qdd, torch::Tensor inertial,
+                                        torch::Tensor armature, torch::Tensor axis,
+                                        torch::Tensor parent, torch::Tensor prismatic,
+                                        bool need_q, bool need_qd, bool need_tau, bool need_pi,
                                         bool need_armature) {
   const Tree tree = make_tree(parent, prismatic);
   const int64_t n = tree.n;
   const int64_t batch = batch_of(g, n, "grad");
+  check_state(qd, batch, n, "qd");
   check_state(qdd, batch, n, "qdd");
   check_saved(saved, batch, kAbaRow * n);
-  const int64_t chunks = chunk_count(batch);
+  const Split split = split_for(batch, batch * n);
+  const int64_t chunks = split.chunks;
   auto lam = torch::empty_like(g);
+  auto grad_q = need_q ? torch::zeros_like(g) : torch::Tensor();
+  auto grad_qd = need_qd ? torch::zeros_like(g) : torch::Tensor();
   std::vector<torch::Tensor> result;
   AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "aba_backward", [&] {
     using T = scalar_t;
+    const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
+    const auto arm = param<T>(armature, batch, n, "armature");
     GradOut<T> gpi(need_pi, inertial, batch, chunks, 10 * n);
     GradOut<T> garm(need_armature, armature, batch, chunks, n);
     T* rows = saved.data_ptr<T>();
-    const T *gp = g.data_ptr<T>(), *qddp = qdd.data_ptr<T>(), *ax = axis.data_ptr<T>();
+    const T *gp = g.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *qddp = qdd.data_ptr<T>();
+    const T* ax = axis.data_ptr<T>();
     T* lp = lam.data_ptr<T>();
-    for_chunks(batch, chunks, [&](int64_t c, int64_t b0, int64_t b1) {
-      std::vector<T> pA(6 * n), w(6 * n);
+    T* gq = need_q ? grad_q.data_ptr<T>() : nullptr;
+    T* gqd = need_qd ? grad_qd.data_ptr<T>() : nullptr;
+    for_chunks(batch, split, [&](int64_t c, int64_t b0, int64_t b1) {
+      std::vector<T> pA(6 * n), w(6 * n), ws(need_q || need_qd ? kAdjointWork * n : 0);
       for (int64_t b = b0; b < b1; ++b) {
         T* row = rows + b * kAbaRow * n;
         const Kin<T> k(row, n);
         aba_backward_sample(tree, ax, k, row + kKinRow * n, row + (kKinRow + 6) * n,
                             gp + b * n, lp + b * n, gpi.active ? gpi.at(c, b) : nullptr,
                             pA.data(), w.data());
+        if (need_q || need_qd) {
+          rnea_adjoint_sample(tree, ax, k, static_cast<const T*>(nullptr), pi.at(b), arm.at(b),
+                              qdp + b * n, qddp + b * n, lp + b * n, T(-1),
+                              gq ? gq + b * n : nullptr, gqd ? gqd + b * n : nullptr,
+                              static_cast<T*>(nullptr), static_cast<T*>(nullptr), ws.data());
+        }
         if (garm.active) {
           T* ga = garm.at(c, b);
           for (int64_t i = 0; i < n; ++i) ga[i] -= lp[b * n + i] * qddp[b * n + i];
         }
       }
     });
-    result = {need_tau ? lam : torch::Tensor(), gpi.finish(), garm.finish()};
+    result = {grad_q, grad_qd, need_tau ? lam : torch::Tensor(), gpi.finish(), garm.finish()};
   });
   return result;
 }
@@ -937,7 +1122,7 @@ std::vector<torch::Tensor> crba_forward(torch::Tensor q, torch::Tensor inertial,
     const T* ax = axis.data_ptr<T>();
     T* out = M.data_ptr<T>();
     T* rows = save ? saved.data_ptr<T>() : nullptr;
-    for_chunks(batch, chunk_count(batch), [&](int64_t, int64_t b0, int64_t b1) {
+    for_chunks(batch, split_for(batch, batch * n), [&](int64_t, int64_t b0, int64_t b1) {
       std::vector<T> row(kPoseRow * n), Ic(10 * n);
       for (int64_t b = b0; b < b1; ++b) {
         T* pose = save ? rows + b * kPoseRow * n : row.data();
@@ -963,7 +1148,8 @@ std::vector<torch::Tensor> crba_backward(torch::Tensor saved, torch::Tensor G,
               "grad must be a contiguous (..., n, n) tensor");
   const int64_t batch = G.numel() / (n * n);
   check_saved(saved, batch, kPoseRow * n);
-  const int64_t chunks = chunk_count(batch);
+  const Split split = split_for(batch, batch * n);
+  const int64_t chunks = split.chunks;
   std::vector<torch::Tensor> result;
   AT_DISPATCH_FLOATING_TYPES(G.scalar_type(), "crba_backward", [&] {
     using T = scalar_t;
@@ -971,7 +1157,7 @@ std::vector<torch::Tensor> crba_backward(torch::Tensor saved, torch::Tensor G,
     GradOut<T> garm(need_armature, armature, batch, chunks, n);
     T* rows = saved.data_ptr<T>();
     const T *Gp = G.data_ptr<T>(), *ax = axis.data_ptr<T>();
-    for_chunks(batch, chunks, [&](int64_t c, int64_t b0, int64_t b1) {
+    for_chunks(batch, split, [&](int64_t c, int64_t b0, int64_t b1) {
       std::vector<T> ws(gpi.active ? 28 * n : 0);
       for (int64_t b = b0; b < b1; ++b) {
         const T* Gb = Gp + b * n * n;
@@ -1062,12 +1248,14 @@ std::vector<torch::Tensor> feedback_rollout(
     // (Qube solve p50 1.3 -> 6 ms with 2 threads beside one busy core), so only MPPI-sized
     // work is split.
     const int64_t work = batch * horizon * substeps * n;
-    const int64_t chunks = work < kMinParallelRolloutWork ? 1 : std::max<int64_t>(
-        1, std::min<int64_t>(chunk_count(batch * horizon * substeps), batch));
-    for_chunks(batch, chunks, [&](int64_t, int64_t b0, int64_t b1) {
+    Split split = work < kMinParallelRolloutWork ? Split{1, 1}
+                                                 : split_for(batch * horizon * substeps, work);
+    split.chunks = std::min<int64_t>(split.chunks, batch);
+    split.threads = std::min<int64_t>(split.threads, split.chunks);
+    for_chunks(batch, split, [&](int64_t, int64_t b0, int64_t b1) {
       AbaScratch<T> ws(n);
       std::vector<T> dz(nz), tau(n), qdd(n), x(nx);
-      T* row = ws.row.data();
+      T* row = ws.row();
       const Kin<T> k(row, n);
       for (int64_t b = b0; b < b1; ++b) {
         for (int64_t i = 0; i < nx; ++i) x[i] = x0p[b * nx + i];
@@ -1385,11 +1573,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rnea_forward", &rnea_forward,
         "Batched RNEA, one fused recursion per sample; optionally saves the kinematics");
   m.def("rnea_backward", &rnea_backward,
-        "M g and the inertial/armature vector-Jacobian products of RNEA, from saved rows");
+        "Vector-Jacobian products of RNEA w.r.t. q, qd, qdd, inertial and armature, from "
+        "saved rows");
   m.def("aba_forward", &aba_forward,
         "Batched ABA, one fused recursion per sample; optionally saves kinematics, U and D");
   m.def("aba_backward", &aba_backward,
-        "M^-1 g and the inertial/armature vector-Jacobian products of ABA, from saved rows");
+        "Vector-Jacobian products of ABA w.r.t. q, qd, tau, inertial and armature, from saved "
+        "rows");
+  m.def("threads_for", &threads_for,
+        "Threads a dynamics call of B samples of an n-joint tree runs on");
   m.def("crba_forward", &crba_forward,
         "Batched CRBA, one composite-inertia recursion per sample; optionally saves the poses");
   m.def("crba_backward", &crba_backward,
