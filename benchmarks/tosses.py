@@ -9,9 +9,11 @@ Real tosses with nominal parameters: our floating model and MuJoCo against the r
     contact is the first sample whose lowest box corner is below ``--contact-margin``
     (1 cm by default; the table is z = 0, every toss ends at exactly 0).
 (b) ContactNets cube, whole tosses (release to rest) from the second recorded state with
-    nominal parameters (0.37 kg, mu 0.18, edge 0.1048 m): MuJoCo (its default soft contact;
-    restitution is not a MuJoCo parameter), and our contact step once it exists
-    (``diffsim_ros.core.contact_step``); position and orientation error at every sample.
+    nominal parameters (0.37 kg, mu 0.18, edge 0.1048 m): MuJoCo (its default soft contact,
+    10 substeps per sample; restitution is not a MuJoCo parameter), and our complementarity
+    contact step (``diffsim_ros.core.contact_step``, eight vertices, restitution 0.125 as
+    ContactNets' nominal model; ``--ours-substeps`` steps per sample, default 1 as ContactNets
+    simulates), all tosses in one batch; position and orientation error at every sample.
 Per toss, errors are averaged over its windows (a) or samples (b); the tables give the mean,
 median and 90th percentile over tosses.  ``--quick`` reads a few tosses.
 """
@@ -33,7 +35,8 @@ except ImportError:  # run as ``python benchmarks/tosses.py``
 
 from diffsim_ros import core  # noqa: I100
 from diffsim_ros.core.configuration import free_joint_from_mujoco, free_joint_to_mujoco
-from diffsim_ros.io.tosses import load_cube_tosses, load_elbow_tosses, TossSet
+from diffsim_ros.io.tosses import (CUBE_HALF_WIDTH_M, load_cube_tosses, load_elbow_tosses,
+                                   TossSet)
 
 HORIZON = 8
 CONTACT_MARGIN_M = 0.01
@@ -246,30 +249,67 @@ def elbow_study(data: Path, limit: Optional[int], margin: float) -> Dict[str, An
             'errors': rows, 'seconds': engines}
 
 
-def cube_study(data: Path, limit: Optional[int]) -> Dict[str, Any]:
-    """Run (b): whole cube tosses from the first state, MuJoCo now, ours when contact lands."""
+def rollout_cube_ours(model, contact, x0: torch.Tensor, steps: int, dt: float,
+                      substeps: int) -> torch.Tensor:
+    """
+    Roll our contact step out from a batch of cube states, recording every ``substeps``.
+
+    :param model: the cube's floating model.
+    :param contact: its contact model (eight vertices, ground, mu, restitution).
+    :param x0: start states ``(B, 13)``.
+    :param steps: recorded samples after the start.
+    :param dt: recording interval in s.
+    :param substeps: contact steps per recorded sample.
+    :return: configurations ``(B, steps, 7)``.
+    """
+    q, v = x0[:, :7], x0[:, 7:]
+    tau = torch.zeros_like(v)
+    out = []
+    with torch.no_grad():
+        for _ in range(steps):
+            for _ in range(substeps):
+                step = core.contact_step(model, q, v, tau, dt / substeps, contact)
+                q, v = step.q, step.v
+            out.append(q)
+    return torch.stack(out, dim=1)
+
+
+def cube_study(data: Path, limit: Optional[int], substeps: int = 1) -> Dict[str, Any]:
+    """Run (b): whole cube tosses from the first state, MuJoCo and our contact step."""
     tosses = load_cube_tosses(data, limit=limit)
     mj_model = mujoco_model(tosses, tosses.dt / CONTACT_SUBSTEPS, contact=True)
-    per_toss = {'position_m': [], 'orientation_rad': [], 'final_position_m': [],
-                'final_orientation_rad': []}
+    keys = ('position_m', 'orientation_rad', 'final_position_m', 'final_orientation_rad')
+    per_toss = {name: {k: [] for k in keys} for name in ('mujoco', 'ours')}
+    x0 = torch.stack([torch.cat((q[1], v[1])) for q, v in zip(tosses.q, tosses.v)])
+    lengths = [len(q) - 2 for q in tosses.q]
+    seconds = {}
     start = time.perf_counter()
-    for q, v in zip(tosses.q, tosses.v):
-        x0 = torch.cat((q[1], v[1]))[None]
-        predicted = rollout_mujoco(mj_model, x0, len(q) - 2, CONTACT_SUBSTEPS)[0]
-        position = (predicted[:, :3] - q[2:, :3]).norm(dim=-1)
-        angle = geodesic_angle(predicted[:, 3:7], q[2:, 3:7])
-        per_toss['position_m'].append(float(position.mean()))
-        per_toss['orientation_rad'].append(float(angle.mean()))
-        per_toss['final_position_m'].append(float(position[-1]))
-        per_toss['final_orientation_rad'].append(float(angle[-1]))
-    seconds = time.perf_counter() - start
-    ours = ({'note': 'not run: diffsim_ros.core.contact_step is not on this branch yet'}
-            if not hasattr(core, 'contact_step') else
-            {'note': 'contact_step exists but is not wired into this benchmark yet'})
+    predicted = {'mujoco': [rollout_mujoco(mj_model, x0[i:i + 1], n, CONTACT_SUBSTEPS)[0]
+                            for i, n in enumerate(lengths)]}
+    seconds['mujoco_s'] = time.perf_counter() - start
+    model = floating_model(tosses)
+    contact = core.ContactModel.create(
+        friction=tosses.friction, restitution=tosses.restitution or 0.0,
+        vertex_links=(model.link_names[0],),
+        vertices=(core.box_vertices((2 * CUBE_HALF_WIDTH_M,) * 3),))
+    start = time.perf_counter()
+    batch = rollout_cube_ours(model, contact, x0, max(lengths), tosses.dt, substeps)
+    predicted['ours'] = [batch[i, :n] for i, n in enumerate(lengths)]
+    seconds['ours_s'] = time.perf_counter() - start
+    for name, runs in predicted.items():
+        for q, run in zip(tosses.q, runs):
+            position = (run[:, :3] - q[2:, :3]).norm(dim=-1)
+            angle = geodesic_angle(run[:, 3:7], q[2:, 3:7])
+            per_toss[name]['position_m'].append(float(position.mean()))
+            per_toss[name]['orientation_rad'].append(float(angle.mean()))
+            per_toss[name]['final_position_m'].append(float(position[-1]))
+            per_toss[name]['final_orientation_rad'].append(float(angle[-1]))
     return {'tosses': len(tosses), 'dt': tosses.dt, 'mujoco_substeps': CONTACT_SUBSTEPS,
-            'friction': tosses.friction,
-            'errors': {'mujoco': {k: summarize(v) for k, v in per_toss.items()}, 'ours': ours},
-            'seconds': {'mujoco_s': seconds}}
+            'ours_substeps': substeps, 'friction': tosses.friction,
+            'restitution': tosses.restitution,
+            'errors': {name: {k: summarize(v) for k, v in rows.items()}
+                       for name, rows in per_toss.items()},
+            'seconds': seconds}
 
 
 def _cells(stats: Dict[str, Optional[float]], scale: float) -> List[str]:
@@ -333,6 +373,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--contact-margin', type=float, default=CONTACT_MARGIN_M,
                         help='first contact: lowest corner below this height in m '
                              f'(default {CONTACT_MARGIN_M})')
+    parser.add_argument('--ours-substeps', type=int, default=1,
+                        help='our contact steps per recorded sample in (b) (default 1: the '
+                             "recording's dt, as ContactNets simulates)")
     parser.add_argument('--markdown', metavar='PATH', default=None,
                         help='also write the markdown tables to PATH')
     args = parser.parse_args(argv)
@@ -348,7 +391,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if 'elbow' in sections:
         payload['elbow'] = elbow_study(data, limit, args.contact_margin)
     if 'cube' in sections:
-        payload['cube'] = cube_study(data, limit)
+        payload['cube'] = cube_study(data, limit, args.ours_substeps)
     text = markdown(payload)
     print(text)
     if args.json:

@@ -123,5 +123,8 @@ def test_benchmark_runs_quick_as_a_user_would(data_dir, tmp_path):
     # Gravity matters over 54 ms: the dynamics beat constant velocity on position.
     assert (elbow['errors']['ours']['position_m']['median']
             < elbow['errors']['constant_velocity']['position_m']['median'])
-    cube = payload['cube']['errors']['mujoco']
-    assert 0.0 < cube['position_m']['median'] < 0.2
+    cube = payload['cube']['errors']
+    assert 0.0 < cube['mujoco']['position_m']['median'] < 0.2
+    # Our contact step holds the cube on the table: a cube that fell through or bounced off
+    # would be metres away by the end of a toss (full run: see benchmarks/README.md).
+    assert 0.0 < cube['ours']['final_position_m']['median'] < 0.1
