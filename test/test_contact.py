@@ -341,3 +341,11 @@ def test_capsule_pairs_find_the_closest_points():
         # Sampling at 1/2000 of the segment lengths bounds the brute force's own error.
         assert float(frame.phi[0]) <= float(brute) + 1e-12
         assert float(frame.phi[0]) == pytest.approx(float(brute), abs=1e-6)
+
+
+def test_a_non_unit_quaternion_is_refused_with_its_norm():
+    model, contact = cube(mu=0.4)
+    q = _state(0.0, 0.0, 0.2, 0.0, 0.0, 0.1, 1.0)          # |quat| = 1.005: Euler-ish input
+    v = torch.zeros(6, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r'root quaternion .* norm 1\.00498'):
+        contact_step(model, q, v, v, 1e-3, contact)

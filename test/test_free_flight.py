@@ -141,3 +141,11 @@ def test_gradcheck_through_a_floating_step(body, method):
     x = X0.clone().requires_grad_(True)
     u = torch.zeros(6, dtype=F64)
     assert torch.autograd.gradcheck(lambda x: step(body, x, u, 0.01), (x,))
+
+
+def test_rollout_refuses_a_start_off_the_unit_sphere(body):
+    """Check that a rollout names the non-unit start quaternion instead of simulating it."""
+    x0 = X0.clone()
+    x0[3:7] = torch.tensor([0.1, 0.2, 0.3, 0.9], dtype=F64)   # norm 0.975
+    with pytest.raises(ValueError, match=r'root quaternion .* norm 0\.974679'):
+        rollout(body, x0, torch.zeros(3, 6, dtype=F64), 1e-3)

@@ -32,7 +32,7 @@ from typing import Dict, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
-from .configuration import momentum_hold, semi_implicit_update
+from .configuration import check_configuration, momentum_hold, semi_implicit_update
 from .contact_solver import solve_contact_impulses
 from .dispatch import crba, rnea
 from .errors import check_trailing_shape, ShapeError
@@ -561,12 +561,16 @@ def contact_step(model: RobotModel, q: Tensor, v: Tensor, tau: Tensor, dt: float
     :param max_iter: solver APGD iteration cap (complementarity).
     :param regularization: compliance added to the Delassus diagonal, relative to its mean.
     :return: the :class:`ContactStep`.
+    :raises ValueError: for a floating base whose quaternion is not unit (or a non-finite
+        configuration), from :func:`~diffsim_ros.core.configuration.check_configuration`.
     """
     if method not in CONTACT_METHODS:
         raise ValueError(f'unknown contact method {method!r}; valid methods: '
                          f'{", ".join(CONTACT_METHODS)}')
     check_trailing_shape('v', v, (model.nv,))
     check_trailing_shape('tau', tau, (model.nv,))
+    if model.floating_base:
+        check_configuration(model, q)
     frame = contact_kinematics(model, q, contact)
     v_next, impulses = CONTACT_METHODS[method](model, q, v, tau, dt, contact, frame, tol,
                                                max_iter, regularization)

@@ -11,8 +11,8 @@ from typing import Callable, Optional
 
 import torch
 
-from .configuration import (configuration_sizes, integrate, is_floating, momentum_hold,
-                            semi_implicit_update)
+from .configuration import (check_configuration, configuration_sizes, integrate, is_floating,
+                            momentum_hold, semi_implicit_update)
 from .dispatch import aba
 from .errors import check_trailing_shape
 from .model import RobotModel
@@ -191,13 +191,19 @@ def rollout(model: RobotModel, x0: Tensor, controls: Tensor, dt: float, method: 
     :param method: ``'rk4'`` or ``'semi_implicit_euler'``.
     :param torque_fn: see :func:`forward_dynamics`.
     :return: states ``(..., T + 1, nq + nv)`` including ``x0``.
+    :raises ValueError: for a floating base whose start quaternion is not unit (or a
+        non-finite start), from :func:`~diffsim_ros.core.configuration.check_configuration`.
     """
     try:
         step = INTEGRATORS[method]
     except KeyError:
         raise ValueError(f'unknown integrator {method!r}; valid: '
                          f'{", ".join(INTEGRATORS)}') from None
-    check_trailing_shape('x0', x0, (sum(configuration_sizes(model)),))
+    nq, nv = configuration_sizes(model)
+    check_trailing_shape('x0', x0, (nq + nv,))
+    if is_floating(model):
+        # The start is the one configuration a rollout does not make itself.
+        check_configuration(model, x0[..., :nq])
     if controls.dim() < 2:
         raise ValueError(f'controls: expected shape (..., T, m), got {tuple(controls.shape)}')
     states = [x0]
