@@ -219,6 +219,16 @@ def test_better_than_nominal_per_metric():
     assert worse_rollouts(better_than_nominal(scores)) == ['1s']
 
 
+def test_a_tie_with_the_nominal_model_is_not_worse():
+    # A fit that recovers the nominal model scores the same up to rounding: NMSE 2.28 vs
+    # 2.28 (last bits apart) and torque 6.7e-27 vs 0 must not exit 4.
+    tie = _scores({'0.5s': 2.28 * (1 + 1e-13)}, {'0.5s': 2.28}, torque=(6.7e-27, 0.0))
+    assert better_than_nominal(tie) == {'torque': True, 'rollout_0.5s': True}
+    # A real loss, one part in a million, still loses.
+    worse = _scores({'0.5s': 2.28 * (1 + 1e-6)}, {'0.5s': 2.28}, torque=(1e-6, 0.0))
+    assert better_than_nominal(worse) == {'torque': False, 'rollout_0.5s': False}
+
+
 @pytest.mark.parametrize('allow,warning,expected', [
     (False, None, EXIT_WORSE), (True, None, 0), (False, 'not excited', EXIT_NOT_EXCITED)])
 def test_worse_rollouts_exit_4_unless_allowed(allow, warning, expected):

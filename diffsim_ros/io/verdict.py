@@ -11,6 +11,16 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 __all__ = ['better_than_nominal', 'verdict', 'worse_message', 'worse_rollouts']
 
 
+#: Ties in NMSE (relative, plus an absolute floor) count as not worse: a fit that recovers
+#: the nominal model exactly scores the same up to rounding, and rounding must not decide.
+TIE_RELATIVE = 1e-9
+TIE_ABSOLUTE = 1e-12
+
+
+def _not_worse(fitted: float, nominal: float) -> bool:
+    return fitted < nominal or fitted <= nominal * (1.0 + TIE_RELATIVE) + TIE_ABSOLUTE
+
+
 def _rollout_better(fitted: Mapping[str, Any], nominal: Mapping[str, Any]) -> Optional[bool]:
     fitted_diverged = bool(fitted.get('diverged'))
     nominal_diverged = bool(nominal.get('diverged'))
@@ -19,7 +29,7 @@ def _rollout_better(fitted: Mapping[str, Any], nominal: Mapping[str, Any]) -> Op
     a, b = fitted.get('nmse'), nominal.get('nmse')
     if a is None or b is None:
         return None
-    return a < b
+    return _not_worse(a, b)
 
 
 def better_than_nominal(scores: Mapping[str, Any]) -> Dict[str, Optional[bool]]:
@@ -29,7 +39,8 @@ def better_than_nominal(scores: Mapping[str, Any]) -> Dict[str, Optional[bool]]:
     :param scores: the metrics of :func:`diffsim_ros.io.report.evaluate` (``torque``,
         ``rollout`` and ``nominal`` with the same two).
     :return: ``{'torque': ..., 'rollout_<h>s': ...}``: ``True`` when the fit's validation
-        NMSE is lower, ``False`` when it is not (or only the fit diverged), ``None`` when
+        NMSE is lower or ties (within :data:`TIE_RELATIVE`, :data:`TIE_ABSOLUTE`), ``False``
+        when it is higher (or only the fit diverged), ``None`` when
         there is nothing to compare (no validation runs, a black box without torques, a
         horizon longer than the runs, or both diverged).
     """
@@ -38,7 +49,7 @@ def better_than_nominal(scores: Mapping[str, Any]) -> Dict[str, Optional[bool]]:
     fitted_torque = ((scores.get('torque') or {}).get('validation') or {}).get('nmse_mean')
     nominal_torque = ((nominal.get('torque') or {}).get('validation') or {}).get('nmse_mean')
     out['torque'] = None if fitted_torque is None or nominal_torque is None else \
-        fitted_torque < nominal_torque
+        _not_worse(fitted_torque, nominal_torque)
     for key, entry in (scores.get('rollout') or {}).items():
         out[f'rollout_{key}'] = _rollout_better(entry, (nominal.get('rollout') or {})
                                                 .get(key, {}))
