@@ -31,9 +31,9 @@ import torch
 from .dynamics import KEEP, ModelDynamics
 from .policy import FeedbackPolicy
 from .. import robots
+from ..core.dispatch import rnea
 from ..core.integrators import joint_friction
 from ..core.model import RobotModel
-from ..core.rnea import rnea
 from ..sysid.online import Decision, OnlineConfig, OnlineEngine
 from ..sysid.result import IdentificationResult
 

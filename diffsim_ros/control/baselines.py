@@ -43,11 +43,10 @@ from .lqr import linearize, lqr_gain, lqr_law, solve_dare
 from .policy import FeedbackPolicy
 from .tasks import upright_angle
 from .. import robots
-from ..core.crba import crba
+from ..core.dispatch import crba, rnea
 from ..core.energy import potential_energy
 from ..core.integrators import joint_friction
 from ..core.model import RobotModel
-from ..core.rnea import rnea
 
 Tensor = torch.Tensor
 ReferenceFn = Callable[[Tensor], Tuple[Tensor, Tensor, Tensor]]

@@ -42,14 +42,13 @@ import torch
 import yaml
 
 from .urdf_export import model_to_urdf
-from ..core.aba import aba
 from ..core.actuators import make_friction
+from ..core.dispatch import aba, rnea
 from ..core.errors import URDFError
 from ..core.model import RobotModel
 from ..core.parameterization import (inertial_from_pseudo_inertia, is_physically_consistent,
                                      make_parameterization, pseudo_inertia,
                                      regularize_inertial)
-from ..core.rnea import rnea
 from ..sysid.dataset import Trajectory
 from ..sysid.losses import (command_matrix, integrate, make_actuator, make_torque_fn,
                             sample_interval, stack_samples, state_scale, variance_scale,

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from .report import Predictor
-from ..core.rnea import rnea
+from ..core.dispatch import rnea
 from ..sysid.dataset import Trajectory
 from ..sysid.losses import stack_samples
 

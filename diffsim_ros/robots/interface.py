@@ -50,12 +50,11 @@ import torch
 from torch import nn
 
 from .catalog import RobotInfo, ROBOTS
-from ..core.aba import aba
 from ..core.actuators import DCMotor, SigmoidFriction
+from ..core.dispatch import aba, rnea
 from ..core.integrators import FRICTION_VELOCITY_SCALE
 from ..core.model import PRISMATIC, RobotModel
 from ..core.parameterization import is_physically_consistent, mass_com_inertia
-from ..core.rnea import rnea
 from ..core.urdf import load_urdf
 from ..sysid.losses import command_matrix, make_torque_fn
 from ..sysid.result import inertial_parameters, joint_parameters

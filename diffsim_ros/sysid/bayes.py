@@ -51,11 +51,11 @@ from .losses import (ACTUATORS, as_trajectories, command_joints_for, command_mat
 from .result import (check_choice, check_positive, EstimatorConfig, frozen_mapping,
                      IdentificationResult, inertial_parameters, joint_parameters)
 from .svgd import make_kernel, summarize, SVGD
+from ..core.dispatch import rnea
 from ..core.model import RobotModel
 from ..core.parameterization import (is_physically_consistent, make_parameterization,
                                      regularize_inertial)
 from ..core.regressor import joint_torque_regressor
-from ..core.rnea import rnea
 
 Tensor = torch.Tensor
 

@@ -52,13 +52,12 @@ from .losses import (ACTUATORS, as_trajectories, command_joints_for, command_mat
                      SampleBatch, stack_samples, state_scale, variance_scale, WindowBatch)
 from .result import (check_choice, check_positive, EstimatorConfig, frozen_mapping,
                      IdentificationResult, inertial_parameters, joint_parameters, joint_unit)
-from ..core.aba import aba
 from ..core.actuators import DCMotor, FrictionModel, make_friction, NNFriction, NNResidual
+from ..core.dispatch import aba, rnea
 from ..core.model import RobotModel
 from ..core.parameterization import (is_physically_consistent, KinematicParameterization,
                                      make_parameterization, regularize_inertial)
 from ..core.regressor import joint_torque_regressor
-from ..core.rnea import rnea
 
 Tensor = torch.Tensor
 

@@ -78,9 +78,9 @@ import torch
 from .dataset import Trajectory
 from .nea import base_parameters, BaseParameters, RegressorColumns
 from .result import check_choice, check_positive
+from ..core.dispatch import rnea
 from ..core.integrators import joint_friction
 from ..core.model import RobotModel
-from ..core.rnea import rnea
 from ..robots.catalog import RobotInfo
 
 Tensor = torch.Tensor

@@ -25,12 +25,11 @@ import torch
 from torch import nn
 
 from .dataset import Trajectory
-from ..core.aba import aba
 from ..core.actuators import DCMotor
+from ..core.dispatch import aba, rnea
 from ..core.errors import ShapeError
 from ..core.integrators import rollout
 from ..core.model import RobotModel
-from ..core.rnea import rnea
 
 Tensor = torch.Tensor
 TorqueFn = Callable[[Tensor, Tensor, Tensor], Tensor]

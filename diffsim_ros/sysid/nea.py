@@ -43,10 +43,10 @@ from .losses import (ACTUATORS, as_trajectories, command_joints_for, command_mat
 from .result import (check_choice, check_positive, EstimatorConfig, frozen_mapping,
                      IdentificationResult, inertial_parameters, INERTIAL_UNITS,
                      joint_parameters, joint_unit)
+from ..core.dispatch import rnea
 from ..core.model import PRISMATIC, RobotModel
 from ..core.parameterization import is_physically_consistent
 from ..core.regressor import joint_torque_regressor
-from ..core.rnea import rnea
 
 Tensor = torch.Tensor
 

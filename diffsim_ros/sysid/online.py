@@ -69,8 +69,8 @@ from .losses import (command_joints_for, make_actuator, make_windows, resolve_so
 from .memory import SegmentMemory
 from .preprocess import align_streams, limit_free_runs
 from .result import EstimatorConfig, IdentificationResult
+from ..core.dispatch import rnea
 from ..core.model import RobotModel
-from ..core.rnea import rnea
 
 Tensor = torch.Tensor
 CheckFn = Callable[[IdentificationResult], Sequence[str]]
