@@ -522,6 +522,50 @@ def _run_dynamics(entry: _ModelEntry, ext: object, inverse: bool, model: RobotMo
     return out if out.shape == full else out.reshape(full)
 
 
+def run_derivatives(ext: object, inverse: bool, model: RobotModel, q: Tensor, qd: Tensor,
+                    x: Tensor, regressor: bool = False) -> Tuple[Tensor, ...]:
+    """
+    Run the RNEA (``inverse``) or ABA derivative kernel on a call :func:`kernels_for` accepted.
+
+    No autograd graph is recorded (the Jacobians are the result): see
+    :func:`diffsim_ros.core.rnea_derivatives` and :func:`~diffsim_ros.core.aba_derivatives`.
+
+    :param ext: the extension :func:`kernels_for` returned.
+    :param inverse: True for RNEA (``x`` is ``qdd``), False for ABA (``x`` is ``tau``).
+    :param model: the robot; its parameters may carry leading batch dims.
+    :param q: joint positions ``(..., n)``.
+    :param qd: joint velocities ``(..., n)``.
+    :param x: ``qdd`` or ``tau`` ``(..., n)``.
+    :param regressor: RNEA only: also return ``dtau/d inertial`` ``(..., n, 10 n)``.
+    :return: RNEA: ``(tau, dtau_dq, dtau_dqd, M)`` and ``Y`` when ``regressor``; ABA:
+        ``(qdd, dqdd_dq, dqdd_dqd, M^-1)``; Jacobians ``(..., n, n)``.
+    """
+    entry = _entry(model)
+    params = entry.plain_params(model)
+    shape = q.shape
+    batch = None
+    states = (q, qd, x)
+    if params is None or not shape or shape[-1] != entry.n or qd.shape != shape \
+            or x.shape != shape or not (q.is_contiguous() and qd.is_contiguous()
+                                        and x.is_contiguous()):
+        _check_states(model, states, ('q', 'qd', 'qdd' if inverse else 'tau'))
+        states, params, batch = _prepare(
+            model, states,
+            (model.inertial, model.armature, model.joint_origins(), model.gravity), _TRAILING)
+    with torch.no_grad():
+        params = tuple(t.detach() for t in params)
+        states = tuple(t.detach() for t in states)
+        if inverse:
+            out = ext.rnea_derivatives(*states, *params, *entry.structure, regressor)
+            out = out if regressor else out[:4]
+        else:
+            out = ext.aba_derivatives(*states, *params, *entry.structure)
+    if batch is None:
+        return tuple(out)
+    return tuple(t.reshape(batch + t.shape[t.dim() - (1 if k == 0 else 2):])
+                 for k, t in enumerate(out))
+
+
 def run_crba(ext: object, model: RobotModel, q: Tensor) -> Tensor:
     """
     Run the CRBA kernel on a call :func:`kernels_for` accepted.

@@ -301,6 +301,22 @@ inline T dot6(const T* a, const T* b) {
   return a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3] + a[4] * b[4] + a[5] * b[5];
 }
 
+// The forces F_i joint i transmits to body i (6n), from the kinematics k: f_i = I a_i +
+// v_i x* I v_i, summed over the subtree of i.
+template <typename T>
+void transmitted_forces(const Tree& tree, const T* pi, const Kin<T>& k, T* f) {
+  for (int64_t i = 0; i < tree.n; ++i) {
+    T Iv[6];
+    inertia_apply(pi + 10 * i, k.a + 6 * i, f + 6 * i);
+    inertia_apply(pi + 10 * i, k.v + 6 * i, Iv);
+    add_force_cross(k.v + 6 * i, Iv, f + 6 * i);
+  }
+  for (int64_t i = tree.n - 1; i >= 0; --i) {
+    const int64_t parent = tree.parent[i];
+    if (parent >= 0) add_force_to_parent(k.R + 9 * i, k.p + 3 * i, f + 6 * i, f + 6 * parent);
+  }
+}
+
 // Workspace of rnea_adjoint_sample: total forces F, force adjoints w, acceleration and
 // velocity adjoints (6n each).
 constexpr int64_t kAdjointWork = 24;
@@ -331,18 +347,8 @@ void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
   const bool state = gq != nullptr || gqd != nullptr;
   const T* F = saved_F;
   if (F == nullptr && gq != nullptr) {
-    T* f = ws;
-    for (int64_t i = 0; i < n; ++i) {
-      T Iv[6];
-      inertia_apply(pi + 10 * i, k.a + 6 * i, f + 6 * i);
-      inertia_apply(pi + 10 * i, k.v + 6 * i, Iv);
-      add_force_cross(k.v + 6 * i, Iv, f + 6 * i);
-    }
-    for (int64_t i = n - 1; i >= 0; --i) {
-      const int64_t parent = tree.parent[i];
-      if (parent >= 0) add_force_to_parent(k.R + 9 * i, k.p + 3 * i, f + 6 * i, f + 6 * parent);
-    }
-    F = f;
+    transmitted_forces(tree, pi, k, ws);
+    F = ws;
   }
   for (int64_t i = 0; i < n; ++i) {
     const bool pr = tree.prismatic[i] != 0;
@@ -1101,6 +1107,124 @@ std::vector<torch::Tensor> aba_backward(torch::Tensor saved, torch::Tensor g, to
   return result;
 }
 
+// Sizes of a (..., n) state with `extra` trailing dims appended.
+std::vector<int64_t> with_dims(const torch::Tensor& x, std::initializer_list<int64_t> extra) {
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.insert(sizes.end(), extra);
+  return sizes;
+}
+
+// Jacobians of RNEA without autograd (Pinocchio's computeRNEADerivatives): returns (tau like
+// q, dtau/dq, dtau/dqd, M = dtau/dqdd (..., n, n), Y = dtau/d inertial (..., n, 10 n) when
+// `regressor`, else undefined).  Row j of every Jacobian is one adjoint sweep of the unit
+// vector e_j at the sample's saved kinematics and forces (rnea_adjoint_sample; M e_j is the
+// column, M is symmetric): n sweeps of O(n) each.
+std::vector<torch::Tensor> rnea_derivatives(torch::Tensor q, torch::Tensor qd,
+                                            torch::Tensor qdd, torch::Tensor inertial,
+                                            torch::Tensor armature, torch::Tensor origins,
+                                            torch::Tensor gravity, torch::Tensor axis,
+                                            torch::Tensor parent, torch::Tensor prismatic,
+                                            bool regressor) {
+  const Tree tree = make_tree(parent, prismatic);
+  const int64_t n = tree.n;
+  const int64_t batch = batch_of(q, n, "q");
+  check_state(qd, batch, n, "qd");
+  check_state(qdd, batch, n, "qdd");
+  auto tau = torch::empty_like(q);
+  auto dq = torch::zeros(with_dims(q, {n}), q.options());
+  auto dqd = torch::zeros(with_dims(q, {n}), q.options());
+  auto M = torch::empty(with_dims(q, {n}), q.options());
+  auto Y = regressor ? torch::zeros(with_dims(q, {10 * n}), q.options()) : torch::Tensor();
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "rnea_derivatives", [&] {
+    using T = scalar_t;
+    const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
+    const auto arm = param<T>(armature, batch, n, "armature");
+    const auto org = param<T>(origins, batch, 16 * n, "origins");
+    const auto grav = param<T>(gravity, batch, 3, "gravity");
+    const T *qp = q.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *qddp = qdd.data_ptr<T>();
+    const T* ax = axis.data_ptr<T>();
+    T *taup = tau.data_ptr<T>(), *dqp = dq.data_ptr<T>(), *dqdp = dqd.data_ptr<T>();
+    T *Mp = M.data_ptr<T>(), *Yp = regressor ? Y.data_ptr<T>() : nullptr;
+    for_chunks(batch, split_for(batch, batch * n * n), [&](int64_t, int64_t b0, int64_t b1) {
+      std::vector<T> row(kRneaRow * n), ws(kAdjointWork * n), e(n, T(0));
+      const Kin<T> k(row.data(), n);
+      const T* F = row.data() + kKinRow * n;
+      for (int64_t b = b0; b < b1; ++b) {
+        const T *qdb = qdp + b * n, *qddb = qddp + b * n;
+        rnea_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n, qdb,
+                    qddb, taup + b * n, k, row.data() + kKinRow * n);
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t r = (b * n + j) * n;
+          e[j] = T(1);
+          rnea_adjoint_sample(tree, ax, k, F, pi.at(b), arm.at(b), qdb, qddb, e.data(), T(1),
+                              dqp + r, dqdp + r, Mp + r, Yp ? Yp + 10 * r : nullptr,
+                              ws.data());
+          e[j] = T(0);
+        }
+      }
+    });
+  });
+  return {tau, dq, dqd, M, Y};
+}
+
+// Jacobians of ABA without autograd (Pinocchio's computeABADerivatives): returns (qdd like q,
+// dqdd/dq, dqdd/dqd, M^-1 = dqdd/dtau (..., n, n)).  With M qdd + h = tau, row j of
+// dqdd/dx is -lam_j^T dtau/dx at qdd with lam_j = M^-1 e_j (row j of M^-1, solved from the
+// saved U and D like aba_backward): one solve and one RNEA adjoint sweep of -lam_j per row.
+std::vector<torch::Tensor> aba_derivatives(torch::Tensor q, torch::Tensor qd, torch::Tensor tau,
+                                           torch::Tensor inertial, torch::Tensor armature,
+                                           torch::Tensor origins, torch::Tensor gravity,
+                                           torch::Tensor axis, torch::Tensor parent,
+                                           torch::Tensor prismatic) {
+  const Tree tree = make_tree(parent, prismatic);
+  const int64_t n = tree.n;
+  const int64_t batch = batch_of(q, n, "q");
+  check_state(qd, batch, n, "qd");
+  check_state(tau, batch, n, "tau");
+  auto qdd = torch::empty_like(q);
+  auto dq = torch::zeros(with_dims(q, {n}), q.options());
+  auto dqd = torch::zeros(with_dims(q, {n}), q.options());
+  auto Minv = torch::empty(with_dims(q, {n}), q.options());
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "aba_derivatives", [&] {
+    using T = scalar_t;
+    const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
+    const auto arm = param<T>(armature, batch, n, "armature");
+    const auto org = param<T>(origins, batch, 16 * n, "origins");
+    const auto grav = param<T>(gravity, batch, 3, "gravity");
+    const T *qp = q.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *taup = tau.data_ptr<T>();
+    const T* ax = axis.data_ptr<T>();
+    T *qddp = qdd.data_ptr<T>(), *dqp = dq.data_ptr<T>(), *dqdp = dqd.data_ptr<T>();
+    T* Mip = Minv.data_ptr<T>();
+    for_chunks(batch, split_for(batch, batch * n * n), [&](int64_t, int64_t b0, int64_t b1) {
+      AbaScratch<T> aba_ws(n);
+      std::vector<T> F(6 * n), ws(kAdjointWork * n), e(n, T(0)), pA(6 * n), w(6 * n);
+      T* row = aba_ws.row();
+      const Kin<T> k(row, n);
+      const T* U = row + kKinRow * n;
+      const T* D = row + (kKinRow + 6) * n;
+      for (int64_t b = b0; b < b1; ++b) {
+        const T* qdb = qdp + b * n;
+        T* qddb = qddp + b * n;
+        aba_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n, qdb,
+                   taup + b * n, qddb, k, row + kKinRow * n, row + (kKinRow + 6) * n, aba_ws);
+        transmitted_forces(tree, pi.at(b), k, F.data());
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t r = (b * n + j) * n;
+          e[j] = T(1);
+          aba_backward_sample(tree, ax, k, U, D, e.data(), Mip + r, static_cast<T*>(nullptr),
+                              pA.data(), w.data());
+          e[j] = T(0);
+          rnea_adjoint_sample(tree, ax, k, static_cast<const T*>(F.data()), pi.at(b),
+                              arm.at(b), qdb, static_cast<const T*>(qddb),
+                              static_cast<const T*>(Mip + r), T(-1), dqp + r, dqdp + r,
+                              static_cast<T*>(nullptr), static_cast<T*>(nullptr), ws.data());
+        }
+      }
+    });
+  });
+  return {qdd, dq, dqd, Minv};
+}
+
 // Returns (M (..., n, n) for q (..., n), saved): saved is (B, kPoseRow * n) when save.
 std::vector<torch::Tensor> crba_forward(torch::Tensor q, torch::Tensor inertial,
                                         torch::Tensor armature, torch::Tensor origins,
@@ -1580,6 +1704,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("aba_backward", &aba_backward,
         "Vector-Jacobian products of ABA w.r.t. q, qd, tau, inertial and armature, from saved "
         "rows");
+  m.def("rnea_derivatives", &rnea_derivatives,
+        "Batched RNEA with its Jacobians w.r.t. q, qd, qdd (and the inertial parameters), "
+        "one adjoint sweep per row");
+  m.def("aba_derivatives", &aba_derivatives,
+        "Batched ABA with its Jacobians w.r.t. q, qd and tau (M^-1), one solve and one RNEA "
+        "adjoint sweep per row");
   m.def("threads_for", &threads_for,
         "Threads a dynamics call of B samples of an n-joint tree runs on");
   m.def("crba_forward", &crba_forward,
