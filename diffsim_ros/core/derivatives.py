@@ -41,16 +41,17 @@ Tensor = torch.Tensor
 
 
 def _native(name: str, backend: Optional[str], model: RobotModel, q: Tensor, qd: Tensor,
-            x: Tensor) -> Optional[object]:
-    """Return the extension when the call takes the kernels, None for torch (or raise)."""
+            x: Tensor, regressor: bool = False) -> Optional[Tuple[Tensor, ...]]:
+    """Return the kernels' result, or None for the torch path (a forced native raises)."""
     choice = _choice(backend, name)
     if choice == 'torch':
         return None
-    with torch.no_grad():   # no gradient flows: what requires grad does not matter
-        ext, reason = native.kernels_for(model, q, qd, x)
-    if ext is None and choice == 'native':
+    out = native.try_derivatives(name == 'rnea_derivatives', model, q, qd, x, regressor)
+    if out is None and choice == 'native':
+        with torch.no_grad():   # no gradient flows: what requires grad does not matter
+            reason = native.kernels_for(model, q, qd, x)[1]
         raise BackendError(f"{name}: backend 'native' cannot run this call: {reason}")
-    return ext
+    return out
 
 
 def _batch_shape(model: RobotModel, *states: Tensor) -> torch.Size:
@@ -97,9 +98,9 @@ def rnea_derivatives(model: RobotModel, q: Tensor, qd: Tensor, qdd: Tensor,
         nv))``, then ``Y`` when ``regressor``; the batch dims broadcast states and
         parameters.
     """
-    ext = _native('rnea_derivatives', backend, model, q, qd, qdd)
-    if ext is not None:
-        return native.run_derivatives(ext, True, model, q, qd, qdd, regressor)
+    out = _native('rnea_derivatives', backend, model, q, qd, qdd, regressor)
+    if out is not None:
+        return out
     check_state(model, q, qd=qd, qdd=qdd)
     out = _rnea_jacobians_torch(model, q, qd, qdd)
     if not regressor:
@@ -126,9 +127,9 @@ def aba_derivatives(model: RobotModel, q: Tensor, qd: Tensor, tau: Tensor,
     :return: ``(qdd (..., nv), dqdd_dq (..., nv, nq), dqdd_dqd (..., nv, nv), M^-1 (..., nv,
         nv))``; the batch dims broadcast states and parameters.
     """
-    ext = _native('aba_derivatives', backend, model, q, qd, tau)
-    if ext is not None:
-        return native.run_derivatives(ext, False, model, q, qd, tau)
+    out = _native('aba_derivatives', backend, model, q, qd, tau)
+    if out is not None:
+        return out
     check_state(model, q, qd=qd, tau=tau)
     with torch.no_grad():
         qdd = aba_torch(model, q, qd, tau)

@@ -184,7 +184,7 @@ class _ModelEntry:
     """
 
     __slots__ = ('__weakref__', 'reason', 'dtype', 'n', 'structure', 'stamp', 'params',
-                 'args')
+                 'args', 'bound')
 
     def __init__(self, model: RobotModel) -> None:
         self.reason = _model_reason(model)
@@ -194,6 +194,7 @@ class _ModelEntry:
         self.stamp = None
         self.params = None
         self.args = None
+        self.bound = None
 
     def plain_params(self, model: RobotModel) -> Optional[Tuple[Tensor, ...]]:
         """Return ``(inertial, armature, origins, gravity)`` without batch dims, or None."""
@@ -207,8 +208,22 @@ class _ModelEntry:
             self.params = params if plain else None
             # the kernels' arguments after the states, ``save`` excepted
             self.args = params + self.structure if plain else None
+            self.bound = None
             self.stamp = stamp
         return self.params
+
+    def bind(self, ext: object, model: RobotModel) -> Optional[object]:
+        """
+        Return the extension's ``BoundModel`` of this model (made when missing), or None.
+
+        Calls at B = 1 go through it first: it converts three tensors per call instead of
+        ten and decides in C++ whether the call is the common one (None otherwise).
+        """
+        if self.plain_params(model) is None:
+            return None
+        if self.bound is None:
+            self.bound = ext.BoundModel(*self.args, model.origin_xyz, model.origin_rpy)
+        return self.bound
 
 
 def _model_reason(model: RobotModel) -> Optional[str]:
@@ -454,10 +469,15 @@ def try_dynamics(inverse: bool, model: RobotModel, q: Tensor, qd: Tensor,
     :return: ``tau`` or ``qdd`` ``(..., n)``, or None when the kernels cannot run this call
         (:func:`kernels_for` says why).
     """
+    entry = _models.get(model)
+    # the common call: the bound model checks it in C++ (B = 1 pays each Python operation)
+    if entry is not None and entry.bound is not None and _state['enabled']:
+        out = (entry.bound.rnea if inverse else entry.bound.aba)(q, qd, x)
+        if out is not None:
+            return out
     entry = _entry(model)
     dtype = entry.dtype
     grad = torch.is_grad_enabled()
-    # the common call in as few Python operations as possible (B = 1 pays each of them)
     if entry.reason or q.dtype is not dtype or qd.dtype is not dtype or x.dtype is not dtype \
             or not (q.is_cpu and qd.is_cpu and x.is_cpu) or (grad and (
                 model.origin_xyz.requires_grad or model.origin_rpy.requires_grad
@@ -466,6 +486,7 @@ def try_dynamics(inverse: bool, model: RobotModel, q: Tensor, qd: Tensor,
     ext = _extension()
     if ext is None:
         return None
+    entry.bind(ext, model)
     params = entry.plain_params(model)
     shape = q.shape
     if params is not None and qd.shape == shape and x.shape == shape and shape \
@@ -520,6 +541,29 @@ def _run_dynamics(entry: _ModelEntry, ext: object, inverse: bool, model: RobotMo
         return out
     full = batch + (model.n,)
     return out if out.shape == full else out.reshape(full)
+
+
+def try_derivatives(inverse: bool, model: RobotModel, q: Tensor, qd: Tensor, x: Tensor,
+                    regressor: bool = False) -> Optional[Tuple[Tensor, ...]]:
+    """
+    Run the RNEA (``inverse``) or ABA derivative kernel when the call allows it.
+
+    Arguments and result as :func:`run_derivatives`; None when the kernels cannot run this
+    call (:func:`kernels_for` under ``torch.no_grad()`` says why: no gradient flows here, so
+    what requires grad does not matter).
+    """
+    entry = _models.get(model)
+    if entry is not None and entry.bound is not None and _state['enabled']:
+        out = entry.bound.rnea_jacobians(q, qd, x, regressor) if inverse \
+            else entry.bound.aba_jacobians(q, qd, x)
+        if out is not None:
+            return out
+    with torch.no_grad():
+        ext = kernels_for(model, q, qd, x)[0]
+    if ext is None:
+        return None
+    _entry(model).bind(ext, model)
+    return run_derivatives(ext, inverse, model, q, qd, x, regressor)
 
 
 def run_derivatives(ext: object, inverse: bool, model: RobotModel, q: Tensor, qd: Tensor,

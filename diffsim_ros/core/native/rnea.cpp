@@ -1225,6 +1225,81 @@ std::vector<torch::Tensor> aba_derivatives(torch::Tensor q, torch::Tensor qd, to
   return {qdd, dq, dqd, Minv};
 }
 
+// A model's parameters as the kernels read them, bound once per model (native.py keeps one
+// per model): a call at B = 1 then converts three tensors instead of ten, and the checks
+// that decide whether a call is the common one (dtype, CPU, contiguous, equal shapes, no
+// gradient asked for, joint origins unchanged since binding) run here, in nanoseconds,
+// instead of in Python.  Every method returns None when the call is not the common one; the
+// caller then takes its general path, which checks and reports everything.
+struct BoundModel {
+  torch::Tensor inertial, armature, origins, gravity, axis, parent, prismatic;
+  torch::Tensor origin_xyz, origin_rpy;
+  int64_t xyz_version, rpy_version, n;
+  c10::ScalarType dtype;
+
+  BoundModel(torch::Tensor inertial, torch::Tensor armature, torch::Tensor origins,
+             torch::Tensor gravity, torch::Tensor axis, torch::Tensor parent,
+             torch::Tensor prismatic, torch::Tensor origin_xyz, torch::Tensor origin_rpy)
+      : inertial(inertial), armature(armature), origins(origins), gravity(gravity),
+        axis(axis), parent(parent), prismatic(prismatic), origin_xyz(origin_xyz),
+        origin_rpy(origin_rpy), xyz_version(origin_xyz._version()),
+        rpy_version(origin_rpy._version()), n(parent.numel()),
+        dtype(inertial.scalar_type()) {}
+
+  bool state_ok(const torch::Tensor& x) const {
+    return x.scalar_type() == dtype && x.device().is_cpu() && x.dim() >= 1 &&
+           x.size(-1) == n && x.is_contiguous();
+  }
+
+  // The common call: q, qd, x of one shape; with `gradients`, nothing asks for a gradient.
+  bool common(const torch::Tensor& q, const torch::Tensor& qd, const torch::Tensor& x,
+              bool gradients) const {
+    if (!state_ok(q) || !state_ok(qd) || !state_ok(x) || !qd.sizes().equals(q.sizes()) ||
+        !x.sizes().equals(q.sizes())) {
+      return false;
+    }
+    if (origin_xyz._version() != xyz_version || origin_rpy._version() != rpy_version) {
+      return false;   // the bound joint origins are stale: the caller binds again
+    }
+    if (gradients && at::GradMode::is_enabled()) {
+      for (const auto* t : {&q, &qd, &x, &inertial, &armature, &origin_xyz, &origin_rpy,
+                            &gravity}) {
+        if (t->requires_grad()) return false;
+      }
+    }
+    return true;
+  }
+
+  py::object rnea(const torch::Tensor& q, const torch::Tensor& qd, const torch::Tensor& qdd) {
+    if (!common(q, qd, qdd, true)) return py::none();
+    return py::cast(rnea_forward(q, qd, qdd, inertial, armature, origins, gravity, axis, parent,
+                                 prismatic, false)[0]);
+  }
+
+  py::object aba(const torch::Tensor& q, const torch::Tensor& qd, const torch::Tensor& tau) {
+    if (!common(q, qd, tau, true)) return py::none();
+    return py::cast(aba_forward(q, qd, tau, inertial, armature, origins, gravity, axis, parent,
+                                prismatic, false)[0]);
+  }
+
+  py::object rnea_jacobians(const torch::Tensor& q, const torch::Tensor& qd,
+                            const torch::Tensor& qdd, bool regressor) {
+    if (!common(q, qd, qdd, false)) return py::none();
+    auto out = rnea_derivatives(q, qd, qdd, inertial, armature, origins, gravity, axis, parent,
+                                prismatic, regressor);
+    if (!regressor) return py::make_tuple(out[0], out[1], out[2], out[3]);
+    return py::make_tuple(out[0], out[1], out[2], out[3], out[4]);
+  }
+
+  py::object aba_jacobians(const torch::Tensor& q, const torch::Tensor& qd,
+                           const torch::Tensor& tau) {
+    if (!common(q, qd, tau, false)) return py::none();
+    auto out = aba_derivatives(q, qd, tau, inertial, armature, origins, gravity, axis, parent,
+                               prismatic);
+    return py::make_tuple(out[0], out[1], out[2], out[3]);
+  }
+};
+
 // Returns (M (..., n, n) for q (..., n), saved): saved is (B, kPoseRow * n) when save.
 std::vector<torch::Tensor> crba_forward(torch::Tensor q, torch::Tensor inertial,
                                         torch::Tensor armature, torch::Tensor origins,
@@ -1710,6 +1785,15 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("aba_derivatives", &aba_derivatives,
         "Batched ABA with its Jacobians w.r.t. q, qd and tau (M^-1), one solve and one RNEA "
         "adjoint sweep per row");
+  py::class_<BoundModel>(m, "BoundModel")
+      .def(py::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor,
+                    torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor>())
+      .def("rnea", &BoundModel::rnea, "RNEA of a common call without gradients, else None")
+      .def("aba", &BoundModel::aba, "ABA of a common call without gradients, else None")
+      .def("rnea_jacobians", &BoundModel::rnea_jacobians,
+           "rnea_derivatives of a common call, else None")
+      .def("aba_jacobians", &BoundModel::aba_jacobians,
+           "aba_derivatives of a common call, else None");
   m.def("threads_for", &threads_for,
         "Threads a dynamics call of B samples of an n-joint tree runs on");
   m.def("crba_forward", &crba_forward,
