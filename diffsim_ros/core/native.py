@@ -49,7 +49,14 @@ gradients summed over the batch, so a call adds no view or reduction to the auto
 
 Per-call work at small batches is what bounds MPC-size calls, so what the kernels need of a
 model (checks, tree structure, parameters as the kernels read them) is prepared once per
-model and again only when a parameter is changed in place.
+model and again only when a parameter is changed in place, and bound in C++ (the
+extension's ``BoundModel``): a call without gradients then converts three tensors, and the
+checks that make it the common call run in C++, which returns None for any other call.
+
+Jacobians without autograd (:func:`run_derivatives`, behind
+:func:`diffsim_ros.core.rnea_derivatives` and :func:`~diffsim_ros.core.aba_derivatives`):
+per sample one RNEA (or ABA) pass, then row ``j`` of every Jacobian from one adjoint sweep
+of the unit vector ``e_j`` (ABA: of ``-M^-1 e_j``, solved from the saved ``U`` and ``D``).
 
 Whenever a kinematic parameter (``origin_xyz``, ``origin_rpy``, ``gravity``; CRBA does not
 read ``gravity``) or CRBA's ``q`` requires grad, the call falls back to the torch
