@@ -196,3 +196,19 @@ def test_floating_base_takes_torch_in_coordinates():
     assert_close(dqdd_dq, (-M_inv @ dq).numpy(), 'dqdd/dq = -M^-1 dtau/dq')
     with pytest.raises(core.BackendError, match='floating'):
         core.rnea_derivatives(model, q, qd, qdd, backend='native')
+
+
+def test_parameters_changed_in_place_are_seen():
+    """The kernels bind a model once; an in-place change of its parameters must reach them."""
+    core = require_core()
+    model, joint_types = _random_model(4)
+    q, qd, x = (as_tensor(v) for v in random_state(state_rng('inplace'), joint_types))
+    for function in (core.rnea_derivatives, core.aba_derivatives):
+        function(model, q, qd, x)
+        with torch.no_grad():
+            model.origin_xyz.add_(0.01)
+            model.inertial.mul_(1.1)
+            model.gravity.mul_(0.5)
+        for got, expected in zip(function(model, q, qd, x),
+                                 function(model, q, qd, x, backend='torch')):
+            assert_close(got, expected.numpy(), f'{function.__name__} after the change')

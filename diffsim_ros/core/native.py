@@ -522,20 +522,31 @@ def run_dynamics(ext: object, inverse: bool, model: RobotModel, q: Tensor, qd: T
     return _run_dynamics(_entry(model), ext, inverse, model, q, qd, x)
 
 
-def _run_dynamics(entry: _ModelEntry, ext: object, inverse: bool, model: RobotModel,
-                  q: Tensor, qd: Tensor, x: Tensor) -> Tensor:
+def _flat_call(entry: _ModelEntry, inverse: bool, model: RobotModel, q: Tensor, qd: Tensor,
+               x: Tensor) -> Tuple[Tuple[Tensor, ...], Tuple[Tensor, ...], Optional[tuple]]:
+    """
+    Return ``(states, params, batch)`` of an RNEA/ABA-shaped call as the kernels take it.
+
+    ``batch`` is None for the common call (arguments as they are), else the broadcast batch
+    shape of the flattened states and parameters (:func:`_prepare`).
+    """
     params = entry.plain_params(model)
     shape = q.shape
-    batch = None
     states = (q, qd, x)
     if params is None or not shape or shape[-1] != entry.n or qd.shape != shape \
             or x.shape != shape or not (q.is_contiguous() and qd.is_contiguous()
                                         and x.is_contiguous()):
         # the general call: broadcast states and parameters to one flat batch
         _check_states(model, states, ('q', 'qd', 'qdd' if inverse else 'tau'))
-        states, params, batch = _prepare(
+        return _prepare(
             model, states,
             (model.inertial, model.armature, model.joint_origins(), model.gravity), _TRAILING)
+    return states, params, None
+
+
+def _run_dynamics(entry: _ModelEntry, ext: object, inverse: bool, model: RobotModel,
+                  q: Tensor, qd: Tensor, x: Tensor) -> Tensor:
+    states, params, batch = _flat_call(entry, inverse, model, q, qd, x)
     if torch.is_grad_enabled() and (states[0].requires_grad or states[1].requires_grad
                                     or states[2].requires_grad or params[0].requires_grad
                                     or params[1].requires_grad):
@@ -592,20 +603,8 @@ def run_derivatives(ext: object, inverse: bool, model: RobotModel, q: Tensor, qd
         ``(qdd, dqdd_dq, dqdd_dqd, M^-1)``; Jacobians ``(..., n, n)``.
     """
     entry = _entry(model)
-    params = entry.plain_params(model)
-    shape = q.shape
-    batch = None
-    states = (q, qd, x)
-    if params is None or not shape or shape[-1] != entry.n or qd.shape != shape \
-            or x.shape != shape or not (q.is_contiguous() and qd.is_contiguous()
-                                        and x.is_contiguous()):
-        _check_states(model, states, ('q', 'qd', 'qdd' if inverse else 'tau'))
-        states, params, batch = _prepare(
-            model, states,
-            (model.inertial, model.armature, model.joint_origins(), model.gravity), _TRAILING)
-    with torch.no_grad():
-        params = tuple(t.detach() for t in params)
-        states = tuple(t.detach() for t in states)
+    with torch.no_grad():   # nothing is recorded: the broadcast copies need no graph either
+        states, params, batch = _flat_call(entry, inverse, model, q, qd, x)
         if inverse:
             out = ext.rnea_derivatives(*states, *params, *entry.structure, regressor)
             out = out if regressor else out[:4]
