@@ -335,11 +335,13 @@ constexpr int64_t kAdjointWork = 24;
 //    vbar_i += S_i qd_i x* abar_i, q_i gets -abar_i . (S_i x z), abar_parent += X_i^T abar_i;
 //  - v_i = X_i v_parent + S_i qd_i: qd_i gets S_i . vbar_i, q_i gets -vbar_i . (S_i x z),
 //    vbar_parent += X_i^T vbar_i.
-// ws: kAdjointWork * n values.
+// ws: kAdjointWork * n values.  first: g vanishes on every body before it (bodies are
+// numbered parents first), so w_i = 0 there and the sweep skips those terms (a unit vector
+// e_j of rnea_derivatives passes j).
 template <typename T>
 void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const T* saved_F,
                          const T* pi, const T* armature, const T* qd, const T* qdd, const T* g,
-                         T scale, T* gq, T* gqd, T* gqdd, T* gpi, T* ws) {
+                         T scale, T* gq, T* gqd, T* gqdd, T* gpi, T* ws, int64_t first = 0) {
   const int64_t n = tree.n;
   T* w = ws + 6 * n;
   T* abar = ws + 12 * n;
@@ -353,6 +355,10 @@ void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
   for (int64_t i = 0; i < n; ++i) {
     const bool pr = tree.prismatic[i] != 0;
     T* wi = w + 6 * i;
+    if (i < first) {   // g vanishes here and on every ancestor: so do w_i and its terms
+      for (int r = 0; r < 6; ++r) wi[r] = T(0);
+      continue;
+    }
     from_parent(k.R + 9 * i, k.p + 3 * i, tree.parent[i], w, wi);
     if (gq != nullptr && tree.parent[i] >= 0) {
       T Sxy[6];
@@ -375,20 +381,25 @@ void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
     const T* ax = axis + 3 * i;
     const T* wi = w + 6 * i;
     T* ab = abar + 6 * i;
-    T Iw[6];
-    inertia_apply(pi + 10 * i, wi, Iw);
-    for (int r = 0; r < 6; ++r) ab[r] += Iw[r];
+    const bool moving = i >= first;   // else w_i = 0 and the terms in w_i vanish
+    if (moving) {
+      T Iw[6];
+      inertia_apply(pi + 10 * i, wi, Iw);
+      for (int r = 0; r < 6; ++r) ab[r] += Iw[r];
+    }
     if (gqdd != nullptr) gqdd[i] = subspace_dot(ax, pr, ab) + armature[i] * g[i];
     const int64_t parent = tree.parent[i];
     if (state) {
       const T* v = k.v + 6 * i;
       T* vb = vbar + 6 * i;
-      T Iv[6], t[6] = {T(0), T(0), T(0), T(0), T(0), T(0)}, vxw[6], Ivxw[6];
-      inertia_apply(pi + 10 * i, v, Iv);
-      add_force_cross(wi, Iv, t);
-      motion_cross(v, wi, vxw);
-      inertia_apply(pi + 10 * i, vxw, Ivxw);
-      for (int r = 0; r < 6; ++r) vb[r] -= t[r] + Ivxw[r];
+      if (moving) {
+        T Iv[6], t[6] = {T(0), T(0), T(0), T(0), T(0), T(0)}, vxw[6], Ivxw[6];
+        inertia_apply(pi + 10 * i, v, Iv);
+        add_force_cross(wi, Iv, t);
+        motion_cross(v, wi, vxw);
+        inertia_apply(pi + 10 * i, vxw, Ivxw);
+        for (int r = 0; r < 6; ++r) vb[r] -= t[r] + Ivxw[r];
+      }
       add_subspace_force_cross(ax, pr, qd[i], ab, vb);
       // S x v = S x z_v (S x S = 0), with z_v = X_i v_parent = v_i - S qd_i
       T Sxv[6];
@@ -1158,7 +1169,7 @@ std::vector<torch::Tensor> rnea_derivatives(torch::Tensor q, torch::Tensor qd,
           e[j] = T(1);
           rnea_adjoint_sample(tree, ax, k, F, pi.at(b), arm.at(b), qdb, qddb, e.data(), T(1),
                               dqp + r, dqdp + r, Mp + r, Yp ? Yp + 10 * r : nullptr,
-                              ws.data());
+                              ws.data(), j);
           e[j] = T(0);
         }
       }
