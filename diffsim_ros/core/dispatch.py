@@ -61,8 +61,10 @@ def _valid(name: str, source: str) -> str:
 
 def set_backend(backend: Optional[str]) -> None:
     """
-    Set the process-wide default backend of :func:`rnea`, :func:`aba`, :func:`crba` and
-    the derivative functions (:mod:`diffsim_ros.core.derivatives`).
+    Set the process-wide default backend of the dynamics functions.
+
+    :func:`rnea`, :func:`aba`, :func:`crba` and the derivative functions
+    (:mod:`diffsim_ros.core.derivatives`) take it when called without ``backend=``.
 
     :param backend: ``'auto'``, ``'native'`` or ``'torch'``; None to go back to
         ``$DIFFSIM_BACKEND`` (read again now; ``'auto'`` when unset).
