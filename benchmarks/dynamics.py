@@ -25,7 +25,9 @@ Pinocchio in the same run: RNEA forward+backward at B = 1024 (gradients w.r.t. q
 inertial parameters) per sample against Pinocchio's forward-only ``rnea`` loop, ABA at
 B = 1 against ``pin.aba``, and RNEA forward+backward at B = 1 (gradients w.r.t. q, qd and
 the inertial parameters) against ``computeRNEADerivatives``, with the floor of any
-autograd call of that shape.  ``--device cuda`` runs the public API on the GPU at B = 1 to
+autograd call of that shape; and the Jacobians without autograd at B = 1,
+``rnea_derivatives`` against ``computeRNEADerivatives`` and ``aba_derivatives`` against
+``computeABADerivatives``.  ``--device cuda`` runs the public API on the GPU at B = 1 to
 65536 beside the CPU instead of the tables (and says so where there is no GPU).
 
 Run ``python benchmarks/dynamics.py [--quick] [--json PATH] [--markdown PATH]
@@ -792,6 +794,16 @@ def _plain_call(ours: 'OursEngine', alg: str, inputs: Inputs,
     return lambda: fn(model, q, qd, x, backend=backend)
 
 
+def _derivatives_call(ours: 'OursEngine', alg: str, inputs: Inputs,
+                      backend: str) -> Callable[[], Any]:
+    """Return one public ``rnea_derivatives``/``aba_derivatives`` call (Jacobians, no autograd)."""
+    fn = getattr(ours.core, f'{alg}_derivatives')
+    model = ours.models[torch.float64]
+    last = 'qdd' if alg == 'rnea' else 'tau'
+    q, qd, x = (torch.as_tensor(inputs[k]) for k in ('q', 'qd', last))
+    return lambda: fn(model, q, qd, x, backend=backend)
+
+
 def fast_by_default(engines: Dict[str, Any],
                     quick: bool) -> Tuple[List[str], List[_common.Target], Dict[str, float]]:
     """
@@ -818,6 +830,8 @@ def fast_by_default(engines: Dict[str, Any],
         'pin aba B=1': (lambda: pin.pin.aba(pm, pd, q1, qd1, tau1), 1),
         'pin computeRNEADerivatives B=1': (
             lambda: pin.pin.computeRNEADerivatives(pm, pd, q1, qd1, qdd1), 1),
+        'pin computeABADerivatives B=1': (
+            lambda: pin.pin.computeABADerivatives(pm, pd, q1, qd1, tau1), 1),
         'autograd floor f+b B=1 (no-op node)': (_autograd_floor(ours, one), 1),
     }
     for backend in ('auto', 'torch'):
@@ -826,6 +840,9 @@ def fast_by_default(engines: Dict[str, Any],
         cases[f'{backend}: aba B=1'] = (_plain_call(ours, 'aba', one, backend), 1)
         cases[f'{backend}: rnea f+b (q, qd, pi) B=1'] = (ours.call(
             'rnea', torch.float64, one, True, backend=backend, state_grads=('q', 'qd')), 1)
+        for alg in ('rnea', 'aba'):
+            cases[f'{backend}: {alg}_derivatives B=1'] = (
+                _derivatives_call(ours, alg, one, backend), 1)
     figures = {name: _common.time_call(fn, quick=quick, min_repeats=5, warmup=3).seconds
                * 1e6 / per for name, (fn, per) in cases.items()}
     lines = [f'{name}: {_common.fmt_number(us)} us' for name, us in figures.items()]
@@ -841,6 +858,14 @@ def fast_by_default(engines: Dict[str, Any],
         _common.Target('public rnea f+b (q, qd, inertial) at B=1 / pin computeRNEADerivatives',
                        _quotient(figures['auto: rnea f+b (q, qd, pi) B=1'],
                                  figures['pin computeRNEADerivatives B=1']),
+                       FB_B1_RATIO_LIMIT, 'x'),
+        _common.Target('public rnea_derivatives at B=1 / pin computeRNEADerivatives',
+                       _quotient(figures['auto: rnea_derivatives B=1'],
+                                 figures['pin computeRNEADerivatives B=1']),
+                       FB_B1_RATIO_LIMIT, 'x'),
+        _common.Target('public aba_derivatives at B=1 / pin computeABADerivatives',
+                       _quotient(figures['auto: aba_derivatives B=1'],
+                                 figures['pin computeABADerivatives B=1']),
                        FB_B1_RATIO_LIMIT, 'x'),
     ]
     return lines, found, figures
@@ -1015,15 +1040,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--device', choices=('cpu', 'cuda'), default='cpu',
                         help='cuda: time the public RNEA/ABA on the GPU at B = 1 to 65536 '
                         'beside the CPU instead of the tables (skipped without a GPU)')
+    parser.add_argument('--fast-only', action='store_true',
+                        help='time only the fast-by-default section (public API beside '
+                        'Pinocchio at B = 1 and 1024, derivatives included), not the tables')
     args = parser.parse_args(argv)
     start = time.perf_counter()
     torch.set_num_threads(args.threads)
     urdf, urdf_note = resolve_urdf(args.urdf)
     if args.device == 'cuda':
         return _main_cuda(urdf, args)
-    engines, notes = load_engines(urdf, args.threads, not (args.quick or args.no_compile))
+    engines, notes = load_engines(urdf, args.threads,
+                                  not (args.quick or args.no_compile or args.fast_only))
     if not engines:
         sys.exit('no engine could be loaded')
+    if args.fast_only:
+        return _main_fast(engines, args)
     sizes = QUICK_SIZES if args.quick else SIZES
     notes.insert(0, f'URDF: {urdf} ({urdf_note})')
     if 'drm' in engines:
@@ -1067,6 +1098,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 'threads': args.threads, 'sizes': list(sizes), 'urdf': urdf,
                 'notes': notes, 'elapsed_s': elapsed, 'fast_by_default_us': fast_figures}
         _common.write_json(args.json, report(results, first_calls, sizes, agree, lines, meta))
+    return 0
+
+
+def _main_fast(engines: Dict[str, Any], args: Any) -> int:
+    """Run ``--fast-only``: the machine, then the fast-by-default figures and targets."""
+    info = _common.machine_info(PACKAGES)
+    info['torch_threads'] = torch.get_num_threads()
+    _common.print_section('machine', [f'{k}: {v}' for k, v in info.items()])
+    fast_lines, fast_targets, _ = fast_by_default(engines, args.quick)
+    _common.print_section('fast by default: the public API beside Pinocchio, same run',
+                          fast_lines)
+    _common.print_section('targets', [t.line() for t in fast_targets])
     return 0
 
 

@@ -30,8 +30,9 @@ per-operation overhead is what counts, and numpy's is a fraction of torch's), an
 ``ILQRConfig(compile=True)`` every rollout step, feedback law included, is one call of a
 shared compiled function (see :mod:`diffsim_ros.control.dynamics`).  With
 ``ILQRConfig(native=True)`` every rollout (the warm start's, the guess law's, all line-search
-step sizes at once) is one call of the C++ rollout kernel, and the Jacobians are central
-differences through it: the per-step Python calls that bound the compiled solve are gone,
+step sizes at once) is one call of the C++ rollout kernel, and the Jacobians are closed-form
+from :func:`~diffsim_ros.core.aba_derivatives`: the per-step Python calls that bound the
+compiled solve are gone,
 and the backward pass (the same recursion and box QPs) runs in C++ as well.
 """
 
@@ -79,8 +80,8 @@ class ILQRConfig:
         Jacobians; see :class:`~diffsim_ros.control.ModelDynamics`); compilation happens in
         :meth:`ILQR.warm_up` or the first solve.
     :param native: roll out through the C++ kernel
-        (:class:`~diffsim_ros.control.ModelDynamics` ``native``; finite-difference Jacobians)
-        where it applies; elsewhere ``compile`` decides.
+        (:class:`~diffsim_ros.control.ModelDynamics` ``native``; closed-form Jacobians from
+        ``aba_derivatives``) where it applies; elsewhere ``compile`` decides.
     :raises ValueError: invalid values.
     """
 

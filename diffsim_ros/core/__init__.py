@@ -2,7 +2,9 @@
 Differentiable rigid-body dynamics in PyTorch (no ROS, no files beyond URDF text).
 
 Functions take ``(model, state...)`` and return new tensors; see docs/conventions.md for
-frames, units and batching rules.
+frames, units and batching rules.  :func:`rnea_derivatives` and :func:`aba_derivatives`
+return the Jacobians of inverse and forward dynamics from one call without autograd
+(Pinocchio's ``computeRNEADerivatives`` / ``computeABADerivatives``; :mod:`.derivatives`).
 """
 
 from .actuators import (CoulombFriction, DCMotor, FFNN, FrictionModel, make_friction,
@@ -41,6 +43,7 @@ from .urdf import load_urdf
 # Last: the public rnea/aba/crba are the dispatching functions (the names would otherwise
 # be bound to their submodules, which the imports above load).
 from .dispatch import aba, BackendError, crba, get_backend, rnea, set_backend  # noqa: I100
+from .derivatives import aba_derivatives, rnea_derivatives  # noqa: I100
 
 __all__ = [
     'BackendError', 'CONTACT_METHODS', 'CONTACT_PARAMETER_UNITS', 'ContactFrame',
@@ -54,7 +57,8 @@ __all__ = [
     'PARAMETER_FIELDS', 'QUATERNION_NORM_TOLERANCE', 'RawParameterization', 'RobotModel',
     'ShapeError', 'SigmoidFriction',
     'StribeckFriction',
-    'URDFError', 'UnsupportedJointError', 'ViscousFriction', 'aba', 'aba_native', 'body_poses',
+    'URDFError', 'UnsupportedJointError', 'ViscousFriction', 'aba', 'aba_derivatives',
+    'aba_native', 'body_poses',
     'check_configuration', 'compile_algorithm', 'configuration_sizes', 'crba', 'crba_native',
     'difference', 'feedback_rollout_native', 'forward_dynamics', 'forward_kinematics',
     'free_joint_from_mujoco', 'free_joint_to_mujoco',
@@ -65,7 +69,8 @@ __all__ = [
     'make_parameterization', 'momentum_hold', 'mass_com_inertia', 'matrix_to_quat', 'normalize',
     'potential_energy', 'pseudo_inertia', 'quat_conjugate', 'quat_exp', 'quat_log',
     'quat_multiply', 'quat_rotate', 'quat_to_matrix',
-    'regularize_inertial', 'rk4', 'rnea', 'rnea_native', 'rollout', 'root_configuration',
+    'regularize_inertial', 'rk4', 'rnea', 'rnea_derivatives', 'rnea_native', 'rollout',
+    'root_configuration',
     'root_pose_matrix', 'semi_implicit_euler', 'semi_implicit_update', 'set_backend',
     'to_mujoco', 'to_ros_pose', 'to_ros_twist',
     'with_joint_friction',

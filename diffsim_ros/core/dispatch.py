@@ -22,7 +22,9 @@ A path is forced, in this order of precedence, by the ``backend=`` argument of a
 (``auto``, ``native`` or ``torch``; read when this module is imported and again by
 ``set_backend(None)``: the one environment variable the core reads, so that a user can
 switch a whole program without editing it).  A forced ``'native'`` that cannot run raises
-:class:`BackendError` with the reason instead of silently using torch.
+:class:`BackendError` with the reason instead of silently using torch.  The same choice
+serves :func:`~diffsim_ros.core.rnea_derivatives` and :func:`~diffsim_ros.core.aba_derivatives`
+(:mod:`diffsim_ros.core.derivatives`: Jacobians without autograd).
 """
 
 import os
@@ -59,7 +61,10 @@ def _valid(name: str, source: str) -> str:
 
 def set_backend(backend: Optional[str]) -> None:
     """
-    Set the process-wide default backend of :func:`rnea`, :func:`aba` and :func:`crba`.
+    Set the process-wide default backend of the dynamics functions.
+
+    :func:`rnea`, :func:`aba`, :func:`crba` and the derivative functions
+    (:mod:`diffsim_ros.core.derivatives`) take it when called without ``backend=``.
 
     :param backend: ``'auto'``, ``'native'`` or ``'torch'``; None to go back to
         ``$DIFFSIM_BACKEND`` (read again now; ``'auto'`` when unset).

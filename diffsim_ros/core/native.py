@@ -49,7 +49,14 @@ gradients summed over the batch, so a call adds no view or reduction to the auto
 
 Per-call work at small batches is what bounds MPC-size calls, so what the kernels need of a
 model (checks, tree structure, parameters as the kernels read them) is prepared once per
-model and again only when a parameter is changed in place.
+model and again only when a parameter is changed in place, and bound in C++ (the
+extension's ``BoundModel``): a call without gradients then converts three tensors, and the
+checks that make it the common call run in C++, which returns None for any other call.
+
+Jacobians without autograd (:func:`run_derivatives`, behind
+:func:`diffsim_ros.core.rnea_derivatives` and :func:`~diffsim_ros.core.aba_derivatives`):
+per sample one RNEA (or ABA) pass, then row ``j`` of every Jacobian from one adjoint sweep
+of the unit vector ``e_j`` (ABA: of ``-M^-1 e_j``, solved from the saved ``U`` and ``D``).
 
 Whenever a kinematic parameter (``origin_xyz``, ``origin_rpy``, ``gravity``; CRBA does not
 read ``gravity``) or CRBA's ``q`` requires grad, the call falls back to the torch
@@ -184,7 +191,7 @@ class _ModelEntry:
     """
 
     __slots__ = ('__weakref__', 'reason', 'dtype', 'n', 'structure', 'stamp', 'params',
-                 'args')
+                 'args', 'bound')
 
     def __init__(self, model: RobotModel) -> None:
         self.reason = _model_reason(model)
@@ -194,6 +201,7 @@ class _ModelEntry:
         self.stamp = None
         self.params = None
         self.args = None
+        self.bound = None
 
     def plain_params(self, model: RobotModel) -> Optional[Tuple[Tensor, ...]]:
         """Return ``(inertial, armature, origins, gravity)`` without batch dims, or None."""
@@ -207,8 +215,22 @@ class _ModelEntry:
             self.params = params if plain else None
             # the kernels' arguments after the states, ``save`` excepted
             self.args = params + self.structure if plain else None
+            self.bound = None
             self.stamp = stamp
         return self.params
+
+    def bind(self, ext: object, model: RobotModel) -> Optional[object]:
+        """
+        Return the extension's ``BoundModel`` of this model (made when missing), or None.
+
+        Calls at B = 1 go through it first: it converts three tensors per call instead of
+        ten and decides in C++ whether the call is the common one (None otherwise).
+        """
+        if self.plain_params(model) is None:
+            return None
+        if self.bound is None:
+            self.bound = ext.BoundModel(*self.args, model.origin_xyz, model.origin_rpy)
+        return self.bound
 
 
 def _model_reason(model: RobotModel) -> Optional[str]:
@@ -454,10 +476,15 @@ def try_dynamics(inverse: bool, model: RobotModel, q: Tensor, qd: Tensor,
     :return: ``tau`` or ``qdd`` ``(..., n)``, or None when the kernels cannot run this call
         (:func:`kernels_for` says why).
     """
+    entry = _models.get(model)
+    # the common call: the bound model checks it in C++ (B = 1 pays each Python operation)
+    if entry is not None and entry.bound is not None and _state['enabled']:
+        out = (entry.bound.rnea if inverse else entry.bound.aba)(q, qd, x)
+        if out is not None:
+            return out
     entry = _entry(model)
     dtype = entry.dtype
     grad = torch.is_grad_enabled()
-    # the common call in as few Python operations as possible (B = 1 pays each of them)
     if entry.reason or q.dtype is not dtype or qd.dtype is not dtype or x.dtype is not dtype \
             or not (q.is_cpu and qd.is_cpu and x.is_cpu) or (grad and (
                 model.origin_xyz.requires_grad or model.origin_rpy.requires_grad
@@ -466,6 +493,7 @@ def try_dynamics(inverse: bool, model: RobotModel, q: Tensor, qd: Tensor,
     ext = _extension()
     if ext is None:
         return None
+    entry.bind(ext, model)
     params = entry.plain_params(model)
     shape = q.shape
     if params is not None and qd.shape == shape and x.shape == shape and shape \
@@ -494,20 +522,31 @@ def run_dynamics(ext: object, inverse: bool, model: RobotModel, q: Tensor, qd: T
     return _run_dynamics(_entry(model), ext, inverse, model, q, qd, x)
 
 
-def _run_dynamics(entry: _ModelEntry, ext: object, inverse: bool, model: RobotModel,
-                  q: Tensor, qd: Tensor, x: Tensor) -> Tensor:
+def _flat_call(entry: _ModelEntry, inverse: bool, model: RobotModel, q: Tensor, qd: Tensor,
+               x: Tensor) -> Tuple[Tuple[Tensor, ...], Tuple[Tensor, ...], Optional[tuple]]:
+    """
+    Return ``(states, params, batch)`` of an RNEA/ABA-shaped call as the kernels take it.
+
+    ``batch`` is None for the common call (arguments as they are), else the broadcast batch
+    shape of the flattened states and parameters (:func:`_prepare`).
+    """
     params = entry.plain_params(model)
     shape = q.shape
-    batch = None
     states = (q, qd, x)
     if params is None or not shape or shape[-1] != entry.n or qd.shape != shape \
             or x.shape != shape or not (q.is_contiguous() and qd.is_contiguous()
                                         and x.is_contiguous()):
         # the general call: broadcast states and parameters to one flat batch
         _check_states(model, states, ('q', 'qd', 'qdd' if inverse else 'tau'))
-        states, params, batch = _prepare(
+        return _prepare(
             model, states,
             (model.inertial, model.armature, model.joint_origins(), model.gravity), _TRAILING)
+    return states, params, None
+
+
+def _run_dynamics(entry: _ModelEntry, ext: object, inverse: bool, model: RobotModel,
+                  q: Tensor, qd: Tensor, x: Tensor) -> Tensor:
+    states, params, batch = _flat_call(entry, inverse, model, q, qd, x)
     if torch.is_grad_enabled() and (states[0].requires_grad or states[1].requires_grad
                                     or states[2].requires_grad or params[0].requires_grad
                                     or params[1].requires_grad):
@@ -520,6 +559,61 @@ def _run_dynamics(entry: _ModelEntry, ext: object, inverse: bool, model: RobotMo
         return out
     full = batch + (model.n,)
     return out if out.shape == full else out.reshape(full)
+
+
+def try_derivatives(inverse: bool, model: RobotModel, q: Tensor, qd: Tensor, x: Tensor,
+                    regressor: bool = False) -> Optional[Tuple[Tensor, ...]]:
+    """
+    Run the RNEA (``inverse``) or ABA derivative kernel when the call allows it.
+
+    Arguments and result as :func:`run_derivatives`; None when the kernels cannot run this
+    call (:func:`kernels_for` under ``torch.no_grad()`` says why: no gradient flows here, so
+    what requires grad does not matter).
+    """
+    entry = _models.get(model)
+    if entry is not None and entry.bound is not None and _state['enabled']:
+        out = entry.bound.rnea_jacobians(q, qd, x, regressor) if inverse \
+            else entry.bound.aba_jacobians(q, qd, x)
+        if out is not None:
+            return out
+    with torch.no_grad():
+        ext = kernels_for(model, q, qd, x)[0]
+    if ext is None:
+        return None
+    _entry(model).bind(ext, model)
+    return run_derivatives(ext, inverse, model, q, qd, x, regressor)
+
+
+def run_derivatives(ext: object, inverse: bool, model: RobotModel, q: Tensor, qd: Tensor,
+                    x: Tensor, regressor: bool = False) -> Tuple[Tensor, ...]:
+    """
+    Run the RNEA (``inverse``) or ABA derivative kernel on a call :func:`kernels_for` accepted.
+
+    No autograd graph is recorded (the Jacobians are the result): see
+    :func:`diffsim_ros.core.rnea_derivatives` and :func:`~diffsim_ros.core.aba_derivatives`.
+
+    :param ext: the extension :func:`kernels_for` returned.
+    :param inverse: True for RNEA (``x`` is ``qdd``), False for ABA (``x`` is ``tau``).
+    :param model: the robot; its parameters may carry leading batch dims.
+    :param q: joint positions ``(..., n)``.
+    :param qd: joint velocities ``(..., n)``.
+    :param x: ``qdd`` or ``tau`` ``(..., n)``.
+    :param regressor: RNEA only: also return ``dtau/d inertial`` ``(..., n, 10 n)``.
+    :return: RNEA: ``(tau, dtau_dq, dtau_dqd, M)`` and ``Y`` when ``regressor``; ABA:
+        ``(qdd, dqdd_dq, dqdd_dqd, M^-1)``; Jacobians ``(..., n, n)``.
+    """
+    entry = _entry(model)
+    with torch.no_grad():   # nothing is recorded: the broadcast copies need no graph either
+        states, params, batch = _flat_call(entry, inverse, model, q, qd, x)
+        if inverse:
+            out = ext.rnea_derivatives(*states, *params, *entry.structure, regressor)
+            out = out if regressor else out[:4]
+        else:
+            out = ext.aba_derivatives(*states, *params, *entry.structure)
+    if batch is None:
+        return tuple(out)
+    return tuple(t.reshape(batch + t.shape[t.dim() - (1 if k == 0 else 2):])
+                 for k, t in enumerate(out))
 
 
 def run_crba(ext: object, model: RobotModel, q: Tensor) -> Tensor:

@@ -301,6 +301,22 @@ inline T dot6(const T* a, const T* b) {
   return a[0] * b[0] + a[1] * b[1] + a[2] * b[2] + a[3] * b[3] + a[4] * b[4] + a[5] * b[5];
 }
 
+// The forces F_i joint i transmits to body i (6n), from the kinematics k: f_i = I a_i +
+// v_i x* I v_i, summed over the subtree of i.
+template <typename T>
+void transmitted_forces(const Tree& tree, const T* pi, const Kin<T>& k, T* f) {
+  for (int64_t i = 0; i < tree.n; ++i) {
+    T Iv[6];
+    inertia_apply(pi + 10 * i, k.a + 6 * i, f + 6 * i);
+    inertia_apply(pi + 10 * i, k.v + 6 * i, Iv);
+    add_force_cross(k.v + 6 * i, Iv, f + 6 * i);
+  }
+  for (int64_t i = tree.n - 1; i >= 0; --i) {
+    const int64_t parent = tree.parent[i];
+    if (parent >= 0) add_force_to_parent(k.R + 9 * i, k.p + 3 * i, f + 6 * i, f + 6 * parent);
+  }
+}
+
 // Workspace of rnea_adjoint_sample: total forces F, force adjoints w, acceleration and
 // velocity adjoints (6n each).
 constexpr int64_t kAdjointWork = 24;
@@ -319,11 +335,13 @@ constexpr int64_t kAdjointWork = 24;
 //    vbar_i += S_i qd_i x* abar_i, q_i gets -abar_i . (S_i x z), abar_parent += X_i^T abar_i;
 //  - v_i = X_i v_parent + S_i qd_i: qd_i gets S_i . vbar_i, q_i gets -vbar_i . (S_i x z),
 //    vbar_parent += X_i^T vbar_i.
-// ws: kAdjointWork * n values.
+// ws: kAdjointWork * n values.  first: g vanishes on every body before it (bodies are
+// numbered parents first), so w_i = 0 there and the sweep skips those terms (a unit vector
+// e_j of rnea_derivatives passes j).
 template <typename T>
 void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const T* saved_F,
                          const T* pi, const T* armature, const T* qd, const T* qdd, const T* g,
-                         T scale, T* gq, T* gqd, T* gqdd, T* gpi, T* ws) {
+                         T scale, T* gq, T* gqd, T* gqdd, T* gpi, T* ws, int64_t first = 0) {
   const int64_t n = tree.n;
   T* w = ws + 6 * n;
   T* abar = ws + 12 * n;
@@ -331,22 +349,16 @@ void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
   const bool state = gq != nullptr || gqd != nullptr;
   const T* F = saved_F;
   if (F == nullptr && gq != nullptr) {
-    T* f = ws;
-    for (int64_t i = 0; i < n; ++i) {
-      T Iv[6];
-      inertia_apply(pi + 10 * i, k.a + 6 * i, f + 6 * i);
-      inertia_apply(pi + 10 * i, k.v + 6 * i, Iv);
-      add_force_cross(k.v + 6 * i, Iv, f + 6 * i);
-    }
-    for (int64_t i = n - 1; i >= 0; --i) {
-      const int64_t parent = tree.parent[i];
-      if (parent >= 0) add_force_to_parent(k.R + 9 * i, k.p + 3 * i, f + 6 * i, f + 6 * parent);
-    }
-    F = f;
+    transmitted_forces(tree, pi, k, ws);
+    F = ws;
   }
   for (int64_t i = 0; i < n; ++i) {
     const bool pr = tree.prismatic[i] != 0;
     T* wi = w + 6 * i;
+    if (i < first) {   // g vanishes here and on every ancestor: so do w_i and its terms
+      for (int r = 0; r < 6; ++r) wi[r] = T(0);
+      continue;
+    }
     from_parent(k.R + 9 * i, k.p + 3 * i, tree.parent[i], w, wi);
     if (gq != nullptr && tree.parent[i] >= 0) {
       T Sxy[6];
@@ -369,20 +381,25 @@ void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
     const T* ax = axis + 3 * i;
     const T* wi = w + 6 * i;
     T* ab = abar + 6 * i;
-    T Iw[6];
-    inertia_apply(pi + 10 * i, wi, Iw);
-    for (int r = 0; r < 6; ++r) ab[r] += Iw[r];
+    const bool moving = i >= first;   // else w_i = 0 and the terms in w_i vanish
+    if (moving) {
+      T Iw[6];
+      inertia_apply(pi + 10 * i, wi, Iw);
+      for (int r = 0; r < 6; ++r) ab[r] += Iw[r];
+    }
     if (gqdd != nullptr) gqdd[i] = subspace_dot(ax, pr, ab) + armature[i] * g[i];
     const int64_t parent = tree.parent[i];
     if (state) {
       const T* v = k.v + 6 * i;
       T* vb = vbar + 6 * i;
-      T Iv[6], t[6] = {T(0), T(0), T(0), T(0), T(0), T(0)}, vxw[6], Ivxw[6];
-      inertia_apply(pi + 10 * i, v, Iv);
-      add_force_cross(wi, Iv, t);
-      motion_cross(v, wi, vxw);
-      inertia_apply(pi + 10 * i, vxw, Ivxw);
-      for (int r = 0; r < 6; ++r) vb[r] -= t[r] + Ivxw[r];
+      if (moving) {
+        T Iv[6], t[6] = {T(0), T(0), T(0), T(0), T(0), T(0)}, vxw[6], Ivxw[6];
+        inertia_apply(pi + 10 * i, v, Iv);
+        add_force_cross(wi, Iv, t);
+        motion_cross(v, wi, vxw);
+        inertia_apply(pi + 10 * i, vxw, Ivxw);
+        for (int r = 0; r < 6; ++r) vb[r] -= t[r] + Ivxw[r];
+      }
       add_subspace_force_cross(ax, pr, qd[i], ab, vb);
       // S x v = S x z_v (S x S = 0), with z_v = X_i v_parent = v_i - S qd_i
       T Sxv[6];
@@ -1101,6 +1118,199 @@ std::vector<torch::Tensor> aba_backward(torch::Tensor saved, torch::Tensor g, to
   return result;
 }
 
+// Sizes of a (..., n) state with `extra` trailing dims appended.
+std::vector<int64_t> with_dims(const torch::Tensor& x, std::initializer_list<int64_t> extra) {
+  std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
+  sizes.insert(sizes.end(), extra);
+  return sizes;
+}
+
+// Jacobians of RNEA without autograd (Pinocchio's computeRNEADerivatives): returns (tau like
+// q, dtau/dq, dtau/dqd, M = dtau/dqdd (..., n, n), Y = dtau/d inertial (..., n, 10 n) when
+// `regressor`, else undefined).  Row j of every Jacobian is one adjoint sweep of the unit
+// vector e_j at the sample's saved kinematics and forces (rnea_adjoint_sample; M e_j is the
+// column, M is symmetric): n sweeps of O(n) each.
+std::vector<torch::Tensor> rnea_derivatives(torch::Tensor q, torch::Tensor qd,
+                                            torch::Tensor qdd, torch::Tensor inertial,
+                                            torch::Tensor armature, torch::Tensor origins,
+                                            torch::Tensor gravity, torch::Tensor axis,
+                                            torch::Tensor parent, torch::Tensor prismatic,
+                                            bool regressor) {
+  const Tree tree = make_tree(parent, prismatic);
+  const int64_t n = tree.n;
+  const int64_t batch = batch_of(q, n, "q");
+  check_state(qd, batch, n, "qd");
+  check_state(qdd, batch, n, "qdd");
+  auto tau = torch::empty_like(q);
+  auto dq = torch::zeros(with_dims(q, {n}), q.options());
+  auto dqd = torch::zeros(with_dims(q, {n}), q.options());
+  auto M = torch::empty(with_dims(q, {n}), q.options());
+  auto Y = regressor ? torch::zeros(with_dims(q, {10 * n}), q.options()) : torch::Tensor();
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "rnea_derivatives", [&] {
+    using T = scalar_t;
+    const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
+    const auto arm = param<T>(armature, batch, n, "armature");
+    const auto org = param<T>(origins, batch, 16 * n, "origins");
+    const auto grav = param<T>(gravity, batch, 3, "gravity");
+    const T *qp = q.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *qddp = qdd.data_ptr<T>();
+    const T* ax = axis.data_ptr<T>();
+    T *taup = tau.data_ptr<T>(), *dqp = dq.data_ptr<T>(), *dqdp = dqd.data_ptr<T>();
+    T *Mp = M.data_ptr<T>(), *Yp = regressor ? Y.data_ptr<T>() : nullptr;
+    for_chunks(batch, split_for(batch, batch * n * n), [&](int64_t, int64_t b0, int64_t b1) {
+      std::vector<T> row(kRneaRow * n), ws(kAdjointWork * n), e(n, T(0));
+      const Kin<T> k(row.data(), n);
+      const T* F = row.data() + kKinRow * n;
+      for (int64_t b = b0; b < b1; ++b) {
+        const T *qdb = qdp + b * n, *qddb = qddp + b * n;
+        rnea_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n, qdb,
+                    qddb, taup + b * n, k, row.data() + kKinRow * n);
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t r = (b * n + j) * n;
+          e[j] = T(1);
+          rnea_adjoint_sample(tree, ax, k, F, pi.at(b), arm.at(b), qdb, qddb, e.data(), T(1),
+                              dqp + r, dqdp + r, Mp + r, Yp ? Yp + 10 * r : nullptr,
+                              ws.data(), j);
+          e[j] = T(0);
+        }
+      }
+    });
+  });
+  return {tau, dq, dqd, M, Y};
+}
+
+// Jacobians of ABA without autograd (Pinocchio's computeABADerivatives): returns (qdd like q,
+// dqdd/dq, dqdd/dqd, M^-1 = dqdd/dtau (..., n, n)).  With M qdd + h = tau, row j of
+// dqdd/dx is -lam_j^T dtau/dx at qdd with lam_j = M^-1 e_j (row j of M^-1, solved from the
+// saved U and D like aba_backward): one solve and one RNEA adjoint sweep of -lam_j per row.
+std::vector<torch::Tensor> aba_derivatives(torch::Tensor q, torch::Tensor qd, torch::Tensor tau,
+                                           torch::Tensor inertial, torch::Tensor armature,
+                                           torch::Tensor origins, torch::Tensor gravity,
+                                           torch::Tensor axis, torch::Tensor parent,
+                                           torch::Tensor prismatic) {
+  const Tree tree = make_tree(parent, prismatic);
+  const int64_t n = tree.n;
+  const int64_t batch = batch_of(q, n, "q");
+  check_state(qd, batch, n, "qd");
+  check_state(tau, batch, n, "tau");
+  auto qdd = torch::empty_like(q);
+  auto dq = torch::zeros(with_dims(q, {n}), q.options());
+  auto dqd = torch::zeros(with_dims(q, {n}), q.options());
+  auto Minv = torch::empty(with_dims(q, {n}), q.options());
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "aba_derivatives", [&] {
+    using T = scalar_t;
+    const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
+    const auto arm = param<T>(armature, batch, n, "armature");
+    const auto org = param<T>(origins, batch, 16 * n, "origins");
+    const auto grav = param<T>(gravity, batch, 3, "gravity");
+    const T *qp = q.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *taup = tau.data_ptr<T>();
+    const T* ax = axis.data_ptr<T>();
+    T *qddp = qdd.data_ptr<T>(), *dqp = dq.data_ptr<T>(), *dqdp = dqd.data_ptr<T>();
+    T* Mip = Minv.data_ptr<T>();
+    for_chunks(batch, split_for(batch, batch * n * n), [&](int64_t, int64_t b0, int64_t b1) {
+      AbaScratch<T> aba_ws(n);
+      std::vector<T> F(6 * n), ws(kAdjointWork * n), e(n, T(0)), pA(6 * n), w(6 * n);
+      T* row = aba_ws.row();
+      const Kin<T> k(row, n);
+      const T* U = row + kKinRow * n;
+      const T* D = row + (kKinRow + 6) * n;
+      for (int64_t b = b0; b < b1; ++b) {
+        const T* qdb = qdp + b * n;
+        T* qddb = qddp + b * n;
+        aba_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n, qdb,
+                   taup + b * n, qddb, k, row + kKinRow * n, row + (kKinRow + 6) * n, aba_ws);
+        transmitted_forces(tree, pi.at(b), k, F.data());
+        for (int64_t j = 0; j < n; ++j) {
+          const int64_t r = (b * n + j) * n;
+          e[j] = T(1);
+          aba_backward_sample(tree, ax, k, U, D, e.data(), Mip + r, static_cast<T*>(nullptr),
+                              pA.data(), w.data());
+          e[j] = T(0);
+          rnea_adjoint_sample(tree, ax, k, static_cast<const T*>(F.data()), pi.at(b),
+                              arm.at(b), qdb, static_cast<const T*>(qddb),
+                              static_cast<const T*>(Mip + r), T(-1), dqp + r, dqdp + r,
+                              static_cast<T*>(nullptr), static_cast<T*>(nullptr), ws.data());
+        }
+      }
+    });
+  });
+  return {qdd, dq, dqd, Minv};
+}
+
+// A model's parameters as the kernels read them, bound once per model (native.py keeps one
+// per model): a call at B = 1 then converts three tensors instead of ten, and the checks
+// that decide whether a call is the common one (dtype, CPU, contiguous, equal shapes, no
+// gradient asked for, joint origins unchanged since binding) run here, in nanoseconds,
+// instead of in Python.  Every method returns None when the call is not the common one; the
+// caller then takes its general path, which checks and reports everything.
+struct BoundModel {
+  torch::Tensor inertial, armature, origins, gravity, axis, parent, prismatic;
+  torch::Tensor origin_xyz, origin_rpy;
+  int64_t xyz_version, rpy_version, n;
+  c10::ScalarType dtype;
+
+  BoundModel(torch::Tensor inertial, torch::Tensor armature, torch::Tensor origins,
+             torch::Tensor gravity, torch::Tensor axis, torch::Tensor parent,
+             torch::Tensor prismatic, torch::Tensor origin_xyz, torch::Tensor origin_rpy)
+      : inertial(inertial), armature(armature), origins(origins), gravity(gravity),
+        axis(axis), parent(parent), prismatic(prismatic), origin_xyz(origin_xyz),
+        origin_rpy(origin_rpy), xyz_version(origin_xyz._version()),
+        rpy_version(origin_rpy._version()), n(parent.numel()),
+        dtype(inertial.scalar_type()) {}
+
+  bool state_ok(const torch::Tensor& x) const {
+    return x.scalar_type() == dtype && x.device().is_cpu() && x.dim() >= 1 &&
+           x.size(-1) == n && x.is_contiguous();
+  }
+
+  // The common call: q, qd, x of one shape; with `gradients`, nothing asks for a gradient.
+  bool common(const torch::Tensor& q, const torch::Tensor& qd, const torch::Tensor& x,
+              bool gradients) const {
+    if (!state_ok(q) || !state_ok(qd) || !state_ok(x) || !qd.sizes().equals(q.sizes()) ||
+        !x.sizes().equals(q.sizes())) {
+      return false;
+    }
+    if (origin_xyz._version() != xyz_version || origin_rpy._version() != rpy_version) {
+      return false;   // the bound joint origins are stale: the caller binds again
+    }
+    if (gradients && at::GradMode::is_enabled()) {
+      for (const auto* t : {&q, &qd, &x, &inertial, &armature, &origin_xyz, &origin_rpy,
+                            &gravity}) {
+        if (t->requires_grad()) return false;
+      }
+    }
+    return true;
+  }
+
+  py::object rnea(const torch::Tensor& q, const torch::Tensor& qd, const torch::Tensor& qdd) {
+    if (!common(q, qd, qdd, true)) return py::none();
+    return py::cast(rnea_forward(q, qd, qdd, inertial, armature, origins, gravity, axis, parent,
+                                 prismatic, false)[0]);
+  }
+
+  py::object aba(const torch::Tensor& q, const torch::Tensor& qd, const torch::Tensor& tau) {
+    if (!common(q, qd, tau, true)) return py::none();
+    return py::cast(aba_forward(q, qd, tau, inertial, armature, origins, gravity, axis, parent,
+                                prismatic, false)[0]);
+  }
+
+  py::object rnea_jacobians(const torch::Tensor& q, const torch::Tensor& qd,
+                            const torch::Tensor& qdd, bool regressor) {
+    if (!common(q, qd, qdd, false)) return py::none();
+    auto out = rnea_derivatives(q, qd, qdd, inertial, armature, origins, gravity, axis, parent,
+                                prismatic, regressor);
+    if (!regressor) return py::make_tuple(out[0], out[1], out[2], out[3]);
+    return py::make_tuple(out[0], out[1], out[2], out[3], out[4]);
+  }
+
+  py::object aba_jacobians(const torch::Tensor& q, const torch::Tensor& qd,
+                           const torch::Tensor& tau) {
+    if (!common(q, qd, tau, false)) return py::none();
+    auto out = aba_derivatives(q, qd, tau, inertial, armature, origins, gravity, axis, parent,
+                               prismatic);
+    return py::make_tuple(out[0], out[1], out[2], out[3]);
+  }
+};
+
 // Returns (M (..., n, n) for q (..., n), saved): saved is (B, kPoseRow * n) when save.
 std::vector<torch::Tensor> crba_forward(torch::Tensor q, torch::Tensor inertial,
                                         torch::Tensor armature, torch::Tensor origins,
@@ -1580,6 +1790,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("aba_backward", &aba_backward,
         "Vector-Jacobian products of ABA w.r.t. q, qd, tau, inertial and armature, from saved "
         "rows");
+  m.def("rnea_derivatives", &rnea_derivatives,
+        "Batched RNEA with its Jacobians w.r.t. q, qd, qdd (and the inertial parameters), "
+        "one adjoint sweep per row");
+  m.def("aba_derivatives", &aba_derivatives,
+        "Batched ABA with its Jacobians w.r.t. q, qd and tau (M^-1), one solve and one RNEA "
+        "adjoint sweep per row");
+  py::class_<BoundModel>(m, "BoundModel")
+      .def(py::init<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor,
+                    torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor>())
+      .def("rnea", &BoundModel::rnea, "RNEA of a common call without gradients, else None")
+      .def("aba", &BoundModel::aba, "ABA of a common call without gradients, else None")
+      .def("rnea_jacobians", &BoundModel::rnea_jacobians,
+           "rnea_derivatives of a common call, else None")
+      .def("aba_jacobians", &BoundModel::aba_jacobians,
+           "aba_derivatives of a common call, else None");
   m.def("threads_for", &threads_for,
         "Threads a dynamics call of B samples of an n-joint tree runs on");
   m.def("crba_forward", &crba_forward,

@@ -1,0 +1,38 @@
+"""
+``python benchmarks/dynamics.py --fast-only --quick`` runs as a user runs it.
+
+It checks that the command works and prints every fast-by-default row and target line,
+the Jacobians without autograd included; the figures themselves are the benchmark's
+business (``benchmarks/README.md``), never a timed test.
+"""
+
+from pathlib import Path
+import re
+import subprocess
+import sys
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = REPO_ROOT / 'benchmarks' / 'dynamics.py'
+
+
+def test_fast_only_section_runs_as_a_user_would():
+    """``--help`` names ``--fast-only``; the section prints each row and each target."""
+    pytest.importorskip('pinocchio')
+    help_text = subprocess.run([sys.executable, str(SCRIPT), '--help'], check=True,
+                               capture_output=True, text=True, cwd=REPO_ROOT).stdout
+    assert '--fast-only' in help_text
+    result = subprocess.run([sys.executable, str(SCRIPT), '--fast-only', '--quick'],
+                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for row in ('pin computeRNEADerivatives B=1', 'pin computeABADerivatives B=1',
+                'auto: rnea_derivatives B=1', 'auto: aba_derivatives B=1',
+                'torch: rnea_derivatives B=1', 'auto: aba B=1'):
+        assert re.search(re.escape(row) + r': [0-9.e+]+ us', out), row
+    for target in ('public rnea_derivatives at B=1 / pin computeRNEADerivatives',
+                   'public aba_derivatives at B=1 / pin computeABADerivatives',
+                   'public aba at B=1 / pin.aba'):
+        assert re.search(r'(PASS|MISS)  ' + re.escape(target) + r': [0-9.]+ x', out), target
+    assert 'load_average_1_5_15_min' in out
