@@ -795,13 +795,13 @@ def _plain_call(ours: 'OursEngine', alg: str, inputs: Inputs,
 
 
 def _derivatives_call(ours: 'OursEngine', alg: str, inputs: Inputs,
-                      backend: str) -> Callable[[], Any]:
+                      backend: str, **options) -> Callable[[], Any]:
     """Return one public ``rnea_derivatives``/``aba_derivatives`` call (Jacobians, no autograd)."""
     fn = getattr(ours.core, f'{alg}_derivatives')
     model = ours.models[torch.float64]
     last = 'qdd' if alg == 'rnea' else 'tau'
     q, qd, x = (torch.as_tensor(inputs[k]) for k in ('q', 'qd', last))
-    return lambda: fn(model, q, qd, x, backend=backend)
+    return lambda: fn(model, q, qd, x, backend=backend, **options)
 
 
 def fast_by_default(engines: Dict[str, Any],
@@ -843,6 +843,9 @@ def fast_by_default(engines: Dict[str, Any],
         for alg in ('rnea', 'aba'):
             cases[f'{backend}: {alg}_derivatives B=1'] = (
                 _derivatives_call(ours, alg, one, backend), 1)
+        # The issue's B = 1 case in full: derivatives w.r.t. q, qd and the parameters.
+        cases[f'{backend}: rnea_derivatives + regressor B=1'] = (
+            _derivatives_call(ours, 'rnea', one, backend, regressor=True), 1)
     figures = {name: _common.time_call(fn, quick=quick, min_repeats=5, warmup=3).seconds
                * 1e6 / per for name, (fn, per) in cases.items()}
     lines = [f'{name}: {_common.fmt_number(us)} us' for name, us in figures.items()]
@@ -861,6 +864,11 @@ def fast_by_default(engines: Dict[str, Any],
                        FB_B1_RATIO_LIMIT, 'x'),
         _common.Target('public rnea_derivatives at B=1 / pin computeRNEADerivatives',
                        _quotient(figures['auto: rnea_derivatives B=1'],
+                                 figures['pin computeRNEADerivatives B=1']),
+                       FB_B1_RATIO_LIMIT, 'x'),
+        _common.Target('public rnea_derivatives(regressor=True) (d tau / d q, qd, qdd and '
+                       'inertials) at B=1 / pin computeRNEADerivatives',
+                       _quotient(figures['auto: rnea_derivatives + regressor B=1'],
                                  figures['pin computeRNEADerivatives B=1']),
                        FB_B1_RATIO_LIMIT, 'x'),
         _common.Target('public aba_derivatives at B=1 / pin computeABADerivatives',
