@@ -63,8 +63,8 @@ def test_loss_vanishes_on_contact_step_transitions_and_grows_with_wrong_paramete
     # At the impulses the step itself used, the prediction error vanishes; what is left is
     # the complementarity cost of Anitescu's hop, w_comp dt mu lambda_n |v_t| (module doc).
     step = core.contact_step(model, data[0], data[1], torch.zeros_like(data[1]), DT, contact)
-    lam = step.impulses.flatten(-2)
-    H, c, const, _ = cl._violation_pieces(model, contact, *data, DT, weights)
+    H, c, const, scale = cl._violation_pieces(model, contact, *data, DT, weights)
+    lam = step.impulses.flatten(-2) / scale  # in the unit cones
     at_step = (0.5 * (lam.unsqueeze(-2) @ H @ lam.unsqueeze(-1)).squeeze(-1).squeeze(-1)
                + (c * lam).sum(-1) + const)
     v_t = (step.frame.J_t @ cl.step_velocity(data[2], DT).unsqueeze(-1).unsqueeze(-3))
@@ -100,7 +100,8 @@ def test_envelope_gradient_matches_finite_differences_at_fixed_optimum():
     weights = cl.ViolationWeights()
     m, k = cl.cube_models(model, contact, theta0, MASS)
     _, lam = cl.violation_loss(m, k, *data, DT, weights, return_impulses=True)
-    lam = lam.flatten(-2)
+    H, c, const, scale = cl._violation_pieces(m, k, *data, DT, weights)
+    lam = (lam.flatten(-2) / scale).detach()  # the optimum in the unit cones
     names = list(theta0)
 
     def at_fixed_lambda(*values):

@@ -103,7 +103,9 @@ def step_velocity(v_next: Tensor, dt: float) -> Tensor:
 
 def _violation_pieces(model: RobotModel, contact: ContactModel, q: Tensor, v: Tensor,
                       v_next: Tensor, dt: float, weights: ViolationWeights):
-    # The loss as 0.5 lam^T H lam + c^T lam + const, H = 2 G.
+    # The loss as 0.5 beta^T H beta + c^T beta + const over beta in the unit cones, with
+    # lambda = scale * beta (scale = [1, mu, mu] per contact): the feasible set then does
+    # not depend on mu, which the envelope theorem needs (as ContactNets and dair_pll do).
     v_next = step_velocity(v_next, dt)
     frame = contact_kinematics(model, q, contact)
     L, v_free = free_velocity(model, q, v, torch.zeros_like(v), dt)
@@ -119,7 +121,9 @@ def _violation_pieces(model: RobotModel, contact: ContactModel, q: Tensor, v: Te
     linear = torch.cat((normal.unsqueeze(-1), weights.w_diss * v_t), -1)
     c = linear.flatten(-2) - 2.0 * (J @ dv.unsqueeze(-1)).squeeze(-1)
     const = const + weights.w_pen * (torch.clamp(phi_next, max=0.0) ** 2).sum(-1)
-    return 2.0 * G, c, const, mu
+    scale = torch.stack((torch.ones_like(mu), mu, mu), -1).flatten(-2)
+    H = 2.0 * G * scale.unsqueeze(-1) * scale.unsqueeze(-2)
+    return H, c * scale, const, scale
 
 
 def violation_loss(model: RobotModel, contact: ContactModel, q: Tensor, v: Tensor,
@@ -130,7 +134,10 @@ def violation_loss(model: RobotModel, contact: ContactModel, q: Tensor, v: Tenso
     Return the violation-implicit loss of each transition (module docstring).
 
     Differentiable in the model's and contact model's parameters by the envelope theorem:
-    the inner optimum is computed without gradient and the loss evaluated at it.
+    the inner optimum is computed without gradient and the loss evaluated at it. The
+    impulses are written ``lambda = [beta_n, mu beta_t]`` with ``beta`` in the unit cone, so
+    that the feasible set does not depend on ``mu`` (else the envelope theorem would miss
+    the constraint's multiplier in the friction gradient).
 
     :param model: the free body's floating model (inertia, gravity).
     :param contact: its contact model (vertices, friction, ground).
@@ -143,15 +150,17 @@ def violation_loss(model: RobotModel, contact: ContactModel, q: Tensor, v: Tenso
     :return: ``(...)`` losses [kg m^2/s^2 = J]; with ``return_impulses`` also the
         ``(..., nc, 3)`` impulses [N s] ``[normal, tangent 1, tangent 2]``.
     """
-    H, c, const, mu = _violation_pieces(model, contact, q, v, v_next, dt, weights)
+    H, c, const, scale = _violation_pieces(model, contact, q, v, v_next, dt, weights)
     with torch.no_grad():
         diag = torch.diagonal(H, dim1=-2, dim2=-1).mean(-1)
         eye = torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
         A = H + (weights.regularization * diag)[..., None, None] * eye
-        lam = solve_contact_impulses(A, c, mu, weights.tol, weights.max_iter)
-    loss = (0.5 * (lam.unsqueeze(-2) @ H @ lam.unsqueeze(-1)).squeeze(-1).squeeze(-1)
-            + (c * lam).sum(-1) + const)
+        unit = torch.ones(c.shape[:-1] + (c.shape[-1] // 3,), dtype=c.dtype, device=c.device)
+        beta = solve_contact_impulses(A, c, unit, weights.tol, weights.max_iter)
+    loss = (0.5 * (beta.unsqueeze(-2) @ H @ beta.unsqueeze(-1)).squeeze(-1).squeeze(-1)
+            + (c * beta).sum(-1) + const)
     if return_impulses:
+        lam = (scale * beta).detach()
         return loss, lam.reshape(lam.shape[:-1] + (-1, 3))
     return loss
 
