@@ -20,10 +20,12 @@ distance costs as an impulse in penetration; the penetration term takes ``min(0,
 On transitions made by :func:`~diffsim_ros.core.contact_step` with the true parameters the
 loss is not exactly zero where a contact slides: Anitescu's relaxation lifts a sliding contact
 by ``dt mu |v_t|`` per step, which costs ``w_comp dt mu lambda_n |v_t|``. The inner problem
-is a convex second-order-cone QP, ``0.5 lambda^T (2 G) lambda + c^T lambda`` with ``G = J M^-1 J^T``,
-solved batched by :func:`~diffsim_ros.core.solve_contact_impulses` on detached inputs; the
-parameters' gradient is the loss's partial derivative at the detached optimum (envelope
-theorem), never through the solver's iterations.
+is a convex second-order-cone QP, ``0.5 lambda^T (2 G) lambda + c^T lambda`` with
+``G = J M^-1 J^T``, written in ``lambda = [beta_n, mu beta_t]`` with ``beta`` in unit cones
+(so the feasible set does not depend on ``mu``) and solved batched by
+:func:`~diffsim_ros.core.solve_contact_impulses` on detached inputs; the parameters' gradient
+is the loss's partial derivative at the detached optimum (envelope theorem), never through
+the solver's iterations.
 
 Learnable (:func:`cube_parameters`): the eight vertices (free points; the body is their convex
 hull), friction (softplus), inertia with the mass fixed through the log-Cholesky
@@ -39,7 +41,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..core.contact import (ContactModel, contact_kinematics, contact_rows, contact_step,
+from ..core.contact import (contact_kinematics, contact_rows, contact_step, ContactModel,
                             free_velocity)
 from ..core.contact_solver import solve_contact_impulses
 from ..core.model import RobotModel
@@ -389,8 +391,10 @@ def rollout(model: RobotModel, contact: ContactModel, x0: Tensor, steps: int,
 
 def rollout_errors(predicted: Sequence[Tensor], recorded: Sequence[Tensor]) -> Dict[str, List]:
     """
-    Return the paper's trajectory errors per toss: mean over samples of the position norm
-    error [m] and the geodesic orientation error [rad].
+    Return the paper's trajectory errors per toss.
+
+    Per toss, the mean over samples of the position norm error [m] and of the geodesic
+    orientation error [rad].
 
     :param predicted: one ``(T_i, 7)`` rollout per toss (samples ``2 ..`` of the record).
     :param recorded: the matching ``(T_i, 7)`` recorded configurations.
@@ -420,8 +424,11 @@ def _hull_intersection_volume(a, b) -> float:
 
 def volume_error(learned: Tensor, true: Tensor) -> float:
     """
-    Return the paper's volume error (13a), exactly: convex hulls (scipy/qhull), their
-    intersection by half-space intersection, ``(V_l + V_t - 2 V_{l cap t}) / V_t``.
+    Return the paper's volume error (13a), computed exactly.
+
+    Convex hulls (scipy/qhull), their intersection by half-space intersection from the
+    Chebyshev centre (zero volume where they do not overlap),
+    ``(V_l + V_t - 2 V_{l cap t}) / V_t``: no Monte Carlo.
 
     :param learned: ``(k, 3)`` learned vertices [m].
     :param true: ``(k', 3)`` true vertices [m].
