@@ -7,7 +7,11 @@ parameters from simulated tosses, then a short run on the real ContactNets cube 
 (skipped when the shared data is absent).
 """
 
+import json
 import math
+from pathlib import Path
+import subprocess
+import sys
 
 from diffsim_ros import core
 from diffsim_ros.sysid import contact_learning as cl
@@ -195,3 +199,27 @@ def test_real_cube_short_training_lowers_held_out_violation(data_dir):
                                     tosses.dt, config)
     assert min(history['validation'][1:]) < 0.8 * history['validation'][0], history
     assert all(math.isfinite(x) for x in history['validation'])
+
+
+@pytest.mark.slow
+def test_benchmark_runs_quick_as_a_user_would(data_dir, tmp_path):
+    """Run ``python benchmarks/contact_learning.py --quick`` and check its payload."""
+    root = Path(__file__).resolve().parent.parent
+    script = root / 'benchmarks' / 'contact_learning.py'
+    help_text = subprocess.run([sys.executable, str(script), '--help'], check=True,
+                               capture_output=True, text=True, cwd=root).stdout
+    assert '--train-tosses' in help_text and '--seed' in help_text and '--json' in help_text
+    out = tmp_path / 'ccn.json'
+    result = subprocess.run([sys.executable, str(script), '--quick', '--threads', '1',
+                             '--data', str(data_dir), '--json', str(out)],
+                            capture_output=True, text=True, cwd=root, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert '| ccn |' in result.stdout and '| mujoco_nominal |' in result.stdout
+    payload = json.loads(out.read_text())
+    assert set(payload['errors']) == {'ccn', 'ours_nominal', 'mujoco_nominal'}
+    for row in payload['errors'].values():
+        assert 0.0 < row['position_m']['mean'] < 1.0
+        assert 0.0 < row['orientation_rad']['mean'] < math.pi
+    assert min(payload['history']['validation']) < payload['history']['validation'][0]
+    assert 0.0 <= payload['learned']['volume_error'] < 2.0
+    assert payload['learned']['friction'] > 0.0
