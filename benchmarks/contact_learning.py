@@ -82,9 +82,7 @@ def run(data: Path, n_train: int, seed: int, n_val: int, n_test: int, steps: int
     predicted = {}
     seconds = {'train_s': train_s}
     start = time.perf_counter()
-    with torch.no_grad():
-        batch = cl.rollout(learned_model.replace(inertial=learned_model.inertial.detach()),
-                           _detached(learned_contact), x0, max(lengths), tosses.dt)
+    batch = cl.rollout(learned_model, learned_contact, x0, max(lengths), tosses.dt)
     predicted['ccn'] = [batch[k, :n, :7] for k, n in enumerate(lengths)]
     seconds['ccn_rollout_s'] = time.perf_counter() - start
     batch = toss_bench.rollout_cube_ours(model, nominal, x0, max(lengths), tosses.dt, 1)
@@ -116,13 +114,6 @@ def run(data: Path, n_train: int, seed: int, n_val: int, n_test: int, steps: int
             'errors': errors, 'seconds': seconds}
 
 
-def _detached(contact):
-    from dataclasses import replace
-    return replace(contact, friction=contact.friction.detach(),
-                   ground_height=contact.ground_height.detach(),
-                   vertices=tuple(v.detach() for v in contact.vertices))
-
-
 def markdown(payload: Dict[str, Any]) -> str:
     """Return one markdown table row per engine (mm and degrees)."""
     lines = [f'N = {payload["train_tosses"]} training tosses, seed {payload["seed"]}, '
@@ -134,9 +125,7 @@ def markdown(payload: Dict[str, Any]) -> str:
              f'{payload["start"]["inertia_error"]:.3f})', '',
              '| model | position mm (mean / median / p90) | orientation deg |', '|---|---|---|']
     for name, row in payload['errors'].items():
-        cells = [' / '.join(_common.fmt_number(None if row[key][s] is None
-                                               else row[key][s] * scale)
-                            for s in ('mean', 'median', 'p90'))
+        cells = [' / '.join(toss_bench._cells(row[key], scale))
                  for key, scale in (('position_m', 1e3), ('orientation_rad', 180 / np.pi))]
         lines.append(f'| {name} | ' + ' | '.join(cells) + ' |')
     return '\n'.join(lines) + '\n'
