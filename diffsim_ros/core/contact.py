@@ -42,8 +42,8 @@ from .parameterization import _softplus, _softplus_inverse
 
 __all__ = ['CONTACT_METHODS', 'CONTACT_PARAMETER_UNITS', 'ContactFrame', 'ContactModel',
            'ContactStep', 'box_vertices', 'compliant_contact_force', 'contact_kinematics',
-           'contact_parameters_from_theta', 'contact_parameters_to_theta', 'contact_step',
-           'ground_frame']
+           'contact_parameters_from_theta', 'contact_parameters_to_theta', 'contact_rows',
+           'contact_step', 'free_velocity', 'ground_frame']
 
 CONTACT_PARAMETER_UNITS = {
     'friction': '-', 'restitution': '-', 'stiffness': 'N/m', 'damping': 'N s/m',
@@ -483,9 +483,23 @@ def compliant_contact_force(frame: ContactFrame, v: Tensor, contact: ContactMode
     return torch.cat((f_n.unsqueeze(-1), f_t), -1)
 
 
-def _free_velocity(model, q, v, tau, dt):
-    # The velocity of a contact-free step, with the root's world momentum held over the step
-    # (momentum_hold): the gap and cone conditions then hold for the velocity that moves q.
+def free_velocity(model: RobotModel, q: Tensor, v: Tensor, tau: Tensor,
+                  dt: float) -> Tuple[Tensor, Tensor]:
+    """
+    Return the velocity of a contact-free step and the Cholesky factor of the mass matrix.
+
+    The root's world momentum is held over the step (``momentum_hold``), so the gap and cone
+    conditions hold for the velocity that moves ``q``; :func:`contact_step` adds
+    ``M^-1 J^T lambda`` to it (the violation loss in ``sysid.contact_learning`` uses it too).
+
+    :param model: the robot.
+    :param q: configuration ``(..., nq)``.
+    :param v: generalized velocity ``(..., nv)``.
+    :param tau: applied generalized force ``(..., nv)``.
+    :param dt: time step [s].
+    :return: ``L`` ``(..., nv, nv)`` lower Cholesky factor of ``M(q)`` and ``v_free``
+        ``(..., nv)``.
+    """
     M = crba(model, q)
     h = rnea(model, q, v, torch.zeros_like(v))
     L = torch.linalg.cholesky(M)
@@ -493,15 +507,20 @@ def _free_velocity(model, q, v, tau, dt):
                + momentum_hold(model, v, dt))
 
 
-def _contact_rows(frame: ContactFrame) -> Tensor:
-    # (..., 3 nc, nv): rows [normal, tangent 1, tangent 2] of each candidate in turn.
+def contact_rows(frame: ContactFrame) -> Tensor:
+    """
+    Stack the contact Jacobian rows the way the impulses are ordered.
+
+    :param frame: contact candidates.
+    :return: ``(..., 3 nc, nv)`` rows ``[normal, tangent 1, tangent 2]`` of each candidate.
+    """
     J = torch.cat((frame.J_n.unsqueeze(-2), frame.J_t), -2)
     return J.reshape(J.shape[:-3] + (-1, J.shape[-1]))
 
 
 def _complementarity(model, q, v, tau, dt, contact, frame, tol, max_iter, regularization):
-    L, v_free = _free_velocity(model, q, v, tau, dt)
-    J = _contact_rows(frame)
+    L, v_free = free_velocity(model, q, v, tau, dt)
+    J = contact_rows(frame)
     MinvJt = torch.cholesky_solve(J.mT, L)
     G = J @ MinvJt
     nc = frame.phi.shape[-1]
@@ -525,9 +544,9 @@ def _complementarity(model, q, v, tau, dt, contact, frame, tol, max_iter, regula
 
 def _compliant(model, q, v, tau, dt, contact, frame, tol, max_iter, regularization):
     force = compliant_contact_force(frame, v, contact)
-    J = _contact_rows(frame)
+    J = contact_rows(frame)
     tau_contact = (J.mT @ force.reshape(force.shape[:-2] + (-1, 1))).squeeze(-1)
-    _, v_next = _free_velocity(model, q, v, tau + tau_contact, dt)
+    _, v_next = free_velocity(model, q, v, tau + tau_contact, dt)
     return v_next, force * dt
 
 

@@ -1,0 +1,479 @@
+"""
+Contact learning with the violation-implicit loss (ContactNets / "CCN").
+
+Bianchini, Halm, Posa et al., "Simultaneous Learning of Contact and Continuous Dynamics"
+(CoRL 2023), section 3 and 4.2, after Pfrommer, Halm, Posa, "ContactNets" (CoRL 2020). For
+each recorded transition ``(q_k, v_k) -> v_{k+1}`` of a free body the loss is
+
+    min_{lambda in K(mu)}  || M (v_{k+1} - v_free) - J^T lambda ||^2_{M^-1}
+                           + sum_i w_comp lambda_n,i |phi+_i|
+                           + w_diss lambda_i^T [mu ||J_t,i v_{k+1}||; J_t,i v_{k+1}]
+                           + w_pen min(0, phi+_i)^2,
+
+the velocity-level step of :func:`~diffsim_ros.core.contact_step` (``v_free`` its contact-free
+velocity, ``J`` the rows ``[n, t1, t2]`` per contact at ``q_k``). ``phi+`` is the signed
+distance at the next configuration linearised through the step that moves it,
+``phi(q_k) + dt J_n v_{k+1}`` (the gap our step constrains; the paper evaluates ``phi`` at the
+recorded ``q_{k+1}``, equal to first order in ``dt``). The complementarity term takes
+``|phi+|``, as the authors' code does (dair_pll, ``contactnets_loss``): an impulse at a
+distance costs as an impulse in penetration; the penetration term takes ``min(0, phi+)``.
+On transitions made by :func:`~diffsim_ros.core.contact_step` with the true parameters the
+loss is not exactly zero where a contact slides: Anitescu's relaxation lifts a sliding contact
+by ``dt mu |v_t|`` per step, which costs ``w_comp dt mu lambda_n |v_t|``. The inner problem
+is a convex second-order-cone QP, ``0.5 lambda^T (2 G) lambda + c^T lambda`` with
+``G = J M^-1 J^T``, written in ``lambda = [beta_n, mu beta_t]`` with ``beta`` in unit cones
+(so the feasible set does not depend on ``mu``) and solved batched by
+:func:`~diffsim_ros.core.solve_contact_impulses` on detached inputs; the parameters' gradient
+is the loss's partial derivative at the detached optimum (envelope theorem), never through
+the solver's iterations.
+
+Learnable (:func:`cube_parameters`): the eight vertices (free points; the body is their convex
+hull), friction (softplus), inertia with the mass fixed through the log-Cholesky
+parameterization (``exp(2 alpha) = m`` held), ground height. Vertices and height are learned
+in units of ``LENGTH_SCALE`` so one Adam step size suits every parameter.
+"""
+
+from dataclasses import dataclass
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from ..core.contact import (contact_kinematics, contact_rows, contact_step, ContactModel,
+                            free_velocity)
+from ..core.contact_solver import solve_contact_impulses
+from ..core.model import RobotModel
+from ..core.parameterization import _softplus, _softplus_inverse, LogCholeskyParameterization
+from ..core.spatial import quat_conjugate, quat_exp, quat_log, quat_multiply, quat_rotate
+
+__all__ = ['ViolationWeights', 'TrainConfig', 'violation_loss', 'step_velocity', 'cube_parameters',
+           'cube_models', 'initial_cube_parameters', 'transitions', 'train_violation',
+           'rollout', 'rollout_errors', 'volume_error', 'inertia_error', 'LENGTH_SCALE']
+
+#: Unit [m] in which vertices and ground height are learned.
+LENGTH_SCALE = 0.05
+_LOG_CHOLESKY = LogCholeskyParameterization()
+
+
+@dataclass(frozen=True)
+class ViolationWeights:
+    """
+    Weights of the violation terms (the paper's Table 2, CCN on real data) and solver settings.
+
+    :ivar w_comp: complementarity ``lambda_n phi+`` [1/(m s)] weight.
+    :ivar w_diss: dissipation weight [1/s].
+    :ivar w_pen: penetration ``min(0, phi+)^2`` weight [N s^2/(kg m^2) ... energy per m^2].
+    :ivar regularization: compliance added to ``2 G``'s diagonal, relative to its mean (``G``
+        is singular when contacts outnumber the degrees of freedom).
+    :ivar tol: inner solver tolerance (velocity units).
+    :ivar max_iter: inner solver iteration cap.
+    """
+
+    w_comp: float = 1e-3
+    w_diss: float = 0.1
+    w_pen: float = 100.0
+    regularization: float = 1e-8
+    tol: float = 1e-9
+    max_iter: int = 500
+
+
+def _safe_norm(x: Tensor) -> Tensor:
+    # ||x|| over the last dim with a zero (not NaN) gradient at x = 0.
+    s2 = (x * x).sum(-1)
+    positive = s2 > 0
+    return torch.where(positive, torch.sqrt(torch.where(positive, s2, torch.ones_like(s2))),
+                       torch.zeros_like(s2))
+
+
+def step_velocity(v_next: Tensor, dt: float) -> Tensor:
+    """
+    Return the velocity over a free-body step from the velocity recorded after it.
+
+    Inverts :func:`~diffsim_ros.core.configuration.semi_implicit_update`: the step's linear
+    velocity is in the root axes at the step's start, the recorded one in those at its end
+    (``turn = exp(dt w)``).
+
+    :param v_next: ``(..., 6)`` velocities ``v_{k+1}`` (root-frame linear, body angular).
+    :param dt: step [s].
+    :return: ``(..., 6)`` the velocity that moved ``q_k`` to ``q_{k+1}``.
+    """
+    turn = quat_exp(dt * v_next[..., 3:6])
+    return torch.cat((quat_rotate(turn, v_next[..., :3]), v_next[..., 3:]), -1)
+
+
+def _violation_pieces(model: RobotModel, contact: ContactModel, q: Tensor, v: Tensor,
+                      v_next: Tensor, dt: float, weights: ViolationWeights):
+    # The loss as 0.5 beta^T H beta + c^T beta + const over beta in the unit cones, with
+    # lambda = scale * beta (scale = [1, mu, mu] per contact): the feasible set then does
+    # not depend on mu, which the envelope theorem needs (as ContactNets and dair_pll do).
+    v_next = step_velocity(v_next, dt)
+    frame = contact_kinematics(model, q, contact)
+    L, v_free = free_velocity(model, q, v, torch.zeros_like(v), dt)
+    J = contact_rows(frame)
+    G = J @ torch.cholesky_solve(J.mT, L)
+    dv = v_next - v_free
+    M_dv = L @ (L.mT @ dv.unsqueeze(-1))
+    const = (dv.unsqueeze(-2) @ M_dv).squeeze(-1).squeeze(-1)
+    phi_next = frame.phi + dt * (frame.J_n @ v_next.unsqueeze(-1)).squeeze(-1)
+    v_t = (frame.J_t @ v_next.unsqueeze(-1).unsqueeze(-3)).squeeze(-1)
+    mu = contact.friction.unsqueeze(-1) * torch.ones_like(frame.phi)
+    normal = weights.w_comp * phi_next.abs() + weights.w_diss * mu * _safe_norm(v_t)
+    linear = torch.cat((normal.unsqueeze(-1), weights.w_diss * v_t), -1)
+    c = linear.flatten(-2) - 2.0 * (J @ dv.unsqueeze(-1)).squeeze(-1)
+    const = const + weights.w_pen * (torch.clamp(phi_next, max=0.0) ** 2).sum(-1)
+    scale = torch.stack((torch.ones_like(mu), mu, mu), -1).flatten(-2)
+    H = 2.0 * G * scale.unsqueeze(-1) * scale.unsqueeze(-2)
+    return H, c * scale, const, scale
+
+
+def violation_loss(model: RobotModel, contact: ContactModel, q: Tensor, v: Tensor,
+                   v_next: Tensor, dt: float,
+                   weights: ViolationWeights = ViolationWeights(),
+                   return_impulses: bool = False):
+    """
+    Return the violation-implicit loss of each transition (module docstring).
+
+    Differentiable in the model's and contact model's parameters by the envelope theorem:
+    the inner optimum is computed without gradient and the loss evaluated at it. The
+    impulses are written ``lambda = [beta_n, mu beta_t]`` with ``beta`` in the unit cone, so
+    that the feasible set does not depend on ``mu`` (else the envelope theorem would miss
+    the constraint's multiplier in the friction gradient).
+
+    :param model: the free body's floating model (inertia, gravity).
+    :param contact: its contact model (vertices, friction, ground).
+    :param q: ``(..., nq)`` configurations ``q_k``.
+    :param v: ``(..., nv)`` velocities ``v_k`` (our layout: root-frame linear, body angular).
+    :param v_next: ``(..., nv)`` recorded ``v_{k+1}``.
+    :param dt: sample period [s].
+    :param weights: term weights and solver settings.
+    :param return_impulses: also return the optimal impulses.
+    :return: ``(...)`` losses [kg m^2/s^2 = J]; with ``return_impulses`` also the
+        ``(..., nc, 3)`` impulses [N s] ``[normal, tangent 1, tangent 2]``.
+    """
+    H, c, const, scale = _violation_pieces(model, contact, q, v, v_next, dt, weights)
+    with torch.no_grad():
+        diag = torch.diagonal(H, dim1=-2, dim2=-1).mean(-1)
+        eye = torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
+        A = H + (weights.regularization * diag)[..., None, None] * eye
+        unit = torch.ones(c.shape[:-1] + (c.shape[-1] // 3,), dtype=c.dtype, device=c.device)
+        beta = solve_contact_impulses(A, c, unit, weights.tol, weights.max_iter)
+    loss = (0.5 * (beta.unsqueeze(-2) @ H @ beta.unsqueeze(-1)).squeeze(-1).squeeze(-1)
+            + (c * beta).sum(-1) + const)
+    if return_impulses:
+        lam = (scale * beta).detach()
+        return loss, lam.reshape(lam.shape[:-1] + (-1, 3))
+    return loss
+
+
+def cube_parameters(vertices: Tensor, friction: float, inertial: Tensor,
+                    ground_height: float = 0.0) -> Dict[str, Tensor]:
+    """
+    Map physical cube parameters to the unconstrained learnable ones.
+
+    :param vertices: ``(k, 3)`` vertices [m, body frame].
+    :param friction: Coulomb coefficient, ``> 0``.
+    :param inertial: ``(10,)`` inertial vector (docs/conventions.md), physically consistent.
+    :param ground_height: ground offset [m].
+    :return: ``vertices`` (in ``LENGTH_SCALE``), ``friction`` (softplus^-1), ``inertia`` (the
+        nine log-Cholesky entries after the mass's), ``ground_height`` (in ``LENGTH_SCALE``).
+    """
+    dtype = vertices.dtype
+    return {'vertices': vertices / LENGTH_SCALE,
+            'friction': _softplus_inverse(torch.tensor(float(friction), dtype=dtype)),
+            'inertia': _LOG_CHOLESKY.from_inertial(inertial)[1:],
+            'ground_height': torch.tensor(ground_height / LENGTH_SCALE, dtype=dtype)}
+
+
+def cube_models(model: RobotModel, contact: ContactModel, theta: Dict[str, Tensor],
+                mass: float) -> Tuple[RobotModel, ContactModel]:
+    """
+    Build the body and contact models of unconstrained parameters (differentiably).
+
+    :param model: the body's floating model (one body; its inertial is replaced).
+    :param contact: template contact model with one vertex set of the same vertex count.
+    :param theta: as returned by :func:`cube_parameters`.
+    :param mass: the fixed mass [kg].
+    :return: ``(model, contact)``.
+    """
+    alpha = torch.full((1,), 0.5 * math.log(mass), dtype=theta['inertia'].dtype)
+    pi = _LOG_CHOLESKY.to_inertial(torch.cat((alpha, theta['inertia'])))
+    new_model = model.replace(inertial=pi.reshape(model.inertial.shape))
+    new_contact = ContactModel(
+        friction=_softplus(theta['friction']), restitution=contact.restitution,
+        stiffness=contact.stiffness, damping=contact.damping,
+        slip_velocity=contact.slip_velocity,
+        ground_height=theta['ground_height'] * LENGTH_SCALE, ground_tilt=contact.ground_tilt,
+        vertex_links=contact.vertex_links, vertices=(theta['vertices'] * LENGTH_SCALE,))
+    return new_model, new_contact
+
+
+def _random_rotation(generator: torch.Generator, dtype) -> Tensor:
+    # Uniform on SO(3): QR of a Gaussian matrix with the sign fixed.
+    Q, R = torch.linalg.qr(torch.randn(3, 3, generator=generator, dtype=dtype))
+    Q = Q * torch.sign(torch.diagonal(R)).unsqueeze(-2)
+    if torch.det(Q) < 0:
+        Q[:, 0] = -Q[:, 0]
+    return Q
+
+
+def initial_cube_parameters(vertices: Tensor, friction: float, half_widths: Sequence[float],
+                            mass: float, generator: torch.Generator,
+                            ground_height: float = 0.0) -> Dict[str, Tensor]:
+    """
+    Draw a start as the paper's appendix A.4: every quantity 0.5-1.5x its true value.
+
+    Vertices: each coordinate scaled by its own factor; friction scaled; inertia of a uniform
+    box of mass ``m`` with side lengths 0.5-1.5x the true ones, its CoM inside the inner half
+    of that box, rotated by a random rotation (the mass stays ``mass``: it is not learned).
+
+    :param vertices: ``(k, 3)`` true vertices [m].
+    :param friction: true (or approximate) friction.
+    :param half_widths: ``(3,)`` true half side lengths [m].
+    :param mass: the fixed mass [kg].
+    :param generator: the random source.
+    :param ground_height: start ground height [m].
+    :return: unconstrained parameters (:func:`cube_parameters`).
+    """
+    dtype = vertices.dtype
+
+    def factor(*shape):
+        return 0.5 + torch.rand(*shape, generator=generator, dtype=dtype)
+
+    start_vertices = vertices * factor(*vertices.shape)
+    sides = 2.0 * torch.as_tensor(half_widths, dtype=dtype) * factor(3)
+    principal = mass / 12.0 * torch.stack((sides[1] ** 2 + sides[2] ** 2,
+                                           sides[0] ** 2 + sides[2] ** 2,
+                                           sides[0] ** 2 + sides[1] ** 2))
+    R = _random_rotation(generator, dtype)
+    inertia_com = R @ torch.diag(principal) @ R.T
+    com = (torch.rand(3, generator=generator, dtype=dtype) - 0.5) * 0.5 * sides
+    inertia_origin = inertia_com + mass * (com.dot(com) * torch.eye(3, dtype=dtype)
+                                           - torch.outer(com, com))
+    pi = torch.cat((torch.tensor([mass], dtype=dtype), mass * com,
+                    inertia_origin[[0, 0, 0, 1, 1, 2], [0, 1, 2, 1, 2, 2]]))
+    return cube_parameters(start_vertices, float(friction * factor(())), pi, ground_height)
+
+
+def transitions(q: Sequence[Tensor], v: Sequence[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
+    """
+    Stack the transitions of recorded trajectories.
+
+    Sample 0 is skipped: its velocity repeats the first backward difference.
+
+    :param q: one ``(T_i, nq)`` tensor per trajectory.
+    :param v: one ``(T_i, nv)`` tensor per trajectory.
+    :return: ``q_k`` ``(N, nq)``, ``v_k`` ``(N, nv)``, ``v_{k+1}`` ``(N, nv)`` for ``k >= 1``.
+    """
+    return (torch.cat([x[1:-1] for x in q]), torch.cat([x[1:-1] for x in v]),
+            torch.cat([x[2:] for x in v]))
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """
+    Adam on mini-batches of transitions, early stopping on held-out transitions.
+
+    :ivar steps: maximum optimiser steps.
+    :ivar batch_size: transitions per step.
+    :ivar lr: Adam step size (unconstrained parameters; lengths in ``LENGTH_SCALE``), decayed
+        along a cosine to ``lr_final`` over ``steps``.
+    :ivar lr_final: the step size at the last step.
+    :ivar eval_every: steps between validation losses.
+    :ivar patience: validations without improvement before stopping.
+    :ivar seed: seed of the local generator drawing the mini-batches.
+    :ivar weights: the loss weights.
+    """
+
+    steps: int = 500
+    batch_size: int = 128
+    lr: float = 1e-2
+    lr_final: float = 1e-3
+    eval_every: int = 25
+    patience: int = 4
+    seed: int = 0
+    weights: ViolationWeights = ViolationWeights()
+
+
+def _mean_loss(model, contact, theta, mass, data, dt, weights, chunk=2048) -> Tensor:
+    q, v, v_next = data
+    total = 0.0
+    with torch.no_grad():
+        m, c = cube_models(model, contact, theta, mass)
+        for i in range(0, len(q), chunk):
+            sl = slice(i, i + chunk)
+            total += float(violation_loss(m, c, q[sl], v[sl], v_next[sl], dt, weights).sum())
+    return total / len(q)
+
+
+def train_violation(model: RobotModel, contact: ContactModel, theta: Dict[str, Tensor],
+                    mass: float, train: Tuple[Tensor, Tensor, Tensor],
+                    validation: Tuple[Tensor, Tensor, Tensor], dt: float,
+                    config: TrainConfig = TrainConfig()) -> Tuple[Dict[str, Tensor], dict]:
+    """
+    Minimise the mean violation loss over training transitions; keep the best validation.
+
+    :param model: the body's floating model.
+    :param contact: the template contact model.
+    :param theta: start parameters (:func:`cube_parameters`); not modified.
+    :param mass: the fixed mass [kg].
+    :param train: ``(q, v, v_next)`` training transitions (:func:`transitions`).
+    :param validation: held-out transitions (other tosses) for early stopping.
+    :param dt: sample period [s].
+    :param config: optimiser settings.
+    :return: the parameters with the lowest validation loss and a history
+        (``step``, ``train``, ``validation`` lists).
+    """
+    theta = {k: t.detach().clone().requires_grad_(True) for k, t in theta.items()}
+    optimiser = torch.optim.Adam(list(theta.values()), lr=config.lr)
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimiser, config.steps,
+                                                          eta_min=config.lr_final)
+    generator = torch.Generator().manual_seed(config.seed)
+    n = len(train[0])
+    history = {'step': [], 'train': [], 'validation': []}
+    best = _mean_loss(model, contact, theta, mass, validation, dt, config.weights)
+    best_theta = {k: t.detach().clone() for k, t in theta.items()}
+    history['step'].append(0)
+    history['train'].append(None)
+    history['validation'].append(best)
+    stale = 0
+    running = []
+    for step in range(1, config.steps + 1):
+        index = torch.randint(n, (min(config.batch_size, n),), generator=generator)
+        m, c = cube_models(model, contact, theta, mass)
+        loss = violation_loss(m, c, train[0][index], train[1][index], train[2][index], dt,
+                              config.weights).mean()
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        schedule.step()
+        running.append(float(loss.detach()))
+        if step % config.eval_every == 0 or step == config.steps:
+            value = _mean_loss(model, contact, theta, mass, validation, dt, config.weights)
+            history['step'].append(step)
+            history['train'].append(float(np.mean(running)))
+            history['validation'].append(value)
+            running = []
+            if value < best:
+                best, stale = value, 0
+                best_theta = {k: t.detach().clone() for k, t in theta.items()}
+            else:
+                stale += 1
+                if stale >= config.patience:
+                    break
+    return best_theta, history
+
+
+def rollout(model: RobotModel, contact: ContactModel, x0: Tensor, steps: int,
+            dt: float) -> Tensor:
+    """
+    Roll ``core.contact_step`` (complementarity) out from a batch of free-body states.
+
+    :param model: the body's floating model.
+    :param contact: its contact model.
+    :param x0: ``(B, nq + nv)`` start states.
+    :param steps: steps after the start.
+    :param dt: step [s].
+    :return: ``(B, steps, nq + nv)`` states after each step.
+    """
+    nq = int(model.nq)
+    q, v = x0[:, :nq], x0[:, nq:]
+    tau = torch.zeros_like(v)
+    out = []
+    with torch.no_grad():
+        for _ in range(steps):
+            step = contact_step(model, q, v, tau, dt, contact)
+            q, v = step.q, step.v
+            out.append(torch.cat((q, v), -1))
+    return torch.stack(out, 1)
+
+
+def rollout_errors(predicted: Sequence[Tensor], recorded: Sequence[Tensor]) -> Dict[str, List]:
+    """
+    Return the paper's trajectory errors per toss.
+
+    Per toss, the mean over samples of the position norm error [m] and of the geodesic
+    orientation error [rad].
+
+    :param predicted: one ``(T_i, 7)`` rollout per toss (samples ``2 ..`` of the record).
+    :param recorded: the matching ``(T_i, 7)`` recorded configurations.
+    :return: ``position_m`` and ``orientation_rad``, one float per toss.
+    """
+    position, orientation = [], []
+    for run, true in zip(predicted, recorded):
+        position.append(float((run[:, :3] - true[:, :3]).norm(dim=-1).mean()))
+        relative = quat_multiply(quat_conjugate(run[:, 3:7]), true[:, 3:7])
+        orientation.append(float(quat_log(relative).norm(dim=-1).mean()))
+    return {'position_m': position, 'orientation_rad': orientation}
+
+
+def _hull_intersection_volume(a, b) -> float:
+    from scipy.optimize import linprog
+    from scipy.spatial import ConvexHull, HalfspaceIntersection
+    halfspaces = np.vstack((ConvexHull(a).equations, ConvexHull(b).equations))
+    # Chebyshev centre: the deepest interior point (none: the hulls do not overlap).
+    norms = np.linalg.norm(halfspaces[:, :3], axis=1, keepdims=True)
+    result = linprog(np.r_[0, 0, 0, -1.0], A_ub=np.hstack((halfspaces[:, :3], norms)),
+                     b_ub=-halfspaces[:, 3], bounds=[(None, None)] * 3 + [(0, None)])
+    if not result.success or result.x[3] <= 1e-12:
+        return 0.0
+    points = HalfspaceIntersection(halfspaces, result.x[:3]).intersections
+    return float(ConvexHull(points).volume)
+
+
+def volume_error(learned: Tensor, true: Tensor) -> float:
+    """
+    Return the paper's volume error (13a), computed exactly.
+
+    Convex hulls (scipy/qhull), their intersection by half-space intersection from the
+    Chebyshev centre (zero volume where they do not overlap),
+    ``(V_l + V_t - 2 V_{l cap t}) / V_t``: no Monte Carlo.
+
+    :param learned: ``(k, 3)`` learned vertices [m].
+    :param true: ``(k', 3)`` true vertices [m].
+    :return: volume wrongly included plus wrongly excluded, over the true volume.
+    """
+    from scipy.spatial import ConvexHull
+    a = learned.detach().cpu().numpy().astype(float)
+    b = true.detach().cpu().numpy().astype(float)
+    v_learned, v_true = ConvexHull(a).volume, ConvexHull(b).volume
+    return (v_learned + v_true - 2.0 * _hull_intersection_volume(a, b)) / v_true
+
+
+def inertia_error(learned: Tensor, true: Tensor, length: float) -> float:
+    """
+    Return the paper's normalised inertia error (13c) of one body.
+
+    ``|| s . (I_learned - I_true) ||`` over ``[m, m c, I_xx, I_yy, I_zz, I_xy, I_xz, I_yz]``
+    with ``s = [1/m, 1/(m l) x3, 1/(m l^2) x6]``: the CoM in units of the characteristic
+    length ``l`` and the inertia in units of ``m l^2`` of the true mass.
+
+    :param learned: ``(10,)`` inertial vector (docs/conventions.md order).
+    :param true: ``(10,)`` true inertial vector.
+    :param length: characteristic length ``l`` [m].
+    :return: the error [-].
+    """
+    m = float(true[0])
+    s = torch.tensor([1 / m] + [1 / (m * length)] * 3 + [1 / (m * length ** 2)] * 6,
+                     dtype=true.dtype)
+    return float((s * (learned.detach() - true)).norm())
+
+
+def learned_summary(model: RobotModel, contact: ContactModel,
+                    true_vertices: Optional[Tensor] = None) -> dict:
+    """
+    Return the learned physical parameters as plain numbers.
+
+    :param model: the learned body model.
+    :param contact: the learned contact model.
+    :param true_vertices: when given, also ``volume_error`` against them.
+    :return: ``friction``, ``ground_height_m``, ``inertial``, ``vertices_m`` (and
+        ``volume_error``).
+    """
+    out = {'friction': float(contact.friction), 'ground_height_m': float(contact.ground_height),
+           'inertial': model.inertial.detach().reshape(-1).tolist(),
+           'vertices_m': contact.vertices[0].detach().tolist()}
+    if true_vertices is not None:
+        out['volume_error'] = volume_error(contact.vertices[0], true_vertices)
+    return out
