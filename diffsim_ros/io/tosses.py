@@ -12,13 +12,15 @@ with its lowest corner at exactly 0; cube: resting corners at about -2 mm).
 """
 
 from dataclasses import dataclass
+import logging
 from pathlib import Path
 from typing import Optional, Tuple
 
 import numpy as np
 import torch
 
-from ..core.configuration import free_joint_from_mujoco, free_joint_to_mujoco
+from ..core.configuration import (free_joint_from_mujoco, free_joint_to_mujoco,
+                                  QUATERNION_NORM_TOLERANCE)
 from ..robots import object_urdf_path
 
 Tensor = torch.Tensor
@@ -73,6 +75,49 @@ def _read(path: Path, columns: Tuple[str, ...]) -> dict:
     return data
 
 
+#: Largest ``| |quat| - 1 |`` a reader repairs by renormalising (with a log line); beyond
+#: it the four numbers are not a stored unit quaternion and the toss is refused.
+REPAIRABLE_QUATERNION_ERROR = 1e-2
+
+_logger = logging.getLogger(__name__)
+
+
+def _checked_rows(path: Path, toss_id: int, rows: np.ndarray, quat: slice) -> np.ndarray:
+    """
+    Refuse a toss that cannot be used and repair quaternions stored slightly off unit.
+
+    :param path: the file, for messages.
+    :param toss_id: the toss's id in the file.
+    :param rows: its recorded rows.
+    :param quat: the columns of the quaternion.
+    :return: the rows, quaternions renormalised where they were off by more than
+        ``QUATERNION_NORM_TOLERANCE`` and at most ``REPAIRABLE_QUATERNION_ERROR``.
+    :raises ValueError: a toss with fewer than two samples, a non-finite entry, or a
+        quaternion farther from unit than ``REPAIRABLE_QUATERNION_ERROR``.
+    """
+    if len(rows) < 2:
+        raise ValueError(f'{path}: toss {toss_id} has {len(rows)} sample(s); a toss needs '
+                         'at least two (one transition)')
+    bad = ~np.isfinite(rows).all(axis=1)
+    if bad.any():
+        raise ValueError(f'{path}: toss {toss_id} has a non-finite entry in row '
+                         f'{int(np.argmax(bad))} (of {len(rows)})')
+    norm = np.linalg.norm(rows[:, quat], axis=1)
+    error = np.abs(norm - 1.0)
+    if (error > REPAIRABLE_QUATERNION_ERROR).any():
+        row = int(np.argmax(error > REPAIRABLE_QUATERNION_ERROR))
+        raise ValueError(f'{path}: toss {toss_id} row {row}: quaternion norm {norm[row]:.6g} '
+                         f'is not a unit quaternion (repairable within '
+                         f'{REPAIRABLE_QUATERNION_ERROR:g})')
+    off = error > QUATERNION_NORM_TOLERANCE
+    if off.any():
+        rows = rows.copy()
+        rows[:, quat] /= norm[:, None]
+        _logger.warning('%s: toss %d: renormalised %d quaternion(s) off unit by up to %.3g',
+                        path, toss_id, int(off.sum()), float(error.max()))
+    return rows
+
+
 def _split(data: dict, limit: Optional[int]):
     """Yield ``(toss_id, rows)`` per toss, at most ``limit`` tosses."""
     offsets = data['toss_offsets']
@@ -90,11 +135,14 @@ def load_cube_tosses(data_root: Path, dtype: torch.dtype = torch.float64,
     :param dtype: dtype of the tensors.
     :param limit: read only the first ``limit`` tosses.
     :return: the tosses, mu 0.18 and restitution 0.125 (ContactNets' nominal values).
+    :raises ValueError: a toss shorter than two samples, a non-finite entry or a quaternion
+        that is not one (see :func:`_checked_rows`; slightly off-unit ones are repaired).
     """
-    data = _read(Path(data_root) / CUBE_FILE, CUBE_COLUMNS)
+    path = Path(data_root) / CUBE_FILE
+    data = _read(path, CUBE_COLUMNS)
     qs, vs, ids = [], [], []
     for toss_id, rows in _split(data, limit):
-        rows = torch.as_tensor(rows, dtype=dtype)
+        rows = torch.as_tensor(_checked_rows(path, toss_id, rows, slice(3, 7)), dtype=dtype)
         scale = rows.new_tensor([CUBE_HALF_WIDTH_M] * 3 + [1.0] * 4)
         q, v = free_joint_from_mujoco(
             rows[:, :7] * scale,
@@ -117,11 +165,13 @@ def load_elbow_tosses(data_root: Path, dtype: torch.dtype = torch.float64,
     :param dtype: dtype of the tensors.
     :param limit: read only the first ``limit`` tosses.
     :return: the tosses; mu 0.3 (the authors' URDF), no restitution given.
+    :raises ValueError: as :func:`load_cube_tosses`.
     """
-    data = _read(Path(data_root) / ELBOW_FILE, ELBOW_COLUMNS)
+    path = Path(data_root) / ELBOW_FILE
+    data = _read(path, ELBOW_COLUMNS)
     qs, vs, ids = [], [], []
     for toss_id, rows in _split(data, limit):
-        rows = rows.copy()
+        rows = _checked_rows(path, toss_id, rows, slice(0, 4)).copy()
         rows[:, 7] = np.unwrap(rows[:, 7])
         rows = torch.as_tensor(rows, dtype=dtype)
         qpos = torch.cat((rows[:, 4:7], rows[:, 0:4], rows[:, 7:8]), dim=-1)
