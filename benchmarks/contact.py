@@ -13,6 +13,7 @@ not measured: it needs JAX and a matching ``mujoco-mjx`` release, which do not i
 beside MuJoCo 4.0 here.  ``--profile`` prints where a complementarity step spends its time.
 """
 
+import dataclasses
 import os
 import sys
 from typing import Any, Dict, List, Optional, Sequence
@@ -71,10 +72,9 @@ def ours(batch: int, method: str, backward: bool, quick: bool) -> _common.Timing
     if backward:
         q.requires_grad_(True)
         v.requires_grad_(True)
-        contact = contact.__class__(**{**contact.__dict__,
-                                       'friction': contact.friction.clone().requires_grad_(),
-                                       'vertices': (contact.vertices[0].clone()
-                                                    .requires_grad_(),)})
+        contact = dataclasses.replace(
+            contact, friction=contact.friction.clone().requires_grad_(),
+            vertices=(contact.vertices[0].clone().requires_grad_(),))
 
     def call():
         step = contact_step(model, q, v, tau, DT, contact, method=method)
