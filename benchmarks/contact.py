@@ -83,20 +83,23 @@ def ours(batch: int, method: str, backward: bool, quick: bool) -> _common.Timing
     return _common.time_call(call, quick=quick, min_repeats=3)
 
 
-def mujoco_scene(batch: int) -> str:
+def mujoco_scene(batch: int, model) -> str:
     """
     Return the MJCF of B cubes on a plane, cubes colliding only with the plane.
 
     :param batch: B.
+    :param model: the cube's floating model, whose mass and inertia every cube gets.
     :return: XML text.
     """
     half = EDGE / 2
+    mass = float(model.mass[0])
+    inertia = ' '.join(repr(float(i)) for i in torch.diagonal(model.inertia_com[0]))
     side = int(np.ceil(np.sqrt(batch)))
     bodies = []
     for i in range(batch):
         x, y = (i % side) * 0.4, (i // side) * 0.4
         bodies.append(f'<body pos="{x} {y} {half}"><freejoint/><inertial pos="0 0 0" '
-                      f'mass="0.37" diaginertia="0.00081 0.00081 0.00081"/><geom type="box" '
+                      f'mass="{mass!r}" diaginertia="{inertia}"/><geom type="box" '
                       f'size="{half} {half} {half}" contype="1" conaffinity="2" '
                       f'friction="{MU} 0 0"/></body>')
     return (f'<mujoco><option timestep="{DT}" cone="elliptic"/><worldbody><geom type="plane" '
@@ -113,9 +116,9 @@ def mujoco_step(batch: int, quick: bool) -> _common.Timing:
     :return: the timing of one step.
     """
     import mujoco
-    mj_model = mujoco.MjModel.from_xml_string(mujoco_scene(batch))
+    model, _, _, v = cube_batch(batch)
+    mj_model = mujoco.MjModel.from_xml_string(mujoco_scene(batch, model))
     mj_data = mujoco.MjData(mj_model)
-    _, _, _, v = cube_batch(batch)
     for i in range(batch):
         mj_data.qvel[6 * i:6 * i + 2] = v[i, :2].numpy()
     mujoco.mj_forward(mj_model, mj_data)
