@@ -30,7 +30,8 @@ import torch
 from ..core import mass_com_inertia, RobotModel
 from ..core.spatial import rpy_to_matrix
 
-__all__ = ['INTEGRATORS', 'MujocoIndex', 'build_mujoco_model', 'mujoco_urdf']
+__all__ = ['INTEGRATORS', 'MujocoIndex', 'build_mujoco_model', 'mujoco_urdf',
+           'principal_inertia']
 
 #: Integrator names accepted by :func:`build_mujoco_model`.
 INTEGRATORS = {
@@ -112,6 +113,20 @@ def _quat(R: np.ndarray) -> np.ndarray:
     return quat
 
 
+def principal_inertia(inertia_com: np.ndarray) -> tuple:
+    """
+    Return MuJoCo's form of an inertia about the CoM: principal moments and their axes.
+
+    :param inertia_com: ``(3, 3)`` inertia about the centre of mass, kg m^2.
+    :return: ``(moments (3,) clipped at 0, quaternion (w, x, y, z) of the right-handed
+        principal axes)``, MuJoCo's ``body_inertia`` and ``body_iquat``.
+    """
+    moments, axes = np.linalg.eigh(inertia_com)
+    if np.linalg.det(axes) < 0.0:
+        axes[:, 2] = -axes[:, 2]
+    return np.clip(moments, 0.0, None), _quat(axes)
+
+
 def _write_inertials(mj_model, model: RobotModel, index: MujocoIndex) -> None:
     pi = model.inertial.detach().cpu().double()
     mass, com, inertia_com = mass_com_inertia(pi)
@@ -127,13 +142,11 @@ def _write_inertials(mj_model, model: RobotModel, index: MujocoIndex) -> None:
             mj_model.body_iquat[bid] = (1.0, 0.0, 0.0, 0.0)
             mj_model.body_inertia[bid] = 0.0
             continue
-        moments, axes = np.linalg.eigh(inertia_com[body].numpy())
-        if np.linalg.det(axes) < 0.0:
-            axes[:, 2] = -axes[:, 2]
+        moments, quat = principal_inertia(inertia_com[body].numpy())
         mj_model.body_mass[bid] = m
         mj_model.body_ipos[bid] = com[body].numpy()
-        mj_model.body_iquat[bid] = _quat(axes)
-        mj_model.body_inertia[bid] = np.clip(moments, 0.0, None)
+        mj_model.body_iquat[bid] = quat
+        mj_model.body_inertia[bid] = moments
 
 
 def build_mujoco_model(urdf: str, model: RobotModel, timestep: float,

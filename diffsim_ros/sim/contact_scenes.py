@@ -17,6 +17,7 @@ import mujoco
 import numpy as np
 import torch
 
+from .builder import principal_inertia
 from ..core import mass_com_inertia, RobotModel
 from ..core.configuration import from_mujoco, to_mujoco
 
@@ -61,16 +62,6 @@ class GeomSpec:
 
 def _fmt(values: Sequence[float]) -> str:
     return ' '.join(repr(float(v)) for v in values)
-
-
-def _principal(inertia: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-    """Return principal moments and the MuJoCo quaternion (w, x, y, z) of their axes."""
-    moments, axes = np.linalg.eigh(inertia)
-    if np.linalg.det(axes) < 0:
-        axes[:, 0] = -axes[:, 0]
-    quat = np.zeros(4)
-    mujoco.mju_mat2Quat(quat, axes.reshape(-1))
-    return moments, quat
 
 
 class FreeBodyScene:
@@ -159,7 +150,7 @@ def free_body_scene(model: RobotModel, geoms: Sequence[GeomSpec], mu: float,
                          '(load_urdf(..., floating_base=True) of a single link)')
     mass, com, inertia = (t.detach().double().numpy()
                           for t in mass_com_inertia(model.inertial))
-    moments, quat = _principal(inertia[0])
+    moments, quat = principal_inertia(inertia[0])
     gravity = model.gravity.detach().double().numpy()
     body = ''.join(g.xml(mu) for g in geoms)
     xml = (f'<mujoco><option timestep="{timestep!r}" integrator="Euler" cone="elliptic" '
