@@ -85,8 +85,8 @@ def run(data: Path, n_train: int, seed: int, n_val: int, n_test: int, steps: int
     batch = cl.rollout(learned_model, learned_contact, x0, max(lengths), tosses.dt)
     predicted['ccn'] = [batch[k, :n, :7] for k, n in enumerate(lengths)]
     seconds['ccn_rollout_s'] = time.perf_counter() - start
-    batch = toss_bench.rollout_cube_ours(model, nominal, x0, max(lengths), tosses.dt, 1)
-    predicted['ours_nominal'] = [batch[k, :n] for k, n in enumerate(lengths)]
+    batch = cl.rollout(model, nominal, x0, max(lengths), tosses.dt)
+    predicted['ours_nominal'] = [batch[k, :n, :7] for k, n in enumerate(lengths)]
     mj_model = toss_bench.mujoco_model(tosses, tosses.dt / toss_bench.CONTACT_SUBSTEPS,
                                        contact=True)
     predicted['mujoco_nominal'] = [

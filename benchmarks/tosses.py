@@ -37,6 +37,7 @@ from diffsim_ros import core  # noqa: I100
 from diffsim_ros.core.configuration import free_joint_from_mujoco, free_joint_to_mujoco
 from diffsim_ros.io.tosses import (CUBE_HALF_WIDTH_M, load_cube_tosses, load_elbow_tosses,
                                    TossSet)
+from diffsim_ros.sysid.contact_learning import rollout as contact_rollout
 
 HORIZON = 8
 CONTACT_MARGIN_M = 0.01
@@ -249,31 +250,6 @@ def elbow_study(data: Path, limit: Optional[int], margin: float) -> Dict[str, An
             'errors': rows, 'seconds': engines}
 
 
-def rollout_cube_ours(model, contact, x0: torch.Tensor, steps: int, dt: float,
-                      substeps: int) -> torch.Tensor:
-    """
-    Roll our contact step out from a batch of cube states, recording every ``substeps``.
-
-    :param model: the cube's floating model.
-    :param contact: its contact model (eight vertices, ground, mu, restitution).
-    :param x0: start states ``(B, 13)``.
-    :param steps: recorded samples after the start.
-    :param dt: recording interval in s.
-    :param substeps: contact steps per recorded sample.
-    :return: configurations ``(B, steps, 7)``.
-    """
-    q, v = x0[:, :7], x0[:, 7:]
-    tau = torch.zeros_like(v)
-    out = []
-    with torch.no_grad():
-        for _ in range(steps):
-            for _ in range(substeps):
-                step = core.contact_step(model, q, v, tau, dt / substeps, contact)
-                q, v = step.q, step.v
-            out.append(q)
-    return torch.stack(out, dim=1)
-
-
 def cube_study(data: Path, limit: Optional[int], substeps: int = 1) -> Dict[str, Any]:
     """Run (b): whole cube tosses from the first state, MuJoCo and our contact step."""
     tosses = load_cube_tosses(data, limit=limit)
@@ -293,8 +269,8 @@ def cube_study(data: Path, limit: Optional[int], substeps: int = 1) -> Dict[str,
         vertex_links=(model.link_names[0],),
         vertices=(core.box_vertices((2 * CUBE_HALF_WIDTH_M,) * 3),))
     start = time.perf_counter()
-    batch = rollout_cube_ours(model, contact, x0, max(lengths), tosses.dt, substeps)
-    predicted['ours'] = [batch[i, :n] for i, n in enumerate(lengths)]
+    batch = contact_rollout(model, contact, x0, max(lengths), tosses.dt, substeps)
+    predicted['ours'] = [batch[i, :n, :7] for i, n in enumerate(lengths)]
     seconds['ours_s'] = time.perf_counter() - start
     for name, runs in predicted.items():
         for q, run in zip(tosses.q, runs):

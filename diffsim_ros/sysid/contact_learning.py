@@ -366,16 +366,17 @@ def train_violation(model: RobotModel, contact: ContactModel, theta: Dict[str, T
 
 
 def rollout(model: RobotModel, contact: ContactModel, x0: Tensor, steps: int,
-            dt: float) -> Tensor:
+            dt: float, substeps: int = 1) -> Tensor:
     """
     Roll ``core.contact_step`` (complementarity) out from a batch of free-body states.
 
     :param model: the body's floating model.
     :param contact: its contact model.
     :param x0: ``(B, nq + nv)`` start states.
-    :param steps: steps after the start.
-    :param dt: step [s].
-    :return: ``(B, steps, nq + nv)`` states after each step.
+    :param steps: recorded samples after the start.
+    :param dt: interval between recorded samples [s].
+    :param substeps: contact steps of ``dt / substeps`` per recorded sample.
+    :return: ``(B, steps, nq + nv)`` states at each recorded sample.
     """
     nq = int(model.nq)
     q, v = x0[:, :nq], x0[:, nq:]
@@ -383,8 +384,9 @@ def rollout(model: RobotModel, contact: ContactModel, x0: Tensor, steps: int,
     out = []
     with torch.no_grad():
         for _ in range(steps):
-            step = contact_step(model, q, v, tau, dt, contact)
-            q, v = step.q, step.v
+            for _ in range(substeps):
+                step = contact_step(model, q, v, tau, dt / substeps, contact)
+                q, v = step.q, step.v
             out.append(torch.cat((q, v), -1))
     return torch.stack(out, 1)
 
