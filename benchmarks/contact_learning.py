@@ -32,6 +32,7 @@ except ImportError:  # run as ``python benchmarks/contact_learning.py``
 from diffsim_ros import core  # noqa: I100
 from diffsim_ros.io.tosses import CUBE_HALF_WIDTH_M, load_cube_tosses
 from diffsim_ros.sysid import contact_learning as cl
+from diffsim_ros.sysid.object_learning import fit_object
 
 MASS_KG = 0.37
 
@@ -56,21 +57,14 @@ def run(data: Path, n_train: int, seed: int, n_val: int, n_test: int, steps: int
     tosses = load_cube_tosses(data, limit=limit)
     train_i, val_i, test_i = _split(len(tosses), n_train, n_val, n_test, split_seed)
     model = toss_bench.floating_model(tosses)
-    true_vertices = core.box_vertices((2 * CUBE_HALF_WIDTH_M,) * 3)
-    template = core.ContactModel.create(friction=tosses.friction, restitution=0.0,
-                                        vertex_links=(model.link_names[0],),
-                                        vertices=(true_vertices,))
-    generator = torch.Generator().manual_seed(seed)
-    theta0 = cl.initial_cube_parameters(true_vertices, tosses.friction,
-                                        (CUBE_HALF_WIDTH_M,) * 3, MASS_KG, generator)
-    train = cl.transitions([tosses.q[i] for i in train_i], [tosses.v[i] for i in train_i])
-    val = cl.transitions([tosses.q[i] for i in val_i], [tosses.v[i] for i in val_i])
+    spec = cl.cube_spec(model, CUBE_HALF_WIDTH_M, tosses.friction, MASS_KG)
+    true_vertices = spec.true_vertices[0]
     start = time.perf_counter()
-    theta, history = cl.train_violation(model, template, theta0, MASS_KG, train, val,
-                                        tosses.dt, cl.TrainConfig(steps=steps, seed=seed))
+    train = ([tosses.q[i] for i in train_i], [tosses.v[i] for i in train_i])
+    validation = ([tosses.q[i] for i in val_i], [tosses.v[i] for i in val_i])
+    fit = fit_object(spec, 'ccn', train, validation, tosses.dt, seed=seed, steps=steps)
     train_s = time.perf_counter() - start
-    learned_model, learned_contact = cl.cube_models(model, template, theta, MASS_KG)
-    start_model, start_contact = cl.cube_models(model, template, theta0, MASS_KG)
+    history = fit.history
 
     x0 = torch.stack([torch.cat((tosses.q[i][1], tosses.v[i][1])) for i in test_i])
     lengths = [len(tosses.q[i]) - 2 for i in test_i]
@@ -82,7 +76,7 @@ def run(data: Path, n_train: int, seed: int, n_val: int, n_test: int, steps: int
     predicted = {}
     seconds = {'train_s': train_s}
     start = time.perf_counter()
-    batch = cl.rollout(learned_model, learned_contact, x0, max(lengths), tosses.dt)
+    batch = fit.predict(x0, max(lengths), tosses.dt)
     predicted['ccn'] = [batch[k, :n, :7] for k, n in enumerate(lengths)]
     seconds['ccn_rollout_s'] = time.perf_counter() - start
     batch = cl.rollout(model, nominal, x0, max(lengths), tosses.dt)
@@ -96,19 +90,12 @@ def run(data: Path, n_train: int, seed: int, n_val: int, n_test: int, steps: int
     for name, runs in predicted.items():
         per_toss = cl.rollout_errors(runs, recorded)
         errors[name] = {key: toss_bench.summarize(value) for key, value in per_toss.items()}
-    true_pi = model.inertial.reshape(-1)
-    summary = cl.learned_summary(learned_model, learned_contact, true_vertices)
-    summary['inertia_error'] = cl.inertia_error(learned_model.inertial.reshape(-1), true_pi,
-                                                CUBE_HALF_WIDTH_M)
-    summary['friction_error'] = abs(summary['friction'] - tosses.friction)
-    start_summary = {'volume_error': cl.volume_error(start_contact.vertices[0], true_vertices),
-                     'friction': float(start_contact.friction),
-                     'inertia_error': cl.inertia_error(start_model.inertial.reshape(-1),
-                                                       true_pi, CUBE_HALF_WIDTH_M)}
+    summary = fit.summary()
+    start_summary = fit.start
     return {'train_tosses': n_train, 'seed': seed, 'split_seed': split_seed,
             'validation_tosses': len(val_i), 'test_tosses': len(test_i),
             'test_toss_ids': [int(tosses.toss_ids[i]) for i in test_i],
-            'train_transitions': len(train[0]), 'dt': tosses.dt,
+            'train_transitions': sum(len(tosses.q[i]) - 2 for i in train_i), 'dt': tosses.dt,
             'weights': cl.TrainConfig().weights.__dict__, 'steps': steps,
             'learned': summary, 'start': start_summary, 'history': history,
             'errors': errors, 'seconds': seconds}

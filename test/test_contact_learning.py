@@ -223,3 +223,31 @@ def test_benchmark_runs_quick_as_a_user_would(data_dir, tmp_path):
     assert min(payload['history']['validation']) < payload['history']['validation'][0]
     assert 0.0 <= payload['learned']['volume_error'] < 2.0
     assert payload['learned']['friction'] > 0.0
+
+
+def test_fit_object_refuses_unknown_methods_and_empty_training_sets():
+    from diffsim_ros.sysid.object_learning import fit_object
+    model, _ = _cube()
+    spec = cl.cube_spec(model, HALF, 0.3, MASS)
+    q, v = _tosses(model, spec.contact, 2, 10, seed=0)
+    with pytest.raises(ValueError, match='unknown method .*ccn'):
+        fit_object(spec, 'newton', (q, v), (q, v), DT)
+    with pytest.raises(ValueError, match='no training trajectory'):
+        fit_object(spec, 'ccn', ([], []), (q, v), DT)
+
+
+def test_fit_object_without_steps_returns_the_spec_and_predicts_its_tosses():
+    # Zero optimiser steps from the unperturbed start: the parameters survive the round trip
+    # through the unconstrained parameterization, and predict() replays the generating step.
+    from diffsim_ros.sysid.object_learning import fit_object
+    model, _ = _cube()
+    spec = cl.cube_spec(model, HALF, 0.3, MASS)
+    q, v = _tosses(model, spec.contact, 2, 12, seed=1)
+    fit = fit_object(spec, 'ccn', (q, v), (q, v), DT, steps=0, perturb=False)
+    summary = fit.summary()
+    assert summary['volume_error'] == pytest.approx(0.0, abs=1e-9)
+    assert summary['friction_error'] == pytest.approx(0.0, abs=1e-12)
+    assert summary['inertia_error'] == pytest.approx(0.0, abs=1e-9)
+    x0 = torch.stack([torch.cat((q[k][1], v[k][1])) for k in range(2)])
+    predicted = fit.predict(x0, 12, DT)
+    assert torch.allclose(predicted[:, :, :7], torch.stack([x[2:] for x in q]), atol=1e-9)

@@ -33,16 +33,16 @@ parameterization (``exp(2 alpha) = m`` held), ground height. Vertices and height
 in units of ``LENGTH_SCALE`` so one Adam step size suits every parameter.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 import math
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 from torch import Tensor
 
-from ..core.contact import (contact_kinematics, contact_rows, contact_step, ContactModel,
-                            free_velocity)
+from ..core.contact import (box_vertices, contact_kinematics, contact_rows, contact_step,
+                            ContactModel, free_velocity)
 from ..core.contact_solver import solve_contact_impulses
 from ..core.model import RobotModel
 from ..core.parameterization import _softplus, _softplus_inverse, LogCholeskyParameterization
@@ -50,7 +50,8 @@ from ..core.spatial import quat_conjugate, quat_exp, quat_log, quat_multiply, qu
 
 __all__ = ['ViolationWeights', 'TrainConfig', 'violation_loss', 'step_velocity', 'cube_parameters',
            'cube_models', 'initial_cube_parameters', 'transitions', 'train_violation',
-           'rollout', 'rollout_errors', 'volume_error', 'inertia_error', 'LENGTH_SCALE']
+           'rollout', 'rollout_errors', 'volume_error', 'inertia_error', 'LENGTH_SCALE',
+           'ObjectSpec', 'ObjectFit', 'cube_spec', 'fit_ccn', 'Trajectories']
 
 #: Unit [m] in which vertices and ground height are learned.
 LENGTH_SCALE = 0.05
@@ -479,3 +480,158 @@ def learned_summary(model: RobotModel, contact: ContactModel,
     if true_vertices is not None:
         out['volume_error'] = volume_error(contact.vertices[0], true_vertices)
     return out
+
+
+#: Recorded trajectories of one object: one ``(T_i, nq)`` and one ``(T_i, nv)`` tensor each.
+Trajectories = Tuple[Sequence[Tensor], Sequence[Tensor]]
+
+
+@dataclass(frozen=True)
+class ObjectSpec:
+    """
+    What is known of a tossed object before learning: the template every method starts from.
+
+    :ivar name: ``'cube'``, ``'elbow'`` or the URDF's robot name.
+    :ivar model: its nominal floating model (one body per link; the mass is not learned).
+    :ivar contact: its nominal contact model (geometry, friction, ground; restitution 0).
+    :ivar mass: the fixed total mass [kg].
+    :ivar half_widths: per vertex set, the ``(3,)`` half side lengths [m] of the box the
+        paper's initialisation draws the inertia from (the nominal shape's bounding box).
+    :ivar true_vertices: per vertex set, the true shape where one is known (else None): the
+        reference of ``volume_error``.
+    :ivar true_inertial: the true ``(njoints, 10)`` inertials where known (else None).
+    :ivar length: characteristic length [m] of ``inertia_error``.
+    """
+
+    name: str
+    model: RobotModel
+    contact: ContactModel
+    mass: float
+    half_widths: Tuple[Tuple[float, float, float], ...]
+    true_vertices: Optional[Tuple[Tensor, ...]]
+    true_inertial: Optional[Tensor]
+    length: float
+
+
+def cube_spec(model: RobotModel, half_width: float, friction: float, mass: float,
+              known: bool = True) -> ObjectSpec:
+    """
+    Return the spec of a cube of the given half width.
+
+    :param model: the cube's floating model (one link).
+    :param half_width: half side length [m].
+    :param friction: nominal friction coefficient.
+    :param mass: the cube's mass [kg].
+    :param known: whether the nominal cube is the truth (the real ContactNets cube: its side
+        was measured), so that volume and inertia errors are reported against it.
+    :return: the spec.
+    """
+    vertices = box_vertices((2.0 * half_width,) * 3, dtype=model.inertial.dtype)
+    contact = ContactModel.create(friction=friction, restitution=0.0,
+                                  dtype=model.inertial.dtype,
+                                  vertex_links=(model.link_names[0],), vertices=(vertices,))
+    return ObjectSpec(name='cube', model=model, contact=contact, mass=float(mass),
+                      half_widths=((half_width,) * 3,),
+                      true_vertices=(vertices,) if known else None,
+                      true_inertial=model.inertial.detach().clone() if known else None,
+                      length=half_width)
+
+
+@dataclass
+class ObjectFit:
+    """
+    A learned object, whatever the method: how it predicts and what it learned.
+
+    :ivar method: the method's name (:data:`diffsim_ros.sysid.object_learning.METHODS`).
+    :ivar spec: the spec it started from.
+    :ivar model: the learned body model (None where the method learns no physics: the MLP).
+    :ivar contact: the learned contact model (likewise).
+    :ivar history: the training history (``step``, ``train``, ``validation`` lists ...).
+    :ivar start: the start's summary (:meth:`summary`'s keys, where they apply).
+    :ivar predictor: ``(x0 (B, nq + nv), steps, dt) -> (B, steps, nq + nv)``; None rolls
+        :func:`rollout` on ``model`` and ``contact``.
+    :ivar extra: method-specific results (a residual network's weights, ...).
+    """
+
+    method: str
+    spec: ObjectSpec
+    model: Optional[RobotModel]
+    contact: Optional[ContactModel]
+    history: dict
+    start: dict = field(default_factory=dict)
+    predictor: Optional[Callable[[Tensor, int, float], Tensor]] = None
+    extra: dict = field(default_factory=dict)
+
+    def predict(self, x0: Tensor, steps: int, dt: float) -> Tensor:
+        """
+        Roll the learned object out from a batch of states.
+
+        :param x0: ``(B, nq + nv)`` start states.
+        :param steps: samples to predict after the start.
+        :param dt: sample period [s].
+        :return: ``(B, steps, nq + nv)``.
+        """
+        if self.predictor is not None:
+            return self.predictor(x0, steps, dt)
+        return rollout(self.model, self.contact, x0, steps, dt)
+
+    def summary(self) -> dict:
+        """
+        Return the learned physical parameters and, where the spec knows a truth, errors.
+
+        :return: :func:`learned_summary`'s keys plus ``inertia_error`` and ``friction_error``
+            (against the spec's nominal friction); ``{}`` for a method without physics.
+        """
+        if self.model is None or self.contact is None:
+            return {}
+        return physical_summary(self.spec, self.model, self.contact)
+
+
+def physical_summary(spec: ObjectSpec, model: RobotModel, contact: ContactModel) -> dict:
+    """
+    Return the physical parameters of a learned or start model against the spec's truth.
+
+    :param spec: the object's spec.
+    :param model: a body model of the spec's object.
+    :param contact: its contact model.
+    :return: :func:`learned_summary`'s keys, ``friction_error`` and, where the spec knows
+        them, ``volume_error`` and ``inertia_error``.
+    """
+    true = spec.true_vertices[0] if spec.true_vertices is not None else None
+    out = learned_summary(model, contact, true)
+    out['friction_error'] = abs(out['friction'] - float(spec.contact.friction))
+    if spec.true_inertial is not None:
+        out['inertia_error'] = inertia_error(model.inertial.reshape(-1),
+                                             spec.true_inertial.reshape(-1), spec.length)
+    return out
+
+
+def fit_ccn(spec: ObjectSpec, train: Trajectories, validation: Trajectories, dt: float,
+            seed: int = 0, steps: int = 400, perturb: bool = True) -> ObjectFit:
+    """
+    Learn the object with the violation-implicit loss (CCN).
+
+    :param spec: the object (one vertex set).
+    :param train: training trajectories.
+    :param validation: held-out trajectories for early stopping.
+    :param dt: sample period [s].
+    :param seed: seed of the initialisation and the mini-batches.
+    :param steps: maximum Adam steps.
+    :param perturb: start 0.5-1.5x the spec (the paper's protocol) instead of at it.
+    :return: the learned object.
+    """
+    vertices = spec.contact.vertices[0]
+    if perturb:
+        theta0 = initial_cube_parameters(vertices, float(spec.contact.friction),
+                                         spec.half_widths[0], spec.mass,
+                                         torch.Generator().manual_seed(seed))
+    else:
+        theta0 = cube_parameters(vertices, float(spec.contact.friction),
+                                 spec.model.inertial.reshape(-1))
+    theta, history = train_violation(spec.model, spec.contact, theta0, spec.mass,
+                                     transitions(*train), transitions(*validation), dt,
+                                     TrainConfig(steps=steps, seed=seed))
+    model, contact = cube_models(spec.model, spec.contact, theta, spec.mass)
+    start_model, start_contact = cube_models(spec.model, spec.contact, theta0, spec.mass)
+    return ObjectFit(method='ccn', spec=spec, model=model, contact=contact, history=history,
+                     start=physical_summary(spec, start_model, start_contact))

@@ -1,0 +1,44 @@
+"""
+Learning a tossed object's contact, inertia and continuous dynamics: one entry for every method.
+
+Every method takes an :class:`~diffsim_ros.sysid.contact_learning.ObjectSpec` (the nominal
+object), training and validation trajectories and a seed, and returns an
+:class:`~diffsim_ros.sysid.contact_learning.ObjectFit` that predicts (``predict``) and says
+what it learned (``summary``). The command line, the benchmarks and the identifier node go
+through :func:`fit_object`, so a method added to :data:`METHODS` reaches all of them.
+"""
+
+from typing import Callable, Dict
+
+from .contact_learning import fit_ccn, ObjectFit, ObjectSpec, Trajectories
+
+__all__ = ['METHODS', 'fit_object']
+
+#: Method name -> ``fit(spec, train, validation, dt, seed=..., steps=..., perturb=...)``.
+METHODS: Dict[str, Callable[..., ObjectFit]] = {
+    'ccn': fit_ccn,
+}
+
+
+def fit_object(spec: ObjectSpec, method: str, train: Trajectories, validation: Trajectories,
+               dt: float, seed: int = 0, steps: int = 400, perturb: bool = True) -> ObjectFit:
+    """
+    Learn an object with one of :data:`METHODS`.
+
+    :param spec: the nominal object.
+    :param method: a key of :data:`METHODS`.
+    :param train: training trajectories ``(q list, v list)``.
+    :param validation: held-out trajectories for early stopping.
+    :param dt: sample period [s].
+    :param seed: seed of the initialisation and of the method's randomness.
+    :param steps: maximum optimiser steps.
+    :param perturb: start 0.5-1.5x the spec (the paper's protocol) instead of at it.
+    :return: the learned object.
+    :raises ValueError: for an unknown method or fewer than one training trajectory.
+    """
+    if method not in METHODS:
+        raise ValueError(f'unknown method {method!r}; valid: {", ".join(METHODS)}')
+    if not len(train[0]):
+        raise ValueError('no training trajectory')
+    return METHODS[method](spec, train, validation, dt, seed=seed, steps=steps,
+                           perturb=perturb)
