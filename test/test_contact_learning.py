@@ -251,3 +251,25 @@ def test_fit_object_without_steps_returns_the_spec_and_predicts_its_tosses():
     x0 = torch.stack([torch.cat((q[k][1], v[k][1])) for k in range(2)])
     predicted = fit.predict(x0, 12, DT)
     assert torch.allclose(predicted[:, :, :7], torch.stack([x[2:] for x in q]), atol=1e-9)
+
+
+def test_residual_network_starts_at_zero_and_enters_as_mass_times_acceleration():
+    model, contact = _cube()
+    net = cl.ResidualNetwork(int(model.nq), int(model.nv))
+    q, v = _tosses(model, contact, 3, 4, seed=2)
+    q, v = torch.stack([x[-1] for x in q]), torch.stack([x[-1] for x in v])
+    assert torch.equal(net(q, v), torch.zeros_like(v))
+    x0 = torch.cat((q, v), -1)
+    assert torch.equal(cl.rollout(model, contact, x0, 3, DT, residual=net),
+                       cl.rollout(model, contact, x0, 3, DT))
+    # A constant residual of -g (root axes = world axes at the identity orientation) cancels
+    # gravity in flight: the cube keeps its velocity.
+    flying = torch.tensor([[0.0, 0.0, 1.0, 0.0, 0.0, 0.0, 1.0, 0.3, -0.2, 0.5, 0.0, 0.0, 0.0]],
+                          dtype=torch.float64)
+    with torch.no_grad():
+        net.layers[-1].bias.copy_(torch.cat((-model.gravity.reshape(-1),
+                                             torch.zeros(3, dtype=torch.float64))))
+    out = cl.rollout(model, contact, flying, 5, DT, residual=net)
+    assert torch.allclose(out[0, -1, 7:10], flying[0, 7:10], atol=1e-12)
+    without = cl.rollout(model, contact, flying, 5, DT)
+    assert float(without[0, -1, 9]) < 0.5 - 4 * DT * 9.0

@@ -44,14 +44,17 @@ from torch import Tensor
 from ..core.contact import (box_vertices, contact_kinematics, contact_rows, contact_step,
                             ContactModel, free_velocity)
 from ..core.contact_solver import solve_contact_impulses
+from ..core.dispatch import crba
 from ..core.model import RobotModel
 from ..core.parameterization import _softplus, _softplus_inverse, LogCholeskyParameterization
-from ..core.spatial import quat_conjugate, quat_exp, quat_log, quat_multiply, quat_rotate
+from ..core.spatial import (quat_conjugate, quat_exp, quat_log, quat_multiply, quat_rotate,
+                            quat_to_matrix)
 
 __all__ = ['ViolationWeights', 'TrainConfig', 'violation_loss', 'step_velocity', 'cube_parameters',
            'cube_models', 'initial_cube_parameters', 'transitions', 'train_violation',
            'rollout', 'rollout_errors', 'volume_error', 'inertia_error', 'LENGTH_SCALE',
-           'ObjectSpec', 'ObjectFit', 'cube_spec', 'fit_ccn', 'Trajectories']
+           'ObjectSpec', 'ObjectFit', 'cube_spec', 'fit_ccn', 'Trajectories',
+           'ResidualNetwork']
 
 #: Unit [m] in which vertices and ground height are learned.
 LENGTH_SCALE = 0.05
@@ -366,8 +369,65 @@ def train_violation(model: RobotModel, contact: ContactModel, theta: Dict[str, T
     return best_theta, history
 
 
+class ResidualNetwork(torch.nn.Module):
+    """
+    The continuous-dynamics residual of CCN-R and DiffSim-R (the paper's section 3.3, A.2).
+
+    Input: the floating state with the root quaternion replaced by its rotation matrix's nine
+    entries (``[p (3), R (9), joint positions, v (nv)]``); two hidden layers of ``hidden``
+    ReLU units; output an acceleration ``delta`` ``(..., nv)`` added to the continuous
+    dynamics (root linear [m/s^2] and angular [rad/s^2] in root axes, joint [rad/s^2]). It
+    enters a contact step as the generalised force ``M(q) delta``, so ``core.contact_step``
+    needs nothing new. The last layer starts at zero: an untrained residual changes nothing.
+
+    :param nq: the model's configuration size (floating: ``7 + joints``).
+    :param nv: its velocity size.
+    :param hidden: hidden width.
+    :param dtype: parameter dtype.
+    """
+
+    def __init__(self, nq: int, nv: int, hidden: int = 128, dtype=torch.float64):
+        """Build the network (see the class docstring)."""
+        super().__init__()
+        self.nq, self.nv = int(nq), int(nv)
+        self.layers = torch.nn.Sequential(
+            torch.nn.Linear(self.nq + 5 + self.nv, hidden, dtype=dtype), torch.nn.ReLU(),
+            torch.nn.Linear(hidden, hidden, dtype=dtype), torch.nn.ReLU(),
+            torch.nn.Linear(hidden, self.nv, dtype=dtype))
+        torch.nn.init.zeros_(self.layers[-1].weight)
+        torch.nn.init.zeros_(self.layers[-1].bias)
+
+    def forward(self, q: Tensor, v: Tensor) -> Tensor:
+        """
+        Return the residual acceleration.
+
+        :param q: ``(..., nq)`` configurations.
+        :param v: ``(..., nv)`` velocities.
+        :return: ``(..., nv)`` accelerations.
+        """
+        rotation = quat_to_matrix(q[..., 3:7]).flatten(-2)
+        return self.layers(torch.cat((q[..., :3], rotation, q[..., 7:], v), -1))
+
+    def generalized_force(self, model: RobotModel, q: Tensor, v: Tensor) -> Tensor:
+        """
+        Return ``M(q) delta(q, v)``: the residual as a force for a contact step's ``tau``.
+
+        :param model: the body's floating model.
+        :param q: ``(..., nq)`` configurations.
+        :param v: ``(..., nv)`` velocities.
+        :return: ``(..., nv)`` generalised forces.
+        """
+        return (crba(model, q) @ self(q, v).unsqueeze(-1)).squeeze(-1)
+
+    def weight_norm(self) -> Tensor:
+        """Return the sum of squared weights (the paper's weight regularisation)."""
+        return sum((layer.weight ** 2).sum() for layer in self.layers
+                   if isinstance(layer, torch.nn.Linear))
+
+
 def rollout(model: RobotModel, contact: ContactModel, x0: Tensor, steps: int,
-            dt: float, substeps: int = 1) -> Tensor:
+            dt: float, substeps: int = 1,
+            residual: Optional[ResidualNetwork] = None) -> Tensor:
     """
     Roll ``core.contact_step`` (complementarity) out from a batch of free-body states.
 
@@ -377,6 +437,7 @@ def rollout(model: RobotModel, contact: ContactModel, x0: Tensor, steps: int,
     :param steps: recorded samples after the start.
     :param dt: interval between recorded samples [s].
     :param substeps: contact steps of ``dt / substeps`` per recorded sample.
+    :param residual: a continuous-dynamics residual added to every step (CCN-R, DiffSim-R).
     :return: ``(B, steps, nq + nv)`` states at each recorded sample.
     """
     nq = int(model.nq)
@@ -386,6 +447,8 @@ def rollout(model: RobotModel, contact: ContactModel, x0: Tensor, steps: int,
     with torch.no_grad():
         for _ in range(steps):
             for _ in range(substeps):
+                if residual is not None:
+                    tau = residual.generalized_force(model, q, v)
                 step = contact_step(model, q, v, tau, dt / substeps, contact)
                 q, v = step.q, step.v
             out.append(torch.cat((q, v), -1))
