@@ -53,6 +53,30 @@ def wait_for(predicate, timeout: float = 5.0, period: float = 0.01) -> bool:
         time.sleep(period)
 
 
+def settled(read, quiet: float = 1.0, timeout: float = 30.0, period: float = 0.05):
+    """
+    Return ``read()`` once its value has not changed for ``quiet`` seconds.
+
+    For counters fed by best-effort topics: wait until the last message was counted.
+
+    :param read: callable with no arguments returning a comparable value.
+    :param quiet: seconds without change, s.
+    :param timeout: wall-clock limit, s.
+    :param period: sleep between reads, s.
+    :return: the settled value.
+    :raises AssertionError: when the value still changes after ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    value, since = read(), time.monotonic()
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, f'still changing after {timeout} s: {value}'
+        time.sleep(period)
+        now = read()
+        if now != value:
+            value, since = now, time.monotonic()
+    return value
+
+
 @pytest.fixture(scope='session')
 def ros_domain():
     """Isolate this test run on its own DDS domain, restoring the environment afterwards."""

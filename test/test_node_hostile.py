@@ -33,7 +33,7 @@ import rclpy
 import rclpy.executors
 import rclpy.parameter
 from rclpy.qos import qos_profile_sensor_data
-from ros_helpers import wait_for
+from ros_helpers import settled, wait_for
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -379,15 +379,17 @@ def test_case3_alternating_stamps_neither_empty_the_window_nor_flood_the_log(lau
         (robot.diagnostics[-1:], identifier.output()[-3000:])
     robot.warnings.clear()
     since = len(robot.diagnostics)
-    # one far-future stamp, then 2 s of stamps alternately far behind and far ahead
+    before = refusals(robot)
+    # one far-future stamp, then 2 s of stamps alternately far behind and far ahead, while the
+    # real stream goes on at 500 Hz
     first, last = hostile([(0.0, 1000.0, (0.0, 0.0), (0.0, 0.0))] + [
         (0.005, -50.0 if k % 2 else 1000.0, (0.0, 0.0), (0.0, 0.0)) for k in range(400)])
     elapsed = (last - first) * 1e-9
-
-    def refused():
-        values = robot.diagnostics[-1][2]
-        return int(values['refused/future_stamp']) + int(values['refused/stamp_back'])
-    assert wait_for(lambda: refused() == 401, 5.0), robot.diagnostics[-1]
+    # joint_states are best effort: on a loaded machine DDS may drop some hostile messages
+    # before the node sees them, so the counts are bounded, not exact. Had one future stamp
+    # been adopted, the real states after it would be refused as stamp_back by the hundred.
+    future, back = (after - b for after, b in zip(settled(lambda: refusals(robot)), before))
+    assert 100 < future <= 201 and 100 < back <= 200, (future, back)
     assert warned(robot, since, 'refused')
     values = robot.diagnostics[-1][2]
     assert values['timeline_restarts'] == '0'
@@ -395,6 +397,12 @@ def test_case3_alternating_stamps_neither_empty_the_window_nor_flood_the_log(lau
     # one line per reason per 2 s (the restart key never fires)
     lines = [text for _, text in robot.warnings]
     assert len(lines) <= 2 * (math.ceil(elapsed / 2.0) + 1), lines
+
+
+def refusals(observer):
+    """Return the identifier's ``(future_stamp, stamp_back)`` refusals in its diagnostics."""
+    values = observer.diagnostics[-1][2]
+    return int(values['refused/future_stamp']), int(values['refused/stamp_back'])
 
 
 def test_case4_absurd_states_are_refused_counted_and_flagged(launch, observer):
@@ -553,7 +561,11 @@ def test_case6_the_identifier_keeps_every_sample_of_an_exact_1khz_stream(launch,
         values = robot.diagnostics[-1][2]
         return tuple(int(values[key]) for key in ('received', 'decimated', 'window_samples',
                                                   'refused'))
-    assert wait_for(lambda: counts() == (count, 0, count, 0), 10.0), counts()
+    # best effort: on a loaded machine DDS may drop some before the node sees them; every
+    # one it saw is kept (none decimated for a stamp 1e-7 s short of the interval)
+    received, decimated, kept, refused = settled(counts)
+    assert received > count // 2, received
+    assert (decimated, kept, refused) == (0, received, 0), counts()
 
 
 def test_deadline_loop_ticks_once_per_simulated_deadline_and_follows_a_reset(executor):

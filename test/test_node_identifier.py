@@ -40,7 +40,11 @@ QUICK = {'diffnea.adam_iterations': 60, 'diffnea.lbfgs_iterations': 0,
 
 
 def make_identifier(executor, node_name='identifier', **params):
-    params = {'robot': 'qube', 'window': 3.0, 'min_window': 1.0, **QUICK, **params}
+    # States reach most of these nodes through feed(), not DDS: a private topic keeps a
+    # straggler of an earlier test in this process's DDS domain (a peer still publishing
+    # wall-clock stamps on a loaded machine) out of their windows.
+    params = {'robot': 'qube', 'window': 3.0, 'min_window': 1.0,
+              'joint_states_topic': f'/{node_name}_fed/joint_states', **QUICK, **params}
     return executor.add_node(Identifier(context=executor.executor.context, node_name=node_name,
                                         parameter_overrides=parameter_overrides(params)))
 
@@ -68,7 +72,8 @@ def feed(node, traj, efforts=True, samples=None):
 
 
 def test_interfaces_latched_model_and_services(executor, tmp_path):
-    node = make_identifier(executor, save_directory=str(tmp_path / 'out'))
+    node = make_identifier(executor, save_directory=str(tmp_path / 'out'),
+                           joint_states_topic='joint_states')
     info = own_endpoints(node, '/identifier/robot_description', 'publishers')
     assert [i.topic_type for i in info] == ['std_msgs/msg/String']
     assert info[0].qos_profile.durability == DurabilityPolicy.TRANSIENT_LOCAL
@@ -106,7 +111,7 @@ def test_interfaces_latched_model_and_services(executor, tmp_path):
 
 
 def test_fuzzed_input_is_dropped_and_the_node_stays_alive(executor):
-    node = make_identifier(executor)
+    node = make_identifier(executor, joint_states_topic='joint_states')
     probe = executor.add_node(Node('fuzzer', context=executor.executor.context))
     states = probe.create_publisher(JointState, '/joint_states', 100)
     commands = probe.create_publisher(Float64MultiArray, '/effort_controller/commands', 100)
@@ -278,7 +283,7 @@ def test_identifier_converges_on_sim_driver_data(executor):
              'rate_hz': 100.0, 'param_error': 0.3, 'seed': 1,
              'command_wait': 0.0})))   # the exciter is a wall-clock signal, not a controller
     node = make_identifier(executor, use_sim_time=True, refit_period=1.0, window=4.0,
-                           min_window=2.0)
+                           min_window=2.0, joint_states_topic='joint_states')
     probe = executor.add_node(Node('exciter', context=executor.executor.context))
     commands = probe.create_publisher(Float64MultiArray, '/effort_controller/commands', 10)
 
