@@ -225,6 +225,15 @@ class LockstepPeer:
             self._node.get_clock().now().nanoseconds + max(int(remaining), 0)
         self._announce(until=until)
 
+    def hold(self, until_ns: Optional[int]) -> None:
+        """
+        Let the plant advance up to ``until_ns`` of simulated time (None: no hold).
+
+        :param until_ns: simulated time, integer ns, or None.
+        """
+        if self.active:
+            self._announce(until=until_ns)
+
     def publish(self, publisher, msg) -> None:
         """
         Publish ``msg`` and, when active, announce it as the newest on that topic.
