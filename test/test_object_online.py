@@ -109,3 +109,19 @@ def test_named_parameters_and_urdf_of_the_nominal_cube(cube):
     back = load_urdf(xml=urdf, floating_base=True, dtype=torch.float64)
     torch.testing.assert_close(back.inertial, spec.model.inertial)
     assert '<box size="0.1048 0.1048 0.1048"' in urdf and urdf.count('<sphere') == 8
+
+
+def test_velocities_reproduce_the_recorded_cube_tosses(data_dir):
+    # the shared cube tosses store velocities made from their poses (SOURCE.md): backward
+    # differences, then a 3-tap median.  From the same poses on the file's 1/148 s grid the
+    # node's velocities agree to ~0.1 % (median 0.8 mm/s and 1.5 mrad/s; the residual is
+    # not explained: the original's own stamps are not in the file); without the median
+    # the angular agreement is 5x worse, so the median is part of the convention
+    from diffsim_ros.io.tosses import load_cube_tosses
+    tosses = load_cube_tosses(data_dir, limit=20)
+    for q, v in zip(tosses.q, tosses.v):
+        t = torch.arange(len(q), dtype=torch.float64) * tosses.dt
+        difference = (pose_velocities(t, q) - v)[1:].abs()
+        assert float(difference[:, :3].median()) < 3e-3   # m/s
+        assert float(difference[:, 3:].median()) < 6e-3   # rad/s
+        assert float(difference[:, :3].max()) < 0.05 and float(difference[:, 3:].max()) < 0.5
