@@ -123,3 +123,14 @@ def test_identifier_learns_the_hidden_cube_and_refuses_hostile_poses(executor):
     learned = load_urdf(xml=urdf, floating_base=True)
     assert float(learned.inertial.reshape(-1)[0]) == pytest.approx(0.37)
     assert 'learned_bounds' in urdf and urdf.count('<sphere') == 8
+
+
+def test_a_bad_object_or_method_stops_the_identifier_with_one_error_line():
+    from test_node_startup import start as run
+    status, stdout, stderr = run('object_identifier', '--ros-args', '-p', 'method:=nope')
+    assert status == 1 and 'Traceback' not in stdout + stderr, stdout + stderr
+    assert '[ERROR]' in stderr and 'method' in stderr and 'ccn' in stderr
+    status, stdout, stderr = run('object_identifier', '--ros-args', '-p',
+                                 'object:=/nonexistent/cube.urdf')
+    assert status == 1 and 'Traceback' not in stdout + stderr, stdout + stderr
+    assert '/nonexistent/cube.urdf' in stderr
