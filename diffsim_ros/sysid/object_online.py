@@ -49,7 +49,7 @@ import torch
 
 from .contact_learning import ObjectFit, ObjectSpec, rollout_errors
 from .object_learning import fit_object, METHODS
-from .online import Decision, EXECUTIONS, RefitEngine
+from .online import Decision, EXECUTIONS, JobSizes, RefitEngine
 from ..core.parameterization import mass_com_inertia
 from ..core.spatial import quat_conjugate, quat_log, quat_multiply, quat_rotate
 
@@ -416,7 +416,7 @@ class ObjectOnlineConfig:
 
 
 @dataclass(frozen=True)
-class ObjectJob:
+class ObjectJob(JobSizes):
     """
     One refit of an object, picklable for a child process.
 
@@ -449,21 +449,6 @@ class ObjectJob:
     bootstrap_steps: int
     horizon: int
     driver: str = ''
-
-    @property
-    def end_time(self) -> float:
-        """Return the newest stamp, s."""
-        return float(self.heldout[-1].t[-1])
-
-    @property
-    def train_samples(self) -> int:
-        """Return the training samples."""
-        return sum(len(toss) for toss in self.train)
-
-    @property
-    def heldout_samples(self) -> int:
-        """Return the held-out samples."""
-        return sum(len(toss) for toss in self.heldout)
 
 
 def _trajectories(tosses: Sequence[Toss]) -> tuple:

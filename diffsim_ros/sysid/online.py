@@ -76,7 +76,7 @@ Tensor = torch.Tensor
 CheckFn = Callable[[IdentificationResult], Sequence[str]]
 
 __all__ = ['Decision', 'DecisionLog', 'DriverCheck', 'EXECUTIONS', 'OnlineConfig', 'OnlineEngine',
-           'RefitEngine', 'RefitJob', 'RefitPool', 'SampleWindow', 'driver_check', 'evaluate',
+           'JobSizes', 'RefitEngine', 'RefitJob', 'RefitPool', 'SampleWindow', 'driver_check', 'evaluate',
            'nominal_result', 'prediction_error', 'usable_runs', 'window_runs']
 
 #: Execution strategies of a fit: on the caller's thread, on a worker thread, or in one
@@ -617,8 +617,27 @@ def prediction_error(result: IdentificationResult, windows: Any, scale: Tensor) 
     return value if math.isfinite(value) else math.inf
 
 
+class JobSizes:
+    """What :class:`RefitEngine` reads of any job with ``train`` and ``heldout`` runs."""
+
+    @property
+    def end_time(self) -> float:
+        """Return the newest held-out stamp, s."""
+        return float(self.heldout[-1].t[-1])
+
+    @property
+    def train_samples(self) -> int:
+        """Return the training samples (memory included)."""
+        return sum(len(r) for r in self.train)
+
+    @property
+    def heldout_samples(self) -> int:
+        """Return the held-out samples."""
+        return sum(len(r) for r in self.heldout)
+
+
 @dataclass(frozen=True)
-class RefitJob:
+class RefitJob(JobSizes):
     """
     Everything a fit needs, picklable for a child process.
 
@@ -644,21 +663,6 @@ class RefitJob:
     warm: Optional[IdentificationResult]
     prediction_steps: int
     driver: str = ''
-
-    @property
-    def end_time(self) -> float:
-        """Return the newest held-out stamp, s."""
-        return float(self.heldout[-1].t[-1])
-
-    @property
-    def train_samples(self) -> int:
-        """Return the training samples (memory included)."""
-        return sum(len(r) for r in self.train)
-
-    @property
-    def heldout_samples(self) -> int:
-        """Return the held-out samples."""
-        return sum(len(r) for r in self.heldout)
 
 
 def evaluate(job: RefitJob) -> Dict[str, Any]:
@@ -909,7 +913,7 @@ class RefitEngine:
     ``check`` hook finds nothing, and counts the decisions.  :class:`OnlineEngine` (joint
     states of a robot) and :class:`~diffsim_ros.sysid.object_online.ObjectEngine` (tosses of
     an object) are its two users.  A job tells ``end_time`` (newest data, s),
-    ``train_samples``, ``heldout_samples`` and ``driver``.
+    ``train_samples``, ``heldout_samples`` (:class:`JobSizes`) and ``driver``.
 
     :param config: options with ``execution``, ``accept_margin`` and ``prediction_steps``.
     :param check: optional candidate checks: reasons to refuse a candidate (empty: none).
