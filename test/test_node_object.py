@@ -134,3 +134,18 @@ def test_a_bad_object_or_method_stops_the_identifier_with_one_error_line():
                                  'object:=/nonexistent/cube.urdf')
     assert status == 1 and 'Traceback' not in stdout + stderr, stdout + stderr
     assert '/nonexistent/cube.urdf' in stderr
+
+
+def test_the_object_may_be_a_urdf_with_one_cube_collision(tmp_path):
+    from diffsim_ros.nodes.object_identifier import object_spec
+    from diffsim_ros.robots import object_urdf_path
+    text = object_urdf_path('cube_toss').read_text(encoding='utf-8')
+    path = tmp_path / 'block.urdf'
+    path.write_text(text.replace('0.1048 0.1048 0.1048', '0.12 0.12 0.12'), encoding='utf-8')
+    spec = object_spec(str(path), 0.4)
+    assert spec.half_widths == ((0.06, 0.06, 0.06),) and float(spec.contact.friction) == 0.4
+    assert spec.mass == pytest.approx(0.37)
+    path.write_text(text.replace('<box size="0.1048 0.1048 0.1048"/>', '<sphere radius="0.05"/>'),
+                    encoding='utf-8')
+    with pytest.raises(ValueError, match='cube <box>'):
+        object_spec(str(path), 0.4)

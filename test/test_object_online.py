@@ -125,3 +125,25 @@ def test_velocities_reproduce_the_recorded_cube_tosses(data_dir):
         assert float(difference[:, :3].median()) < 3e-3   # m/s
         assert float(difference[:, 3:].median()) < 6e-3   # rad/s
         assert float(difference[:, :3].max()) < 0.05 and float(difference[:, 3:].max()) < 0.5
+
+
+def test_a_refit_runs_in_a_child_process_and_comes_back_whole(cube):
+    # the node's default execution: the job and the learned object cross the process border
+    samples, _ = stream(cube, seconds=6.0)
+    segmenter = TossSegmenter()
+    tosses = [toss for toss in (segmenter.add(t, q) for t, q in samples) if toss is not None]
+    spec = cube_spec(cube, 0.0524, 0.18, 0.37, known=False)
+    engine = ObjectEngine(spec, ObjectOnlineConfig(min_tosses=3, refit_every=3, steps=2,
+                                                   bootstrap=2, bootstrap_steps=1,
+                                                   execution='process'))
+    try:
+        for toss in tosses[:3]:
+            engine.add_toss(toss)
+        decision = engine.refit()
+    finally:
+        engine.close()
+    assert decision.outcome in ('accepted', 'refused'), decision.reason
+    result = decision.result
+    assert set(result.std) == set(result.values) - {'mass'}
+    assert result.to_dict()['parameters']['friction']['unit'] == ''
+    assert math.isfinite(decision.losses['nominal'])
