@@ -75,9 +75,9 @@ from ..core.model import RobotModel
 Tensor = torch.Tensor
 CheckFn = Callable[[IdentificationResult], Sequence[str]]
 
-__all__ = ['Decision', 'DecisionLog', 'DriverCheck', 'EXECUTIONS', 'OnlineConfig', 'OnlineEngine',
-           'JobSizes', 'RefitEngine', 'RefitJob', 'RefitPool', 'SampleWindow', 'driver_check', 'evaluate',
-           'nominal_result', 'prediction_error', 'usable_runs', 'window_runs']
+__all__ = ['Decision', 'DecisionLog', 'DriverCheck', 'EXECUTIONS', 'JobSizes', 'OnlineConfig',
+           'OnlineEngine', 'RefitEngine', 'RefitJob', 'RefitPool', 'SampleWindow', 'driver_check',
+           'evaluate', 'nominal_result', 'prediction_error', 'usable_runs', 'window_runs']
 
 #: Execution strategies of a fit: on the caller's thread, on a worker thread, or in one
 #: spawned child process (torch with one thread, lower priority; no ROS imported there).
