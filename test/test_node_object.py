@@ -93,12 +93,13 @@ def test_identifier_learns_the_hidden_cube_and_refuses_hostile_poses(executor):
     assert wait_for(lambda: all(identifier.gate.refused[r] == 1 for r in reasons),
                     timeout=10.0), identifier.gate.refused
     peer.hold(None)
-    assert wait_for(lambda: identifier.engine.counts['refits'] >= 1, timeout=300.0), \
+    assert wait_for(lambda: 'candidate_heldout_loss' in identifier.log.last, timeout=300.0), \
         identifier.log.last
+    peer.hold(identifier.gate.last_stamp_ns)   # no second refit (six more tosses) starts
     decision = identifier.log.last
     assert sum(identifier.gate.refused.values()) == 4, identifier.gate.refused
     # refused poses never reached a toss: every toss the fit saw is finite and continuous
-    assert len(identifier.engine.tosses) == 6
+    assert len(identifier.engine.tosses) >= 6 and decision['samples'] > 300
     for toss in identifier.engine.tosses:
         assert bool(toss.q.isfinite().all()) and bool(toss.v.isfinite().all())
         assert float(toss.q[:, :3].abs().max()) < 2.0
