@@ -11,6 +11,7 @@ an idle and on a loaded machine.
 
 import json
 import math
+from types import SimpleNamespace
 
 from diagnostic_msgs.msg import DiagnosticArray
 from diffsim_ros.core import load_urdf
@@ -150,3 +151,35 @@ def test_the_object_may_be_a_urdf_with_one_cube_collision(tmp_path):
                     encoding='utf-8')
     with pytest.raises(ValueError, match='cube <box>'):
         object_spec(str(path), 0.4)
+
+
+def test_the_pose_gate_refuses_each_reason_once_and_renormalises_near_unit_quaternions():
+    from diffsim_ros.nodes.convert import ThrottledLogger
+    from diffsim_ros.nodes.pose_gate import PoseGate, PoseGateConfig
+    lines = []
+    gate = PoseGate(PoseGateConfig(), ThrottledLogger(SimpleNamespace(warning=lines.append)),
+                    'mocap/cube')
+    period = 1 / 148
+
+    def pose(t, z=0.1, frame='world', w=1.0):
+        T = np.eye(4)
+        T[2, 3] = z
+        msg = pose_msg(T, frame, sec_to_stamp(t))
+        msg.pose.orientation.w = w
+        return msg
+
+    now = int(10e9)
+    assert gate.admit(pose(1.0), now) is not None
+    stamp, q = gate.admit(pose(1.0 + period, w=1.005), now)   # off unit by 0.5 %: repaired
+    assert gate.renormalised == 1 and np.linalg.norm(q[3:]) == pytest.approx(1.0)
+    for msg, reason in ((pose(1.1, frame='camera'), 'frame_id'),
+                        (pose(10.5), 'future_stamp'),
+                        (pose(1.0), 'stamp_back'),
+                        (pose(1.0 + 2 * period, z=1.0), 'jump'),
+                        (pose(1.0 + 1.2 * period), 'rate'),
+                        (pose(1.1, w=1.5), 'not_unit')):
+        assert gate.admit(msg, now) is None, reason
+        assert gate.refused[reason] == 1, (reason, gate.refused)
+    assert gate.admit(pose(1.0 + 2 * period), now) is not None   # the stream goes on
+    assert gate.values()['refused'] == 6 and gate.accepted == 3
+    assert 'mocap/cube refused' in gate.status(now) and len(lines) == 6
