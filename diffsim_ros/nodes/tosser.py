@@ -30,7 +30,7 @@ from std_msgs.msg import String
 import torch
 
 from .convert import pose_msg, sec_to_stamp, ThrottledLogger
-from .lockstep import await_matched, PeerWaiter
+from .lockstep import await_matched, lockstep_ticks, PeerWaiter
 from .object_identifier import object_defaults
 from .params import declare_config, meta
 from .runtime import configure_interpreter, run_node
@@ -149,15 +149,9 @@ class TosserNode(Node):
         factor = self.config.real_time_factor
         try:
             await_matched(self, (self.pose_pub, self.clock_pub), 5.0, self._stop)
-            origin = time.monotonic()
-            while not self._stop.is_set() and self.context.ok():
-                next_ns = int(round((self.rig.tick + 1) * self.rig.period * 1e9))
-                origin += self.peers.wait(next_ns, self._stop)
-                if self._stop.is_set():
-                    break
+            for _ in lockstep_ticks(self, self.peers, self._stop, factor, lambda: int(round(
+                    (self.rig.tick + 1) * self.rig.period * 1e9))):
                 self.tick()
-                ahead = self.rig.time / factor - (time.monotonic() - origin) if factor else 0
-                self._stop.wait(ahead) if ahead > 0 else time.sleep(0)
         except Exception as error:  # noqa: B902 - shutdown races end the loop, quietly
             if self.context.ok():
                 self.get_logger().error(f'lockstep loop stopped: {error!r}')
