@@ -3,9 +3,10 @@ Learn a tossed object from its motion-capture topic: the identifier's object mod
 
 ``ros2 launch diffsim_ros object.launch.py`` (no hardware) starts ``tosser`` (a MuJoCo cube
 with hidden size, friction and inertia, tossed again and again, its pose published at 148 Hz
-on ``/mocap/cube``; in lockstep by default, publishing ``/clock``) and ``object_identifier``
-(node ``identifier``: cuts tosses, refits, publishes ``/identifier/robot_description`` and
-``/identifier/parameters``), both with ``config/cube.yaml``.  On the real rig,
+on ``/mocap/cube``; in lockstep by default, publishing ``/clock``) and the ``identifier`` in
+its object mode (``object:=cube``: cuts tosses, refits, publishes
+``/identifier/robot_description`` and ``/identifier/parameters``), both with
+``config/cube.yaml``.  On the real rig,
 ``simulate:=false pose_topic:=/vrpn_mocap/<tracker>/pose`` starts the identifier alone on
 the tracker's topic.
 """
@@ -33,7 +34,7 @@ def _nodes(context):
     topic = LaunchConfiguration('pose_topic').perform(context)
     identifier = {'object': name, 'config_file': config, 'use_sim_time': lockstep,
                   **({'pose_topic': topic} if topic else {})}
-    nodes = [Node(package=PACKAGE, executable='object_identifier', name='identifier',
+    nodes = [Node(package=PACKAGE, executable='identifier', name='identifier',
                   output='screen', parameters=[config, identifier])]
     if simulate:
         rig = {'config_file': config, 'clock_mode': 'lockstep' if lockstep else 'realtime',

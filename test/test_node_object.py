@@ -129,7 +129,9 @@ def test_identifier_learns_the_hidden_cube_and_refuses_hostile_poses(executor):
 
 def test_a_bad_object_or_method_stops_the_identifier_with_one_error_line():
     from test_node_startup import start as run
-    status, stdout, stderr = run('object_identifier', '--ros-args', '-p', 'method:=nope')
+    # the identifier executable given an object runs the object mode (its parameters)
+    status, stdout, stderr = run('identifier', '--ros-args', '-p', 'object:=cube', '-p',
+                                 'method:=nope')
     assert status == 1 and 'Traceback' not in stdout + stderr, stdout + stderr
     assert '[ERROR]' in stderr and 'method' in stderr and 'ccn' in stderr
     status, stdout, stderr = run('object_identifier', '--ros-args', '-p',

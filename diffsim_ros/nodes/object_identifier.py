@@ -1,7 +1,8 @@
 """
 Object identifier node: learns a tossed object's contact and inertia from its mocap topic.
 
-The identifier's object mode (executable ``object_identifier``, node name ``identifier``):
+The identifier's object mode (``identifier`` given an ``object``, or the executable
+``object_identifier``; node name ``identifier``):
 configured with an ``object`` (``cube``: the catalogue's ContactNets cube, or a URDF whose
 single link has a ``<box>`` collision) and a ``method`` (:data:`~diffsim_ros.sysid.
 object_learning.METHODS`), it subscribes ``pose_topic`` (``geometry_msgs/PoseStamped``,
@@ -30,6 +31,7 @@ import math
 import os
 import threading
 import time
+from typing import Sequence
 import xml.etree.ElementTree as ET
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
@@ -37,6 +39,7 @@ from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
+import yaml
 
 from .convert import ThrottledLogger
 from .diagnostics import diagnostics_msg
@@ -56,7 +59,8 @@ from ..sysid.object_online import (ObjectEngine, ObjectOnlineConfig, SegmenterCo
                                    TossSegmenter)
 from ..sysid.online import DecisionLog
 
-__all__ = ['ObjectIdentifier', 'ObjectIdentifierConfig', 'object_defaults', 'object_spec', 'main']
+__all__ = ['ObjectIdentifier', 'ObjectIdentifierConfig', 'object_defaults', 'object_mode',
+           'object_spec', 'main']
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,30 @@ def object_spec(name: str, friction: float) -> ObjectSpec:
         half_width = sizes[0][0] / 2
     mass = float(model.inertial.reshape(-1)[0])
     return cube_spec(model, half_width, friction, mass, known=False)
+
+
+def object_mode(argv: Sequence[str]) -> bool:
+    """
+    Return whether a command line configures the identifier with an ``object``.
+
+    ``-p object:=NAME`` (or ``--param``), or ``object`` in the ``identifier`` (or a
+    wildcard) section of a ``--params-file``: ``ros2 run diffsim_ros identifier`` then runs
+    this node instead of the robot identifier.
+
+    :param argv: the command line.
+    :return: True for the object mode.
+    """
+    args = list(argv)
+    for flag, value in zip(args, args[1:]):
+        if flag in ('-p', '--param') and value.split(':=', 1)[0] == 'object':
+            return True
+        if flag == '--params-file':
+            try:
+                if 'object' in load_yaml_params(value, 'identifier'):
+                    return True
+            except (OSError, ValueError, yaml.YAMLError):
+                pass   # rcl reports the file when the node starts
+    return False
 
 
 def object_defaults(node) -> dict:
