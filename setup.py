@@ -46,7 +46,9 @@ setup(
             'identifier = diffsim_ros.nodes.identifier:main',
             'monitor = diffsim_ros.nodes.monitor:main',
             'mpc = diffsim_ros.nodes.mpc:main',
+            'object_identifier = diffsim_ros.nodes.object_identifier:main',
             'sim_driver = diffsim_ros.nodes.sim_driver:main',
+            'tosser = diffsim_ros.nodes.tosser:main',
         ],
     },
 )

@@ -140,6 +140,11 @@ def test_arguments_are_described_and_used_ones_declared(path):
 @pytest.mark.parametrize('path', LAUNCH_FILES, ids=lambda p: p.name)
 def test_robot_choices_have_configs(path):
     _, constants = parsed(path)
+    if 'object' in declared_arguments(path):   # object.launch.py: a tracked object, no robot
+        call = declared_arguments(path)['object']
+        choices = resolve(keyword(call, 'choices'), constants)
+        assert all((CONFIG_DIR / f'{name}.yaml').is_file() for name in choices), choices
+        return
     call = declared_arguments(path)['robot']
     choices = resolve(keyword(call, 'choices'), constants)
     assert set(choices) == LAUNCH_ROBOTS

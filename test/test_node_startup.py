@@ -124,7 +124,8 @@ def test_an_argument_outside_ros_args_is_a_usage_error():
 
 
 @pytest.mark.parametrize('executable, flag', [(name, '--help') for name in NODES] + [
-    ('sim_driver', '-h')])   # the driver would otherwise start a real-time simulated robot
+    ('sim_driver', '-h'),   # the driver would otherwise start a real-time simulated robot
+    ('object_identifier', '--help'), ('tosser', '--help')])
 def test_help_prints_the_parameters_without_starting_the_node(executable, flag):
     module = __import__(f'diffsim_ros.nodes.{executable}', fromlist=['main'])
     status, stdout, stderr = start(executable, flag)

@@ -71,6 +71,9 @@ def model_to_urdf(model: RobotModel, source: Optional[str] = None) -> str:
     xyz = model.origin_xyz.detach().double().cpu()
     rpy = model.origin_rpy.detach().double().cpu()
     for i, name in enumerate(model.joint_names):
+        joint = joints.get(name)
+        if joint is None and i == 0 and getattr(model, 'floating_base', False):
+            continue   # a free root joint is load_urdf's, not the document's
         joint = joints[name]
         origin = joint.find('origin')
         if origin is None:
@@ -109,3 +112,49 @@ def write_identified(directory: Union[str, Path], name: str, model: RobotModel,
     urdf.write_text(urdf_text, encoding='utf-8')
     params.write_text(yaml.safe_dump(dict(parameters), sort_keys=False), encoding='utf-8')
     return urdf, params
+
+
+def object_to_urdf(model: RobotModel, contact: Any) -> str:
+    """
+    Return the URDF of a learned free object: its inertial and its learned collision shape.
+
+    The link's ``<collision>`` elements are replaced by the learned shape: the box bounding
+    the learned vertices (body axes; what RViz and MoveIt draw and plan around) and one
+    sphere of radius 0 per learned vertex, named ``vertex_<k>``, at its position (the
+    contact points the model uses: the exact shape is their convex hull).  The learned
+    friction goes into the Gazebo ``<mu1>``/``<mu2>`` of the link and, with the learned
+    ground height, into a comment.
+
+    :param model: the learned one-link floating model (from the object's URDF).
+    :param contact: its learned :class:`~diffsim_ros.core.contact.ContactModel` (one vertex
+        set, on that link).
+    :return: the URDF document (loads with ``load_urdf(..., floating_base=True)``).
+    :raises URDFError: see :func:`model_to_urdf`.
+    """
+    text = model_to_urdf(model)
+    root = ET.fromstring(text, parser=ET.XMLParser(target=ET.TreeBuilder(insert_comments=True)))
+    name = contact.vertex_links[0]
+    link = next(link for link in root.findall('link') if link.get('name') == name)
+    for old in link.findall('collision'):
+        link.remove(old)
+    vertices = contact.vertices[0].detach().to(torch.float64).cpu()
+    low, high = vertices.min(0).values, vertices.max(0).values
+    friction, height = float(contact.friction), float(contact.ground_height)
+    link.append(ET.Comment(f' learned by diffsim_ros: friction {friction!r}, ground height '
+                           f'{height!r} m; collision: the bounding box of the learned '
+                           'vertices, then the vertices (their convex hull is the shape) '))
+    box = ET.SubElement(link, 'collision', name='learned_bounds')
+    ET.SubElement(box, 'origin', xyz=_fmt((low + high) / 2), rpy='0 0 0')
+    ET.SubElement(ET.SubElement(box, 'geometry'), 'box', size=_fmt(high - low))
+    for k, point in enumerate(vertices):
+        sphere = ET.SubElement(link, 'collision', name=f'vertex_{k}')
+        ET.SubElement(sphere, 'origin', xyz=_fmt(point), rpy='0 0 0')
+        ET.SubElement(ET.SubElement(sphere, 'geometry'), 'sphere', radius='0.0')
+    for old in root.findall('gazebo'):
+        if old.get('reference') == name:
+            root.remove(old)
+    gazebo = ET.SubElement(root, 'gazebo', reference=name)
+    ET.SubElement(gazebo, 'mu1').text = repr(friction)
+    ET.SubElement(gazebo, 'mu2').text = repr(friction)
+    ET.indent(root)
+    return ET.tostring(root, encoding='unicode') + '\n'

@@ -32,12 +32,17 @@ Publications:
 * ``/lockstep`` under ``use_sim_time`` only: each refit's due time holds a lockstep
   simulated plant until the refit has finished (:mod:`diffsim_ros.nodes.lockstep`).
 
+Given an ``object`` (``-p object:=cube``, or in the parameter file), the executable runs the
+identifier's object mode instead, which learns a tossed object from its mocap topic
+(:mod:`~diffsim_ros.nodes.object_identifier`).
+
 Services (``std_srvs``): ``~/reset`` (Trigger: empty window, nominal model), ``~/save``
 (Trigger: URDF and parameter YAML into ``save_directory``), ``~/freeze`` (SetBool: stop or
 resume refitting; data keep flowing into the window).
 """
 
 import json
+import sys
 import threading
 import time
 
@@ -323,8 +328,10 @@ class Identifier(Node):
 
 
 def main(args=None) -> None:
-    """Run the node (``ros2 run diffsim_ros identifier``)."""
-    run_node(Identifier, args)
+    """Run the node (``ros2 run diffsim_ros identifier``); given an ``object``, its object mode."""
+    from .object_identifier import object_mode, ObjectIdentifier
+    argv = sys.argv if args is None else args
+    run_node(ObjectIdentifier if object_mode(argv) else Identifier, args)
 
 
 if __name__ == '__main__':

@@ -58,7 +58,7 @@ from std_msgs.msg import String
 from .convert import MessageError
 
 __all__ = ['CommandWaiter', 'GRAPH_GRACE_S', 'LockstepPeer', 'PeerState', 'PeerWaiter', 'TOPIC',
-           'await_matched', 'holding', 'message_id', 'parse_announcement']
+           'await_matched', 'holding', 'lockstep_ticks', 'message_id', 'parse_announcement']
 
 #: The protocol's topic.
 TOPIC = '/lockstep'
@@ -224,6 +224,15 @@ class LockstepPeer:
         until = None if remaining is None else \
             self._node.get_clock().now().nanoseconds + max(int(remaining), 0)
         self._announce(until=until)
+
+    def hold(self, until_ns: Optional[int]) -> None:
+        """
+        Let the plant advance up to ``until_ns`` of simulated time (None: no hold).
+
+        :param until_ns: simulated time, integer ns, or None.
+        """
+        if self.active:
+            self._announce(until=until_ns)
 
     def publish(self, publisher, msg) -> None:
         """
@@ -443,3 +452,34 @@ def await_matched(node, publishers, timeout: float, stop: threading.Event) -> bo
             return False
         stop.wait(POLL_S)
     return False
+
+
+def lockstep_ticks(node, peers: PeerWaiter, stop: threading.Event, factor: float,
+                   next_ns: Callable[[], int]):
+    """
+    Yield each time a lockstep simulator may publish its next tick: the driver's loop.
+
+    Before each tick the peers' holds are waited for (:meth:`PeerWaiter.wait`); after it the
+    loop is paced at ``factor`` times real time (0: as fast as possible, yielding the
+    interpreter lock between ticks).  Time spent holding is not made up afterwards.
+
+    :param node: the simulator's node (the loop ends when its context does).
+    :param peers: the peers' states.
+    :param stop: ends the loop.
+    :param factor: real-time factor; 0 = unpaced.
+    :param next_ns: returns the simulated time of the next tick, ns.
+    :return: a generator; the caller publishes one tick per item.
+    """
+    origin = time.monotonic()
+    while not stop.is_set() and node.context.ok():
+        due = next_ns()
+        origin += peers.wait(due, stop)
+        if stop.is_set():
+            return
+        yield due
+        if factor > 0:
+            ahead = due * 1e-9 / factor - (time.monotonic() - origin)
+            if ahead > 0:
+                stop.wait(ahead)
+        else:
+            time.sleep(0)   # let the executor threads take the GIL

@@ -61,7 +61,7 @@ import yaml
 
 from .convert import (commands_array, joint_state_msg, MessageError, pose_msg, sec_to_stamp,
                       ThrottledLogger)
-from .lockstep import await_matched, CommandWaiter, PeerWaiter
+from .lockstep import await_matched, CommandWaiter, lockstep_ticks, PeerWaiter
 from .params import declare_config, declare_robot, meta
 from .runtime import configure_interpreter, run_node
 from .. import robots
@@ -272,23 +272,12 @@ class SimDriver(Node):
             await_matched(self, (self.joint_states_pub, self.clock_pub), LISTENER_WAIT_S,
                           self._stop)
             self.commands.arm_if_listening()
-            origin = time.monotonic()
-            while not self._stop.is_set() and self.context.ok():
-                next_ns = int(round((self.plant.tick + 1) * self.plant.period * 1e9))
-                # a hold is not made up for afterwards by stepping faster than the pace
-                origin += self.peers.wait(next_ns, self._stop)
-                if self._stop.is_set():
-                    break
+            for _ in lockstep_ticks(self, self.peers, self._stop, factor, lambda: int(round(
+                    (self.plant.tick + 1) * self.plant.period * 1e9))):
                 self.commands.expect()
                 self.tick()
                 self.stats['ticks'] += 1
                 self.commands.wait(self.plant.time, self._stop)
-                if factor > 0:
-                    ahead = self.plant.time / factor - (time.monotonic() - origin)
-                    if ahead > 0:
-                        self._stop.wait(ahead)
-                else:
-                    time.sleep(0)   # let the executor threads take the GIL
         except Exception as error:  # noqa: B902 - shutdown races end the loop, quietly
             if self.context.ok():
                 self.get_logger().error(f'lockstep loop stopped: {error!r}')

@@ -75,9 +75,9 @@ from ..core.model import RobotModel
 Tensor = torch.Tensor
 CheckFn = Callable[[IdentificationResult], Sequence[str]]
 
-__all__ = ['Decision', 'DecisionLog', 'DriverCheck', 'EXECUTIONS', 'OnlineConfig', 'OnlineEngine',
-           'RefitJob', 'RefitPool', 'SampleWindow', 'driver_check', 'evaluate',
-           'nominal_result', 'prediction_error', 'usable_runs', 'window_runs']
+__all__ = ['Decision', 'DecisionLog', 'DriverCheck', 'EXECUTIONS', 'JobSizes', 'OnlineConfig',
+           'OnlineEngine', 'RefitEngine', 'RefitJob', 'RefitPool', 'SampleWindow', 'driver_check',
+           'evaluate', 'nominal_result', 'prediction_error', 'usable_runs', 'window_runs']
 
 #: Execution strategies of a fit: on the caller's thread, on a worker thread, or in one
 #: spawned child process (torch with one thread, lower priority; no ROS imported there).
@@ -617,8 +617,27 @@ def prediction_error(result: IdentificationResult, windows: Any, scale: Tensor) 
     return value if math.isfinite(value) else math.inf
 
 
+class JobSizes:
+    """What :class:`RefitEngine` reads of any job with ``train`` and ``heldout`` runs."""
+
+    @property
+    def end_time(self) -> float:
+        """Return the newest held-out stamp, s."""
+        return float(self.heldout[-1].t[-1])
+
+    @property
+    def train_samples(self) -> int:
+        """Return the training samples (memory included)."""
+        return sum(len(r) for r in self.train)
+
+    @property
+    def heldout_samples(self) -> int:
+        """Return the held-out samples."""
+        return sum(len(r) for r in self.heldout)
+
+
 @dataclass(frozen=True)
-class RefitJob:
+class RefitJob(JobSizes):
     """
     Everything a fit needs, picklable for a child process.
 
@@ -724,7 +743,7 @@ class Decision:
                                'heldout_samples': self.heldout_samples, 'driver': self.driver,
                                'checks': list(self.checks)}
         if self.result is not None:
-            out['train_loss'] = float(self.result.metrics.get('loss', math.nan))
+            out['train_loss'] = float(getattr(self.result, 'metrics', {}).get('loss', math.nan))
         out.update({f'{key}_heldout_loss': value for key, value in self.losses.items()})
         out.update(self.durations)
         return out
@@ -882,110 +901,61 @@ _RUNNERS = {'inline': _Inline, 'thread': _Thread, 'process': RefitPool}
 
 
 # -- the engine --------------------------------------------------------------------------------
-class OnlineEngine:
+class RefitEngine:
     """
-    The refit-and-accept loop (see the module docstring); feed :attr:`window`, call refits.
+    The refit-and-accept loop without its data: start, poll, decide, count (one for all).
 
-    Thread safety: the window may be fed from one thread while another refits; refits
-    themselves run one at a time.
+    A subclass says what a refit fits (:meth:`prepare`: a job, or the decision that there is
+    none) and how (:attr:`job_function`, a module-level function of the job returning
+    ``{'candidate', 'losses': {'candidate', 'current', 'nominal'}, 'fit_s', 'score_s'}``);
+    this class runs the job with the execution strategy, accepts a candidate only when its
+    held-out loss is below ``(1 - accept_margin)`` times that of the model in use and the
+    ``check`` hook finds nothing, and counts the decisions.  :class:`OnlineEngine` (joint
+    states of a robot) and :class:`~diffsim_ros.sysid.object_online.ObjectEngine` (tosses of
+    an object) are its two users.  A job tells ``end_time`` (newest data, s),
+    ``train_samples``, ``heldout_samples`` (:class:`JobSizes`) and ``driver``.
 
-    :param nominal: the nominal model (float64 is used for fits).
-    :param config: the options.
+    :param config: options with ``execution``, ``accept_margin`` and ``prediction_steps``.
     :param check: optional candidate checks: reasons to refuse a candidate (empty: none).
+    :param loss_label: what the held-out loss is, for the decisions' reasons.
     """
 
-    def __init__(self, nominal: RobotModel, config: OnlineConfig,
-                 check: Optional[CheckFn] = None) -> None:
-        """Create an empty window and memory; the model in use is the nominal one."""
-        self.nominal = nominal.to(dtype=torch.float64)
+    #: The fit of a job, run by the execution strategy (module level: a child process
+    #: unpickles it by name).
+    job_function: Callable[[Any], Dict[str, Any]] = staticmethod(evaluate)
+
+    def __init__(self, config: Any, check: Optional[CheckFn] = None,
+                 loss_label: str = 'held-out prediction error') -> None:
+        """Start with no model in use (the nominal one) and no refit."""
         self.config = config
         self.check = check
-        self.window = SampleWindow(config.window, config.max_samples)
-        self.memory = SegmentMemory(self.nominal, config.memory_segments,
-                                    config.memory_segment, config.memory_max_age)
+        self.loss_label = loss_label
         #: The model in use (None: the nominal one).
-        self.current: Optional[IdentificationResult] = None
+        self.current: Optional[Any] = None
         self.counts = {'refits': 0, 'accepted': 0, 'refused': 0, 'failed': 0, 'waiting': 0,
                        'discarded': 0}
         self._generation = 0
-        self._forget = False
         self._runner = _RUNNERS[config.execution]()
-        self._pending: Optional[Tuple[Future, RefitJob, dict]] = None
+        self._pending: Optional[Tuple[Future, Any, dict]] = None
         self._refit_lock = threading.Lock()
 
-    # -- state -----------------------------------------------------------------------------
-    def restart(self) -> None:
-        """Empty the window and forget the memory before the next refit (a jump in time)."""
-        self.window.clear()
-        self._forget = True
-
-    def reset(self) -> None:
-        """Empty the window, forget the memory and go back to the nominal model."""
-        self.restart()
+    def discard_running(self) -> None:
+        """Go back to the nominal model; a fit running now is discarded when it ends."""
         self.current = None
         self._generation += 1
-
-    def adopt(self, model: Union[RobotModel, IdentificationResult]) -> None:
-        """
-        Make a model from elsewhere the model in use (with the estimator's actuator).
-
-        :param model: a model, or a result with one.
-        """
-        if isinstance(model, IdentificationResult):
-            self.current = model
-            return
-        cfg = self.config.estimator_config
-        source = cfg.source if cfg.source != 'auto' else \
-            ('u' if cfg.actuator != 'none' else 'tau')
-        self.current = replace(nominal_result(self.nominal, cfg, source), method='external',
-                               model=model.to(dtype=torch.float64))
 
     @property
     def busy(self) -> bool:
         """Return whether a fit is running."""
         return self._pending is not None
 
-    # -- refits ----------------------------------------------------------------------------
-    def prepare(self) -> Union[Decision, RefitJob]:
+    def prepare(self) -> Union[Decision, Any]:
         """
-        Run steps 2-5 on the window: the fit's job, or the decision that there is none.
+        Return the next fit's job, or the decision that there is none (subclasses).
 
-        :return: a :class:`RefitJob`, or a ``'waiting'`` / ``'refused'`` decision.
+        :return: a job, or a ``'waiting'`` / ``'refused'`` decision.
         """
-        config, cfg = self.config, self.config.estimator_config
-        try:
-            runs = window_runs(self.window, self.nominal.joint_names, config)
-        except ValueError as error:
-            return Decision('waiting', str(error))
-        usable = usable_runs(runs, self.nominal, config)
-        t = float(runs[-1].t[-1])
-        train, heldout = split_newest(usable, config.holdout_fraction,
-                                      config.prediction_steps + 1)
-        if not train or not heldout:
-            return Decision('waiting', 'not enough data away from the joint limits', t=t)
-        try:
-            source = resolve_source(usable, cfg.source, cfg.actuator != 'none')
-        except ValueError as error:
-            return Decision('waiting', str(error), t=t)
-        nominal = nominal_result(self.nominal, cfg, source)
-        models = [nominal] + ([self.current] if self.current is not None else [])
-        driver = driver_check(usable, models, source, config.driver_block,
-                              config.max_unexplained)
-        if self._forget:
-            self._forget = False
-            self.memory.clear()
-        if driver.verdict == 'inconsistent':
-            return Decision('refused', f'refused before fitting: {driver.reason}', warn=True,
-                            t=t, driver=driver.reason)
-        # the memory's cells from before the window join the training data; the held-out
-        # part stays the newest data, which the model must predict
-        remembered = self.memory.runs(before=float(runs[0].t[0]))
-        self.memory.offer(usable)   # unsplit: cells across the cut count
-        train = remembered + train
-        warm = self.current if config.warm_start else None
-        return RefitJob(config.estimator, self.nominal, cfg, source, tuple(train),
-                        tuple(heldout), self.current, warm, config.prediction_steps,
-                        driver.reason)
+        raise NotImplementedError
 
     def start(self) -> Optional[Decision]:
         """
@@ -1001,9 +971,9 @@ class OnlineEngine:
             if isinstance(prepared, Decision):
                 return self._count(prepared)
             meta = {'started': started, 'generation': self._generation,
-                    't': float(prepared.heldout[-1].t[-1])}
+                    't': float(prepared.end_time)}
             try:
-                future = self._runner.submit(evaluate, prepared)
+                future = self._runner.submit(type(self).job_function, prepared)
             except Exception as error:  # noqa: B902 - a broken pool: the next refit retries
                 future = Future()
                 future.set_exception(error)
@@ -1049,10 +1019,9 @@ class OnlineEngine:
         self.counts[decision.outcome] += 1
         return decision
 
-    def _decide(self, future: Future, job: RefitJob, meta: dict) -> Decision:
-        common = {'t': meta['t'], 'samples': sum(len(r) for r in job.train),
-                  'heldout_samples': sum(len(r) for r in job.heldout),
-                  'driver': job.driver}
+    def _decide(self, future: Future, job: Any, meta: dict) -> Decision:
+        common = {'t': meta['t'], 'samples': job.train_samples,
+                  'heldout_samples': job.heldout_samples, 'driver': job.driver}
         self.counts['refits'] += 1
         try:
             scores = future.result()
@@ -1071,16 +1040,108 @@ class OnlineEngine:
         if meta['generation'] != self._generation:
             return self._count(Decision('discarded', 'a reset during the fit discards it',
                                         **common))
-        k, margin = self.config.prediction_steps, self.config.accept_margin
+        label, margin = self.loss_label, self.config.accept_margin
         if not (math.isfinite(new) and new < (1.0 - margin) * old):
             moved = not new <= old * (1.0 + 1e-9)   # equal: the fit did not move
             return self._count(Decision(
-                'refused', f'held-out {k}-step prediction error {new:.4g} vs {old:.4g} of '
-                f'the model in use (margin {margin:g})', warn=moved, **common))
+                'refused', f'{label} {new:.4g} vs {old:.4g} of the model in use (margin '
+                f'{margin:g})', warn=moved, **common))
         reasons = tuple(str(r) for r in self.check(candidate)) if self.check else ()
         if reasons:
             return self._count(Decision('refused', 'candidate checks: ' + '; '.join(reasons),
                                         warn=True, checks=reasons, **common))
         self.current = candidate
-        return self._count(Decision('accepted', f'held-out {k}-step prediction error '
-                                    f'{new:.4g} vs {old:.4g} of the model in use', **common))
+        return self._count(Decision('accepted', f'{label} {new:.4g} vs {old:.4g} of the model '
+                                    'in use', **common))
+
+
+class OnlineEngine(RefitEngine):
+    """
+    The refit-and-accept loop (see the module docstring); feed :attr:`window`, call refits.
+
+    Thread safety: the window may be fed from one thread while another refits; refits
+    themselves run one at a time.
+
+    :param nominal: the nominal model (float64 is used for fits).
+    :param config: the options.
+    :param check: optional candidate checks: reasons to refuse a candidate (empty: none).
+    """
+
+    def __init__(self, nominal: RobotModel, config: OnlineConfig,
+                 check: Optional[CheckFn] = None) -> None:
+        """Create an empty window and memory; the model in use is the nominal one."""
+        super().__init__(config, check,
+                         f'held-out {config.prediction_steps}-step prediction error')
+        self.nominal = nominal.to(dtype=torch.float64)
+        self.window = SampleWindow(config.window, config.max_samples)
+        self.memory = SegmentMemory(self.nominal, config.memory_segments,
+                                    config.memory_segment, config.memory_max_age)
+        self._forget = False
+
+    # -- state -----------------------------------------------------------------------------
+    def restart(self) -> None:
+        """Empty the window and forget the memory before the next refit (a jump in time)."""
+        self.window.clear()
+        self._forget = True
+
+    def reset(self) -> None:
+        """Empty the window, forget the memory and go back to the nominal model."""
+        self.restart()
+        self.discard_running()
+
+    def adopt(self, model: Union[RobotModel, IdentificationResult]) -> None:
+        """
+        Make a model from elsewhere the model in use (with the estimator's actuator).
+
+        :param model: a model, or a result with one.
+        """
+        if isinstance(model, IdentificationResult):
+            self.current = model
+            return
+        cfg = self.config.estimator_config
+        source = cfg.source if cfg.source != 'auto' else \
+            ('u' if cfg.actuator != 'none' else 'tau')
+        self.current = replace(nominal_result(self.nominal, cfg, source), method='external',
+                               model=model.to(dtype=torch.float64))
+
+    # -- refits ----------------------------------------------------------------------------
+    def prepare(self) -> Union[Decision, RefitJob]:
+        """
+        Run steps 2-5 on the window: the fit's job, or the decision that there is none.
+
+        :return: a :class:`RefitJob`, or a ``'waiting'`` / ``'refused'`` decision.
+        """
+        config, cfg = self.config, self.config.estimator_config
+        try:
+            runs = window_runs(self.window, self.nominal.joint_names, config)
+        except ValueError as error:
+            return Decision('waiting', str(error))
+        usable = usable_runs(runs, self.nominal, config)
+        t = float(runs[-1].t[-1])
+        train, heldout = split_newest(usable, config.holdout_fraction,
+                                      config.prediction_steps + 1)
+        if not train or not heldout:
+            return Decision('waiting', 'not enough data away from the joint limits', t=t)
+        try:
+            source = resolve_source(usable, cfg.source, cfg.actuator != 'none')
+        except ValueError as error:
+            return Decision('waiting', str(error), t=t)
+        nominal = nominal_result(self.nominal, cfg, source)
+        models = [nominal] + ([self.current] if self.current is not None else [])
+        driver = driver_check(usable, models, source, config.driver_block,
+                              config.max_unexplained)
+        if self._forget:
+            self._forget = False
+            self.memory.clear()
+        if driver.verdict == 'inconsistent':
+            return Decision('refused', f'refused before fitting: {driver.reason}', warn=True,
+                            t=t, driver=driver.reason)
+        # the memory's cells from before the window join the training data; the held-out
+        # part stays the newest data, which the model must predict
+        remembered = self.memory.runs(before=float(runs[0].t[0]))
+        self.memory.offer(usable)   # unsplit: cells across the cut count
+        train = remembered + train
+        warm = self.current if config.warm_start else None
+        return RefitJob(config.estimator, self.nominal, cfg, source, tuple(train),
+                        tuple(heldout), self.current, warm, config.prediction_steps,
+                        driver.reason)

@@ -1,0 +1,314 @@
+"""
+Object identifier node: learns a tossed object's contact and inertia from its mocap topic.
+
+The identifier's object mode (``identifier`` given an ``object``, or the executable
+``object_identifier``; node name ``identifier``):
+configured with an ``object`` (``cube``: the catalogue's ContactNets cube, or a URDF whose
+single link has a ``<box>`` collision) and a ``method`` (:data:`~diffsim_ros.sysid.
+object_learning.METHODS`), it subscribes ``pose_topic`` (``geometry_msgs/PoseStamped``,
+vrpn_mocap style, sensor-data QoS), puts each message through the
+:class:`~diffsim_ros.nodes.pose_gate.PoseGate` (``pose_gate.*``), cuts the accepted poses
+into tosses and keeps a sliding window of them, and refits with
+:func:`~diffsim_ros.sysid.object_learning.fit_object` on a worker thread, through the one
+refit engine (:class:`~diffsim_ros.sysid.object_online.ObjectEngine`; the rules for
+velocities, tosses, refits and standard deviations are in :mod:`diffsim_ros.sysid.
+object_online`).  Parameters ``toss.*``: the toss rule; ``refit.*``: the window and the fits.
+
+Publications: ``~/robot_description`` (``std_msgs/String``, transient local): the object in
+use as URDF with its learned collision shape (:func:`~diffsim_ros.io.urdf_export.
+object_to_urdf`); ``~/parameters`` (``std_msgs/String``, transient local): JSON ``{"stamp",
+"method", "heldout_loss", "refits", "parameters": {name: {"value", "unit", "std"}}}`` as
+the robot mode's, std from the bootstrap fits; ``/diagnostics``: refused poses per reason,
+tosses, refits.  Under ``use_sim_time`` it takes part in the lockstep protocol
+(:mod:`~diffsim_ros.nodes.lockstep`): the simulated tosser never runs more than
+``lockstep_lead`` s of poses ahead of what this node has taken, and stands still while a
+refit is due or running, so that what is learned does not depend on the machine's speed.
+"""
+
+from dataclasses import dataclass, field, replace
+import json
+import math
+import os
+import threading
+import time
+from typing import Sequence
+import xml.etree.ElementTree as ET
+
+from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
+from geometry_msgs.msg import PoseStamped
+from rclpy.node import Node
+from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from std_msgs.msg import String
+import yaml
+
+from .convert import ThrottledLogger
+from .diagnostics import diagnostics_msg
+from .lockstep import LockstepPeer
+from .params import (_parameter_overrides, check_unknown_parameters, config_path, declare_config,
+                     load_yaml_params, meta, parameter_sections, ParameterError)
+from .pose_gate import PoseGate, PoseGateConfig
+from .runtime import configure_interpreter, run_node
+from ..core import load_urdf
+from ..io.tosses import CUBE_HALF_WIDTH_M
+from ..io.urdf_export import object_to_urdf
+from ..robots import object_urdf_path
+from ..robots.message import parameters_message
+from ..sysid.contact_learning import cube_spec, ObjectSpec
+from ..sysid.object_learning import METHODS
+from ..sysid.object_online import (ObjectEngine, ObjectOnlineConfig, SegmenterConfig,
+                                   TossSegmenter)
+from ..sysid.online import DecisionLog
+
+__all__ = ['ObjectIdentifier', 'ObjectIdentifierConfig', 'object_defaults', 'object_mode',
+           'object_spec', 'main']
+
+
+@dataclass(frozen=True)
+class ObjectIdentifierConfig:
+    """Parameters of the object identifier (see the module docstring)."""
+
+    object: str = field(default='cube', metadata=meta(  # noqa: A003 - the brief's name
+        "'cube' (the ContactNets cube) or the path of a URDF whose one link has a <box> "
+        'collision; selects config/<object>.yaml'))
+    method: str = field(default='ccn', metadata=meta(
+        f'learning method: {", ".join(METHODS)}'))
+    pose_topic: str = field(default='mocap/cube', metadata=meta(
+        "the object's geometry_msgs/PoseStamped"))
+    friction: float = field(default=0.18, metadata=meta('nominal friction coefficient'))
+    lockstep_lead: float = field(default=0.5, metadata=meta(
+        'use_sim_time only: simulated seconds of poses the tosser may publish ahead of those '
+        'taken'))
+    diagnostics_period: float = field(default=1.0, metadata=meta(
+        'seconds between /diagnostics messages', range=(0.0, 3600.0)))
+
+    def __post_init__(self) -> None:
+        """Validate the method and the numbers."""
+        if self.method not in METHODS:
+            raise ValueError(f'method must be one of {", ".join(METHODS)}; got {self.method!r}')
+        for name in ('friction', 'lockstep_lead', 'diagnostics_period'):
+            if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
+                raise ValueError(f'{name} must be > 0, got {getattr(self, name)!r}')
+
+
+def object_spec(name: str, friction: float) -> ObjectSpec:
+    """
+    Return the nominal object of ``object``: the catalogue cube or a one-link URDF's box.
+
+    :param name: ``'cube'`` or a URDF path.
+    :param friction: nominal friction.
+    :return: the spec (no truth known: no volume or inertia errors).
+    :raises ValueError: a URDF without one link with a ``<box>`` collision.
+    """
+    path = object_urdf_path('cube_toss') if name == 'cube' else name
+    with open(path, encoding='utf-8') as stream:
+        text = stream.read()
+    model = load_urdf(xml=text, floating_base=True)
+    if name == 'cube':
+        half_width = CUBE_HALF_WIDTH_M
+    else:
+        boxes = ET.fromstring(text).findall('./link/collision/geometry/box')
+        sizes = [[float(x) for x in box.get('size', '').split()] for box in boxes]
+        if model.njoints != 1 or len(sizes) != 1 or len(sizes[0]) != 3 or \
+                max(sizes[0]) - min(sizes[0]) > 1e-9:
+            raise ValueError(f'{name}: the object needs one link with one cube <box> '
+                             'collision (other shapes: not yet)')
+        half_width = sizes[0][0] / 2
+    mass = float(model.inertial.reshape(-1)[0])
+    return cube_spec(model, half_width, friction, mass, known=False)
+
+
+def object_mode(argv: Sequence[str]) -> bool:
+    """
+    Return whether a command line configures the identifier with an ``object``.
+
+    ``-p object:=NAME`` (or ``--param``), or ``object`` in the ``identifier`` (or a
+    wildcard) section of a ``--params-file``: ``ros2 run diffsim_ros identifier`` then runs
+    this node instead of the robot identifier.
+
+    :param argv: the command line.
+    :return: True for the object mode.
+    """
+    args = list(argv)
+    for flag, value in zip(args, args[1:]):
+        if flag in ('-p', '--param') and value.split(':=', 1)[0] == 'object':
+            return True
+        if flag == '--params-file':
+            try:
+                if 'object' in load_yaml_params(value, 'identifier'):
+                    return True
+            except (OSError, ValueError, yaml.YAMLError):
+                pass   # rcl reports the file when the node starts
+    return False
+
+
+def object_defaults(node) -> dict:
+    """
+    Return a node's section of ``config_file``, else of ``config/<object>.yaml``, checked.
+
+    Like :func:`~diffsim_ros.nodes.params.declare_robot` for robots: every parameter name
+    the node was given (command line, parameter file, that section) is checked against the
+    node's sections first.
+
+    :param node: the node (its name selects the section; ``object`` and ``config_file`` as
+        given to it, ``'cube'`` and ``''`` by default).
+    :return: ``{parameter: value}`` (empty without a file).
+    :raises ParameterError: a ``config_file`` that does not exist, or an unknown name.
+    """
+    given = _parameter_overrides(node)
+    name, path = given.get('object', 'cube'), given.get('config_file', '')
+    if not path and name == 'cube':
+        path = str(config_path('cube'))
+    defaults = {}
+    if path and os.path.isfile(path):
+        defaults = load_yaml_params(path, node.get_name())
+    elif given.get('config_file'):
+        raise ParameterError('config_file', path, 'the file does not exist')
+    for key in ('use_sim_time', 'robot'):
+        defaults.pop(key, None)
+    check_unknown_parameters(node, {**defaults, **given}, parameter_sections(type(node)))
+    return defaults
+
+
+class ObjectIdentifier(Node):
+    """
+    The object identifier node (executable ``object_identifier``).
+
+    :param kwargs: ``rclpy.node.Node`` arguments (``context``, ``parameter_overrides``, ...).
+    """
+
+    PARAMETERS = {'': ObjectIdentifierConfig, 'pose_gate.': PoseGateConfig,
+                  'toss.': SegmenterConfig, 'refit.': ObjectOnlineConfig}
+
+    def __init__(self, **kwargs) -> None:
+        """Declare parameters, build the nominal object and create the interfaces."""
+        super().__init__(kwargs.pop('node_name', 'identifier'), **kwargs)
+        configure_interpreter()
+        defaults = object_defaults(self)
+        self.config = config = declare_config(self, ObjectIdentifierConfig, defaults=defaults)
+        self.spec = object_spec(config.object, config.friction)
+        self.warnings = ThrottledLogger(self.get_logger())
+        self.gate = PoseGate(declare_config(self, PoseGateConfig, 'pose_gate.', defaults),
+                             self.warnings, config.pose_topic)
+        self.segmenter = TossSegmenter(declare_config(self, SegmenterConfig, 'toss.', defaults))
+        engine_config = replace(declare_config(self, ObjectOnlineConfig, 'refit.', defaults),
+                                method=config.method)
+        self.engine = ObjectEngine(self.spec, engine_config)
+        self.log = DecisionLog()
+        self._lock = threading.Lock()
+        self._taken_ns = 0
+        self._announced_ns = None
+        self._hold_ns = None   # stamp of the oldest due refit (lockstep holds there)
+        latched = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
+        self.description_pub = self.create_publisher(String, '~/robot_description', latched)
+        self.parameters_pub = self.create_publisher(String, '~/parameters', latched)
+        self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
+        self._lockstep = LockstepPeer(self)
+        self._lead_ns = int(config.lockstep_lead * 1e9)
+        self._announce()
+        # sensor-data QoS (what vrpn_mocap publishes), a deeper queue for refit pauses
+        stream = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
+                            reliability=ReliabilityPolicy.BEST_EFFORT)
+        self.create_subscription(PoseStamped, config.pose_topic, self._on_pose, stream)
+        self._wake, self._stop = threading.Event(), threading.Event()
+        self._worker = threading.Thread(target=self._work, daemon=True)
+        self._worker.start()
+        self.create_timer(config.diagnostics_period, self.publish_diagnostics)
+        self._publish()
+
+    # -- data ------------------------------------------------------------------------------
+    def _on_pose(self, msg: PoseStamped) -> None:
+        """Gate a pose, feed the toss segmenter, queue a refit when one is due."""
+        admitted = self.gate.admit(msg, self.get_clock().now().nanoseconds)
+        if admitted is None:
+            return
+        stamp, q = admitted
+        toss = self.segmenter.add(stamp * 1e-9, q)
+        with self._lock:
+            self._taken_ns = stamp
+            if toss is not None and self.engine.add_toss(toss):
+                if self._hold_ns is None:
+                    self._hold_ns = stamp
+                self._wake.set()
+        self._announce()
+
+    def _announce(self) -> None:
+        """Lockstep: hold the tosser at a due refit, else ``lockstep_lead`` ahead."""
+        if not self._lockstep.active:
+            return
+        with self._lock:
+            until = self._hold_ns if self._hold_ns is not None else \
+                self._taken_ns + self._lead_ns
+            if self._announced_ns is not None and self._hold_ns is None and \
+                    0 <= until - self._announced_ns < self._lead_ns // 4:
+                return   # announce every quarter lead, not every pose
+            self._announced_ns = until
+        self._lockstep.hold(until)
+
+    # -- refits ----------------------------------------------------------------------------
+    def _work(self) -> None:
+        """Worker thread: run the due refits in their order."""
+        while not self._stop.is_set():
+            if not self._wake.wait(0.1):
+                continue
+            self._wake.clear()
+            while self.engine.snapshots and not self._stop.is_set():
+                decision = self.engine.refit()
+                self.log.record(decision, time.monotonic())
+                if decision.warn:
+                    self.warnings.warn('refit', self.log.last['status'])
+                if decision.accepted:
+                    self._publish()
+                self.publish_diagnostics()
+            with self._lock:
+                self._hold_ns = None if not self.engine.snapshots else self._hold_ns
+                self._announced_ns = None
+            self._announce()
+
+    # -- outputs ---------------------------------------------------------------------------
+    def _publish(self) -> None:
+        """Publish the object in use: URDF and named parameters."""
+        best = self.engine.current
+        model, contact = (best.fit.model, best.fit.contact) if best is not None else \
+            (self.spec.model, self.spec.contact)
+        try:
+            self.description_pub.publish(String(data=object_to_urdf(model, contact)))
+        except ValueError as error:
+            self.warnings.warn('robot_description', f'not published: {error}')
+        self.parameters_pub.publish(String(data=json.dumps(parameters_message(
+            best, self.log.heldout_loss, self.get_clock().now().nanoseconds * 1e-9,
+            self.engine.counts['accepted']))))
+
+    def publish_diagnostics(self) -> None:
+        """Publish one status: pose refusals, tosses, refits."""
+        now = self.get_clock().now()
+        warn, message = self.log.last['warn'], self.log.last['status']
+        refused = self.gate.status(now.nanoseconds)
+        if refused:
+            warn, message = True, f'{message}; {refused}'
+        counts = self.engine.counts
+        values = {**self.gate.values(), **{f'toss/{k}': v for k, v in
+                                           self.segmenter.counts.items()},
+                  'window_tosses': len(self.engine.tosses),
+                  'refits_due': len(self.engine.snapshots),
+                  **{f'refits/{k}': v for k, v in counts.items()}, **self.log.values()}
+        level = DiagnosticStatus.WARN if warn else DiagnosticStatus.OK
+        self.diagnostics_pub.publish(diagnostics_msg(
+            now.to_msg(), f'{self.get_name()}: object identification', self.spec.name, level,
+            message, values))
+
+    def destroy_node(self) -> None:
+        """Stop the worker, then destroy the node."""
+        self._stop.set()
+        self._wake.set()
+        self.engine.close()
+        self._worker.join(timeout=30.0)
+        super().destroy_node()
+
+
+def main(args=None) -> None:
+    """Run the node (``ros2 run diffsim_ros object_identifier``)."""
+    run_node(ObjectIdentifier, args)
+
+
+if __name__ == '__main__':
+    main()
