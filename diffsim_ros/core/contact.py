@@ -518,7 +518,8 @@ def contact_rows(frame: ContactFrame) -> Tensor:
     return J.reshape(J.shape[:-3] + (-1, J.shape[-1]))
 
 
-def _complementarity(model, q, v, tau, dt, contact, frame, tol, max_iter, regularization):
+def _complementarity(model, q, v, tau, dt, contact, frame, tol, max_iter, regularization,
+                     backend):
     L, v_free = free_velocity(model, q, v, tau, dt)
     J = contact_rows(frame)
     MinvJt = torch.cholesky_solve(J.mT, L)
@@ -537,12 +538,12 @@ def _complementarity(model, q, v, tau, dt, contact, frame, tol, max_iter, regula
                           torch.zeros_like(bounce)), -1)
     b = (b + offset).reshape(b.shape[:-2] + (3 * nc,))
     mu = contact.friction.unsqueeze(-1) * torch.ones_like(frame.phi)  # particles x states
-    lam = solve_contact_impulses(A, b, mu, tol, max_iter)
+    lam = solve_contact_impulses(A, b, mu, tol, max_iter, backend)
     v_next = v_free + (MinvJt @ lam.unsqueeze(-1)).squeeze(-1)
     return v_next, lam.reshape(lam.shape[:-1] + (nc, 3))
 
 
-def _compliant(model, q, v, tau, dt, contact, frame, tol, max_iter, regularization):
+def _compliant(model, q, v, tau, dt, contact, frame, tol, max_iter, regularization, backend):
     force = compliant_contact_force(frame, v, contact)
     J = contact_rows(frame)
     tau_contact = (J.mT @ force.reshape(force.shape[:-2] + (-1, 1))).squeeze(-1)
@@ -556,7 +557,8 @@ CONTACT_METHODS = {'complementarity': _complementarity, 'compliant': _compliant}
 
 def contact_step(model: RobotModel, q: Tensor, v: Tensor, tau: Tensor, dt: float,
                  contact: ContactModel, method: str = 'complementarity', tol: float = 1e-10,
-                 max_iter: int = 1000, regularization: float = 1e-8) -> ContactStep:
+                 max_iter: int = 1000, regularization: float = 1e-8,
+                 backend: Optional[str] = None) -> ContactStep:
     """
     Advance one semi-implicit time step with contact.
 
@@ -579,9 +581,14 @@ def contact_step(model: RobotModel, q: Tensor, v: Tensor, tau: Tensor, dt: float
     :param tol: solver tolerance in velocity units (complementarity).
     :param max_iter: solver APGD iteration cap (complementarity).
     :param regularization: compliance added to the Delassus diagonal, relative to its mean.
+    :param backend: the complementarity solver's path, ``'auto'`` (the C++ kernels of
+        :mod:`~diffsim_ros.core.native_contact` on CPU float32/float64, else torch),
+        ``'native'`` or ``'torch'``; None: :func:`~diffsim_ros.core.get_backend` (rules of
+        :mod:`~diffsim_ros.core.dispatch`). ``crba``/``rnea`` inside take their own default.
     :return: the :class:`ContactStep`.
     :raises ValueError: for a floating base whose quaternion is not unit (or a non-finite
         configuration), from :func:`~diffsim_ros.core.configuration.check_configuration`.
+    :raises BackendError: when ``backend='native'`` and the solver kernels cannot run.
     """
     if method not in CONTACT_METHODS:
         raise ValueError(f'unknown contact method {method!r}; valid methods: '
@@ -592,6 +599,6 @@ def contact_step(model: RobotModel, q: Tensor, v: Tensor, tau: Tensor, dt: float
         check_configuration(model, q)
     frame = contact_kinematics(model, q, contact)
     v_next, impulses = CONTACT_METHODS[method](model, q, v, tau, dt, contact, frame, tol,
-                                               max_iter, regularization)
+                                               max_iter, regularization, backend)
     q_next, v_next = semi_implicit_update(model, q, v_next, dt)
     return ContactStep(q_next, v_next, impulses, frame)
