@@ -197,7 +197,7 @@ def test_solver_gradcheck_on_random_cone_problems():
                           reference, rtol=0, atol=TOL)
 
 
-def test_float32_runs_native_and_agrees_with_float64():
+def test_float32_step_agrees_with_float64():
     model, contact = cube(mu=0.3)
     q, v = _near_ground(model, contact, 4, seed=2)
     reference = contact_step(model, q, v, torch.zeros_like(v), DT, contact, backend='native')
@@ -235,8 +235,9 @@ def test_backend_choice_follows_dispatch(monkeypatch):
     q, v = _near_ground(model, contact, 2, seed=1)
     tau = torch.zeros_like(v)
     calls = []
-    real = native_contact.solve
-    monkeypatch.setattr(native_contact, 'solve', lambda *a: calls.append(1) or real(*a))
+    for name in ('solve', 'free_body_step'):  # the solver kernel, the step kernel
+        monkeypatch.setattr(native_contact, name, lambda *a, real=getattr(
+            native_contact, name): calls.append(1) or real(*a))
     contact_step(model, q, v, tau, DT, contact)  # auto: the kernels
     assert calls == [1]
     try:
@@ -271,3 +272,93 @@ def test_forced_native_that_cannot_run_raises_and_auto_falls_back(monkeypatch):
     assert 'float16' in native_contact.kernels_for(half)[1]
     with pytest.raises(ValueError, match='valid'):
         contact_step(model, q, v, tau, DT, contact, backend='fast')
+
+
+def _shapes_on_one_body():
+    from contact_bodies import free_body
+    from diffsim_ros.core import ContactModel
+    from diffsim_ros.core.contact import box_vertices
+    model = free_body(1.0, (0.01, 0.02, 0.03))
+    contact = ContactModel.create(
+        friction=0.5, restitution=0.2, ground_height=0.01, ground_tilt=(0.1, -0.05),
+        vertex_links=('body',), vertices=(box_vertices((0.1, 0.2, 0.05)),),
+        sphere_links=('body',), sphere_centers=[[0.1, 0.0, -0.1]], sphere_radii=[0.03],
+        capsule_links=('body',), capsule_ends=[[[0.0, -0.1, -0.05], [0.05, 0.1, -0.1]]],
+        capsule_radii=[0.02])
+    return model, contact
+
+
+STEP_CASES = {
+    'cubes': lambda: cube(mu=0.3, restitution=0.2, ground_height=0.01,
+                          ground_tilt=(0.1, -0.05)),
+    'spheres': lambda: sphere(mu=0.3),
+    'vertices_sphere_capsule': _shapes_on_one_body,
+}
+
+
+@pytest.mark.parametrize('method', ['complementarity', 'compliant'])
+@pytest.mark.parametrize('case', sorted(STEP_CASES))
+def test_free_body_step_kernel_equals_torch(case, method, monkeypatch):
+    # Without gradients a free body's whole step runs in the kernel: next state, impulses
+    # and every field of the contact frame as the torch code computes them.
+    model, contact = STEP_CASES[case]()
+    q, v = _near_ground(model, contact, 8, seed=17, lift=0.0)
+    q[0, 2] -= 2e-3  # one body starts in penetration (the compliant force acts)
+    q[1, 2] += 1.0  # one far above the ground
+    tau = torch.randn(v.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    calls = []
+    real = native_contact.free_body_step
+    monkeypatch.setattr(native_contact, 'free_body_step',
+                        lambda *a: calls.append(1) or real(*a))
+    reference = contact_step(model, q, v, tau, DT, contact, method=method, backend='torch')
+    result = contact_step(model, q, v, tau, DT, contact, method=method)
+    assert calls == [1]
+    _assert_same((reference.q, reference.v, reference.impulses) + tuple(reference.frame),
+                 (result.q, result.v, result.impulses) + tuple(result.frame))
+    assert float(result.impulses[1].abs().max()) == 0.0
+
+
+def test_free_body_step_kernel_on_flat_cubes_and_particles():
+    side = 0.1048
+    model, contact = cube(side=side, mu=0.3)
+    q, v = _flat(model, contact, [0.0, 0.002, 0.7, 1.5], side)
+    # three friction particles against the four states: (3, 1) x (4,) -> (3, 4)
+    contact = replace(contact, friction=torch.tensor([[0.1], [0.3], [0.9]],
+                                                     dtype=torch.float64))
+    tau = torch.zeros_like(v)
+    reference = contact_step(model, q, v, tau, DT, contact, backend='torch')
+    result = contact_step(model, q, v, tau, DT, contact)
+    assert result.v.shape == (3, 4, 6)
+    _assert_same((reference.q, reference.v, reference.impulses),
+                 (result.q, result.v, result.impulses))
+
+
+def test_unbatched_and_float32_free_body_steps():
+    model, contact = cube(mu=0.3)
+    q, v = _near_ground(model, contact, 1, seed=6)
+    tau = torch.zeros(6, dtype=torch.float64)
+    reference = contact_step(model, q[0], v[0], tau, DT, contact, backend='torch')
+    result = contact_step(model, q[0], v[0], tau, DT, contact)
+    assert result.q.shape == (7,) and result.impulses.shape == (8, 3)
+    _assert_same((reference.q, reference.v, reference.impulses),
+                 (result.q, result.v, result.impulses))
+    contact32 = replace(contact, **{n: getattr(contact, n).float() for n in (
+        'friction', 'restitution', 'stiffness', 'damping', 'slip_velocity', 'ground_height',
+        'ground_tilt')}, vertices=tuple(x.float() for x in contact.vertices))
+    out = contact_step(model.to(torch.float32), q[0].float(), v[0].float(), tau.float(), DT,
+                       contact32, tol=1e-6)
+    assert out.v.dtype == torch.float32
+    assert torch.allclose(out.v.double(), result.v, rtol=0, atol=1e-4)
+
+
+def test_trees_and_gradients_take_the_torch_step_with_the_solver_kernel():
+    from test_contact import _mixed_contact
+    model, contact = cube(mu=0.3)
+    q, v = _near_ground(model, contact, 2, seed=1)
+    reason = native_contact.free_body_reason
+    assert reason(model, contact, 'complementarity', (q, v)) is None
+    assert 'gradient' in reason(model, contact, 'complementarity',
+                                (q.clone().requires_grad_(True), v))
+    assert 'pairs' in reason(two_link(), _mixed_contact(), 'complementarity', (q, v))
+    assert 'single free bodies' in reason(two_link(), replace(_mixed_contact(), pairs=()),
+                                          'complementarity', (q, v))

@@ -32,9 +32,10 @@ from typing import Dict, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
+from . import native_contact
 from .configuration import check_configuration, momentum_hold, semi_implicit_update
 from .contact_solver import solve_contact_impulses
-from .dispatch import crba, rnea
+from .dispatch import _choice, crba, rnea
 from .errors import check_trailing_shape, ShapeError
 from .kinematics import forward_kinematics, jacobian
 from .model import RobotModel
@@ -597,6 +598,15 @@ def contact_step(model: RobotModel, q: Tensor, v: Tensor, tau: Tensor, dt: float
     check_trailing_shape('tau', tau, (model.nv,))
     if model.floating_base:
         check_configuration(model, q)
+    if _choice(backend, 'contact_step') != 'torch':
+        # free bodies without gradients: the whole step in the kernel; else the torch code
+        # below, whose cone solve takes the solver kernel
+        ext, reason = native_contact.extension()
+        if ext is not None and native_contact.free_body_reason(model, contact, method,
+                                                               (q, v, tau)) is None:
+            q_next, v_next, impulses, frame = native_contact.free_body_step(
+                ext, model, q, v, tau, dt, contact, method, tol, max_iter, regularization)
+            return ContactStep(q_next, v_next, impulses, ContactFrame(*frame))
     frame = contact_kinematics(model, q, contact)
     v_next, impulses = CONTACT_METHODS[method](model, q, v, tau, dt, contact, frame, tol,
                                                max_iter, regularization, backend)

@@ -25,12 +25,17 @@ import logging
 from pathlib import Path
 import shutil
 import threading
-from typing import Optional, Tuple
+from typing import Optional, Tuple, TYPE_CHECKING
+import weakref
 
 import torch
 
 from . import native
+from .model import RobotModel
 from .native_build import compiler, load_cached
+
+if TYPE_CHECKING:  # contact imports this module
+    from .contact import ContactModel
 
 Tensor = torch.Tensor
 
@@ -151,3 +156,133 @@ def solve(ext: object, A: Tensor, b: Tensor, mu: Tensor, tol: float, max_iter: i
                                       b.reshape(-1, m).contiguous(),
                                       mu.reshape(-1, m // 3).contiguous(), tol, max_iter)
     return lam.reshape(b.shape)
+
+
+_free_bodies = weakref.WeakKeyDictionary()
+_PARAMETERS = ('friction', 'restitution', 'ground_height', 'ground_tilt', 'stiffness',
+               'damping', 'slip_velocity')
+
+
+def _free_body_model_reason(model: RobotModel) -> Optional[str]:
+    """Say why a model is not one free rigid body the step kernel runs (None when it is)."""
+    if not model.floating_base or model.njoints != 1:
+        return 'the step kernel runs single free bodies (one floating link)'
+    stamp = tuple((id(t), t._version) for t in (model.origin_xyz, model.origin_rpy))
+    hit = _free_bodies.get(model)
+    if hit is None or hit[0] != stamp:
+        identity = torch.eye(4, dtype=model.dtype, device=model.device)
+        placed = model.joint_origins()[..., 0, :, :]
+        offset = model.tree.T_body_link[model.link_index(model.tree.body_links[0])]
+        reason = None
+        if not (torch.equal(placed, identity.expand_as(placed))
+                and torch.equal(offset.to(identity), identity)):
+            reason = 'the step kernel runs free bodies whose root joint has no origin offset'
+        hit = (stamp, reason)
+        _free_bodies[model] = hit
+    return hit[1]
+
+
+def free_body_reason(model: RobotModel, contact: 'ContactModel', method: str,
+                     tensors: Tuple[Tensor, ...]) -> Optional[str]:
+    """
+    Say why :func:`free_body_step` cannot run a step, or None when it can.
+
+    It runs the steps that ask for no gradient of single free bodies (``nq = 7``,
+    ``nv = 6``) whose contact shapes (vertices, spheres, capsules) lie on that body, against
+    the ground, with no body-body pairs, on CPU float32/float64 tensors.
+
+    :param model: the robot.
+    :param contact: the contact model.
+    :param method: ``'complementarity'`` or ``'compliant'``.
+    :param tensors: the state tensors ``(q, v, tau)``.
+    :return: the reason, or None.
+    """
+    if method not in ('complementarity', 'compliant'):
+        return f'no step kernel for method {method!r}'
+    if not contact.ground or contact.pairs:
+        return 'the step kernel runs ground contact alone (no pairs)'
+    reason = _free_body_model_reason(model)
+    if reason:
+        return reason
+    if any(link != model.tree.body_links[0] for link in contact.links):
+        return 'the step kernel runs shapes on the free body itself'
+    params = (model.inertial, model.armature, model.gravity) + tuple(
+        getattr(contact, name) for name in _PARAMETERS) + contact.vertices + tuple(
+        x for x in (contact.sphere_centers, contact.sphere_radii, contact.capsule_ends,
+                    contact.capsule_radii) if x is not None)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors + params):
+        return 'a gradient is asked for (the step kernel has none; the solver kernel runs)'
+    dtype = tensors[0].dtype
+    if any(t.device.type != 'cpu' or t.dtype != dtype for t in tensors + params):
+        return 'the step kernel runs CPU tensors of one dtype'
+    return None
+
+
+def _points(contact: 'ContactModel') -> Tuple[Tensor, Tensor]:
+    """Return the contact points ``(..., K, 3)`` on the body and radii ``(..., K)``."""
+    points, radii = [], []
+    for verts in contact.vertices:
+        points.append(verts)
+        radii.append(torch.zeros_like(verts[..., 0]))
+    if contact.sphere_links:
+        points.append(contact.sphere_centers)
+        radii.append(contact.sphere_radii)
+    if contact.capsule_links:
+        points.append(contact.capsule_ends.flatten(-3, -2))
+        radii.append(contact.capsule_radii.repeat_interleave(2, dim=-1))
+    if len(points) == 1:
+        return points[0], radii[0]
+    batch = torch.broadcast_shapes(*[p.shape[:-2] for p in points])
+    return (torch.cat([p.expand(batch + p.shape[-2:]) for p in points], -2),
+            torch.cat([r.expand(batch + r.shape[-1:]) for r in radii], -1))
+
+
+def _row(value: Tensor, trailing: int, batch: torch.Size) -> Tensor:
+    """A parameter as the kernel reads it: as it is when shared, else one row per sample."""
+    if value.dim() == trailing:
+        return value.contiguous()
+    return value.expand(batch + value.shape[value.dim() - trailing:]).contiguous()
+
+
+def free_body_step(ext: object, model: RobotModel, q: Tensor, v: Tensor, tau: Tensor,
+                   dt: float, contact: 'ContactModel', method: str, tol: float,
+                   max_iter: int, regularization: float):
+    """
+    Run :func:`~diffsim_ros.core.contact_step` of free bodies in the step kernel.
+
+    Call it where :func:`free_body_reason` is None.  Contact kinematics, ``M`` and ``h``,
+    the free velocity, the Delassus matrix, the cone solve (or the compliant forces) and the
+    configuration update per sample in C++, the arithmetic of the torch code.
+
+    :param ext: the extension.
+    :param model: a single free body.
+    :param q: ``(..., 7)``.
+    :param v: ``(..., 6)``.
+    :param tau: ``(..., 6)``.
+    :param dt: time step [s].
+    :param contact: contact model.
+    :param method: ``'complementarity'`` or ``'compliant'``.
+    :param tol: solver tolerance.
+    :param max_iter: APGD iteration cap.
+    :param regularization: relative Delassus regularization.
+    :return: ``(q', v', impulses, (phi, normal, tangents, point, J_n, J_t))``.
+    :raises ValueError: when the mass matrix of a sample is not positive definite.
+    """
+    points, radii = _points(contact)
+    params = (model.inertial[..., 0, :], model.armature, model.gravity, points, radii) + tuple(
+        getattr(contact, name) for name in _PARAMETERS)
+    trailing = (1, 1, 1, 2, 1, 0, 0, 0, 1, 0, 0, 0)
+    batch = torch.broadcast_shapes(q.shape[:-1], v.shape[:-1], tau.shape[:-1], *[
+        p.shape[:p.dim() - t] for p, t in zip(params, trailing)])
+    state = [x.expand(batch + x.shape[-1:]).reshape(-1, x.shape[-1]).contiguous()
+             for x in (q, v, tau)]
+    rows = [_row(p, t, batch) for p, t in zip(params, trailing)]
+    out = ext.free_body_step(*state, *rows, float(dt), float(tol), int(max_iter),
+                             float(regularization), 0 if method == 'complementarity' else 1)
+    if not bool(out[-1].all()):
+        raise ValueError('contact_step: the mass matrix of a free body is not positive '
+                         'definite')
+    K = radii.shape[-1]
+    shapes = ((7,), (6,), (K, 3), (K,), (K, 3), (K, 2, 3), (K, 3), (K, 6), (K, 2, 6))
+    q_next, v_next, impulses, *frame = (x.reshape(batch + s) for x, s in zip(out, shapes))
+    return q_next, v_next, impulses, tuple(frame)

@@ -404,6 +404,367 @@ std::vector<torch::Tensor> cone_backward(const torch::Tensor& A, const torch::Te
   return {grad_A, grad_b, grad_mu};
 }
 
+// ---------------------------------------------------------------------------------------
+// The whole step of free rigid bodies against the half-space ground (no gradients)
+// ---------------------------------------------------------------------------------------
+
+// A parameter given with one row shared by the batch (stride 0) or one row per sample.
+template <typename T>
+struct Param {
+  const T* data;
+  int64_t stride;
+  const T* at(int64_t i) const { return data + i * stride; }
+};
+
+template <typename T>
+Param<T> param(const torch::Tensor& x, int64_t batch, int64_t row, const char* name) {
+  TORCH_CHECK(x.is_contiguous(), name, " must be contiguous");
+  TORCH_CHECK(x.numel() == row || x.numel() == batch * row, name, " must hold ", row,
+              " or ", batch, " x ", row, " values, got ", x.numel());
+  return {x.data_ptr<T>(), x.numel() == row ? 0 : row};
+}
+
+template <typename T>
+void cross(const T* a, const T* b, T* out) {
+  out[0] = a[1] * b[2] - a[2] * b[1];
+  out[1] = a[2] * b[0] - a[0] * b[2];
+  out[2] = a[0] * b[1] - a[1] * b[0];
+}
+
+// quat_rotate of spatial.py: v + w t + u x t, t = 2 u x v (u, w the quaternion's parts).
+template <typename T>
+void quat_rotate(const T* quat, const T* v, T* out) {
+  T t[3], ut[3];
+  cross(quat, v, t);
+  for (int k = 0; k < 3; ++k) t[k] *= 2;
+  cross(quat, t, ut);
+  for (int k = 0; k < 3; ++k) out[k] = v[k] + quat[3] * t[k] + ut[k];
+}
+
+// quat_exp of spatial.py (its series below theta^2 = 1e-4).
+template <typename T>
+void quat_exp(const T* w, T* out) {
+  const T theta_sq = w[0] * w[0] + w[1] * w[1] + w[2] * w[2];
+  T sinc, c;
+  if (theta_sq < T(1e-4)) {
+    sinc = T(0.5) - theta_sq / T(48) + theta_sq * theta_sq / T(3840);
+    c = T(1) - theta_sq / T(8) + theta_sq * theta_sq / T(384);
+  } else {
+    const T theta = std::sqrt(theta_sq);
+    sinc = std::sin(T(0.5) * theta) / theta;
+    c = std::cos(T(0.5) * theta);
+  }
+  out[0] = sinc * w[0], out[1] = sinc * w[1], out[2] = sinc * w[2], out[3] = c;
+}
+
+// Cholesky factor (lower, in place) of a 6 x 6 SPD matrix; false when not positive definite.
+template <typename T>
+bool cholesky6(T* M) {
+  for (int j = 0; j < 6; ++j) {
+    T d = M[j * 6 + j];
+    for (int k = 0; k < j; ++k) d -= M[j * 6 + k] * M[j * 6 + k];
+    if (!(d > 0)) return false;
+    d = std::sqrt(d);
+    M[j * 6 + j] = d;
+    for (int i = j + 1; i < 6; ++i) {
+      T s = M[i * 6 + j];
+      for (int k = 0; k < j; ++k) s -= M[i * 6 + k] * M[j * 6 + k];
+      M[i * 6 + j] = s / d;
+    }
+  }
+  return true;
+}
+
+template <typename T>
+void cholesky6_solve(const T* L, T* x) {
+  for (int i = 0; i < 6; ++i) {
+    for (int k = 0; k < i; ++k) x[i] -= L[i * 6 + k] * x[k];
+    x[i] /= L[i * 6 + i];
+  }
+  for (int i = 5; i >= 0; --i) {
+    for (int k = i + 1; k < 6; ++k) x[i] -= L[k * 6 + i] * x[k];
+    x[i] /= L[i * 6 + i];
+  }
+}
+
+
+// One contact step of B free bodies (q (B, 7) = [p, quat x y z w], v (B, 6) = [linear,
+// angular] in body axes) with K contact points (vertices: radius 0; sphere centres) in the
+// body frame against the ground, the same arithmetic as contact.contact_step's torch code:
+// contact_kinematics, free_velocity, then _complementarity (method 0) or _compliant (1),
+// then configuration.semi_implicit_update.  Sets ok[i] = 0 where M is not positive definite.
+std::vector<torch::Tensor> free_body_step(
+    const torch::Tensor& q, const torch::Tensor& v, const torch::Tensor& tau,
+    const torch::Tensor& inertial, const torch::Tensor& armature, const torch::Tensor& gravity,
+    const torch::Tensor& points, const torch::Tensor& radii, const torch::Tensor& friction,
+    const torch::Tensor& restitution, const torch::Tensor& ground_height,
+    const torch::Tensor& ground_tilt, const torch::Tensor& stiffness,
+    const torch::Tensor& damping, const torch::Tensor& slip_velocity, double dt_, double tol_,
+    int64_t max_iter, double regularization_, int64_t method) {
+  TORCH_CHECK(q.dim() == 2 && q.size(1) == 7 && q.is_contiguous(), "q must be (B, 7)");
+  const int64_t B = q.size(0);
+  TORCH_CHECK(v.is_contiguous() && v.numel() == 6 * B, "v must be (B, 6)");
+  TORCH_CHECK(tau.is_contiguous() && tau.numel() == 6 * B, "tau must be (B, 6)");
+  TORCH_CHECK(radii.dim() >= 1, "radii must be (..., K)");
+  const int64_t K = radii.size(-1), m = 3 * K;
+  TORCH_CHECK(K > 0, "no contact points");
+  auto opts = q.options();
+  auto q_next = torch::empty({B, 7}, opts), v_next = torch::empty({B, 6}, opts);
+  auto impulses = torch::empty({B, K, 3}, opts), phi_out = torch::empty({B, K}, opts);
+  auto normal_out = torch::empty({B, K, 3}, opts);
+  auto tangents_out = torch::empty({B, K, 2, 3}, opts);
+  auto point_out = torch::empty({B, K, 3}, opts);
+  auto Jn_out = torch::empty({B, K, 6}, opts), Jt_out = torch::empty({B, K, 2, 6}, opts);
+  auto ok = torch::ones({B}, q.options().dtype(torch::kInt64));
+  AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "free_body_step", [&] {
+    using T = scalar_t;
+    const T dt = static_cast<T>(dt_), tol = static_cast<T>(tol_);
+    const T regularization = static_cast<T>(regularization_);
+    const auto P_inertial = param<T>(inertial, B, 10, "inertial");
+    const auto P_armature = param<T>(armature, B, 6, "armature");
+    const auto P_gravity = param<T>(gravity, B, 3, "gravity");
+    const auto P_points = param<T>(points, B, 3 * K, "points");
+    const auto P_radii = param<T>(radii, B, K, "radii");
+    const auto P_mu = param<T>(friction, B, 1, "friction");
+    const auto P_e = param<T>(restitution, B, 1, "restitution");
+    const auto P_h = param<T>(ground_height, B, 1, "ground_height");
+    const auto P_tilt = param<T>(ground_tilt, B, 2, "ground_tilt");
+    const auto P_k = param<T>(stiffness, B, 1, "stiffness");
+    const auto P_c = param<T>(damping, B, 1, "damping");
+    const auto P_vs = param<T>(slip_velocity, B, 1, "slip_velocity");
+    const T* pq = q.data_ptr<T>();
+    const T* pv = v.data_ptr<T>();
+    const T* ptau = tau.data_ptr<T>();
+    T* oq = q_next.data_ptr<T>();
+    T* ov = v_next.data_ptr<T>();
+    T* oimp = impulses.data_ptr<T>();
+    T* ophi = phi_out.data_ptr<T>();
+    T* on = normal_out.data_ptr<T>();
+    T* ot = tangents_out.data_ptr<T>();
+    T* opt = point_out.data_ptr<T>();
+    T* oJn = Jn_out.data_ptr<T>();
+    T* oJt = Jt_out.data_ptr<T>();
+    int64_t* pok = ok.data_ptr<int64_t>();
+    for_samples(B, method == 0 ? m : 3, [&](int64_t s) {
+      const T* qs = pq + 7 * s;
+      const T* vs = pv + 6 * s;
+      const T* quat = qs + 3;
+      // contact_kinematics: the body pose (quat_to_matrix), the ground frame, the points.
+      T R[9];
+      {
+        const T x = quat[0], y = quat[1], z = quat[2], w = quat[3];
+        const T sc = T(2) / (x * x + y * y + z * z + w * w);
+        const T xx = sc * x * x, yy = sc * y * y, zz = sc * z * z;
+        const T xy = sc * x * y, xz = sc * x * z, yz = sc * y * z;
+        const T wx = sc * w * x, wy = sc * w * y, wz = sc * w * z;
+        const T rows[9] = {T(1) - yy - zz, xy - wz, xz + wy, xy + wz, T(1) - xx - zz,
+                           yz - wx, xz - wy, yz + wx, T(1) - xx - yy};
+        std::copy(rows, rows + 9, R);
+      }
+      T G[9];  // ground_frame(tilt): columns tangent 1, tangent 2, normal
+      {
+        const T* tilt = P_tilt.at(s);
+        const T ca = std::cos(tilt[0]), sa = std::sin(tilt[0]);
+        const T cb = std::cos(tilt[1]), sb = std::sin(tilt[1]);
+        const T rows[9] = {cb, T(0), sb, sa * sb, ca, -sa * cb, -ca * sb, sa, ca * cb};
+        std::copy(rows, rows + 9, G);
+      }
+      const T n[3] = {G[2], G[5], G[8]};
+      const T t1[3] = {G[0], G[3], G[6]};
+      const T t2[3] = {G[1], G[4], G[7]};
+      const T height = P_h.at(s)[0];
+      const T* local = P_points.at(s);
+      const T* radius = P_radii.at(s);
+      // body-axes normal and tangents: J rows are [d_b, r x d_b] for body-axes direction d_b
+      T dirs_b[9];
+      const T* dirs[3] = {n, t1, t2};
+      for (int d = 0; d < 3; ++d) {
+        for (int a = 0; a < 3; ++a) {
+          dirs_b[3 * d + a] = R[a] * dirs[d][0] + R[3 + a] * dirs[d][1] + R[6 + a] * dirs[d][2];
+        }
+      }
+      std::vector<T> J(m * 6), phi(K);
+      for (int64_t c = 0; c < K; ++c) {
+        const T* r0 = local + 3 * c;
+        T world[3], r[3];
+        for (int a = 0; a < 3; ++a) {
+          world[a] = R[3 * a] * r0[0] + R[3 * a + 1] * r0[1] + R[3 * a + 2] * r0[2] + qs[a];
+        }
+        T ph = world[0] * n[0] + world[1] * n[1] + world[2] * n[2] - height;
+        const T rad = radius[c];
+        if (rad != 0) {
+          ph -= rad;
+          for (int a = 0; a < 3; ++a) world[a] -= rad * n[a];
+        }
+        // the contact point relative to the body origin, in body axes
+        for (int a = 0; a < 3; ++a) {
+          r[a] = R[a] * (world[0] - qs[0]) + R[3 + a] * (world[1] - qs[1]) +
+                 R[6 + a] * (world[2] - qs[2]);
+        }
+        phi[c] = ph;
+        ophi[s * K + c] = ph;
+        for (int a = 0; a < 3; ++a) {
+          opt[(s * K + c) * 3 + a] = world[a];
+          on[(s * K + c) * 3 + a] = n[a];
+          ot[(s * K + c) * 6 + a] = t1[a];
+          ot[(s * K + c) * 6 + 3 + a] = t2[a];
+        }
+        for (int d = 0; d < 3; ++d) {
+          T* row = J.data() + (3 * c + d) * 6;
+          std::copy(dirs_b + 3 * d, dirs_b + 3 * d + 3, row);
+          cross(r, dirs_b + 3 * d, row + 3);
+          T* out = d == 0 ? oJn + (s * K + c) * 6 : oJt + (s * K + c) * 12 + (d - 1) * 6;
+          std::copy(row, row + 6, out);
+        }
+      }
+      // free_velocity: M (crba) and h = rnea(q, v, 0) of one free body, [linear; angular].
+      const T* pi = P_inertial.at(s);
+      const T* arm = P_armature.at(s);
+      const T mass = pi[0];
+      const T mc[3] = {pi[1], pi[2], pi[3]};
+      const T I[9] = {pi[4], pi[5], pi[6], pi[5], pi[7], pi[8], pi[6], pi[8], pi[9]};
+      T M[36];
+      std::fill(M, M + 36, T(0));
+      for (int a = 0; a < 3; ++a) {
+        M[a * 6 + a] = mass;
+        for (int b = 0; b < 3; ++b) M[(3 + a) * 6 + 3 + b] = I[3 * a + b];
+      }
+      const T skew[9] = {0, -mc[2], mc[1], mc[2], 0, -mc[0], -mc[1], mc[0], 0};
+      for (int a = 0; a < 3; ++a) {
+        for (int b = 0; b < 3; ++b) {
+          M[(3 + a) * 6 + b] = skew[3 * a + b];   // [m c]x
+          M[a * 6 + 3 + b] = -skew[3 * a + b];    // -[m c]x
+        }
+      }
+      for (int a = 0; a < 6; ++a) M[a * 6 + a] += arm[a];
+      const T* lin = vs;
+      const T* ang = vs + 3;
+      T p_lin[3], L[3], wxc[3], cxv[3], g_b[3];
+      cross(ang, mc, wxc);
+      cross(mc, lin, cxv);
+      for (int a = 0; a < 3; ++a) {
+        p_lin[a] = mass * lin[a] + wxc[a];
+        L[a] = cxv[a] + I[3 * a] * ang[0] + I[3 * a + 1] * ang[1] + I[3 * a + 2] * ang[2];
+      }
+      const T* grav = P_gravity.at(s);
+      for (int a = 0; a < 3; ++a) g_b[a] = R[a] * grav[0] + R[3 + a] * grav[1] + R[6 + a] * grav[2];
+      T wxp[3], wxL[3], vxp[3], cxg[3];
+      cross(ang, p_lin, wxp);
+      cross(ang, L, wxL);
+      cross(lin, p_lin, vxp);
+      cross(mc, g_b, cxg);
+      T h[6];
+      for (int a = 0; a < 3; ++a) {
+        h[a] = wxp[a] - mass * g_b[a];
+        h[3 + a] = wxL[a] + vxp[a] - cxg[a];
+      }
+      if (!cholesky6(M)) {
+        pok[s] = 0;
+        return;
+      }
+      const T* ts = ptau + 6 * s;
+      T acc[6];
+      if (method == 1) {
+        // _compliant: forces of compliant_contact_force added to tau
+        const T k = P_k.at(s)[0], damp = P_c.at(s)[0], vsl = P_vs.at(s)[0];
+        const T mu = P_mu.at(s)[0];
+        for (int a = 0; a < 6; ++a) acc[a] = ts[a] - h[a];
+        for (int64_t c = 0; c < K; ++c) {
+          T vel[3];
+          for (int d = 0; d < 3; ++d) {
+            const T* row = J.data() + (3 * c + d) * 6;
+            T x = 0;
+            for (int a = 0; a < 6; ++a) x += row[a] * vs[a];
+            vel[d] = x;
+          }
+          const T depth = std::max(-phi[c], T(0));
+          const T f_n = depth > 0 ? std::max(k * depth - damp * vel[0], T(0)) : T(0);
+          const T speed = std::sqrt(vel[1] * vel[1] + vel[2] * vel[2] + vsl * vsl);
+          const T f[3] = {f_n, -(mu * f_n / speed) * vel[1], -(mu * f_n / speed) * vel[2]};
+          for (int d = 0; d < 3; ++d) {
+            oimp[(s * K + c) * 3 + d] = f[d] * dt;
+            const T* row = J.data() + (3 * c + d) * 6;
+            for (int a = 0; a < 6; ++a) acc[a] += row[a] * f[d];
+          }
+        }
+      } else {
+        for (int a = 0; a < 6; ++a) acc[a] = ts[a] - h[a];
+      }
+      cholesky6_solve(M, acc);
+      T vn[6];  // v + dt M^-1 (tau - h) + momentum_hold
+      T hold[3];
+      cross(ang, lin, hold);
+      for (int a = 0; a < 6; ++a) vn[a] = vs[a] + dt * acc[a];
+      for (int a = 0; a < 3; ++a) vn[a] += dt * hold[a];
+      if (method == 0) {
+        // _complementarity
+        std::vector<T> MinvJt(6 * m), A(m * m), b(m), mu(K), lam(m);
+        for (int64_t j = 0; j < m; ++j) {
+          T col[6];
+          std::copy(J.data() + j * 6, J.data() + j * 6 + 6, col);
+          cholesky6_solve(M, col);
+          for (int a = 0; a < 6; ++a) MinvJt[a * m + j] = col[a];
+        }
+        T diag = 0;
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t j = 0; j < m; ++j) {
+            T x = 0;
+            for (int a = 0; a < 6; ++a) x += J[i * 6 + a] * MinvJt[a * m + j];
+            A[i * m + j] = x;
+          }
+          diag += A[i * m + i];
+        }
+        diag = regularization * (diag / static_cast<T>(m));
+        for (int64_t i = 0; i < m; ++i) A[i * m + i] += diag;
+        const T e = P_e.at(s)[0];
+        for (int64_t c = 0; c < K; ++c) {
+          mu[c] = P_mu.at(s)[0];
+          T v_n = 0;
+          for (int a = 0; a < 6; ++a) v_n += J[3 * c * 6 + a] * vs[a];
+          const bool closing = phi[c] + dt * v_n <= 0;
+          const T bounce = closing ? e * std::max(-v_n, T(0)) : T(0);
+          for (int d = 0; d < 3; ++d) {
+            T x = 0;
+            for (int a = 0; a < 6; ++a) x += J[(3 * c + d) * 6 + a] * vn[a];
+            b[3 * c + d] = x + (d == 0 ? phi[c] / dt - bounce : T(0));
+          }
+        }
+        solve_sample<T>(A.data(), b.data(), mu.data(), m, tol, max_iter, lam.data());
+        for (int a = 0; a < 6; ++a) {
+          T x = 0;
+          for (int64_t j = 0; j < m; ++j) x += MinvJt[a * m + j] * lam[j];
+          vn[a] += x;
+        }
+        std::copy(lam.begin(), lam.end(), oimp + s * m);
+      }
+      // semi_implicit_update
+      T turn[4], quat_next[4], conj[4], w_dt[3], moved[3], lin_next[3];
+      for (int a = 0; a < 3; ++a) w_dt[a] = dt * vn[3 + a];
+      quat_exp(w_dt, turn);
+      {
+        T uv[3];
+        cross(quat, turn, uv);
+        for (int a = 0; a < 3; ++a) quat_next[a] = quat[3] * turn[a] + turn[3] * quat[a] + uv[a];
+        quat_next[3] = quat[3] * turn[3] -
+                       (quat[0] * turn[0] + quat[1] * turn[1] + quat[2] * turn[2]);
+        const T norm = std::sqrt(quat_next[0] * quat_next[0] + quat_next[1] * quat_next[1] +
+                                 quat_next[2] * quat_next[2] + quat_next[3] * quat_next[3]);
+        for (int a = 0; a < 4; ++a) quat_next[a] /= norm;
+      }
+      quat_rotate(quat, vn, moved);
+      conj[0] = -turn[0], conj[1] = -turn[1], conj[2] = -turn[2], conj[3] = turn[3];
+      quat_rotate(conj, vn, lin_next);
+      T* qo = oq + 7 * s;
+      T* vo = ov + 6 * s;
+      for (int a = 0; a < 3; ++a) qo[a] = qs[a] + dt * moved[a];
+      for (int a = 0; a < 4; ++a) qo[3 + a] = quat_next[a];
+      for (int a = 0; a < 3; ++a) vo[a] = lin_next[a], vo[3 + a] = vn[3 + a];
+    });
+  });
+  return {q_next, v_next, impulses, phi_out, normal_out, tangents_out, point_out, Jn_out,
+          Jt_out, ok};
+}
+
 int64_t threads_for(int64_t batch, int64_t m) { return split_for(batch, batch * m * m).threads; }
 
 }  // namespace
@@ -412,5 +773,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("cone_solve", &cone_solve, "APGD + Newton solutions of N contact cone problems");
   m.def("cone_backward", &cone_backward,
         "implicit gradients (A, b, mu) of the cone problems at their solutions");
+  m.def("free_body_step", &free_body_step,
+        "one contact step of free rigid bodies against the ground, without gradients");
   m.def("threads_for", &threads_for, "threads a call of batch problems of m rows runs on");
 }
