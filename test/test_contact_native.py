@@ -71,8 +71,8 @@ def _step_and_gradients(backend, model, template, q, v, names, inertial=True):
 
 
 def _assert_same(torch_result, native_result):
-    labels = ['q', 'v', 'impulses', 'd/dq', 'd/dv'] + [f'gradient {i}' for i in
-                                                       range(len(torch_result) - 5)]
+    labels = ['q', 'v', 'impulses', 'd/dq', 'd/dv']
+    labels += [f'gradient {i}' for i in range(len(torch_result) - 5)]
     for label, a, b in zip(labels, torch_result, native_result):
         scale = 1.0 + float(a.detach().abs().max())
         error = float((a - b).detach().abs().max())
@@ -82,13 +82,14 @@ def _assert_same(torch_result, native_result):
 
 CASES = {
     # a cube corner- or edge-down, hitting the ground, one sample without batch dims
-    'cube_single': lambda: (cube(mu=0.4), 1, 3, ('friction', 'vertices', 'ground_height',
-                                                  'ground_tilt')),
+    'cube_single': lambda: (
+        cube(mu=0.4), 1, 3, ('friction', 'vertices', 'ground_height', 'ground_tilt')),
     # spheres landing with spin: rolling and sliding contacts
-    'spheres': lambda: (sphere(mu=0.3), 6, 5, ('friction', 'sphere_radii', 'sphere_centers',
-                                               'ground_height')),
-    'cubes': lambda: (cube(mu=0.2, restitution=0.3), 8, 9, ('friction', 'restitution',
-                                                            'vertices', 'ground_height')),
+    'spheres': lambda: (
+        sphere(mu=0.3), 6, 5, ('friction', 'sphere_radii', 'sphere_centers', 'ground_height')),
+    'cubes': lambda: (
+        cube(mu=0.2, restitution=0.3), 8, 9,
+        ('friction', 'restitution', 'vertices', 'ground_height')),
 }
 
 

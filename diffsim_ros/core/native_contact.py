@@ -238,7 +238,7 @@ def _points(contact: 'ContactModel') -> Tuple[Tensor, Tensor]:
 
 
 def _row(value: Tensor, trailing: int, batch: torch.Size) -> Tensor:
-    """A parameter as the kernel reads it: as it is when shared, else one row per sample."""
+    """Return a parameter as the kernel reads it: as it is when shared, else one row a sample."""
     if value.dim() == trailing:
         return value.contiguous()
     return value.expand(batch + value.shape[value.dim() - trailing:]).contiguous()
