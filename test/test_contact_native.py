@@ -363,3 +363,24 @@ def test_trees_and_gradients_take_the_torch_step_with_the_solver_kernel():
     assert 'pairs' in reason(two_link(), _mixed_contact(), 'complementarity', (q, v))
     assert 'single free bodies' in reason(two_link(), replace(_mixed_contact(), pairs=()),
                                           'complementarity', (q, v))
+
+
+def test_step_kernel_refuses_bad_configurations_with_the_torch_errors(kernels):
+    model, contact = cube(mu=0.4)
+    q = torch.tensor([[0.0, 0.0, 0.2, 0.0, 0.0, 0.0, 1.0]] * 3, dtype=torch.float64)
+    v = torch.zeros(3, 6, dtype=torch.float64)
+    q[2, 5] = 0.1  # |quat| = 1.005 at batch index 2
+    with pytest.raises(ValueError, match=r'batch index \(2,\) has norm 1\.00498'):
+        contact_step(model, q, v, v, 1e-3, contact)
+    q[2, 5], q[1, 0] = 0.0, float('nan')
+    with pytest.raises(ValueError, match=r'non-finite configuration at batch index \(1,\)'):
+        contact_step(model, q, v, v, 1e-3, contact)
+    flat = kernels.free_body_step  # and the kernel reports a singular mass matrix
+    status = flat(q[:1], v[:1], v[:1], torch.zeros(10, dtype=torch.float64),
+                  *(torch.zeros(n, dtype=torch.float64) for n in (6, 3)),
+                  contact.vertices[0], torch.zeros(8, dtype=torch.float64),
+                  *(getattr(contact, n) for n in ('friction', 'restitution', 'ground_height',
+                                                  'ground_tilt', 'stiffness', 'damping',
+                                                  'slip_velocity')),
+                  1e-3, 1e-10, 100, 1e-8, 0, 1e-6)[1]
+    assert status == 2

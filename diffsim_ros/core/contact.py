@@ -594,19 +594,21 @@ def contact_step(model: RobotModel, q: Tensor, v: Tensor, tau: Tensor, dt: float
     if method not in CONTACT_METHODS:
         raise ValueError(f'unknown contact method {method!r}; valid methods: '
                          f'{", ".join(CONTACT_METHODS)}')
+    check_trailing_shape('q', q, (model.nq,))
     check_trailing_shape('v', v, (model.nv,))
     check_trailing_shape('tau', tau, (model.nv,))
-    if model.floating_base:
-        check_configuration(model, q)
     if _choice(backend, 'contact_step') != 'torch':
-        # free bodies without gradients: the whole step in the kernel; else the torch code
-        # below, whose cone solve takes the solver kernel
+        # free bodies without gradients: the whole step in the kernel (which checks q as
+        # check_configuration does); else the torch code below, whose cone solve takes the
+        # solver kernel
         ext, reason = native_contact.extension()
         if ext is not None and native_contact.free_body_reason(model, contact, method,
                                                                (q, v, tau)) is None:
             q_next, v_next, impulses, frame = native_contact.free_body_step(
                 ext, model, q, v, tau, dt, contact, method, tol, max_iter, regularization)
             return ContactStep(q_next, v_next, impulses, ContactFrame(*frame))
+    if model.floating_base:
+        check_configuration(model, q)
     frame = contact_kinematics(model, q, contact)
     v_next, impulses = CONTACT_METHODS[method](model, q, v, tau, dt, contact, frame, tol,
                                                max_iter, regularization, backend)

@@ -31,6 +31,7 @@ import weakref
 import torch
 
 from . import native
+from .configuration import check_configuration, QUATERNION_NORM_TOLERANCE
 from .model import RobotModel
 from .native_build import compiler, load_cached
 
@@ -266,7 +267,9 @@ def free_body_step(ext: object, model: RobotModel, q: Tensor, v: Tensor, tau: Te
     :param max_iter: APGD iteration cap.
     :param regularization: relative Delassus regularization.
     :return: ``(q', v', impulses, (phi, normal, tangents, point, J_n, J_t))``.
-    :raises ValueError: when the mass matrix of a sample is not positive definite.
+    :raises ValueError: for a non-finite configuration or a quaternion off the unit sphere
+        (the error of :func:`~diffsim_ros.core.configuration.check_configuration`, which the
+        kernel's own check calls only then), or a mass matrix not positive definite.
     """
     points, radii = _points(contact)
     params = (model.inertial[..., 0, :], model.armature, model.gravity, points, radii) + tuple(
@@ -277,9 +280,13 @@ def free_body_step(ext: object, model: RobotModel, q: Tensor, v: Tensor, tau: Te
     state = [x.expand(batch + x.shape[-1:]).reshape(-1, x.shape[-1]).contiguous()
              for x in (q, v, tau)]
     rows = [_row(p, t, batch) for p, t in zip(params, trailing)]
-    out = ext.free_body_step(*state, *rows, float(dt), float(tol), int(max_iter),
-                             float(regularization), 0 if method == 'complementarity' else 1)
-    if not bool(out[-1].all()):
+    out, status = ext.free_body_step(*state, *rows, float(dt), float(tol), int(max_iter),
+                                     float(regularization),
+                                     0 if method == 'complementarity' else 1,
+                                     QUATERNION_NORM_TOLERANCE)
+    if status == 1:
+        check_configuration(model, q)  # raises its precise error
+    if status:
         raise ValueError('contact_step: the mass matrix of a free body is not positive '
                          'definite')
     K = radii.shape[-1]

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <limits>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 namespace {
@@ -492,15 +493,18 @@ void cholesky6_solve(const T* L, T* x) {
 // angular] in body axes) with K contact points (vertices: radius 0; sphere centres) in the
 // body frame against the ground, the same arithmetic as contact.contact_step's torch code:
 // contact_kinematics, free_velocity, then _complementarity (method 0) or _compliant (1),
-// then configuration.semi_implicit_update.  Sets ok[i] = 0 where M is not positive definite.
-std::vector<torch::Tensor> free_body_step(
+// then configuration.semi_implicit_update.  Also returns a status: 0 for success, 1 when a
+// configuration is not finite or its quaternion's norm is off 1 by more than quat_tolerance
+// (configuration.check_configuration, which the caller then runs for its error), 2 when a
+// mass matrix is not positive definite.
+std::tuple<std::vector<torch::Tensor>, int64_t> free_body_step(
     const torch::Tensor& q, const torch::Tensor& v, const torch::Tensor& tau,
     const torch::Tensor& inertial, const torch::Tensor& armature, const torch::Tensor& gravity,
     const torch::Tensor& points, const torch::Tensor& radii, const torch::Tensor& friction,
     const torch::Tensor& restitution, const torch::Tensor& ground_height,
     const torch::Tensor& ground_tilt, const torch::Tensor& stiffness,
     const torch::Tensor& damping, const torch::Tensor& slip_velocity, double dt_, double tol_,
-    int64_t max_iter, double regularization_, int64_t method) {
+    int64_t max_iter, double regularization_, int64_t method, double quat_tolerance) {
   TORCH_CHECK(q.dim() == 2 && q.size(1) == 7 && q.is_contiguous(), "q must be (B, 7)");
   const int64_t B = q.size(0);
   TORCH_CHECK(v.is_contiguous() && v.numel() == 6 * B, "v must be (B, 6)");
@@ -515,7 +519,7 @@ std::vector<torch::Tensor> free_body_step(
   auto tangents_out = torch::empty({B, K, 2, 3}, opts);
   auto point_out = torch::empty({B, K, 3}, opts);
   auto Jn_out = torch::empty({B, K, 6}, opts), Jt_out = torch::empty({B, K, 2, 6}, opts);
-  auto ok = torch::ones({B}, q.options().dtype(torch::kInt64));
+  std::atomic<int64_t> status{0};
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "free_body_step", [&] {
     using T = scalar_t;
     const T dt = static_cast<T>(dt_), tol = static_cast<T>(tol_);
@@ -544,11 +548,18 @@ std::vector<torch::Tensor> free_body_step(
     T* opt = point_out.data_ptr<T>();
     T* oJn = Jn_out.data_ptr<T>();
     T* oJt = Jt_out.data_ptr<T>();
-    int64_t* pok = ok.data_ptr<int64_t>();
     for_samples(B, method == 0 ? m : 3, [&](int64_t s) {
       const T* qs = pq + 7 * s;
       const T* vs = pv + 6 * s;
       const T* quat = qs + 3;
+      bool finite = true;
+      for (int a = 0; a < 7; ++a) finite = finite && std::isfinite(qs[a]);
+      const T norm = std::sqrt(quat[0] * quat[0] + quat[1] * quat[1] + quat[2] * quat[2] +
+                               quat[3] * quat[3]);
+      if (!finite || !(std::abs(norm - T(1)) <= static_cast<T>(quat_tolerance))) {
+        status = 1;
+        return;
+      }
       // contact_kinematics: the body pose (quat_to_matrix), the ground frame, the points.
       T R[9];
       {
@@ -659,7 +670,8 @@ std::vector<torch::Tensor> free_body_step(
         h[3 + a] = wxL[a] + vxp[a] - cxg[a];
       }
       if (!cholesky6(M)) {
-        pok[s] = 0;
+        int64_t expected = 0;
+        status.compare_exchange_strong(expected, 2);
         return;
       }
       const T* ts = ptau + 6 * s;
@@ -761,8 +773,8 @@ std::vector<torch::Tensor> free_body_step(
       for (int a = 0; a < 3; ++a) vo[a] = lin_next[a], vo[3 + a] = vn[3 + a];
     });
   });
-  return {q_next, v_next, impulses, phi_out, normal_out, tangents_out, point_out, Jn_out,
-          Jt_out, ok};
+  return {{q_next, v_next, impulses, phi_out, normal_out, tangents_out, point_out, Jn_out, Jt_out},
+          status.load()};
 }
 
 int64_t threads_for(int64_t batch, int64_t m) { return split_for(batch, batch * m * m).threads; }
