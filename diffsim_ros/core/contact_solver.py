@@ -22,6 +22,11 @@ its coordinate projections stall on the coupled cone constraint. The gradients c
 the implicit function theorem applied to the fixed-point optimality condition
 ``lambda = P_K(lambda - alpha (A lambda + b))``: the backward solves one linear system
 with the projection's Jacobian on the solution (its active set), never the iterations.
+
+On CPU float32/float64 :func:`solve_contact_impulses` runs the same iterations, problem by
+problem, in C++ (:mod:`~diffsim_ros.core.native_contact`), backward included, unless the
+torch path is forced (``backend='torch'``, :func:`~diffsim_ros.core.set_backend`,
+``$DIFFSIM_BACKEND``: the rules of :mod:`~diffsim_ros.core.dispatch`).
 """
 
 from typing import Optional, Tuple
