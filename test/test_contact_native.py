@@ -5,9 +5,10 @@ from dataclasses import replace
 from contact_bodies import cube, sphere, two_link
 from diffsim_ros.core import (BackendError, contact_kinematics, contact_parameters_from_theta,
                               contact_parameters_to_theta, contact_step, dispatch, native,
-                              native_contact, quat_to_matrix, set_backend)
+                              native_contact, set_backend)
 from diffsim_ros.core.contact_solver import solve_contact_impulses
 import pytest
+from test_contact import _random_near_ground as _near_ground
 import torch
 from torch.autograd import gradcheck
 
@@ -23,23 +24,6 @@ def kernels():
     if ext is None:
         pytest.skip(f'native contact kernels unavailable: {reason}')
     return ext
-
-
-def _near_ground(model, contact, batch, seed, lift=1e-4):
-    # Random orientations, lowest candidate up to `lift` above the ground, moving down.
-    g = torch.Generator().manual_seed(seed)
-    quat = torch.randn(batch, 4, dtype=torch.float64, generator=g)
-    q = torch.cat((0.2 * torch.randn(batch, 2, dtype=torch.float64, generator=g),
-                   torch.zeros(batch, 1, dtype=torch.float64),
-                   quat / quat.norm(dim=-1, keepdim=True)), -1)
-    q[:, 2] = q[:, 2] - contact_kinematics(model, q, contact).phi.amin(-1) + lift * torch.rand(
-        batch, dtype=torch.float64, generator=g)
-    v = torch.randn(batch, 6, dtype=torch.float64, generator=g)
-    R = quat_to_matrix(q[:, 3:7])
-    world = (R @ v[:, :3].unsqueeze(-1)).squeeze(-1)
-    world[:, 2] = -world[:, 2].abs() - 0.5
-    v[:, :3] = (R.mT @ world.unsqueeze(-1)).squeeze(-1)
-    return q, v
 
 
 def _flat(model, contact, speeds, side):
@@ -303,7 +287,7 @@ def test_free_body_step_kernel_equals_torch(case, method, monkeypatch):
     # Without gradients a free body's whole step runs in the kernel: next state, impulses
     # and every field of the contact frame as the torch code computes them.
     model, contact = STEP_CASES[case]()
-    q, v = _near_ground(model, contact, 8, seed=17, lift=0.0)
+    q, v = _near_ground(model, contact, 8, seed=17)
     q[0, 2] -= 2e-3  # one body starts in penetration (the compliant force acts)
     q[1, 2] += 1.0  # one far above the ground
     tau = torch.randn(v.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(2))

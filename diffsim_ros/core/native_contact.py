@@ -23,7 +23,6 @@ a busy machine slows a call by the chunk a descheduled thread holds, not by 10-3
 
 import logging
 from pathlib import Path
-import shutil
 import threading
 from typing import Optional, Tuple, TYPE_CHECKING
 import weakref
@@ -33,7 +32,6 @@ import torch
 from . import native
 from .configuration import check_configuration, QUATERNION_NORM_TOLERANCE
 from .model import RobotModel
-from .native_build import compiler, load_cached
 
 if TYPE_CHECKING:  # contact imports this module
     from .contact import ContactModel
@@ -42,25 +40,9 @@ Tensor = torch.Tensor
 
 SOURCE = Path(__file__).resolve().parent / 'native' / 'contact.cpp'
 EXTENSION_NAME = 'diffsim_ros_native_contact'
-#: Compiler and linker flags (the dynamics kernels' flags; part of the build cache key).
-CFLAGS = native.CFLAGS
-LDFLAGS = native.LDFLAGS
 
 _lock = threading.Lock()
 _state = {'module': None, 'reason': None, 'tried': False}
-
-
-def _compile():
-    """Build or load the extension; return ``(module, None)`` or ``(None, reason)``."""
-    program = compiler()
-    if shutil.which(program) is None:
-        return None, f'no C++ compiler ({program!r} not found on PATH)'
-    if not SOURCE.is_file():
-        return None, f'kernel source {SOURCE} is missing'
-    try:
-        return load_cached(EXTENSION_NAME, [SOURCE], CFLAGS, LDFLAGS), None
-    except Exception as error:  # any build failure means: use the torch code
-        return None, f'building the contact kernel failed: {error!r}'
 
 
 def extension() -> Tuple[Optional[object], Optional[str]]:
@@ -74,7 +56,7 @@ def extension() -> Tuple[Optional[object], Optional[str]]:
     if not _state['tried']:
         with _lock:
             if not _state['tried']:
-                _state['module'], _state['reason'] = _compile()
+                _state['module'], _state['reason'] = native._compile(SOURCE, EXTENSION_NAME)
                 _state['tried'] = True
     return _state['module'], _state['reason']
 
