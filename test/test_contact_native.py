@@ -366,5 +366,5 @@ def test_step_kernel_refuses_bad_configurations_with_the_torch_errors(kernels):
                   *(getattr(contact, n) for n in ('friction', 'restitution', 'ground_height',
                                                   'ground_tilt', 'stiffness', 'damping',
                                                   'slip_velocity')),
-                  1e-3, 1e-10, 100, 1e-8, 0, 1e-6)[1]
+                  [1], 1e-3, 1e-10, 100, 1e-8, 0, 1e-6)[1]
     assert status == 2

@@ -141,28 +141,82 @@ def solve(ext: object, A: Tensor, b: Tensor, mu: Tensor, tol: float, max_iter: i
     return lam.reshape(b.shape)
 
 
-_free_bodies = weakref.WeakKeyDictionary()
 _PARAMETERS = ('friction', 'restitution', 'ground_height', 'ground_tilt', 'stiffness',
                'damping', 'slip_velocity')
+#: Trailing (non-batch) dims of the kernel's parameters, in its argument order.
+_TRAILING = (1, 1, 1, 2, 1, 0, 0, 0, 1, 0, 0, 0)
+_prepared = {}
 
 
-def _free_body_model_reason(model: RobotModel) -> Optional[str]:
-    """Say why a model is not one free rigid body the step kernel runs (None when it is)."""
+class _FreeBody:
+    """
+    What the step kernel needs of one (model, contact) pair, worked out once.
+
+    At B = 1 a step costs what its Python costs, so the checks that do not depend on the
+    state and the parameters as the kernel reads them are kept, keyed on the parameter
+    tensors' identities, versions and ``requires_grad``, and redone only when one changes.
+    """
+
+    __slots__ = ('model', 'contact', 'stamp', 'reason', 'grad', 'params', 'batch')
+
+    def __init__(self, model: RobotModel, contact: 'ContactModel', stamp: tuple) -> None:
+        self.model, self.contact, self.stamp = weakref.ref(model), weakref.ref(contact), stamp
+        self.reason = _static_reason(model, contact)
+        self.grad = any(t.requires_grad for t in _parameter_tensors(model, contact))
+        if self.reason:
+            return
+        points, radii = _points(contact)
+        params = (model.inertial[..., 0, :], model.armature, model.gravity, points,
+                  radii) + tuple(getattr(contact, name) for name in _PARAMETERS)
+        self.batch = torch.broadcast_shapes(*[p.shape[:p.dim() - t]
+                                              for p, t in zip(params, _TRAILING)])
+        # shared parameters go to the kernel as they are; batched ones per call (_row)
+        self.params = tuple(p.contiguous() if not self.batch else p for p in params)
+
+
+def _parameter_tensors(model: RobotModel, contact: 'ContactModel') -> tuple:
+    """Return every tensor the step kernel reads of the model and the contact model."""
+    return (model.inertial, model.armature, model.gravity, model.origin_xyz,
+            model.origin_rpy) + tuple(getattr(contact, name) for name in _PARAMETERS) + (
+        contact.vertices + tuple(x for x in (contact.sphere_centers, contact.sphere_radii,
+                                             contact.capsule_ends, contact.capsule_radii)
+                                 if x is not None))
+
+
+def _static_reason(model: RobotModel, contact: 'ContactModel') -> Optional[str]:
+    """Say why the kernel cannot step this pair whatever the state (None when it can)."""
+    if not contact.ground or contact.pairs:
+        return 'the step kernel runs ground contact alone (no pairs)'
     if not model.floating_base or model.njoints != 1:
         return 'the step kernel runs single free bodies (one floating link)'
-    stamp = tuple((id(t), t._version) for t in (model.origin_xyz, model.origin_rpy))
-    hit = _free_bodies.get(model)
-    if hit is None or hit[0] != stamp:
-        identity = torch.eye(4, dtype=model.dtype, device=model.device)
-        placed = model.joint_origins()[..., 0, :, :]
-        offset = model.tree.T_body_link[model.link_index(model.tree.body_links[0])]
-        reason = None
-        if not (torch.equal(placed, identity.expand_as(placed))
-                and torch.equal(offset.to(identity), identity)):
-            reason = 'the step kernel runs free bodies whose root joint has no origin offset'
-        hit = (stamp, reason)
-        _free_bodies[model] = hit
-    return hit[1]
+    if any(link != model.tree.body_links[0] for link in contact.links):
+        return 'the step kernel runs shapes on the free body itself'
+    tensors = _parameter_tensors(model, contact)
+    if any(t.device.type != 'cpu' or t.dtype != model.dtype for t in tensors):
+        return 'the step kernel runs CPU tensors of the model\'s dtype'
+    if model.dtype not in (torch.float32, torch.float64):
+        return f'the step kernel runs float32/float64, not {model.dtype}'
+    identity = torch.eye(4, dtype=model.dtype)
+    placed = model.joint_origins()[..., 0, :, :]
+    offset = model.tree.T_body_link[model.link_index(model.tree.body_links[0])]
+    if not (torch.equal(placed, identity.expand_as(placed))
+            and torch.equal(offset.to(identity), identity)):
+        return 'the step kernel runs free bodies whose root joint has no origin offset'
+    return None
+
+
+def _free_body(model: RobotModel, contact: 'ContactModel') -> _FreeBody:
+    """Return the prepared pair, prepared again when a parameter tensor has changed."""
+    stamp = tuple((id(t), t._version, t.requires_grad)
+                  for t in _parameter_tensors(model, contact))
+    key = (id(model), id(contact))
+    entry = _prepared.get(key)
+    if (entry is None or entry.stamp != stamp or entry.model() is not model
+            or entry.contact() is not contact):
+        if len(_prepared) >= 64:  # models of a finished computation: forget them all
+            _prepared.clear()
+        entry = _prepared[key] = _FreeBody(model, contact, stamp)
+    return entry
 
 
 def free_body_reason(model: RobotModel, contact: 'ContactModel', method: str,
@@ -182,22 +236,13 @@ def free_body_reason(model: RobotModel, contact: 'ContactModel', method: str,
     """
     if method not in ('complementarity', 'compliant'):
         return f'no step kernel for method {method!r}'
-    if not contact.ground or contact.pairs:
-        return 'the step kernel runs ground contact alone (no pairs)'
-    reason = _free_body_model_reason(model)
-    if reason:
-        return reason
-    if any(link != model.tree.body_links[0] for link in contact.links):
-        return 'the step kernel runs shapes on the free body itself'
-    params = (model.inertial, model.armature, model.gravity) + tuple(
-        getattr(contact, name) for name in _PARAMETERS) + contact.vertices + tuple(
-        x for x in (contact.sphere_centers, contact.sphere_radii, contact.capsule_ends,
-                    contact.capsule_radii) if x is not None)
-    if torch.is_grad_enabled() and any(t.requires_grad for t in tensors + params):
+    entry = _free_body(model, contact)
+    if entry.reason:
+        return entry.reason
+    if torch.is_grad_enabled() and (entry.grad or any(t.requires_grad for t in tensors)):
         return 'a gradient is asked for (the step kernel has none; the solver kernel runs)'
-    dtype = tensors[0].dtype
-    if any(t.device.type != 'cpu' or t.dtype != dtype for t in tensors + params):
-        return 'the step kernel runs CPU tensors of one dtype'
+    if any(t.device.type != 'cpu' or t.dtype != model.dtype for t in tensors):
+        return 'the step kernel runs CPU tensors of the model\'s dtype'
     return None
 
 
@@ -227,6 +272,13 @@ def _row(value: Tensor, trailing: int, batch: torch.Size) -> Tensor:
     return value.expand(batch + value.shape[value.dim() - trailing:]).contiguous()
 
 
+def _as_state(x: Tensor, batch: torch.Size) -> Tensor:
+    """Return a state ``(*batch, n)`` contiguous (as it is when it already is)."""
+    if x.shape[:-1] == batch and x.is_contiguous():
+        return x
+    return x.expand(batch + x.shape[-1:]).contiguous()
+
+
 def free_body_step(ext: object, model: RobotModel, q: Tensor, v: Tensor, tau: Tensor,
                    dt: float, contact: 'ContactModel', method: str, tol: float,
                    max_iter: int, regularization: float):
@@ -253,17 +305,13 @@ def free_body_step(ext: object, model: RobotModel, q: Tensor, v: Tensor, tau: Te
         (the error of :func:`~diffsim_ros.core.configuration.check_configuration`, which the
         kernel's own check calls only then), or a mass matrix not positive definite.
     """
-    points, radii = _points(contact)
-    params = (model.inertial[..., 0, :], model.armature, model.gravity, points, radii) + tuple(
-        getattr(contact, name) for name in _PARAMETERS)
-    trailing = (1, 1, 1, 2, 1, 0, 0, 0, 1, 0, 0, 0)
-    batch = torch.broadcast_shapes(q.shape[:-1], v.shape[:-1], tau.shape[:-1], *[
-        p.shape[:p.dim() - t] for p, t in zip(params, trailing)])
-    state = [x.expand(batch + x.shape[-1:]).reshape(-1, x.shape[-1]).contiguous()
-             for x in (q, v, tau)]
-    rows = [_row(p, t, batch) for p, t in zip(params, trailing)]
-    out, status = ext.free_body_step(*state, *rows, float(dt), float(tol), int(max_iter),
-                                     float(regularization),
+    entry = _free_body(model, contact)
+    batch = torch.broadcast_shapes(q.shape[:-1], v.shape[:-1], tau.shape[:-1], entry.batch)
+    params = entry.params if not entry.batch else tuple(
+        _row(p, t, batch) for p, t in zip(entry.params, _TRAILING))
+    states = (_as_state(q, batch), _as_state(v, batch), _as_state(tau, batch))
+    out, status = ext.free_body_step(*states, *params, list(batch), float(dt), float(tol),
+                                     int(max_iter), float(regularization),
                                      0 if method == 'complementarity' else 1,
                                      QUATERNION_NORM_TOLERANCE)
     if status == 1:
@@ -271,7 +319,5 @@ def free_body_step(ext: object, model: RobotModel, q: Tensor, v: Tensor, tau: Te
     if status:
         raise ValueError('contact_step: the mass matrix of a free body is not positive '
                          'definite')
-    K = radii.shape[-1]
-    shapes = ((7,), (6,), (K, 3), (K,), (K, 3), (K, 2, 3), (K, 3), (K, 6), (K, 2, 6))
-    q_next, v_next, impulses, *frame = (x.reshape(batch + s) for x, s in zip(out, shapes))
+    q_next, v_next, impulses, *frame = out
     return q_next, v_next, impulses, tuple(frame)

@@ -18,6 +18,7 @@
 #include <cmath>
 #include <limits>
 #include <thread>
+#include <initializer_list>
 #include <tuple>
 #include <vector>
 
@@ -503,22 +504,31 @@ std::tuple<std::vector<torch::Tensor>, int64_t> free_body_step(
     const torch::Tensor& points, const torch::Tensor& radii, const torch::Tensor& friction,
     const torch::Tensor& restitution, const torch::Tensor& ground_height,
     const torch::Tensor& ground_tilt, const torch::Tensor& stiffness,
-    const torch::Tensor& damping, const torch::Tensor& slip_velocity, double dt_, double tol_,
-    int64_t max_iter, double regularization_, int64_t method, double quat_tolerance) {
-  TORCH_CHECK(q.dim() == 2 && q.size(1) == 7 && q.is_contiguous(), "q must be (B, 7)");
-  const int64_t B = q.size(0);
+    const torch::Tensor& damping, const torch::Tensor& slip_velocity,
+    std::vector<int64_t> batch_shape, double dt_, double tol_, int64_t max_iter,
+    double regularization_, int64_t method, double quat_tolerance) {
+  TORCH_CHECK(q.dim() >= 1 && q.size(-1) == 7 && q.is_contiguous(), "q must be (..., 7)");
+  const int64_t B = q.numel() / 7;
+  int64_t batch_size = 1;
+  for (const int64_t n : batch_shape) batch_size *= n;
+  TORCH_CHECK(batch_size == B, "batch_shape does not match q");
+  const auto shape = [&](std::initializer_list<int64_t> trailing) {
+    std::vector<int64_t> sizes(batch_shape);
+    sizes.insert(sizes.end(), trailing);
+    return sizes;
+  };
   TORCH_CHECK(v.is_contiguous() && v.numel() == 6 * B, "v must be (B, 6)");
   TORCH_CHECK(tau.is_contiguous() && tau.numel() == 6 * B, "tau must be (B, 6)");
   TORCH_CHECK(radii.dim() >= 1, "radii must be (..., K)");
   const int64_t K = radii.size(-1), m = 3 * K;
   TORCH_CHECK(K > 0, "no contact points");
   auto opts = q.options();
-  auto q_next = torch::empty({B, 7}, opts), v_next = torch::empty({B, 6}, opts);
-  auto impulses = torch::empty({B, K, 3}, opts), phi_out = torch::empty({B, K}, opts);
-  auto normal_out = torch::empty({B, K, 3}, opts);
-  auto tangents_out = torch::empty({B, K, 2, 3}, opts);
-  auto point_out = torch::empty({B, K, 3}, opts);
-  auto Jn_out = torch::empty({B, K, 6}, opts), Jt_out = torch::empty({B, K, 2, 6}, opts);
+  auto q_next = torch::empty(shape({7}), opts), v_next = torch::empty(shape({6}), opts);
+  auto impulses = torch::empty(shape({K, 3}), opts), phi_out = torch::empty(shape({K}), opts);
+  auto normal_out = torch::empty(shape({K, 3}), opts);
+  auto tangents_out = torch::empty(shape({K, 2, 3}), opts);
+  auto point_out = torch::empty(shape({K, 3}), opts);
+  auto Jn_out = torch::empty(shape({K, 6}), opts), Jt_out = torch::empty(shape({K, 2, 6}), opts);
   std::atomic<int64_t> status{0};
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "free_body_step", [&] {
     using T = scalar_t;
