@@ -193,7 +193,7 @@ def _static_reason(model: RobotModel, contact: 'ContactModel') -> Optional[str]:
         return 'the step kernel runs shapes on the free body itself'
     tensors = _parameter_tensors(model, contact)
     if any(t.device.type != 'cpu' or t.dtype != model.dtype for t in tensors):
-        return 'the step kernel runs CPU tensors of the model\'s dtype'
+        return "the step kernel runs CPU tensors of the model's dtype"
     if model.dtype not in (torch.float32, torch.float64):
         return f'the step kernel runs float32/float64, not {model.dtype}'
     identity = torch.eye(4, dtype=model.dtype)
@@ -242,7 +242,7 @@ def free_body_reason(model: RobotModel, contact: 'ContactModel', method: str,
     if torch.is_grad_enabled() and (entry.grad or any(t.requires_grad for t in tensors)):
         return 'a gradient is asked for (the step kernel has none; the solver kernel runs)'
     if any(t.device.type != 'cpu' or t.dtype != model.dtype for t in tensors):
-        return 'the step kernel runs CPU tensors of the model\'s dtype'
+        return "the step kernel runs CPU tensors of the model's dtype"
     return None
 
 
