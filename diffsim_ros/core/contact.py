@@ -582,10 +582,13 @@ def contact_step(model: RobotModel, q: Tensor, v: Tensor, tau: Tensor, dt: float
     :param tol: solver tolerance in velocity units (complementarity).
     :param max_iter: solver APGD iteration cap (complementarity).
     :param regularization: compliance added to the Delassus diagonal, relative to its mean.
-    :param backend: the complementarity solver's path, ``'auto'`` (the C++ kernels of
-        :mod:`~diffsim_ros.core.native_contact` on CPU float32/float64, else torch),
-        ``'native'`` or ``'torch'``; None: :func:`~diffsim_ros.core.get_backend` (rules of
-        :mod:`~diffsim_ros.core.dispatch`). ``crba``/``rnea`` inside take their own default.
+    :param backend: ``'auto'``: on CPU float32/float64 the C++ kernels of
+        :mod:`~diffsim_ros.core.native_contact` (a single free body without gradients, its
+        shapes against the ground: the whole step in one call; otherwise this torch code
+        with the cone solve and its backward in C++), else torch; ``'native'``: the same,
+        raising where the solver kernel cannot run; ``'torch'``: torch alone; None:
+        :func:`~diffsim_ros.core.get_backend` (rules of :mod:`~diffsim_ros.core.dispatch`).
+        ``crba``/``rnea`` inside take their own default.
     :return: the :class:`ContactStep`.
     :raises ValueError: for a floating base whose quaternion is not unit (or a non-finite
         configuration), from :func:`~diffsim_ros.core.configuration.check_configuration`.
