@@ -7,10 +7,15 @@ sticking contacts.  Ours: :func:`diffsim_ros.core.contact_step` on a batch of B 
 cubes (one floating model, the batch in the leading dim of ``q``/``v``), float64, at
 dt = 1 ms, for the complementarity step (Anitescu, the batched cone solver) and the compliant
 one, forward only and forward + backward (gradients of the next state w.r.t. the state, the
-friction coefficient and the vertices).  MuJoCo: ``mj_step`` in a loop on one scene holding
+friction coefficient and the vertices), each on the default path (``backend='auto'``: the
+C++ kernels of :mod:`diffsim_ros.core.native_contact`, the whole step without gradients, the
+cone solver and its implicit backward with them) and forced onto torch
+(``backend='torch'``), in the same run.  MuJoCo: ``mj_step`` in a loop on one scene holding
 B cubes (cubes collide only with the ground), same dt, its default Newton solver.  MJX is
 not measured: it needs JAX and a matching ``mujoco-mjx`` release, which do not install
-beside MuJoCo 4.0 here.  ``--profile`` prints where a complementarity step spends its time.
+beside MuJoCo 4.0 here.  ``--profile`` prints where a complementarity step with backward
+spends its time on the default path.  The machine's load (``/proc/loadavg``) before and
+after is printed and written with the figures.
 """
 
 import dataclasses
@@ -28,6 +33,7 @@ except ImportError:  # run as ``python benchmarks/contact.py``
     from benchmarks import _common
 
 from diffsim_ros.core import box_vertices, contact_step, ContactModel, load_urdf  # noqa: I100
+from diffsim_ros.core import native_contact
 from diffsim_ros.robots import object_urdf_path
 
 DT = 1e-3
@@ -57,7 +63,8 @@ def cube_batch(batch: int, seed: int = 0):
     return model, contact, q, v
 
 
-def ours(batch: int, method: str, backward: bool, quick: bool) -> _common.Timing:
+def ours(batch: int, method: str, backward: bool, quick: bool,
+         backend: str = 'auto') -> _common.Timing:
     """
     Time one contact step of B cubes.
 
@@ -65,6 +72,7 @@ def ours(batch: int, method: str, backward: bool, quick: bool) -> _common.Timing
     :param method: ``'complementarity'`` or ``'compliant'``.
     :param backward: also back-propagate a scalar of the next state.
     :param quick: short timing budget.
+    :param backend: ``'auto'`` (the default path) or ``'torch'``.
     :return: the timing of one step.
     """
     model, contact, q, v = cube_batch(batch)
@@ -77,7 +85,7 @@ def ours(batch: int, method: str, backward: bool, quick: bool) -> _common.Timing
             vertices=(contact.vertices[0].clone().requires_grad_(),))
 
     def call():
-        step = contact_step(model, q, v, tau, DT, contact, method=method)
+        step = contact_step(model, q, v, tau, DT, contact, method=method, backend=backend)
         if backward:
             (step.q.sum() + step.v.sum()).backward()
     return _common.time_call(call, quick=quick, min_repeats=3)
@@ -128,7 +136,7 @@ def mujoco_step(batch: int, quick: bool) -> _common.Timing:
 
 def profile(batch: int) -> str:
     """
-    Return the top of a torch profile of one complementarity step with backward.
+    Return the top of a torch profile of one complementarity step with backward (default path).
 
     :param batch: B.
     :return: a table of the most expensive operators.
@@ -136,10 +144,19 @@ def profile(batch: int) -> str:
     model, contact, q, v = cube_batch(batch)
     q.requires_grad_(True)
     tau = torch.zeros_like(v)
+    contact_step(model, q, v, tau, DT, contact).q.sum().backward()  # warm up
     with torch.profiler.profile() as prof:
         step = contact_step(model, q, v, tau, DT, contact)
         step.q.sum().backward()
     return prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=12)
+
+
+#: Our engines: key -> (method, backward, backend); the plain keys are the default path.
+ENGINES = {
+    f'{method}{"_backward" if backward else ""}{"" if backend == "auto" else "_torch"}':
+        (method, backward, backend)
+    for method in ('complementarity', 'compliant') for backward in (False, True)
+    for backend in ('torch', 'auto')}
 
 
 def measure(batches: Sequence[int], quick: bool) -> List[Dict[str, Any]]:
@@ -153,13 +170,10 @@ def measure(batches: Sequence[int], quick: bool) -> List[Dict[str, Any]]:
     rows = []
     for batch in batches:
         row: Dict[str, Any] = {'batch': batch}
-        for name, fn in (
-                ('complementarity', lambda: ours(batch, 'complementarity', False, quick)),
-                ('complementarity_backward',
-                 lambda: ours(batch, 'complementarity', True, quick)),
-                ('compliant', lambda: ours(batch, 'compliant', False, quick)),
-                ('compliant_backward', lambda: ours(batch, 'compliant', True, quick)),
-                ('mujoco', lambda: mujoco_step(batch, quick))):
+        timings = {key: (lambda spec=spec: ours(batch, *spec[:2], quick, spec[2]))
+                   for key, spec in ENGINES.items()}
+        timings['mujoco'] = lambda: mujoco_step(batch, quick)
+        for name, fn in timings.items():
             timing = fn()
             row[name] = {'step_s': timing.seconds, 'steps_per_s': 1.0 / timing.seconds,
                          'cube_steps_per_s': batch / timing.seconds}
@@ -169,22 +183,41 @@ def measure(batches: Sequence[int], quick: bool) -> List[Dict[str, Any]]:
 
 def markdown(rows: List[Dict[str, Any]]) -> str:
     """
-    Format the rows as a markdown table of cube-steps per second and ratios to MuJoCo.
+    Format the rows as markdown tables of cube-steps per second and ratios to MuJoCo.
 
     :param rows: from :func:`measure`.
-    :return: the table.
+    :return: one table forward, one forward + backward (MuJoCo: its forward step).
     """
-    columns = ('complementarity', 'complementarity_backward', 'compliant',
-               'compliant_backward', 'mujoco')
-    lines = ['| B | ' + ' | '.join(c.replace('_', ' + ') for c in columns)
-             + ' | complementarity / MuJoCo |',
-             '|---|' + '---|' * (len(columns) + 1)]
-    for row in rows:
-        cells = [_common.fmt_number(row[c]['cube_steps_per_s']) for c in columns]
-        ratio = row['complementarity']['cube_steps_per_s'] / row['mujoco']['cube_steps_per_s']
-        lines.append(f'| {row["batch"]} | ' + ' | '.join(cells) + f' | {ratio:.3g} |')
-    return '\n'.join(['cube-steps per second (B cubes x steps per second), dt = 1 ms:', '']
-                     + lines)
+    out = ['cube-steps per second (B cubes x steps per second), dt = 1 ms; "native" is the '
+           "default path (backend='auto'), \"torch\" the path forced onto torch:"]
+    for suffix, title in (('', 'forward'), ('_backward', 'forward + backward')):
+        columns = [f'complementarity{suffix}_torch', f'complementarity{suffix}',
+                   f'compliant{suffix}_torch', f'compliant{suffix}', 'mujoco']
+        heads = ['complementarity torch', 'complementarity native', 'compliant torch',
+                 'compliant native', 'MuJoCo `mj_step`']
+        out += ['', f'{title}:', '',
+                '| B | ' + ' | '.join(heads) + ' | native / torch | native / MuJoCo |',
+                '|---|' + '---|' * (len(columns) + 2)]
+        for row in rows:
+            cells = [_common.fmt_number(row[c]['cube_steps_per_s']) for c in columns]
+            rate = row[columns[1]]['cube_steps_per_s']
+            out.append(f'| {row["batch"]} | ' + ' | '.join(cells)
+                       + f' | {rate / row[columns[0]]["cube_steps_per_s"]:.3g}'
+                       + f' | {rate / row["mujoco"]["cube_steps_per_s"]:.3g} |')
+    return '\n'.join(out)
+
+
+def load_average() -> str:
+    """
+    Return the machine's load averages (1, 5, 15 min) from ``/proc/loadavg``.
+
+    :return: e.g. ``'4.20 3.10 2.00'``, or ``'unknown'`` where it cannot be read.
+    """
+    try:
+        with open('/proc/loadavg', encoding='ascii') as f:
+            return ' '.join(f.read().split()[:3])
+    except OSError:
+        return 'unknown'
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -211,9 +244,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             parser.error('--batches: batch sizes must be >= 1')
     else:
         batches = QUICK_BATCHES if args.quick else BATCHES
+    load_before = load_average()
+    kernels = native_contact.extension()[1] or 'available'
     rows = measure(batches, args.quick)
+    load_after = load_average()
     payload = {'machine': _common.machine_info(('torch', 'mujoco')), 'quick': args.quick,
-               'dt': DT, 'rows': rows}
+               'dt': DT, 'rows': rows, 'native_contact_kernels': kernels,
+               'load_before': load_before, 'load_after': load_after}
+    print(f'load (1, 5, 15 min) before: {load_before}, after: {load_after}; '
+          f'torch threads {torch.get_num_threads()}; contact kernels: {kernels}')
     print(markdown(rows))
     if args.profile:
         print(profile(max(batches)))

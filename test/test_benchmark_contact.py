@@ -18,11 +18,11 @@ def test_contact_benchmark_runs_and_writes_every_engine(tmp_path):
                              '--threads', '1', '--json', str(out)], capture_output=True,
                             text=True, cwd=REPO_ROOT, timeout=600)
     assert result.returncode == 0, result.stderr
-    assert '| 2 |' in result.stdout
+    assert '| 2 |' in result.stdout and 'load (1, 5, 15 min) before' in result.stdout
     rows = json.loads(out.read_text())['rows']
     assert [row['batch'] for row in rows] == [1, 2]
-    engines = {'complementarity', 'complementarity_backward', 'compliant',
-               'compliant_backward', 'mujoco'}
+    engines = {f'{method}{backward}{backend}' for method in ('complementarity', 'compliant')
+               for backward in ('', '_backward') for backend in ('', '_torch')} | {'mujoco'}
     assert all(engines <= set(row) for row in rows)
     bad = subprocess.run([sys.executable, str(script), '--batches', '0'], capture_output=True,
                          text=True, cwd=REPO_ROOT)

@@ -32,9 +32,10 @@ from typing import Dict, NamedTuple, Optional, Tuple
 import torch
 from torch import Tensor
 
+from . import native_contact
 from .configuration import check_configuration, momentum_hold, semi_implicit_update
 from .contact_solver import solve_contact_impulses
-from .dispatch import crba, rnea
+from .dispatch import _choice, crba, rnea
 from .errors import check_trailing_shape, ShapeError
 from .kinematics import forward_kinematics, jacobian
 from .model import RobotModel
@@ -518,7 +519,8 @@ def contact_rows(frame: ContactFrame) -> Tensor:
     return J.reshape(J.shape[:-3] + (-1, J.shape[-1]))
 
 
-def _complementarity(model, q, v, tau, dt, contact, frame, tol, max_iter, regularization):
+def _complementarity(model, q, v, tau, dt, contact, frame, tol, max_iter, regularization,
+                     backend):
     L, v_free = free_velocity(model, q, v, tau, dt)
     J = contact_rows(frame)
     MinvJt = torch.cholesky_solve(J.mT, L)
@@ -537,12 +539,12 @@ def _complementarity(model, q, v, tau, dt, contact, frame, tol, max_iter, regula
                           torch.zeros_like(bounce)), -1)
     b = (b + offset).reshape(b.shape[:-2] + (3 * nc,))
     mu = contact.friction.unsqueeze(-1) * torch.ones_like(frame.phi)  # particles x states
-    lam = solve_contact_impulses(A, b, mu, tol, max_iter)
+    lam = solve_contact_impulses(A, b, mu, tol, max_iter, backend)
     v_next = v_free + (MinvJt @ lam.unsqueeze(-1)).squeeze(-1)
     return v_next, lam.reshape(lam.shape[:-1] + (nc, 3))
 
 
-def _compliant(model, q, v, tau, dt, contact, frame, tol, max_iter, regularization):
+def _compliant(model, q, v, tau, dt, contact, frame, tol, max_iter, regularization, backend):
     force = compliant_contact_force(frame, v, contact)
     J = contact_rows(frame)
     tau_contact = (J.mT @ force.reshape(force.shape[:-2] + (-1, 1))).squeeze(-1)
@@ -556,7 +558,8 @@ CONTACT_METHODS = {'complementarity': _complementarity, 'compliant': _compliant}
 
 def contact_step(model: RobotModel, q: Tensor, v: Tensor, tau: Tensor, dt: float,
                  contact: ContactModel, method: str = 'complementarity', tol: float = 1e-10,
-                 max_iter: int = 1000, regularization: float = 1e-8) -> ContactStep:
+                 max_iter: int = 1000, regularization: float = 1e-8,
+                 backend: Optional[str] = None) -> ContactStep:
     """
     Advance one semi-implicit time step with contact.
 
@@ -579,19 +582,38 @@ def contact_step(model: RobotModel, q: Tensor, v: Tensor, tau: Tensor, dt: float
     :param tol: solver tolerance in velocity units (complementarity).
     :param max_iter: solver APGD iteration cap (complementarity).
     :param regularization: compliance added to the Delassus diagonal, relative to its mean.
+    :param backend: ``'auto'``: on CPU float32/float64 the C++ kernels of
+        :mod:`~diffsim_ros.core.native_contact` (a single free body without gradients, its
+        shapes against the ground: the whole step in one call; otherwise this torch code
+        with the cone solve and its backward in C++), else torch; ``'native'``: the same,
+        raising where the solver kernel cannot run; ``'torch'``: torch alone; None:
+        :func:`~diffsim_ros.core.get_backend` (rules of :mod:`~diffsim_ros.core.dispatch`).
+        ``crba``/``rnea`` inside take their own default.
     :return: the :class:`ContactStep`.
     :raises ValueError: for a floating base whose quaternion is not unit (or a non-finite
         configuration), from :func:`~diffsim_ros.core.configuration.check_configuration`.
+    :raises BackendError: when ``backend='native'`` and the solver kernels cannot run.
     """
     if method not in CONTACT_METHODS:
         raise ValueError(f'unknown contact method {method!r}; valid methods: '
                          f'{", ".join(CONTACT_METHODS)}')
+    check_trailing_shape('q', q, (model.nq,))
     check_trailing_shape('v', v, (model.nv,))
     check_trailing_shape('tau', tau, (model.nv,))
+    if _choice(backend, 'contact_step') != 'torch':
+        # free bodies without gradients: the whole step in the kernel (which checks q as
+        # check_configuration does); else the torch code below, whose cone solve takes the
+        # solver kernel
+        ext, reason = native_contact.extension()
+        if ext is not None and native_contact.free_body_reason(model, contact, method,
+                                                               (q, v, tau)) is None:
+            q_next, v_next, impulses, frame = native_contact.free_body_step(
+                ext, model, q, v, tau, dt, contact, method, tol, max_iter, regularization)
+            return ContactStep(q_next, v_next, impulses, ContactFrame(*frame))
     if model.floating_base:
         check_configuration(model, q)
     frame = contact_kinematics(model, q, contact)
     v_next, impulses = CONTACT_METHODS[method](model, q, v, tau, dt, contact, frame, tol,
-                                               max_iter, regularization)
+                                               max_iter, regularization, backend)
     q_next, v_next = semi_implicit_update(model, q, v_next, dt)
     return ContactStep(q_next, v_next, impulses, frame)

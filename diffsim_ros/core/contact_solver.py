@@ -22,12 +22,20 @@ its coordinate projections stall on the coupled cone constraint. The gradients c
 the implicit function theorem applied to the fixed-point optimality condition
 ``lambda = P_K(lambda - alpha (A lambda + b))``: the backward solves one linear system
 with the projection's Jacobian on the solution (its active set), never the iterations.
+
+On CPU float32/float64 :func:`solve_contact_impulses` runs the same iterations, problem by
+problem, in C++ (:mod:`~diffsim_ros.core.native_contact`), backward included, unless the
+torch path is forced (``backend='torch'``, :func:`~diffsim_ros.core.set_backend`,
+``$DIFFSIM_BACKEND``: the rules of :mod:`~diffsim_ros.core.dispatch`).
 """
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
+
+from . import native_contact
+from .dispatch import _choice, BackendError
 
 __all__ = ['project_friction_cone', 'solve_contact_impulses', 'contact_residual']
 
@@ -169,11 +177,14 @@ def _newton(A: Tensor, b: Tensor, mu: Tensor, lam: Tensor, tol: float,
     # set is right it converges in a few steps where APGD crawls (a cube on a plane has 24
     # impulse components for 6 degrees of freedom, a badly conditioned Delassus matrix). A
     # step is kept only where it lowers the residual; elsewhere a projected gradient step.
+    # A problem that has converged is left as it is, so that its solution does not depend
+    # on the others in the batch (and matches the per-problem native kernel).
     scale = 1.0 + b.abs().amax(-1)
     for iteration in range(max_iter):
         F, K, _, _, alpha = _fixed_point_matrix(A, b, mu, lam)
         residual = F.abs().amax(-1) / alpha.squeeze(-1)
-        if bool((residual <= tol * scale).all()):
+        open_ = residual > tol * scale
+        if not bool(open_.any()):
             return lam, iteration
         step, _ = torch.linalg.solve_ex(K, -F)
         candidate = lam + step
@@ -183,7 +194,8 @@ def _newton(A: Tensor, b: Tensor, mu: Tensor, lam: Tensor, tol: float,
                                                   mu).reshape(lam.shape)
         residual_new = F_new.abs().amax(-1) / alpha.squeeze(-1)
         better = torch.isfinite(F_new).all(-1) & (residual_new < residual)
-        lam = torch.where(better.unsqueeze(-1), candidate, lam - F)
+        lam = torch.where(open_.unsqueeze(-1),
+                          torch.where(better.unsqueeze(-1), candidate, lam - F), lam)
     return lam, max_iter
 
 
@@ -226,7 +238,7 @@ def _block_diagonal(blocks: Tensor) -> Tensor:
 
 
 def solve_contact_impulses(A: Tensor, b: Tensor, mu: Tensor, tol: float = 1e-10,
-                           max_iter: int = 1000) -> Tensor:
+                           max_iter: int = 1000, backend: Optional[str] = None) -> Tensor:
     """
     Solve the cone-constrained contact QP of Anitescu's step, batched, differentiably.
 
@@ -244,11 +256,24 @@ def solve_contact_impulses(A: Tensor, b: Tensor, mu: Tensor, tol: float = 1e-10,
     :param max_iter: cap on the APGD iterations (ten semismooth Newton steps follow; the
         result is returned as reached: check it with :func:`contact_residual`; redundant
         contacts, a cube flat on the ground, converge slowly).
+    :param backend: ``'auto'``, ``'native'`` (the C++ kernels of
+        :mod:`~diffsim_ros.core.native_contact`: the same iterations per problem) or
+        ``'torch'``; None: :func:`~diffsim_ros.core.get_backend`.
     :return: ``(..., m)`` impulses [N s].
+    :raises BackendError: when ``'native'`` is forced and the kernels cannot run the call.
     """
     batch = torch.broadcast_shapes(A.shape[:-2], b.shape[:-1], mu.shape[:-1])
     m = A.shape[-1]
     A = A.expand(batch + (m, m))
     b = b.expand(batch + (m,))
     mu = mu.expand(batch + (m // 3,))
+    choice = _choice(backend, 'solve_contact_impulses')
+    if choice != 'torch':
+        ext, reason = native_contact.kernels_for(A, b, mu)
+        if ext is not None:
+            return native_contact.solve(ext, A, b, mu, tol, max_iter)
+        if choice == 'native':
+            raise BackendError(f"solve_contact_impulses: backend 'native' cannot run this "
+                               f'call: {reason}')
+        native_contact.log_fallback(reason)
     return _ContactImpulses.apply(A, b, mu, tol, max_iter)

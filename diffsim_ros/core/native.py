@@ -116,16 +116,16 @@ def log_fallback(reason: str, level: int = logging.INFO) -> None:
         _logger.log(level, 'native dynamics: falling back to torch: %s', reason)
 
 
-def _compile():
-    """Build or load the extension; return ``(module, None)`` or ``(None, reason)``."""
+def _compile(source: Path = SOURCE, name: str = EXTENSION_NAME):
+    """Build or load an extension; return ``(module, None)`` or ``(None, reason)``."""
     # torch.utils.cpp_extension builds with $CXX (default c++); check the same program
     program = compiler()
     if shutil.which(program) is None:
         return None, f'no C++ compiler ({program!r} not found on PATH)'
-    if not SOURCE.is_file():
-        return None, f'kernel source {SOURCE} is missing'
+    if not source.is_file():
+        return None, f'kernel source {source} is missing'
     try:
-        module = load_cached(EXTENSION_NAME, [SOURCE], CFLAGS, LDFLAGS)
+        module = load_cached(name, [source], CFLAGS, LDFLAGS)
     except Exception as error:  # any build failure means: use the torch code
         return None, f'building the kernel failed: {error!r}'
     return module, None
