@@ -191,7 +191,10 @@ def _pose_tosses(path: Path, t: np.ndarray, rows: np.ndarray, ranges, ids, rest_
         if hi - lo < 2:
             raise ObjectDataError(f'{path}: toss {toss_id} (t = {t[lo]:.6g} s) has {hi - lo} '
                                   'sample(s); a toss needs at least two (one transition)')
-        checked = _checked_rows(path, toss_id, rows[lo:hi], slice(3, 7))
+        try:
+            checked = _checked_rows(path, toss_id, rows[lo:hi], slice(3, 7))
+        except ValueError as exc:
+            raise ObjectDataError(str(exc)) from None
         dt = _uniform_dt(t[lo:hi], f'{path}: toss {toss_id}')
         q, v = poses_to_states(checked, dt, dtype)
         qs.append(q)
@@ -255,7 +258,9 @@ def read_csv(path: Path, rest_s: float = REST_S, limit: Optional[int] = None,
     rows = table[:, [column[name] for name in POSE_COLUMNS[1:]]]
     if 'toss' in column:
         labels = table[:, column['toss']]
-        _check_rows_finite(path, labels, rows, 'row')
+        bad = ~np.isfinite(labels)
+        if bad.any():
+            raise ObjectDataError(f'{path}: row {int(np.argmax(bad))} has a non-finite toss id')
         cuts = np.nonzero(np.diff(labels) != 0)[0] + 1
         bounds = [0] + cuts.tolist() + [len(table)]
         ranges = list(zip(bounds[:-1], bounds[1:]))
