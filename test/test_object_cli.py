@@ -14,11 +14,6 @@ from pathlib import Path
 import subprocess
 import sys
 
-import numpy as np
-import pytest
-import torch
-import yaml
-
 from diffsim_ros.core import load_urdf
 from diffsim_ros.core.configuration import root_pose_matrix
 from diffsim_ros.io.bags import BagWriter, read_bag
@@ -27,9 +22,12 @@ from diffsim_ros.io.fit_options import EXIT_USAGE
 from diffsim_ros.io.object_data import (ObjectDataError, pose_rows, poses_to_states,
                                         read_tosses, segment)
 from diffsim_ros.io.object_urdf import learned_urdf, object_spec, read_object_urdf
-from diffsim_ros.io.predict_cli import main as predict_main
-from diffsim_ros.io.tosses import load_cube_tosses, to_cube_rows
+from diffsim_ros.io.tosses import load_cube_tosses
 from diffsim_ros.sysid.contact_learning import rollout, rollout_errors
+import numpy as np
+import pytest
+import torch
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 TOSS_SAMPLES = 24
@@ -52,7 +50,7 @@ def _predict(*argv) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope='module')
 def short_cube(data_dir, tmp_path_factory):
-    """The first six real cube tosses cut to their first samples, in the shared layout."""
+    """Return the first six real cube tosses cut to their first samples, in the shared layout."""
     with np.load(data_dir / 'contactnets_cube_toss' / 'cube_tosses.npz') as archive:
         data = {key: archive[key] for key in archive.files}
     offsets = data['toss_offsets']
@@ -67,7 +65,7 @@ def short_cube(data_dir, tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def simulated(tmp_path_factory):
-    """Tosses of the nominal cube (our contact step) as a PoseStamped bag, TF bag and CSV."""
+    """Return tosses of the nominal cube (our contact step) as PoseStamped and TF bags and CSV."""
     spec = object_spec('cube')
     generator = torch.Generator().manual_seed(4)
     x0 = torch.zeros(SIM_TOSSES, 13, dtype=torch.float64)

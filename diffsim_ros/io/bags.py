@@ -490,8 +490,8 @@ def _pose_topic(table: Mapping[str, Tuple[str, int]], topic: Optional[str]) -> s
     raise BagError(f'several pose topics ({", ".join(candidates)}); choose one with --topic')
 
 
-def read_pose_stream(path: PathLike, topic: Optional[str] = None) -> Tuple[str, np.ndarray,
-                                                                          np.ndarray]:
+def read_pose_stream(path: PathLike,
+                     topic: Optional[str] = None) -> Tuple[str, np.ndarray, np.ndarray]:
     """
     Read one tracked object's poses from a ``PoseStamped`` or ``TransformStamped`` topic.
 

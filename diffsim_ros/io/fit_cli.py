@@ -161,8 +161,8 @@ from .. import __version__, robots
 from ..core.model import PRISMATIC, RobotModel
 from ..core.urdf import load_urdf
 from ..robots.message import model_message, ModelMessageError
-from ..sysid.dataset import Trajectory
 from ..sysid import estimators
+from ..sysid.dataset import Trajectory
 from ..sysid.losses import command_joints_for, resolve_source
 from ..sysid.object_learning import METHODS as OBJECT_METHODS
 from ..sysid.result import IdentificationResult
@@ -516,8 +516,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     progress = Progress(sys.stderr, PROG, quiet=args.quiet)
     try:
         args.method = check_object_options(args, tuple(OBJECT_METHODS), estimators.names())
-        metrics = (fit_object_command if args.object is not None else fit_command)(args,
-                                                                                  progress)
+        command = fit_object_command if args.object is not None else fit_command
+        metrics = command(args, progress)
     except UsageError as exc:
         sys.stderr.write(f'{PROG}: error: {exc}\n')
         return EXIT_USAGE

@@ -14,8 +14,8 @@ held-out position or orientation error is above the nominal object's (``--allow-
 """
 
 import argparse
-import time
 from pathlib import Path
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg

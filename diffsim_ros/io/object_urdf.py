@@ -165,8 +165,9 @@ def object_spec(name: str, friction: Optional[float] = None) -> contact_learning
                          'in this build yet; use cube or a one-link URDF')
     model, contact, robot = read_object_urdf(name, friction)
     if len(contact.vertices) != 1 or len(model.tree.body_links) != 1:
-        raise ValueError(f'{name}: {len(model.tree.body_links)} bodies with {len(contact.vertices)} collision '
-                         'sets; the learners take one rigid body with one collision set')
+        raise ValueError(f'{name}: {len(model.tree.body_links)} bodies with '
+                         f'{len(contact.vertices)} collision sets; the learners take one rigid '
+                         'body with one collision set')
     vertices = contact.vertices[0]
     extent = (vertices.max(0).values - vertices.min(0).values) / 2.0
     half = tuple(float(h) for h in extent)

@@ -44,7 +44,7 @@ import torch
 import yaml
 
 from .bags import bag_topics, BagError, COMMAND, read_bag
-from .fit_options import OneLineParser, path_type, number_type, reported, UsageError
+from .fit_options import number_type, OneLineParser, path_type, reported, UsageError
 from .fits import FitFileError, load_fit
 from .object_data import (ObjectDataError, ObjectRecording, POSE_COLUMNS, pose_rows, read_tosses,
                           REST_S)
@@ -185,8 +185,8 @@ def predict_robot(folder: Path, params: Mapping[str, Any], args: argparse.Namesp
         runs = read_bag(args.data, args.topic, command_topic,
                         joint_names=fit.model.joint_names, command_joints=command_joints)
     if command_topic is None and (fit.actuator is not None or runs[0].tau is None):
-        raise UsageError(f'{args.data}: no command topic (give --command-topic) and '
-                         f'{"the fit is driven by voltages" if fit.actuator is not None else "no efforts"}')
+        why = 'the fit is driven by voltages' if fit.actuator is not None else 'no efforts'
+        raise UsageError(f'{args.data}: no command topic (give --command-topic) and {why}')
     predictor = physical_predictor('fit', fit.model, command_joints, fit.actuator,
                                    fit.friction, fit.coulomb_eps)
     columns: Dict[str, List[np.ndarray]] = {'t': [], 'q': [], 'qd': [], 'u': [], 'run': []}
