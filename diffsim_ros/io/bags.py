@@ -695,6 +695,15 @@ class BagWriter:
                           dtype=np.float64).reshape(-1)
         self._write(topic, COMMAND, types[COMMAND](layout=layout, data=data), t, None)
 
+    def _translation_rotation(self, T, vector: str):
+        """Return a ``(4, 4)`` pose as ``geometry_msgs`` ``vector`` and ``Quaternion``."""
+        T = np.asarray(T.detach().cpu() if isinstance(T, torch.Tensor) else T, dtype=np.float64)
+        w, x, y, z = matrix_to_quaternion(T[:3, :3]).tolist()
+        types = self._store.types
+        return (types[f'geometry_msgs/msg/{vector}'](x=float(T[0, 3]), y=float(T[1, 3]),
+                                                     z=float(T[2, 3])),
+                types['geometry_msgs/msg/Quaternion'](x=x, y=y, z=z, w=w))
+
     def pose(self, topic: str, t: float, T_world_body, frame_id: str = 'world',
              log_t: Optional[float] = None) -> None:
         """
@@ -707,13 +716,8 @@ class BagWriter:
         :param log_t: receive time in s after ``t0`` (default ``t``).
         """
         types = self._store.types
-        T = np.asarray(T_world_body.detach().cpu() if isinstance(T_world_body, torch.Tensor)
-                       else T_world_body, dtype=np.float64)
-        w, x, y, z = matrix_to_quaternion(T[:3, :3]).tolist()
-        pose = types['geometry_msgs/msg/Pose'](
-            position=types['geometry_msgs/msg/Point'](x=float(T[0, 3]), y=float(T[1, 3]),
-                                                      z=float(T[2, 3])),
-            orientation=types['geometry_msgs/msg/Quaternion'](x=x, y=y, z=z, w=w))
+        position, orientation = self._translation_rotation(T_world_body, 'Point')
+        pose = types['geometry_msgs/msg/Pose'](position=position, orientation=orientation)
         msg = types[POSE](header=self._header(t, frame_id), pose=pose)
         self._write(topic, POSE, msg, t, log_t)
 
@@ -729,13 +733,9 @@ class BagWriter:
         :param child_frame_id: the tracked frame.
         """
         types = self._store.types
-        T = np.asarray(T_parent_child.detach().cpu() if isinstance(T_parent_child, torch.Tensor)
-                       else T_parent_child, dtype=np.float64)
-        w, x, y, z = matrix_to_quaternion(T[:3, :3]).tolist()
-        transform = types['geometry_msgs/msg/Transform'](
-            translation=types['geometry_msgs/msg/Vector3'](x=float(T[0, 3]), y=float(T[1, 3]),
-                                                           z=float(T[2, 3])),
-            rotation=types['geometry_msgs/msg/Quaternion'](x=x, y=y, z=z, w=w))
+        translation, rotation = self._translation_rotation(T_parent_child, 'Vector3')
+        transform = types['geometry_msgs/msg/Transform'](translation=translation,
+                                                         rotation=rotation)
         msg = types[TRANSFORM](header=self._header(t, frame_id), child_frame_id=child_frame_id,
                                transform=transform)
         self._write(topic, TRANSFORM, msg, t, None)
