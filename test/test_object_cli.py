@@ -8,6 +8,7 @@ tosses), as TransformStamped, and as CSV, and a simulated Qube bag for a robot f
 commands run in subprocesses; bad inputs go through ``main`` (they fail before any fit).
 """
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -357,3 +358,24 @@ def test_predict_a_robot_bag_from_its_commands(tmp_path):
         assert np.isfinite(q).all()
         # open loop for 3 s drifts, but the first 0.1 s follows the recording
         assert np.abs(q[:10] - recorded.q[:10].numpy()).max() < 0.05
+
+
+def test_a_learned_urdf_is_an_object_to_start_from(tmp_path):
+    """``--object learned.urdf``: the hull mesh and friction read back as the nominal object."""
+    spec = object_spec('cube')
+    generator = torch.Generator().manual_seed(0)
+    vertices = spec.contact.vertices[0] * (0.8 + 0.4 * torch.rand(
+        8, 3, generator=generator, dtype=torch.float64))
+    contact = dataclasses.replace(spec.contact, vertices=(vertices,),
+                                  friction=torch.tensor(0.25, dtype=torch.float64))
+    text, meshes = learned_urdf(spec.model, contact, spec.model.urdf, 'learned')
+    assert list(meshes) == ['learned_cube.obj']
+    (tmp_path / 'learned.urdf').write_text(text)
+    (tmp_path / 'learned_cube.obj').write_text(meshes['learned_cube.obj'])
+    again = object_spec(str(tmp_path / 'learned.urdf'))
+    assert torch.equal(again.contact.vertices[0], vertices)
+    assert float(again.contact.friction) == pytest.approx(0.25, abs=1e-15)
+    assert again.true_vertices is None and again.true_inertial is None
+    assert torch.equal(again.model.inertial, spec.model.inertial)
+    faces = [line for line in meshes['learned_cube.obj'].splitlines() if line.startswith('f ')]
+    assert len(faces) >= 8   # a closed hull of 8 points in general position: 12 triangles
