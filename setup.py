@@ -41,6 +41,7 @@ setup(
             'diffsim-demo = diffsim_ros.demo:main',
             'diffsim-excite = diffsim_ros.io.excite_cli:main',
             'diffsim-fit = diffsim_ros.io.fit_cli:main',
+            'diffsim-predict = diffsim_ros.io.predict_cli:main',
             'diffsim-sim-eval = diffsim_ros.sim_eval:main',
             # ROS 2 executables (ros2 run diffsim_ros <name>)
             'identifier = diffsim_ros.nodes.identifier:main',

@@ -59,11 +59,12 @@ from ..sysid.dataset import Trajectory
 from ..sysid.preprocess import align_streams, matrix_to_quaternion, quaternion_to_matrix
 
 __all__ = ['BagError', 'BagWarning', 'BagWriter', 'bag_topics', 'JOINT_STATE', 'COMMAND',
-           'POSE', 'STRING', 'read_bag', 'write_bag']
+           'POSE', 'STRING', 'TRANSFORM', 'read_bag', 'read_pose_stream', 'write_bag']
 
 JOINT_STATE = 'sensor_msgs/msg/JointState'
 COMMAND = 'std_msgs/msg/Float64MultiArray'
 POSE = 'geometry_msgs/msg/PoseStamped'
+TRANSFORM = 'geometry_msgs/msg/TransformStamped'
 STRING = 'std_msgs/msg/String'
 STORAGE_SUFFIXES = ('.mcap', '.db3')
 _STORAGE_PLUGINS = {'mcap': StoragePlugin.MCAP, 'sqlite3': StoragePlugin.SQLITE3,
@@ -471,6 +472,72 @@ def read_bag(path: PathLike, topic: Optional[str] = None, command_topic: Optiona
     return runs
 
 
+def _pose_topic(table: Mapping[str, Tuple[str, int]], topic: Optional[str]) -> str:
+    """Return the PoseStamped / TransformStamped topic to read, or raise BagError."""
+    kinds = (POSE, TRANSFORM)
+    if topic is not None:
+        if topic not in table:
+            raise BagError(f'pose topic {topic!r} not found; {_describe(table)}')
+        if table[topic][0] not in kinds:
+            raise BagError(f'pose topic {topic!r} carries {table[topic][0]}, expected '
+                           f'{POSE} or {TRANSFORM}; {_describe(table)}')
+        return topic
+    candidates = sorted(name for name, (kind, _) in table.items() if kind in kinds)
+    if len(candidates) == 1:
+        return candidates[0]
+    if not candidates:
+        raise BagError(f'no {POSE} or {TRANSFORM} topic in the bag; {_describe(table)}')
+    raise BagError(f'several pose topics ({", ".join(candidates)}); choose one with --topic')
+
+
+def read_pose_stream(path: PathLike,
+                     topic: Optional[str] = None) -> Tuple[str, np.ndarray, np.ndarray]:
+    """
+    Read one tracked object's poses from a ``PoseStamped`` or ``TransformStamped`` topic.
+
+    Nothing is dropped or repaired here: the caller checks the values (NaN, non-unit
+    quaternions) and names the bad row. Times are the header stamps when every one is set,
+    else the receive times; messages are sorted by time, and a repeated stamp is an error.
+
+    :param path: bag directory, ``.mcap`` or ``.db3`` file.
+    :param topic: the topic; default: the bag's only PoseStamped / TransformStamped topic.
+    :return: ``(topic, t (P,) [s since the first pose], rows (P, 7))`` with rows
+        ``x, y, z [m], qw, qx, qy, qz`` in the header's frame.
+    :raises BagError: missing or corrupt bag, no or several candidate topics, an unknown
+        topic, no messages, repeated stamps.
+    """
+    reader = _open(path)
+    try:
+        table = _topic_table(reader)
+        if not table or not sum(count for _, count in table.values()):
+            raise BagError(f'bag {str(path)!r} is empty (no messages); {_describe(table)}')
+        topic = _pose_topic(table, topic)
+        messages = _read_messages(reader, path, [topic])[topic]
+    finally:
+        reader.close()
+    if not messages:
+        raise BagError(f'pose topic {topic!r} has no messages')
+    rows, header = [], []
+    for _, msg in messages:
+        if table[topic][0] == POSE:
+            position, rotation = msg.pose.position, msg.pose.orientation
+        else:
+            position, rotation = msg.transform.translation, msg.transform.rotation
+        rows.append((position.x, position.y, position.z,
+                     rotation.w, rotation.x, rotation.y, rotation.z))
+        header.append(_stamp_ns(msg.header))
+    receive = np.array([r for r, _ in messages], dtype=np.int64)
+    header = np.array(header, dtype=np.int64)
+    times = _stream_times(receive, header, lambda query: np.zeros(np.shape(query), np.int64))
+    order = np.argsort(times, kind='stable')
+    times, rows = times[order], np.asarray(rows, dtype=np.float64)[order]
+    repeated = np.nonzero(np.diff(times) == 0)[0]
+    if repeated.size:
+        raise BagError(f'pose topic {topic!r}: messages {int(repeated[0])} and '
+                       f'{int(repeated[0]) + 1} (in time order) have the same stamp')
+    return topic, (times - times[0]) * 1e-9, rows
+
+
 # --------------------------------------------------------------------------------------
 # Writing
 # --------------------------------------------------------------------------------------
@@ -628,6 +695,15 @@ class BagWriter:
                           dtype=np.float64).reshape(-1)
         self._write(topic, COMMAND, types[COMMAND](layout=layout, data=data), t, None)
 
+    def _translation_rotation(self, T, vector: str):
+        """Return a ``(4, 4)`` pose as ``geometry_msgs`` ``vector`` and ``Quaternion``."""
+        T = np.asarray(T.detach().cpu() if isinstance(T, torch.Tensor) else T, dtype=np.float64)
+        w, x, y, z = matrix_to_quaternion(T[:3, :3]).tolist()
+        types = self._store.types
+        return (types[f'geometry_msgs/msg/{vector}'](x=float(T[0, 3]), y=float(T[1, 3]),
+                                                     z=float(T[2, 3])),
+                types['geometry_msgs/msg/Quaternion'](x=x, y=y, z=z, w=w))
+
     def pose(self, topic: str, t: float, T_world_body, frame_id: str = 'world',
              log_t: Optional[float] = None) -> None:
         """
@@ -640,15 +716,29 @@ class BagWriter:
         :param log_t: receive time in s after ``t0`` (default ``t``).
         """
         types = self._store.types
-        T = np.asarray(T_world_body.detach().cpu() if isinstance(T_world_body, torch.Tensor)
-                       else T_world_body, dtype=np.float64)
-        w, x, y, z = matrix_to_quaternion(T[:3, :3]).tolist()
-        pose = types['geometry_msgs/msg/Pose'](
-            position=types['geometry_msgs/msg/Point'](x=float(T[0, 3]), y=float(T[1, 3]),
-                                                      z=float(T[2, 3])),
-            orientation=types['geometry_msgs/msg/Quaternion'](x=x, y=y, z=z, w=w))
+        position, orientation = self._translation_rotation(T_world_body, 'Point')
+        pose = types['geometry_msgs/msg/Pose'](position=position, orientation=orientation)
         msg = types[POSE](header=self._header(t, frame_id), pose=pose)
         self._write(topic, POSE, msg, t, log_t)
+
+    def transform(self, topic: str, t: float, T_parent_child, frame_id: str = 'world',
+                  child_frame_id: str = 'object') -> None:
+        """
+        Write one ``geometry_msgs/TransformStamped`` (a tracker's pose as a transform).
+
+        :param topic: topic name.
+        :param t: header stamp (and receive time), s after ``t0``.
+        :param T_parent_child: ``(4, 4)`` pose of ``child_frame_id`` in ``frame_id``.
+        :param frame_id: header frame.
+        :param child_frame_id: the tracked frame.
+        """
+        types = self._store.types
+        translation, rotation = self._translation_rotation(T_parent_child, 'Vector3')
+        transform = types['geometry_msgs/msg/Transform'](translation=translation,
+                                                         rotation=rotation)
+        msg = types[TRANSFORM](header=self._header(t, frame_id), child_frame_id=child_frame_id,
+                               transform=transform)
+        self._write(topic, TRANSFORM, msg, t, None)
 
     def string(self, topic: str, t: float, text: str) -> None:
         """

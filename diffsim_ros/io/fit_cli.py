@@ -6,6 +6,11 @@
     diffsim-fit DATA [--robot NAME|URDF] [--format auto|table|bag|quanser|panda-gaz|dfki]
                 [--method nea|diffnea|ffnn] [--loss inverse|forward|multistep --horizon S]
                 [--actuator viscous|stribeck|nn-friction|nn-residual] --out DIR
+    diffsim-fit TOSSES --object cube|elbow|URDF [--method ccn|...] [--seed N] [--steps N]
+                [--validation F] [--limit N] [--topic T] --out DIR
+
+With ``--object`` the command learns a tossed object instead (:mod:`diffsim_ros.io.object_fit`;
+inputs in :mod:`diffsim_ros.io.object_data`); what follows is the robot pipeline.
 
 ``DATA`` is a rosbag2 recording (directory, ``.mcap`` or ``.db3``) whose
 ``sensor_msgs/JointState`` messages carry position, velocity and effort (columns matched to
@@ -145,6 +150,7 @@ from .fit_options import (build_parser, EXIT_NOT_EXCITED, EXIT_USAGE, EXIT_WORSE
                           PROG, reported, UsageError)
 from .fits import write_model_document
 from .identifiability import mark_unidentifiable, unidentifiable
+from .object_fit import check_object_options, fit_object_command
 from .progress import Progress
 from .report import (evaluate, export_urdf, parameter_table, physical_predictor, predictors, score,
                      stribeck_levels, write_metrics_json, write_params_yaml)
@@ -155,8 +161,10 @@ from .. import __version__, robots
 from ..core.model import PRISMATIC, RobotModel
 from ..core.urdf import load_urdf
 from ..robots.message import model_message, ModelMessageError
+from ..sysid import estimators
 from ..sysid.dataset import Trajectory
 from ..sysid.losses import command_joints_for, resolve_source
+from ..sysid.object_learning import METHODS as OBJECT_METHODS
 from ..sysid.result import IdentificationResult
 
 
@@ -507,7 +515,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return int(exc.code or 0)
     progress = Progress(sys.stderr, PROG, quiet=args.quiet)
     try:
-        metrics = fit_command(args, progress)
+        args.method = check_object_options(args, tuple(OBJECT_METHODS), estimators.names())
+        command = fit_object_command if args.object is not None else fit_command
+        metrics = command(args, progress)
     except UsageError as exc:
         sys.stderr.write(f'{PROG}: error: {exc}\n')
         return EXIT_USAGE

@@ -20,6 +20,7 @@ from .report import ROLLOUT_HORIZONS
 from .selection import EARLY_STOPPING
 from .. import robots
 from ..sysid import estimators
+from ..sysid.object_learning import METHODS as OBJECT_METHODS
 
 PROG = 'diffsim-fit'
 #: Friction choices of ``--actuator``.
@@ -64,7 +65,26 @@ data:
             dfki_simple_pendulum folder or file: --rate 250 --cutoff 10
   missing qd/qdd are estimated with a zero-phase Butterworth filter (--cutoff)
 
+objects (--object cube|elbow|URDF; --method one of the object learners):
+  TOSSES    the shared toss .npz (cube_tosses.npz, elbow_tosses.npz, or the shared data
+            folder: its cube file); a CSV with header t,x,y,z,qw,qx,qy,qz[,toss] (s, m,
+            quaternion body->frame real part first, z up, table at z = 0; rows sharing a
+            toss id form a toss); or a rosbag2 with a geometry_msgs/PoseStamped or
+            TransformStamped topic of the object (--topic, default: the only one).
+            Poses without toss ids are cut into tosses at gaps in the stamps and at rest
+            (slower than 0.02 m/s for --rest s); velocities are backward differences of
+            the poses, first sample repeated, 3-tap median (as the shared data).
+  split     --validation F (default 0.2) of the tosses, drawn with --seed, are held out
+            and never fitted; a fifth of the rest (at least one) stops the optimiser
+  outputs   params.yaml (named parameters, units, nominal beside), <object>_learned.urdf
+            (+ <object>_learned_<link>.obj: learned contact vertices and their hull),
+            metrics.json (held-out position/orientation errors of the fit and of the
+            nominal object, volume_error and inertia_error where the truth is known,
+            friction), report.png (loss history, held-out tosses), modules.pt (networks)
+  diffsim-predict DIR TOSSES --out PRED.npz rolls a fit out on other tosses
+
 examples:
+  diffsim-fit shared/data/contactnets_cube_toss --object cube --method ccn --out fits/cube
   diffsim-fit shared/data/quanser_qube_pyrado --out fits/qube
   diffsim-fit shared/data/panda_gaz2019_excitation --out fits/panda
   diffsim-fit recording.mcap --robot panda --validation 0.3 --out fits/mine
@@ -202,7 +222,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description='Identify robot dynamics from a rosbag2 recording or a CSV/NPZ table and '
-        'write params.yaml, model.urdf, metrics.json, report.png and report_validation.pdf.')
+        'write params.yaml, model.urdf, metrics.json, report.png and report_validation.pdf; '
+        'with --object, learn a tossed object (shape, friction, inertia) from its tosses.')
     parser.add_argument('data', type=path_type,
                         help='rosbag2 directory, .mcap or .db3 file, .csv / .npz table, or a '
                         'shared data set folder (see --format)')
@@ -211,17 +232,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--robot', default=None,
                         help=f'robot name ({", ".join(robots.names())}) or a URDF file '
                         "(default for the data set formats: the data set's robot)")
+    parser.add_argument('--object', default=None, metavar='cube|elbow|URDF',
+                        help='learn a tossed object instead of a robot: the ContactNets cube, '
+                        'the DAIR elbow, or a one-link URDF with box or .obj collision '
+                        'geometry (the nominal object the learner starts 0.5-1.5x from)')
+    parser.add_argument('--friction', type=number_type(float, 1e-6), default=None,
+                        help='--object: nominal friction coefficient (default: cube 0.18; a '
+                        'URDF its <gazebo><mu1>, else 0.3)')
+    parser.add_argument('--rest', type=number_type(float, 1e-6), default=0.2,
+                        help='--object: seconds slower than 0.02 m/s that end a toss in a pose '
+                        'stream without toss ids (default: %(default)s)')
+    parser.add_argument('--limit', type=number_type(int, 1), default=None,
+                        help='--object: read only the first N tosses')
     parser.add_argument('--out', type=path_type, required=True,
                         help='output directory (created; checked for writing before the fit)')
-    parser.add_argument('--method', default='diffnea', choices=estimators.names(),
-                        help='estimator (default: %(default)s, an inverse-dynamics fit '
-                             'refined with the multi-step rollout loss)')
+    parser.add_argument('--method', default=None,
+                        choices=tuple(estimators.names()) + tuple(
+                            name for name in OBJECT_METHODS if name not in estimators.names()),
+                        help='estimator (robots: ' + ', '.join(estimators.names()) + '; '
+                        'default diffnea, an inverse-dynamics fit refined with the multi-step '
+                        'rollout loss; --object: ' + ', '.join(OBJECT_METHODS) + ', default '
+                        'ccn)')
     parser.add_argument('--actuator', choices=ACTUATOR_CHOICES, default=None,
                         help='friction model: viscous, coulomb (viscous + tanh Coulomb, the '
                         "URDF's two fields), or an extra module (default: coulomb; Panda data "
                         "set with diffnea: sigmoid, Gaz et al.'s offset sigmoids)")
     parser.add_argument('--topic', help='JointState topic of a bag (default: /joint_states '
-                        'or the only one)')
+                        'or the only one); --object: the PoseStamped / TransformStamped topic')
     parser.add_argument('--command-topic', help='Float64MultiArray command topic of a bag '
                         '(default for voltage-commanded robots: /<controller>/commands)')
     parser.add_argument('--runs', default=None,
@@ -266,8 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help='exit 0 even when the held-out rollouts are worse than those of '
                         'the nominal model (the warning stays)')
     parser.add_argument('--config', type=path_type, help='YAML mapping of estimator settings')
-    parser.add_argument('--max-iter', type=number_type(int, 1),
-                        help='bound on the optimiser iterations (>= 1)')
+    parser.add_argument('--max-iter', '--steps', type=number_type(int, 1),
+                        help='bound on the optimiser iterations (>= 1; --object: optimiser '
+                        'steps, default 400)')
     parser.add_argument('--seed', type=number_type(int, 0, 2 ** 63 - 1),
                         help="seed of the estimator's local generator (>= 0)")
     parser.add_argument('--device', default='cpu', choices=('cpu', 'cuda'),

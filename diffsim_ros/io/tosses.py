@@ -138,7 +138,21 @@ def load_cube_tosses(data_root: Path, dtype: torch.dtype = torch.float64,
     :raises ValueError: a toss shorter than two samples, a non-finite entry or a quaternion
         that is not one (see :func:`_checked_rows`; slightly off-unit ones are repaired).
     """
-    path = Path(data_root) / CUBE_FILE
+    return read_cube_file(Path(data_root) / CUBE_FILE, dtype, limit)
+
+
+def read_cube_file(path: Path, dtype: torch.dtype = torch.float64,
+                   limit: Optional[int] = None) -> TossSet:
+    """
+    Read a file in the cube tosses' layout (:func:`load_cube_tosses`, wherever it lies).
+
+    :param path: the ``.npz`` file.
+    :param dtype: dtype of the tensors.
+    :param limit: read only the first ``limit`` tosses.
+    :return: the tosses.
+    :raises ValueError: as :func:`load_cube_tosses`.
+    """
+    path = Path(path)
     data = _read(path, CUBE_COLUMNS)
     qs, vs, ids = [], [], []
     for toss_id, rows in _split(data, limit):
@@ -167,7 +181,21 @@ def load_elbow_tosses(data_root: Path, dtype: torch.dtype = torch.float64,
     :return: the tosses; mu 0.3 (the authors' URDF), no restitution given.
     :raises ValueError: as :func:`load_cube_tosses`.
     """
-    path = Path(data_root) / ELBOW_FILE
+    return read_elbow_file(Path(data_root) / ELBOW_FILE, dtype, limit)
+
+
+def read_elbow_file(path: Path, dtype: torch.dtype = torch.float64,
+                    limit: Optional[int] = None) -> TossSet:
+    """
+    Read a file in the elbow tosses' layout (:func:`load_elbow_tosses`, wherever it lies).
+
+    :param path: the ``.npz`` file.
+    :param dtype: dtype of the tensors.
+    :param limit: read only the first ``limit`` tosses.
+    :return: the tosses.
+    :raises ValueError: as :func:`load_cube_tosses`.
+    """
+    path = Path(path)
     data = _read(path, ELBOW_COLUMNS)
     qs, vs, ids = [], [], []
     for toss_id, rows in _split(data, limit):

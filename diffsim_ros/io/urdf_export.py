@@ -71,9 +71,8 @@ def model_to_urdf(model: RobotModel, source: Optional[str] = None) -> str:
     xyz = model.origin_xyz.detach().double().cpu()
     rpy = model.origin_rpy.detach().double().cpu()
     for i, name in enumerate(model.joint_names):
-        joint = joints.get(name)
-        if joint is None and i == 0 and getattr(model, 'floating_base', False):
-            continue   # a free root joint is load_urdf's, not the document's
+        if name not in joints:   # the free-flyer of floating_base=True has no URDF joint
+            continue
         joint = joints[name]
         origin = joint.find('origin')
         if origin is None:

@@ -1,0 +1,259 @@
+"""
+Tossed objects as URDF: the nominal object of ``--object``, and the learned one written back.
+
+A learned object is a URDF (:func:`learned_urdf`) whose links carry their identified inertials
+(:func:`~diffsim_ros.io.urdf_export.model_to_urdf`) and whose collision geometry is the
+learned contact geometry: a ``<box>`` where the learned vertices are the corners of an
+axis-aligned box, else a ``<mesh>`` naming a Wavefront OBJ file written beside the URDF that
+lists every learned vertex (``v`` lines, in the contact model's order) and the faces of their
+convex hull (``f`` lines, outward). The learned friction coefficient is written as Gazebo's
+``<gazebo reference="link"><mu1>/<mu2>``. :func:`read_object_urdf` reads such a URDF (and any
+URDF whose links collide as boxes or OBJ meshes) back into a floating model and a contact
+model, so that ``load_urdf`` plus the collision geometry give the learned object again.
+"""
+
+import math
+from pathlib import Path
+from typing import Dict, Optional, Tuple, Union
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import torch
+
+from .tosses import CUBE_HALF_WIDTH_M
+from .urdf_export import model_to_urdf
+from ..core.contact import box_vertices, ContactModel
+from ..core.errors import URDFError
+from ..core.model import RobotModel
+from ..core.urdf import load_urdf
+from ..robots import object_urdf_path
+from ..sysid import contact_learning
+
+__all__ = ['object_spec', 'read_object_urdf', 'learned_urdf', 'hull_obj', 'OBJECT_NAMES',
+           'DEFAULT_FRICTION']
+
+#: Objects known by name (``--object``); anything else is a URDF path.
+OBJECT_NAMES = ('cube', 'elbow')
+#: Nominal friction of a URDF object that states none (``<gazebo><mu1>``); the learners start
+#: from 0.5-1.5x it, so it is a start value, not a result.
+DEFAULT_FRICTION = 0.3
+#: Friction of the ContactNets cube (the data set's ``experiment_params.json``).
+CUBE_FRICTION = 0.18
+
+
+def _rpy_matrix(rpy) -> np.ndarray:
+    r, p, y = rpy
+    Rx = np.array([[1, 0, 0], [0, math.cos(r), -math.sin(r)], [0, math.sin(r), math.cos(r)]])
+    Ry = np.array([[math.cos(p), 0, math.sin(p)], [0, 1, 0], [-math.sin(p), 0, math.cos(p)]])
+    Rz = np.array([[math.cos(y), -math.sin(y), 0], [math.sin(y), math.cos(y), 0], [0, 0, 1]])
+    return Rz @ Ry @ Rx
+
+
+def _floats(text: Optional[str], n: int, default: float, what: str) -> np.ndarray:
+    if text is None:
+        return np.full(n, default)
+    try:
+        values = np.array([float(x) for x in text.split()])
+    except ValueError:
+        raise URDFError(f'{what}: {text!r} is not {n} numbers') from None
+    if values.shape != (n,) or not np.isfinite(values).all():
+        raise URDFError(f'{what}: {text!r} is not {n} finite numbers')
+    return values
+
+
+def _read_obj(path: Path) -> np.ndarray:
+    if not path.is_file():
+        raise URDFError(f'collision mesh {str(path)!r} does not exist')
+    if path.suffix.lower() != '.obj':
+        raise URDFError(f'collision mesh {str(path)!r}: only Wavefront .obj meshes are read')
+    rows = []
+    for line in path.read_text(encoding='utf-8').splitlines():
+        parts = line.split()
+        if parts and parts[0] == 'v':
+            rows.append(_floats(' '.join(parts[1:4]), 3, 0.0, f'{path}: vertex'))
+    if not rows:
+        raise URDFError(f'collision mesh {str(path)!r} has no vertices')
+    return np.stack(rows)
+
+
+def _collision_vertices(link: ET.Element, folder: Path) -> Optional[np.ndarray]:
+    sets = []
+    for collision in link.findall('collision'):
+        origin = collision.find('origin')
+        xyz = _floats(None if origin is None else origin.get('xyz'), 3, 0.0,
+                      f'link {link.get("name")!r} collision origin xyz')
+        rpy = _floats(None if origin is None else origin.get('rpy'), 3, 0.0,
+                      f'link {link.get("name")!r} collision origin rpy')
+        geometry = collision.find('geometry')
+        shape = None if geometry is None else next(iter(geometry), None)
+        if shape is None:
+            raise URDFError(f'link {link.get("name")!r}: collision without geometry')
+        if shape.tag == 'box':
+            size = _floats(shape.get('size'), 3, 0.0, f'link {link.get("name")!r} box size')
+            local = box_vertices(size.tolist()).numpy()
+        elif shape.tag == 'mesh':
+            filename = shape.get('filename') or ''
+            if '://' in filename:
+                raise URDFError(f'link {link.get("name")!r}: mesh {filename!r}: only file '
+                                'names relative to the URDF (or absolute) are read')
+            scale = _floats(shape.get('scale'), 3, 1.0, f'link {link.get("name")!r} scale')
+            local = _read_obj(folder / filename) * scale
+        else:
+            raise URDFError(f'link {link.get("name")!r}: collision {shape.tag!r} is not '
+                            'supported for tossed objects (box or .obj mesh)')
+        sets.append(local @ _rpy_matrix(rpy).T + xyz)
+    return np.concatenate(sets) if sets else None
+
+
+def read_object_urdf(path: Union[str, Path], friction: Optional[float] = None,
+                     dtype: torch.dtype = torch.float64) -> Tuple[RobotModel, ContactModel, str]:
+    """
+    Load a tossed object's URDF as a free body with its collision geometry as contact vertices.
+
+    :param path: the URDF file; mesh file names are relative to its folder.
+    :param friction: friction coefficient; default the first ``<gazebo><mu1>`` of the file,
+        else :data:`DEFAULT_FRICTION`.
+    :param dtype: dtype of the models.
+    :return: ``(floating model, contact model (restitution 0, ground at 0), robot name)``.
+    :raises URDFError: an unreadable URDF, no collision geometry, unsupported shapes.
+    """
+    path = Path(path)
+    model = load_urdf(path, dtype=dtype, floating_base=True)
+    root = ET.fromstring(path.read_text(encoding='utf-8'))
+    links, vertices = [], []
+    for link in root.findall('link'):
+        found = _collision_vertices(link, path.parent)
+        if found is not None:
+            links.append(link.get('name'))
+            vertices.append(torch.as_tensor(found, dtype=dtype))
+    if not links:
+        raise URDFError(f'{path}: no link has collision geometry (a box or an .obj mesh): '
+                        'the object needs a shape to touch the ground with')
+    if friction is None:
+        mu = root.find('gazebo/mu1')
+        friction = DEFAULT_FRICTION if mu is None else float(
+            _floats(mu.text, 1, 0.0, f'{path}: <mu1>')[0])
+    contact = ContactModel.create(friction=friction, restitution=0.0, dtype=dtype,
+                                  vertex_links=tuple(links), vertices=tuple(vertices))
+    return model, contact, root.get('name') or path.stem
+
+
+def object_spec(name: str, friction: Optional[float] = None) -> contact_learning.ObjectSpec:
+    """
+    Return the nominal object of ``--object``: ``'cube'``, ``'elbow'`` or a URDF path.
+
+    ``cube`` is the ContactNets cube (shipped URDF, 0.0524 m half width, mu 0.18, its measured
+    shape and inertia as the truth of ``volume_error`` / ``inertia_error``). A URDF gives a
+    nominal object without a known truth (no volume or inertia error); its friction is
+    ``friction``, else its ``<gazebo><mu1>``, else :data:`DEFAULT_FRICTION`.
+
+    :param name: the object.
+    :param friction: nominal friction, overriding the object's own.
+    :return: the spec.
+    :raises ValueError: ``elbow`` without the elbow's spec in this build, or a URDF with more
+        than one link with collision geometry.
+    :raises URDFError: an unreadable URDF.
+    """
+    if name == 'cube':
+        model = load_urdf(object_urdf_path('cube_toss'), dtype=torch.float64,
+                          floating_base=True)
+        return contact_learning.cube_spec(
+            model, CUBE_HALF_WIDTH_M, CUBE_FRICTION if friction is None else friction,
+            float(model.inertial[..., 0].sum()))
+    if name == 'elbow':
+        raise ValueError('--object elbow: the articulated elbow (elbow_spec, issue 17) is not '
+                         'in this build yet; use cube or a one-link URDF')
+    model, contact, robot = read_object_urdf(name, friction)
+    if len(contact.vertices) != 1 or len(model.tree.body_links) != 1:
+        raise ValueError(f'{name}: {len(model.tree.body_links)} bodies with '
+                         f'{len(contact.vertices)} collision sets; the learners take one rigid '
+                         'body with one collision set')
+    vertices = contact.vertices[0]
+    extent = (vertices.max(0).values - vertices.min(0).values) / 2.0
+    half = tuple(float(h) for h in extent)
+    return contact_learning.ObjectSpec(
+        name=robot, model=model, contact=contact, mass=float(model.inertial[..., 0].sum()),
+        half_widths=(half,), true_vertices=None, true_inertial=None, length=max(half))
+
+
+def _box_of(vertices: np.ndarray) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+    """Return ``(centre, size)`` when the vertices are an axis-aligned box's 8 corners."""
+    if vertices.shape != (8, 3):
+        return None
+    low, high = vertices.min(0), vertices.max(0)
+    corners = box_vertices((high - low).tolist()).numpy() + (low + high) / 2.0
+    scale = max(float(np.abs(vertices).max()), 1e-12)
+    for corner in corners:
+        if np.abs(vertices - corner).max(1).min() > 1e-12 * scale:
+            return None
+    return (low + high) / 2.0, high - low
+
+
+def hull_obj(vertices: np.ndarray, comment: str = '') -> str:
+    """
+    Return a Wavefront OBJ with every vertex and the outward faces of their convex hull.
+
+    :param vertices: ``(k, 3)`` points [m].
+    :param comment: a first comment line.
+    :return: the OBJ text (all points as ``v`` lines, in order; hull triangles as ``f``).
+    """
+    from scipy.spatial import ConvexHull, QhullError
+    lines = [f'# {comment}'] if comment else []
+    lines += ['v ' + ' '.join(repr(float(x)) for x in point) for point in vertices]
+    try:
+        hull = ConvexHull(vertices)
+    except (QhullError, ValueError):   # flat or too few points: vertices only
+        return '\n'.join(lines) + '\n'
+    for simplex, plane in zip(hull.simplices, hull.equations):
+        a, b, c = vertices[simplex]
+        if np.dot(np.cross(b - a, c - a), plane[:3]) < 0:
+            simplex = simplex[[0, 2, 1]]
+        lines.append('f ' + ' '.join(str(int(i) + 1) for i in simplex))
+    return '\n'.join(lines) + '\n'
+
+
+def learned_urdf(model: RobotModel, contact: ContactModel, source: str,
+                 stem: str) -> Tuple[str, Dict[str, str]]:
+    """
+    Return a learned object's URDF and the mesh files it names (module docstring).
+
+    :param model: the learned floating model (consistent inertials).
+    :param contact: the learned contact model (one vertex set per colliding link).
+    :param source: the nominal object's URDF text to edit.
+    :param stem: file name stem of the meshes (``<stem>_<link>.obj``).
+    :return: ``(URDF text, {mesh file name: OBJ text})``.
+    :raises URDFError: as :func:`~diffsim_ros.io.urdf_export.model_to_urdf`.
+    """
+    text = model_to_urdf(model, source)
+    root = ET.fromstring(text)
+    links = {link.get('name'): link for link in root.findall('link')}
+    meshes = {}
+    for name, verts in zip(contact.vertex_links, contact.vertices):
+        link = links[name]
+        for old in link.findall('collision'):
+            link.remove(old)
+        points = verts.detach().cpu().to(torch.float64).numpy()
+        collision = ET.SubElement(link, 'collision')
+        box = _box_of(points)
+        if box is not None:
+            ET.SubElement(collision, 'origin', xyz=' '.join(repr(float(x)) for x in box[0]),
+                          rpy='0 0 0')
+            geometry = ET.SubElement(collision, 'geometry')
+            ET.SubElement(geometry, 'box', size=' '.join(repr(float(x)) for x in box[1]))
+        else:
+            filename = f'{stem}_{name}.obj'
+            meshes[filename] = hull_obj(points, f'learned contact vertices of link {name} '
+                                        '(diffsim-fit); faces: their convex hull')
+            ET.SubElement(collision, 'origin', xyz='0 0 0', rpy='0 0 0')
+            geometry = ET.SubElement(collision, 'geometry')
+            ET.SubElement(geometry, 'mesh', filename=filename)
+    for old in root.findall('gazebo'):
+        if old.find('mu1') is not None:
+            root.remove(old)
+    mu = repr(float(contact.friction))
+    for name in contact.vertex_links:
+        gazebo = ET.SubElement(root, 'gazebo', reference=name)
+        ET.SubElement(gazebo, 'mu1').text = mu
+        ET.SubElement(gazebo, 'mu2').text = mu
+    ET.indent(root)
+    return ET.tostring(root, encoding='unicode') + '\n', meshes
