@@ -140,8 +140,9 @@ def test_a_bad_object_or_method_stops_the_identifier_with_one_error_line():
     assert '/nonexistent/cube.urdf' in stderr
 
 
-def test_the_object_may_be_a_urdf_with_one_cube_collision(tmp_path):
-    from diffsim_ros.nodes.object_identifier import object_spec
+def test_the_object_may_be_a_urdf_with_one_collision_box(tmp_path):
+    from diffsim_ros.core.errors import URDFError
+    from diffsim_ros.io.object_urdf import object_spec
     from diffsim_ros.robots import object_urdf_path
     text = object_urdf_path('cube_toss').read_text(encoding='utf-8')
     path = tmp_path / 'block.urdf'
@@ -151,7 +152,7 @@ def test_the_object_may_be_a_urdf_with_one_cube_collision(tmp_path):
     assert spec.mass == pytest.approx(0.37)
     path.write_text(text.replace('<box size="0.1048 0.1048 0.1048"/>', '<sphere radius="0.05"/>'),
                     encoding='utf-8')
-    with pytest.raises(ValueError, match='cube <box>'):
+    with pytest.raises(URDFError, match="collision 'sphere' is not supported"):
         object_spec(str(path), 0.4)
 
 

@@ -1,11 +1,12 @@
 """Learning an object from a pose stream, without ROS: velocities, the toss rule, the engine."""
 
+import dataclasses
 import math
 
 from diffsim_ros.core import load_urdf
 from diffsim_ros.core.configuration import from_mujoco
 from diffsim_ros.core.spatial import quat_rotate
-from diffsim_ros.io.urdf_export import object_to_urdf
+from diffsim_ros.io.object_urdf import learned_urdf, read_object_urdf
 from diffsim_ros.robots import object_urdf_path
 from diffsim_ros.sim.tosser import hidden_box, Tosser
 from diffsim_ros.sysid.contact_learning import cube_spec
@@ -105,10 +106,23 @@ def test_named_parameters_and_urdf_of_the_nominal_cube(cube):
     assert values['size_x'] == values['size_y'] == values['size_z'] == pytest.approx(0.1048)
     assert values['volume'] == pytest.approx(0.1048 ** 3)
     assert values['ixx'] == pytest.approx(0.00081) and values['friction'] == pytest.approx(0.18)
-    urdf = object_to_urdf(spec.model, spec.contact)
+    urdf, files = learned_urdf(spec.model, spec.contact, spec.model.urdf, files=False)
     back = load_urdf(xml=urdf, floating_base=True, dtype=torch.float64)
     torch.testing.assert_close(back.inertial, spec.model.inertial)
-    assert '<box size="0.1048 0.1048 0.1048"' in urdf and urdf.count('<sphere') == 8
+    assert '<box size="0.1048 0.1048 0.1048"' in urdf and not files
+
+
+def test_a_learned_shape_that_is_not_a_box_goes_on_the_topic_as_vertex_spheres(cube, tmp_path):
+    # the node's robot_description carries no files: bounds for RViz, the vertices as spheres
+    # of radius 0, read back as the same contact vertices
+    spec = cube_spec(cube, 0.0524, 0.18, 0.37, known=False)
+    vertices = spec.contact.vertices[0] * torch.linspace(0.9, 1.1, 8, dtype=torch.float64)[:, None]
+    contact = dataclasses.replace(spec.contact, vertices=(vertices,))
+    urdf, files = learned_urdf(spec.model, contact, spec.model.urdf, files=False)
+    assert not files and urdf.count('radius="0.0"') == 8 and 'learned_bounds' in urdf
+    (tmp_path / 'learned.urdf').write_text(urdf, encoding='utf-8')
+    _, read, _ = read_object_urdf(tmp_path / 'learned.urdf')
+    torch.testing.assert_close(read.vertices[0], vertices, rtol=0, atol=1e-15)
 
 
 def test_velocities_reproduce_the_recorded_cube_tosses(data_dir):

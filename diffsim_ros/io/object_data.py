@@ -47,7 +47,7 @@ from .bags import _split_at_gaps, BagError, read_pose_stream, STORAGE_SUFFIXES
 from .tosses import (_checked_rows, CUBE_COLUMNS, CUBE_FILE, ELBOW_COLUMNS, ELBOW_FILE,
                      read_cube_file, read_elbow_file, TossSet)
 from ..core.configuration import free_joint_from_mujoco
-from ..core.spatial import quat_conjugate, quat_log, quat_multiply
+from ..sysid.object_online import pose_velocities
 from ..sysid.preprocess import UNIFORM_TOLERANCE
 
 __all__ = ['ObjectDataError', 'ObjectRecording', 'POSE_COLUMNS', 'REST_SPEED', 'REST_S',
@@ -101,13 +101,6 @@ def _from_toss_set(path: Path, layout: str, tosses: TossSet) -> ObjectRecording:
     return ObjectRecording(path, layout, tosses.dt, tosses.toss_ids, tosses.q, tosses.v)
 
 
-def _median3(x: np.ndarray) -> np.ndarray:
-    out = x.copy()
-    if len(x) >= 3:
-        out[1:-1] = np.median(np.stack((x[:-2], x[1:-1], x[2:])), axis=0)
-    return out
-
-
 def poses_to_states(rows: np.ndarray, dt: float,
                     dtype: torch.dtype = torch.float64) -> Tuple[torch.Tensor, torch.Tensor]:
     """
@@ -116,17 +109,12 @@ def poses_to_states(rows: np.ndarray, dt: float,
     :param rows: ``(T, 7)`` poses ``x, y, z [m], qw, qx, qy, qz`` (unit quaternions), T >= 2.
     :param dt: sample period [s].
     :param dtype: dtype of the result.
-    :return: ``q (T, 7)``, ``v (T, 6)`` in our layout (module docstring).
+    :return: ``q (T, 7)``, ``v (T, 6)`` in our layout (module docstring), the velocities by
+        :func:`~diffsim_ros.sysid.object_online.pose_velocities` (the node's too).
     """
     qpos = torch.as_tensor(rows, dtype=dtype)
     q, _ = free_joint_from_mujoco(qpos, torch.zeros(len(rows), 6, dtype=dtype))
-    linear = (qpos[1:, :3] - qpos[:-1, :3]) / dt
-    relative = quat_multiply(quat_conjugate(q[:-1, 3:7]), q[1:, 3:7])
-    angular = quat_log(relative) / dt
-    qvel = torch.cat((linear, angular), -1)
-    qvel = torch.cat((qvel[:1], qvel), 0).numpy()
-    qvel = torch.as_tensor(_median3(qvel), dtype=dtype)
-    return free_joint_from_mujoco(qpos, qvel)
+    return q, pose_velocities(torch.arange(len(rows), dtype=dtype) * dt, q)
 
 
 def segment(t: np.ndarray, positions: np.ndarray, rest_s: float = REST_S,

@@ -37,6 +37,8 @@ OBJECT_NAMES = ('cube', 'elbow')
 #: Nominal friction of a URDF object that states none (``<gazebo><mu1>``); the learners start
 #: from 0.5-1.5x it, so it is a start value, not a result.
 DEFAULT_FRICTION = 0.3
+#: Name of the drawn-only bounding box of a learned shape written without files.
+BOUNDS = 'learned_bounds'
 #: Friction of the ContactNets cube (the data set's ``experiment_params.json``).
 CUBE_FRICTION = 0.18
 
@@ -79,6 +81,8 @@ def _read_obj(path: Path) -> np.ndarray:
 def _collision_vertices(link: ET.Element, folder: Path) -> Optional[np.ndarray]:
     sets = []
     for collision in link.findall('collision'):
+        if collision.get('name') == BOUNDS:
+            continue   # drawn only: the vertex spheres beside it are the shape
         origin = collision.find('origin')
         xyz = _floats(None if origin is None else origin.get('xyz'), 3, 0.0,
                       f'link {link.get("name")!r} collision origin xyz')
@@ -91,6 +95,9 @@ def _collision_vertices(link: ET.Element, folder: Path) -> Optional[np.ndarray]:
         if shape.tag == 'box':
             size = _floats(shape.get('size'), 3, 0.0, f'link {link.get("name")!r} box size')
             local = box_vertices(size.tolist()).numpy()
+        elif shape.tag == 'sphere' and not _floats(
+                shape.get('radius'), 1, 0.0, f'link {link.get("name")!r} sphere radius')[0]:
+            local = np.zeros((1, 3))   # radius 0: one contact vertex
         elif shape.tag == 'mesh':
             filename = shape.get('filename') or ''
             if '://' in filename:
@@ -100,7 +107,8 @@ def _collision_vertices(link: ET.Element, folder: Path) -> Optional[np.ndarray]:
             local = _read_obj(folder / filename) * scale
         else:
             raise URDFError(f'link {link.get("name")!r}: collision {shape.tag!r} is not '
-                            'supported for tossed objects (box or .obj mesh)')
+                            'supported for tossed objects (a box, an .obj mesh, or a sphere '
+                            'of radius 0 as one vertex)')
         sets.append(local @ _rpy_matrix(rpy).T + xyz)
     return np.concatenate(sets) if sets else None
 
@@ -176,6 +184,10 @@ def object_spec(name: str, friction: Optional[float] = None) -> contact_learning
         half_widths=(half,), true_vertices=None, true_inertial=None, length=max(half))
 
 
+def _xyz(values) -> str:
+    return ' '.join(repr(float(x)) for x in values)
+
+
 def _box_of(vertices: np.ndarray) -> Optional[Tuple[np.ndarray, np.ndarray]]:
     """Return ``(centre, size)`` when the vertices are an axis-aligned box's 8 corners."""
     if vertices.shape != (8, 3):
@@ -213,15 +225,21 @@ def hull_obj(vertices: np.ndarray, comment: str = '') -> str:
 
 
 def learned_urdf(model: RobotModel, contact: ContactModel, source: str,
-                 stem: str) -> Tuple[str, Dict[str, str]]:
+                 stem: str = 'learned', files: bool = True) -> Tuple[str, Dict[str, str]]:
     """
     Return a learned object's URDF and the mesh files it names (module docstring).
+
+    Where no file can go with the URDF (``files=False``: a ``robot_description`` topic), a
+    shape that is not a box is written as its bounding box (a collision named
+    ``learned_bounds``, for RViz and MoveIt; not read back as contact geometry) and one
+    sphere of radius 0 per learned vertex, in order (read back as the vertices).
 
     :param model: the learned floating model (consistent inertials).
     :param contact: the learned contact model (one vertex set per colliding link).
     :param source: the nominal object's URDF text to edit.
     :param stem: file name stem of the meshes (``<stem>_<link>.obj``).
-    :return: ``(URDF text, {mesh file name: OBJ text})``.
+    :param files: write non-box shapes as OBJ meshes (else as vertex spheres, no file).
+    :return: ``(URDF text, {mesh file name: OBJ text})`` (no meshes without ``files``).
     :raises URDFError: as :func:`~diffsim_ros.io.urdf_export.model_to_urdf`.
     """
     text = model_to_urdf(model, source)
@@ -240,6 +258,15 @@ def learned_urdf(model: RobotModel, contact: ContactModel, source: str,
                           rpy='0 0 0')
             geometry = ET.SubElement(collision, 'geometry')
             ET.SubElement(geometry, 'box', size=' '.join(repr(float(x)) for x in box[1]))
+        elif not files:
+            low, high = points.min(0), points.max(0)
+            collision.set('name', BOUNDS)
+            ET.SubElement(collision, 'origin', xyz=_xyz((low + high) / 2.0), rpy='0 0 0')
+            ET.SubElement(ET.SubElement(collision, 'geometry'), 'box', size=_xyz(high - low))
+            for k, point in enumerate(points):
+                sphere = ET.SubElement(link, 'collision', name=f'vertex_{k}')
+                ET.SubElement(sphere, 'origin', xyz=_xyz(point), rpy='0 0 0')
+                ET.SubElement(ET.SubElement(sphere, 'geometry'), 'sphere', radius='0.0')
         else:
             filename = f'{stem}_{name}.obj'
             meshes[filename] = hull_obj(points, f'learned contact vertices of link {name} '

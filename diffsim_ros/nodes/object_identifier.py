@@ -16,7 +16,7 @@ object_online`).  Parameters ``toss.*``: the toss rule; ``refit.*``: the window 
 
 Publications: ``~/robot_description`` (``std_msgs/String``, transient local): the object in
 use as URDF with its learned collision shape (:func:`~diffsim_ros.io.urdf_export.
-object_to_urdf`); ``~/parameters`` (``std_msgs/String``, transient local): JSON ``{"stamp",
+learned_urdf`, no files); ``~/parameters`` (``std_msgs/String``, transient local): JSON ``{"stamp",
 "method", "heldout_loss", "refits", "parameters": {name: {"value", "unit", "std"}}}`` as
 the robot mode's, std from the bootstrap fits; ``/diagnostics``: refused poses per reason,
 tosses, refits.  Under ``use_sim_time`` it takes part in the lockstep protocol
@@ -32,7 +32,6 @@ import os
 import threading
 import time
 from typing import Sequence
-import xml.etree.ElementTree as ET
 
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from geometry_msgs.msg import PoseStamped
@@ -48,19 +47,16 @@ from .params import (_parameter_overrides, check_unknown_parameters, config_path
                      load_yaml_params, meta, parameter_sections, ParameterError)
 from .pose_gate import PoseGate, PoseGateConfig
 from .runtime import configure_interpreter, run_node
-from ..core import load_urdf
-from ..io.tosses import CUBE_HALF_WIDTH_M
-from ..io.urdf_export import object_to_urdf
-from ..robots import object_urdf_path
+from ..core.errors import URDFError
+from ..io.object_urdf import learned_urdf, object_spec
 from ..robots.message import parameters_message
-from ..sysid.contact_learning import cube_spec, ObjectSpec
 from ..sysid.object_learning import METHODS
 from ..sysid.object_online import (ObjectEngine, ObjectOnlineConfig, SegmenterConfig,
                                    TossSegmenter)
 from ..sysid.online import DecisionLog
 
 __all__ = ['ObjectIdentifier', 'ObjectIdentifierConfig', 'object_defaults', 'object_mode',
-           'object_spec', 'main']
+           'main']
 
 
 @dataclass(frozen=True)
@@ -88,33 +84,6 @@ class ObjectIdentifierConfig:
         for name in ('friction', 'lockstep_lead', 'diagnostics_period'):
             if not (math.isfinite(getattr(self, name)) and getattr(self, name) > 0):
                 raise ValueError(f'{name} must be > 0, got {getattr(self, name)!r}')
-
-
-def object_spec(name: str, friction: float) -> ObjectSpec:
-    """
-    Return the nominal object of ``object``: the catalogue cube or a one-link URDF's box.
-
-    :param name: ``'cube'`` or a URDF path.
-    :param friction: nominal friction.
-    :return: the spec (no truth known: no volume or inertia errors).
-    :raises ValueError: a URDF without one link with a ``<box>`` collision.
-    """
-    path = object_urdf_path('cube_toss') if name == 'cube' else name
-    with open(path, encoding='utf-8') as stream:
-        text = stream.read()
-    model = load_urdf(xml=text, floating_base=True)
-    if name == 'cube':
-        half_width = CUBE_HALF_WIDTH_M
-    else:
-        boxes = ET.fromstring(text).findall('./link/collision/geometry/box')
-        sizes = [[float(x) for x in box.get('size', '').split()] for box in boxes]
-        if model.njoints != 1 or len(sizes) != 1 or len(sizes[0]) != 3 or \
-                max(sizes[0]) - min(sizes[0]) > 1e-9:
-            raise ValueError(f'{name}: the object needs one link with one cube <box> '
-                             'collision (other shapes: not yet)')
-        half_width = sizes[0][0] / 2
-    mass = float(model.inertial.reshape(-1)[0])
-    return cube_spec(model, half_width, friction, mass, known=False)
 
 
 def object_mode(argv: Sequence[str]) -> bool:
@@ -271,8 +240,9 @@ class ObjectIdentifier(Node):
         model, contact = (best.fit.model, best.fit.contact) if best is not None else \
             (self.spec.model, self.spec.contact)
         try:
-            self.description_pub.publish(String(data=object_to_urdf(model, contact)))
-        except ValueError as error:
+            urdf, _ = learned_urdf(model, contact, self.spec.model.urdf, files=False)
+            self.description_pub.publish(String(data=urdf))
+        except (URDFError, ValueError) as error:
             self.warnings.warn('robot_description', f'not published: {error}')
         self.parameters_pub.publish(String(data=json.dumps(parameters_message(
             best, self.log.heldout_loss, self.get_clock().now().nanoseconds * 1e-9,
