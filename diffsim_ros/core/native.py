@@ -432,7 +432,8 @@ def _check_states(model: RobotModel, states: Tuple[Tensor, ...], names: Tuple[st
         n = model.nq if name == 'q' else model.nv   # they differ on a floating base
         shape = value.shape
         if not shape or shape[-1] != n:
-            check_trailing_shape(name, value, (n,))
+            size_name = ('nq' if name == 'q' else 'nv') if model.floating_base else ''
+            check_trailing_shape(name, value, (n,), size_name)
 
 
 def kernels_for(model: RobotModel, q: Tensor, qd: Optional[Tensor] = None,
