@@ -22,7 +22,7 @@ from urdf_factory import as_tensor, assert_close, reference_cases, shipped_robot
 
 #: Shipped robots, random trees (seeds 10-15: the kernels were written against seed 3 and the
 #: Panda) and single free bodies (odd seeds: with links fixed to the body).
-CASES = [c for c in reference_cases(range(10, 16))] + [
+CASES = reference_cases(range(10, 16)) + [
     pytest.param(('free_body', seed), id=f'free_body{seed}') for seed in (40, 41)]
 TORCH = {'rnea': rnea, 'aba': aba}
 
@@ -82,7 +82,7 @@ def test_outputs_and_every_gradient_equal_torch(kernels, case, algorithm):
 
 @pytest.mark.parametrize('case', CASES)
 def test_crba_and_its_parameter_gradients_equal_torch(kernels, case):
-    """CRBA's (nv, nv) matrix and its inertial/armature gradients equal torch's."""
+    """The (nv, nv) CRBA matrix and its inertial/armature gradients equal torch's."""
     ref = _load(case)
     model, q, _, _ = _inputs(ref, 'crba')
     q = q.detach()
@@ -224,7 +224,8 @@ def test_derivatives_equal_the_torch_path(kernels):
         assert_close(got, want.numpy(), name)
 
 
-def test_auto_takes_the_kernels_on_a_floating_base(kernels, default_backend):
+@pytest.mark.usefixtures('default_backend')
+def test_auto_takes_the_kernels_on_a_floating_base(kernels):
     """Under 'auto' floating models run natively; CRBA with a q gradient takes torch."""
     ref = _load(('robot', 'panda'))
     model, q, v, x = _inputs(ref, 'auto')
@@ -246,4 +247,3 @@ def test_rollout_kernel_refuses_a_floating_base(kernels):
     zeros = torch.zeros(nv, dtype=torch.float64)
     assert native.rollout_kernel(model, torch.eye(nv, dtype=torch.float64), zeros, zeros,
                                  zeros, 0.1) is None
-

@@ -1,6 +1,15 @@
 """
 Fused per-sample C++ kernels for RNEA, ABA and CRBA, with state and inertial gradients.
 
+Fixed-base and floating-base trees alike: a free-flyer root (joint type code 2 in the
+kernels' structure) reads ``q[:7] = [p, quaternion (x, y, z, w)]`` and ``v[:6] = [linear;
+angular]`` in root axes, the root body's own spatial velocity, so the recursions run in body
+coordinates as for a fixed base; RNEA returns the root wrench ``S0^T F_0``, ABA solves the
+root's 6x6 articulated inertia (Cholesky) after the backward sweep, CRBA adds the root block
+and coupling rows.  In body coordinates only gravity sees the root's pose, so the position
+adjoint of the root is the quaternion gradient of ``abar_0 . X_0 a_g`` (through ``q / |q|``,
+like the torch code: tangent to the sphere), and zero for its position.
+
 :func:`diffsim_ros.core.rnea`, :func:`~diffsim_ros.core.aba` and
 :func:`~diffsim_ros.core.crba` (:mod:`diffsim_ros.core.dispatch`) run these kernels by
 themselves wherever a call allows it; :func:`rnea_native` and friends are the explicit
@@ -60,7 +69,7 @@ of the unit vector ``e_j`` (ABA: of ``-M^-1 e_j``, solved from the saved ``U`` a
 
 Whenever a kinematic parameter (``origin_xyz``, ``origin_rpy``, ``gravity``; CRBA does not
 read ``gravity``) or CRBA's ``q`` requires grad, the call falls back to the torch
-implementation, as it does for floating-base models, on CUDA, for dtypes other than
+implementation, as it does on CUDA, for dtypes other than
 float32/float64, without a C++ compiler, or after :func:`set_enabled` ``(False)``; each
 reason is logged once.
 """
