@@ -1173,8 +1173,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         'beside the CPU instead of the tables (skipped without a GPU)')
     parser.add_argument('--fast-only', action='store_true',
                         help='time only the fast-by-default section (public API beside '
-                        'Pinocchio at B = 1 and 1024, derivatives included, and the '
-                        'floating-base rows), not the tables')
+                        'Pinocchio at B = 1 and 1024, derivatives included), not the tables')
     parser.add_argument('--floating-only', action='store_true',
                         help='time only the floating-base rows (Panda on a free base, a '
                         'free body; public API auto and torch beside Pinocchio free-flyer)')
@@ -1191,7 +1190,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if not engines:
         sys.exit('no engine could be loaded')
     if args.fast_only:
-        return _main_fast(engines, urdf, args)
+        return _main_fast(engines, args)
     sizes = QUICK_SIZES if args.quick else SIZES
     notes.insert(0, f'URDF: {urdf} ({urdf_note})')
     if 'drm' in engines:
@@ -1243,7 +1242,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     return 0
 
 
-def _main_fast(engines: Dict[str, Any], urdf: str, args: Any) -> int:
+def _main_fast(engines: Dict[str, Any], args: Any) -> int:
     """Run ``--fast-only``: the machine, then the fast-by-default figures and targets."""
     info = _common.machine_info(PACKAGES)
     info['torch_threads'] = torch.get_num_threads()
@@ -1251,7 +1250,6 @@ def _main_fast(engines: Dict[str, Any], urdf: str, args: Any) -> int:
     fast_lines, fast_targets, _ = fast_by_default(engines, args.quick)
     _common.print_section('fast by default: the public API beside Pinocchio, same run',
                           fast_lines)
-    _common.print_section(FLOATING_TITLE, floating_base(urdf, args.quick)[0])
     _common.print_section('targets', [t.line() for t in fast_targets])
     return 0
 
