@@ -17,16 +17,21 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = REPO_ROOT / 'benchmarks' / 'dynamics.py'
 
 
-def test_fast_only_section_runs_as_a_user_would():
-    """``--help`` names ``--fast-only``; the section prints each row and each target."""
+def _run_section(flag: str) -> str:
+    """Check that ``--help`` names ``flag``, run ``flag --quick`` and return its stdout."""
     pytest.importorskip('pinocchio')
     help_text = subprocess.run([sys.executable, str(SCRIPT), '--help'], check=True,
                                capture_output=True, text=True, cwd=REPO_ROOT).stdout
-    assert '--fast-only' in help_text
-    result = subprocess.run([sys.executable, str(SCRIPT), '--fast-only', '--quick'],
+    assert flag in help_text
+    result = subprocess.run([sys.executable, str(SCRIPT), flag, '--quick'],
                             capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
     assert result.returncode == 0, result.stderr
-    out = result.stdout
+    return result.stdout
+
+
+def test_fast_only_section_runs_as_a_user_would():
+    """``--help`` names ``--fast-only``; the section prints each row and each target."""
+    out = _run_section('--fast-only')
     for row in ('pin computeRNEADerivatives B=1', 'pin computeABADerivatives B=1',
                 'auto: rnea_derivatives B=1', 'auto: aba_derivatives B=1',
                 'torch: rnea_derivatives B=1', 'auto: aba B=1'):
@@ -40,14 +45,7 @@ def test_fast_only_section_runs_as_a_user_would():
 
 def test_floating_only_section_runs_as_a_user_would():
     """``--floating-only --quick`` times both free-base models beside Pinocchio's free-flyer."""
-    pytest.importorskip('pinocchio')
-    help_text = subprocess.run([sys.executable, str(SCRIPT), '--help'], check=True,
-                               capture_output=True, text=True, cwd=REPO_ROOT).stdout
-    assert '--floating-only' in help_text
-    result = subprocess.run([sys.executable, str(SCRIPT), '--floating-only', '--quick'],
-                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
-    assert result.returncode == 0, result.stderr
-    out = result.stdout
+    out = _run_section('--floating-only')
     for label in ('panda free base', 'free body'):
         # the two engines agree on the model before anything is timed
         match = re.search(re.escape(label) + r': nq=\d+, nv=\d+; rnea max \|ours - pin\| = '
