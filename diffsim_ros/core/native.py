@@ -771,14 +771,14 @@ def rollout_kernel(model: RobotModel, command: Tensor, emf: Tensor, damping: Ten
     :param friction: Coulomb friction ``(n,)``.
     :param velocity_scale: Coulomb ramp velocity, > 0.
     :return: the bound kernel, or None when it cannot run (the reason is logged once): the
-        dtype, parameter batch dims, tensors off the CPU, or no extension.
+        dtype, a floating base, parameter batch dims, tensors off the CPU, or no extension.
     """
     reason = None
     torque = (command, emf, damping, friction)
     if model.dtype not in _DTYPES:
         reason = 'dtype is not float32/float64 throughout'
     elif model.floating_base:
-        reason = 'floating-base models are not handled by the kernels'
+        reason = 'rollout: the closed-loop rollout kernel is fixed-base only'
     elif model.inertial.dim() != 2 or model.armature.dim() != 1 or model.gravity.dim() != 1 \
             or model.origin_xyz.dim() != 2 or model.origin_rpy.dim() != 2:
         reason = 'rollout: the model has parameter batch dims'
