@@ -27,11 +27,16 @@ B = 1 against ``pin.aba``, and RNEA forward+backward at B = 1 (gradients w.r.t. 
 the inertial parameters) against ``computeRNEADerivatives``, with the floor of any
 autograd call of that shape; and the Jacobians without autograd at B = 1,
 ``rnea_derivatives`` against ``computeRNEADerivatives`` and ``aba_derivatives`` against
-``computeABADerivatives``.  ``--device cuda`` runs the public API on the GPU at B = 1 to
-65536 beside the CPU instead of the tables (and says so where there is no GPU).
+``computeABADerivatives``.  The floating-base section (:func:`floating_base`) times the
+Panda on a free base and a single free body at B = 1 and 1024 through the public API
+(``auto``, which takes the native kernels, and ``torch``) beside Pinocchio's free-flyer
+(``rnea``, ``aba``, ``crba``, ``computeRNEADerivatives``) in the same run.
+``--device cuda`` runs the public API on the GPU at B = 1 to 65536 beside the CPU instead
+of the tables (and says so where there is no GPU).
 
 Run ``python benchmarks/dynamics.py [--quick] [--json PATH] [--markdown PATH]
-[--device cuda]``; ``benchmarks/README.md`` explains the columns.
+[--device cuda] [--fast-only] [--floating-only]``; ``benchmarks/README.md`` explains the
+columns.
 """
 
 import atexit
@@ -879,6 +884,124 @@ def fast_by_default(engines: Dict[str, Any],
     return lines, found, figures
 
 
+FLOATING_TITLE = 'floating base: the public API beside Pinocchio free-flyer, same run'
+#: Batch sizes of the floating-base section.
+FLOATING_SIZES = (1, 1024)
+#: The single free body of the floating-base section: one link, its inertial off its origin.
+FREE_BODY_URDF = (
+    '<robot name="free_body"><link name="body"><inertial>'
+    '<origin xyz="0.01 -0.02 0.03" rpy="0.1 0.2 0.3"/><mass value="0.37"/>'
+    '<inertia ixx="6.8e-4" ixy="1e-5" ixz="-2e-5" iyy="6.7e-4" iyz="3e-5" izz="6.9e-4"/>'
+    '</inertial></link></robot>')
+
+
+def floating_states(nq: int, nv: int, batch: int, seed: int = SEED) -> Dict[str, np.ndarray]:
+    """
+    Draw free-flyer states ``q = [p, unit quaternion (x, y, z, w), joints]``, ``qd``, ...
+
+    :param nq: configuration size.
+    :param nv: velocity size.
+    :param batch: number of samples.
+    :param seed: random seed.
+    :return: ``q (batch, nq)``, ``qd``, ``qdd``, ``tau`` ``(batch, nv)``, float64.
+    """
+    rng = np.random.default_rng(seed)
+    q = rng.uniform(-1.0, 1.0, (batch, nq))
+    q[:, 3:7] /= np.linalg.norm(q[:, 3:7], axis=1, keepdims=True)
+    out = {'q': q}
+    for key in ('qd', 'qdd', 'tau'):
+        out[key] = rng.uniform(-1.0, 1.0, (batch, nv))
+    return out
+
+
+def _floating_case(label: str, model: Any, pin_model: Any, core: Any, pin: Any, batch: int,
+                   quick: bool) -> Dict[str, float]:
+    """Time one floating-base model at one batch size; return microseconds per sample."""
+    states = floating_states(model.nq, model.nv, batch)
+    q, qd, qdd, tau = (torch.as_tensor(states[k]) for k in ('q', 'qd', 'qdd', 'tau'))
+    data = pin_model.createData()
+    rows = [tuple(states[k][b] for k in ('q', 'qd', 'qdd', 'tau')) for b in range(batch)]
+    inertial = model.inertial.detach().clone().requires_grad_()
+    learnable = model.replace(inertial=inertial)
+
+    def fb(backend: str) -> Callable[[], Any]:
+        def run() -> None:
+            leaves = (q.clone().requires_grad_(), qd.clone().requires_grad_())
+            inertial.grad = None
+            core.rnea(learnable, *leaves, qdd, backend=backend).square().sum().backward()
+        return run
+
+    cases: Dict[str, Callable[[], Any]] = {
+        'pin rnea': lambda: [pin.rnea(pin_model, data, a, b, c) for a, b, c, _ in rows],
+        'pin aba': lambda: [pin.aba(pin_model, data, a, b, d) for a, b, _, d in rows],
+        'pin crba': lambda: [pin.crba(pin_model, data, a) for a, _, _, _ in rows],
+        'pin computeRNEADerivatives': lambda: [
+            pin.computeRNEADerivatives(pin_model, data, a, b, c) for a, b, c, _ in rows],
+    }
+    for backend in ('auto', 'torch'):
+        cases[f'{backend} rnea'] = lambda bk=backend: core.rnea(model, q, qd, qdd, backend=bk)
+        cases[f'{backend} aba'] = lambda bk=backend: core.aba(model, q, qd, tau, backend=bk)
+        cases[f'{backend} crba'] = lambda bk=backend: core.crba(model, q, backend=bk)
+        cases[f'{backend} rnea f+b (q, qd, pi)'] = fb(backend)
+    return {f'{label} B={batch}: {name}':
+            _common.time_call(fn, quick=quick, min_repeats=3, warmup=2).seconds * 1e6 / batch
+            for name, fn in cases.items()}
+
+
+def floating_base(urdf: str, quick: bool) -> Tuple[List[str], Dict[str, float]]:
+    """
+    Time floating-base RNEA, ABA, CRBA and RNEA forward+backward beside Pinocchio's free-flyer.
+
+    The Panda mounted on a free base and a single free body (:data:`FREE_BODY_URDF`), at
+    :data:`FLOATING_SIZES`: the public functions under ``auto`` (the native kernels) and
+    forced to ``torch``, and Pinocchio's ``rnea``/``aba``/``crba``/``computeRNEADerivatives``
+    in a Python loop over the samples (``pin.buildModel(urdf, pin.JointModelFreeFlyer())``),
+    in the same run; figures per sample, with the ratios to Pinocchio.  RNEA forward+backward
+    back-propagates ``out.square().sum()`` to q, qd and ``model.inertial`` (Pinocchio's
+    ``computeRNEADerivatives`` gives the state Jacobians, not the parameter ones).
+
+    :param urdf: the Panda's URDF path.
+    :param quick: short budgets.
+    :return: printed lines and the figures in microseconds per sample by name.
+    """
+    try:
+        import pinocchio as pin
+        from diffsim_ros import core
+    except ImportError as error:
+        return [f'needs diffsim_ros and Pinocchio ({error}): skipped'], {}
+    with open(urdf, encoding='utf-8') as handle:
+        panda = handle.read()
+    models = {'panda free base': panda, 'free body': FREE_BODY_URDF}
+    lines, figures = [], {}
+    for label, xml in models.items():
+        model = core.load_urdf(xml=xml, dtype=torch.float64, floating_base=True)
+        pin_model = pin.buildModelFromXML(xml, pin.JointModelFreeFlyer())
+        # same coordinates (the Panda's joints are revolute, in model order): say so by value
+        check = floating_states(model.nq, model.nv, 1, seed=SEED + 1)
+        ours = core.rnea(model, *(torch.as_tensor(check[k][0]) for k in ('q', 'qd', 'qdd')))
+        theirs = pin.rnea(pin_model, pin_model.createData(),
+                          *(check[k][0] for k in ('q', 'qd', 'qdd')))
+        lines.append(f'{label}: nq={model.nq}, nv={model.nv}; rnea max |ours - pin| = '
+                     f'{float(np.abs(ours.numpy() - theirs).max()):.1e}')
+        for batch in FLOATING_SIZES:
+            figures.update(_floating_case(label, model, pin_model, core, pin, batch, quick))
+    for name, us in figures.items():
+        lines.append(f'{name}: {_common.fmt_number(us)} us/sample')
+    pairs = (('rnea', 'pin rnea'), ('aba', 'pin aba'), ('crba', 'pin crba'),
+             ('rnea f+b (q, qd, pi)', 'pin computeRNEADerivatives'))
+    for label in models:
+        for batch in FLOATING_SIZES:
+            key = f'{label} B={batch}: '
+            for ours, theirs in pairs:
+                auto, eager = figures[key + 'auto ' + ours], figures[key + 'torch ' + ours]
+                lines.append(f'{key}{ours}: auto / {theirs} = '
+                             f'{_common.fmt_number(_quotient(auto, figures[key + theirs]))}x, '
+                             f'torch / {theirs} = '
+                             f'{_common.fmt_number(_quotient(eager, figures[key + theirs]))}x, '
+                             f'torch / auto = {_common.fmt_number(_quotient(eager, auto))}x')
+    return lines, figures
+
+
 def cuda_sweep(engines: Dict[str, Any], quick: bool) -> Tuple[List[str], Dict[str, Any]]:
     """
     Time the public RNEA and ABA on the GPU at B = 1 ... 65536 beside the CPU.
@@ -1051,12 +1174,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--fast-only', action='store_true',
                         help='time only the fast-by-default section (public API beside '
                         'Pinocchio at B = 1 and 1024, derivatives included), not the tables')
+    parser.add_argument('--floating-only', action='store_true',
+                        help='time only the floating-base rows (Panda on a free base, a '
+                        'free body; public API auto and torch beside Pinocchio free-flyer)')
     args = parser.parse_args(argv)
     start = time.perf_counter()
     torch.set_num_threads(args.threads)
     urdf, urdf_note = resolve_urdf(args.urdf)
     if args.device == 'cuda':
         return _main_cuda(urdf, args)
+    if args.floating_only:
+        return _main_floating(urdf, args)
     engines, notes = load_engines(urdf, args.threads,
                                   not (args.quick or args.no_compile or args.fast_only))
     if not engines:
@@ -1092,6 +1220,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     fast_lines, fast_targets, fast_figures = fast_by_default(engines, args.quick)
     _common.print_section('fast by default: the public API beside Pinocchio, same run',
                           fast_lines)
+    floating_lines, floating_figures = floating_base(urdf, args.quick)
+    _common.print_section(FLOATING_TITLE, floating_lines)
     lines = targets(results) + fast_targets
     _common.print_section('targets', [t.line() for t in lines])
     elapsed = time.perf_counter() - start
@@ -1101,10 +1231,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             out.write(markdown_report(results, sizes, info, notes, agree, lines))
             out.write('\n**Fast by default** (public API, same run)\n\n'
                       + '\n'.join(f'- {line}' for line in fast_lines) + '\n')
+            out.write('\n**Floating base** (public API, same run)\n\n'
+                      + '\n'.join(f'- {line}' for line in floating_lines) + '\n')
     if args.json:
         meta = {'benchmark': 'dynamics', 'machine': info, 'quick': args.quick,
                 'threads': args.threads, 'sizes': list(sizes), 'urdf': urdf,
-                'notes': notes, 'elapsed_s': elapsed, 'fast_by_default_us': fast_figures}
+                'notes': notes, 'elapsed_s': elapsed, 'fast_by_default_us': fast_figures,
+                'floating_base_us_per_sample': floating_figures}
         _common.write_json(args.json, report(results, first_calls, sizes, agree, lines, meta))
     return 0
 
@@ -1118,6 +1251,19 @@ def _main_fast(engines: Dict[str, Any], args: Any) -> int:
     _common.print_section('fast by default: the public API beside Pinocchio, same run',
                           fast_lines)
     _common.print_section('targets', [t.line() for t in fast_targets])
+    return 0
+
+
+def _main_floating(urdf: str, args: Any) -> int:
+    """Run ``--floating-only``: the machine and load, then :func:`floating_base`."""
+    info = _common.machine_info(PACKAGES)
+    info['torch_threads'] = torch.get_num_threads()
+    _common.print_section('machine', [f'{k}: {v}' for k, v in info.items()])
+    lines, figures = floating_base(urdf, args.quick)
+    _common.print_section(FLOATING_TITLE, lines)
+    if args.json:
+        _common.write_json(args.json, {'benchmark': 'dynamics --floating-only', 'machine': info,
+                                       'urdf': urdf, 'floating_base_us_per_sample': figures})
     return 0
 
 

@@ -48,3 +48,13 @@ def data_dir() -> Path:
         pytest.skip(f'recorded data not found at {path} ({source}); set DIFFSIM_DATA '
                     'to the directory holding INDEX.md to run this test')
     return path
+
+
+@pytest.fixture(scope='session')
+def kernels() -> bool:
+    """Compile (or load the cached) native kernels once per session; skip when impossible."""
+    from diffsim_ros.core import native
+    available, reason = native.native_available()
+    if not available:
+        pytest.skip(f'native kernels unavailable: {reason}')
+    return True

@@ -40,15 +40,6 @@ PAIRS = {'rnea': (rnea_native, rnea), 'aba': (aba_native, aba), 'crba': (_crba_n
 STATE_GRADIENT = {'rnea': True, 'aba': True, 'crba': False}
 
 
-@pytest.fixture(scope='session')
-def kernels():
-    """Compile (or load the cached) kernels once per session; skip when impossible."""
-    available, reason = native.native_available()
-    if not available:
-        pytest.skip(f'native kernels unavailable: {reason}')
-    return True
-
-
 @pytest.fixture
 def two_threads():
     """Run with 2 torch threads, so that big calls split (the kernels' rule allows it)."""
@@ -489,8 +480,9 @@ def test_auto_takes_torch_where_the_kernels_do_not_apply(kernels, default_backen
         PUBLIC[algorithm](half, *(t.to(torch.bfloat16) for t in (q, qd, x)), backend='native')
 
 
-def test_floating_base_models_take_torch(kernels, default_backend):
-    # The kernels are fixed-base only: a free-flyer model runs the torch algorithms.
+def test_floating_base_models_take_the_kernels(kernels, default_backend):
+    # A free-flyer model runs the kernels under 'auto' (test_native_floating checks them in
+    # depth); CRBA with a gradient w.r.t. q still takes torch.
     g = torch.Generator().manual_seed(25)
     model = load_urdf(xml=robots.urdf_string('panda'), floating_base=True)
     assert model.floating_base and model.nq == model.nv + 1
@@ -498,14 +490,12 @@ def test_floating_base_models_take_torch(kernels, default_backend):
     q[..., 3:7] = q[..., 3:7] / q[..., 3:7].norm(dim=-1, keepdim=True)
     v, a = (_randn(g, 2, model.nv).requires_grad_() for _ in range(2))
     tau = core.rnea(model, q, v, a)
-    assert _path(tau) == 'torch'
+    assert _path(tau) == 'native'
     _close(tau, rnea(model, q, v, a))
-    assert _path(core.aba(model, q, v, tau.detach())) == 'torch'
-    assert 'floating' in native.kernels_for(model, q, v, a)[1]
-    for call in (lambda: core.rnea(model, q, v, a, backend='native'),
-                 lambda: core.crba(model, q, backend='native')):
-        with pytest.raises(BackendError, match='floating'):
-            call()
+    assert _path(core.aba(model, q, v, tau.detach())) == 'native'
+    assert native.kernels_for(model, q, v, a)[1] is None
+    with pytest.raises(BackendError, match='q requires grad'):
+        core.crba(model, q.requires_grad_(), backend='native')
 
 
 @pytest.mark.parametrize('algorithm', PUBLIC)

@@ -16,7 +16,8 @@ Paths, chosen like :mod:`diffsim_ros.core.dispatch` (``backend=``, :func:`set_ba
   ``native/rnea.cpp``): per sample, one RNEA (or ABA) pass, then row ``j`` of every
   Jacobian from one adjoint sweep of the unit vector ``e_j`` (ABA: ``lam_j = M^-1 e_j``
   solved from the articulated-body factors, then one RNEA adjoint sweep of ``-lam_j``):
-  ``n`` sweeps of ``O(n)``.  Fixed-base models, CPU, float32/float64.
+  ``nv`` sweeps of ``O(n)``.  Fixed-base and floating-base models, CPU, float32/float64;
+  on a floating base ``dtau_dq`` is w.r.t. the coordinates of ``q``, as on the torch path.
 * ``'torch'``: the torch algorithms, one batched reverse pass per row (``n`` passes), and
   :func:`~diffsim_ros.core.joint_torque_regressor` for the regressor: every model, device
   and dtype.  On a floating-base model ``dtau_dq`` is taken w.r.t. the coordinates of ``q``

@@ -4,11 +4,12 @@ RNEA, ABA and CRBA as users call them: the fastest path that gives the same resu
 Two implementations compute the same quantities (they agree to 1e-12 relative in float64):
 
 * ``'native'``: the fused per-sample C++ kernels of :mod:`diffsim_ros.core.native`, on the
-  CPU in float32/float64 for fixed-base models, differentiable w.r.t. ``q``, ``qd``,
-  ``qdd``/``tau`` and the parameters ``inertial`` and ``armature`` (CRBA: the parameters
-  only).  They cannot give gradients w.r.t. the kinematic parameters (``origin_xyz``,
-  ``origin_rpy``, ``gravity``) nor CRBA's w.r.t. ``q``, and do not run floating-base models,
-  CUDA tensors or other dtypes.
+  CPU in float32/float64, for fixed-base and floating-base (free-flyer) models alike,
+  differentiable w.r.t. ``q`` (all ``nq`` entries, a free-flyer's quaternion through its
+  normalisation), ``qd``, ``qdd``/``tau`` and the parameters ``inertial`` and ``armature``
+  (CRBA: the parameters only).  They cannot give gradients w.r.t. the kinematic parameters
+  (``origin_xyz``, ``origin_rpy``, ``gravity``) nor CRBA's w.r.t. ``q``, and do not run CUDA
+  tensors or other dtypes.
 * ``'torch'``: the batched torch algorithms (:mod:`~diffsim_ros.core.rnea`,
   :mod:`~diffsim_ros.core.aba`, :mod:`~diffsim_ros.core.crba`): every case, every device.
   On CUDA this is eager torch; :func:`~diffsim_ros.core.compile_algorithm` is the explicit

@@ -1,6 +1,15 @@
 """
 Fused per-sample C++ kernels for RNEA, ABA and CRBA, with state and inertial gradients.
 
+Fixed-base and floating-base trees alike: a free-flyer root (joint type code 2 in the
+kernels' structure) reads ``q[:7] = [p, quaternion (x, y, z, w)]`` and ``v[:6] = [linear;
+angular]`` in root axes, the root body's own spatial velocity, so the recursions run in body
+coordinates as for a fixed base; RNEA returns the root wrench ``S0^T F_0``, ABA solves the
+root's 6x6 articulated inertia (Cholesky) after the backward sweep, CRBA adds the root block
+and coupling rows.  In body coordinates only gravity sees the root's pose, so the position
+adjoint of the root is the quaternion gradient of ``abar_0 . X_0 a_g`` (through ``q / |q|``,
+like the torch code: tangent to the sphere), and zero for its position.
+
 :func:`diffsim_ros.core.rnea`, :func:`~diffsim_ros.core.aba` and
 :func:`~diffsim_ros.core.crba` (:mod:`diffsim_ros.core.dispatch`) run these kernels by
 themselves wherever a call allows it; :func:`rnea_native` and friends are the explicit
@@ -60,7 +69,7 @@ of the unit vector ``e_j`` (ABA: of ``-M^-1 e_j``, solved from the saved ``U`` a
 
 Whenever a kinematic parameter (``origin_xyz``, ``origin_rpy``, ``gravity``; CRBA does not
 read ``gravity``) or CRBA's ``q`` requires grad, the call falls back to the torch
-implementation, as it does for floating-base models, on CUDA, for dtypes other than
+implementation, as it does on CUDA, for dtypes other than
 float32/float64, without a C++ compiler, or after :func:`set_enabled` ``(False)``; each
 reason is logged once.
 """
@@ -77,7 +86,7 @@ import torch
 from .aba import aba
 from .crba import crba
 from .errors import check_trailing_shape
-from .model import PRISMATIC, RobotModel
+from .model import FLOATING, PRISMATIC, RobotModel
 from .native_build import compiler, load_cached
 from .rnea import rnea
 
@@ -167,14 +176,23 @@ def native_available() -> Tuple[bool, Optional[str]]:
     return True, None
 
 
+#: Joint type codes of the kernels' ``prismatic`` tensor (``kFreeFlyer`` in the source).
+_JOINT_CODES = {PRISMATIC: 1, FLOATING: 2}
+
+
 def _structure(model: RobotModel) -> Tuple[Tensor, Tensor, Tensor]:
-    """Return ``(axis (n, 3), parent (n,) int64, prismatic (n,) int64)`` of the tree."""
+    """
+    Return ``(axis (n, 3), parent (n,) int64, joint type (n,) int64)`` of the tree.
+
+    Joint type: 0 revolute/continuous, 1 prismatic, 2 the free-flyer root of a floating base.
+    """
     tree = model.tree
     key = (model.dtype, model.device)
     per_tree = _structures.setdefault(tree, {})
     if key not in per_tree:
         parent = torch.tensor(tree.parents, dtype=torch.int64)
-        prismatic = torch.tensor([t == PRISMATIC for t in tree.joint_types], dtype=torch.int64)
+        prismatic = torch.tensor([_JOINT_CODES.get(t, 0) for t in tree.joint_types],
+                                 dtype=torch.int64)
         axis = tree.axis.to(dtype=model.dtype).contiguous()
         per_tree[key] = (axis, parent, prismatic)
     return per_tree[key]
@@ -190,13 +208,14 @@ class _ModelEntry:
     a parameter is changed in place.
     """
 
-    __slots__ = ('__weakref__', 'reason', 'dtype', 'n', 'structure', 'stamp', 'params',
+    __slots__ = ('__weakref__', 'reason', 'dtype', 'n', 'nq', 'structure', 'stamp', 'params',
                  'args', 'bound')
 
     def __init__(self, model: RobotModel) -> None:
         self.reason = _model_reason(model)
         self.dtype = model.dtype
-        self.n = model.n
+        self.n = model.nv
+        self.nq = model.nq
         self.structure = None if self.reason else _structure(model)
         self.stamp = None
         self.params = None
@@ -236,8 +255,6 @@ class _ModelEntry:
 def _model_reason(model: RobotModel) -> Optional[str]:
     """Return why no call on this model can use the kernels, or ``None``."""
     dtype = model.dtype
-    if model.floating_base:
-        return 'floating-base models are not handled by the kernels'
     if dtype not in _DTYPES:
         return 'dtype is not float32/float64 throughout'
     if not model.n:
@@ -316,11 +333,11 @@ def _param(value: Tensor, batch: tuple, trailing: int) -> Tensor:
     return value.reshape((-1,) + item).contiguous()
 
 
-def _is_plain(states: Tuple[Tensor, ...], shape: torch.Size, params: Tuple[Tensor, ...],
+def _is_plain(states: Tuple[Tensor, ...], batch: torch.Size, params: Tuple[Tensor, ...],
               trailing: Tuple[int, ...]) -> bool:
     """Say whether the kernels take the arguments as they are (the common call)."""
     for t in states:
-        if t.shape != shape or not t.is_contiguous():
+        if t.shape[:-1] != batch or not t.is_contiguous():
             return False
     for t, k in zip(params, trailing):
         if t.dim() != k or not t.is_contiguous():
@@ -333,17 +350,16 @@ def _prepare(model: RobotModel, states: Tuple[Tensor, ...], params: Tuple[Tensor
     """
     Broadcast states and parameters to one flat batch.
 
-    :return: ``(states, params, batch)``: states of one shape ``batch + (n,)`` (or
-        flattened), contiguous; parameters as :func:`_param` returns them; the batch shape.
+    :return: ``(states, params, batch)``: states of one batch shape ``batch + (nq or nv,)``
+        (or flattened), contiguous; parameters as :func:`_param` returns them; the batch shape.
     """
-    shape = states[0].shape
+    shape = states[0].shape[:-1]
     if _is_plain(states, shape, params, trailing):
-        return states, params, shape[:-1]
+        return states, params, shape
     batch = _broadcast(*(t.shape[:-1] for t in states),
                        *(t.shape[:t.dim() - k] for t, k in zip(params, trailing)))
-    full = batch + shape[-1:]
-    states = tuple((t if t.shape == full else t.expand(full)).reshape(-1, full[-1])
-                   .contiguous() for t in states)
+    states = tuple((t if t.shape[:-1] == batch else t.expand(batch + t.shape[-1:]))
+                   .reshape(-1, t.shape[-1]).contiguous() for t in states)
     return states, tuple(_param(t, batch, k) for t, k in zip(params, trailing)), batch
 
 
@@ -355,7 +371,7 @@ class _RneaFunction(torch.autograd.Function):
         # the kernel saves every sample's poses, velocities and accelerations for backward
         tau, kinematics = ext.rnea_forward(q, qd, qdd, inertial, armature, origins, gravity,
                                            *structure, True)
-        ctx.save_for_backward(qd, qdd, inertial, armature, kinematics)
+        ctx.save_for_backward(q, qd, qdd, inertial, armature, kinematics)
         ctx.structure, ctx.ext = structure, ext
         return tau
 
@@ -365,9 +381,9 @@ class _RneaFunction(torch.autograd.Function):
         # one reverse sweep of the recursion per sample (rnea_adjoint_sample): d/d qdd is
         # M g (armature included), the parameter gradients are summed in the kernel where
         # shared.
-        qd, qdd, inertial, armature, kinematics = ctx.saved_tensors
+        q, qd, qdd, inertial, armature, kinematics = ctx.saved_tensors
         needs = ctx.needs_input_grad
-        grads = ctx.ext.rnea_backward(kinematics, grad_tau.contiguous(), qd, qdd, inertial,
+        grads = ctx.ext.rnea_backward(kinematics, grad_tau.contiguous(), q, qd, qdd, inertial,
                                       armature, *ctx.structure, *needs[:5])
         return (*grads, None, None, None, None)
 
@@ -380,7 +396,7 @@ class _AbaFunction(torch.autograd.Function):
         # the kernel saves the kinematics and the articulated-inertia terms U, D for backward
         qdd, rows = ext.aba_forward(q, qd, tau, inertial, armature, origins, gravity,
                                     *structure, True)
-        ctx.save_for_backward(qd, qdd, inertial, armature, rows)
+        ctx.save_for_backward(q, qd, qdd, inertial, armature, rows)
         ctx.structure, ctx.ext = structure, ext
         return qdd
 
@@ -390,10 +406,10 @@ class _AbaFunction(torch.autograd.Function):
         # M qdd + h(q, qd, pi) = tau: d qdd = M^-1 (d tau - d rnea(q, qd, qdd)), so every
         # gradient goes through lam = M^-1 g, solved from the saved rows in the same pass
         # that accumulates -Y^T lam, then one RNEA adjoint of -lam gives q and qd.
-        qd, qdd, inertial, armature, rows = ctx.saved_tensors
+        q, qd, qdd, inertial, armature, rows = ctx.saved_tensors
         needs = ctx.needs_input_grad
-        grads = ctx.ext.aba_backward(rows, grad_qdd.contiguous(), qd, qdd, inertial, armature,
-                                     *ctx.structure, *needs[:5])
+        grads = ctx.ext.aba_backward(rows, grad_qdd.contiguous(), q, qd, qdd, inertial,
+                                     armature, *ctx.structure, *needs[:5])
         return (*grads, None, None, None, None)
 
 
@@ -425,7 +441,8 @@ def _check_states(model: RobotModel, states: Tuple[Tensor, ...], names: Tuple[st
         n = model.nq if name == 'q' else model.nv   # they differ on a floating base
         shape = value.shape
         if not shape or shape[-1] != n:
-            check_trailing_shape(name, value, (n,))
+            size_name = ('nq' if name == 'q' else 'nv') if model.floating_base else ''
+            check_trailing_shape(name, value, (n,), size_name)
 
 
 def kernels_for(model: RobotModel, q: Tensor, qd: Optional[Tensor] = None,
@@ -495,9 +512,10 @@ def try_dynamics(inverse: bool, model: RobotModel, q: Tensor, qd: Tensor,
         return None
     entry.bind(ext, model)
     params = entry.plain_params(model)
-    shape = q.shape
-    if params is not None and qd.shape == shape and x.shape == shape and shape \
-            and shape[-1] == entry.n and q.is_contiguous() and qd.is_contiguous() \
+    shape = qd.shape
+    if params is not None and x.shape == shape and shape and shape[-1] == entry.n \
+            and q.shape[:-1] == shape[:-1] and q.shape[-1] == entry.nq \
+            and q.is_contiguous() and qd.is_contiguous() \
             and x.is_contiguous() and not (grad and (
                 q.requires_grad or qd.requires_grad or x.requires_grad
                 or params[0].requires_grad or params[1].requires_grad)):
@@ -531,11 +549,11 @@ def _flat_call(entry: _ModelEntry, inverse: bool, model: RobotModel, q: Tensor, 
     shape of the flattened states and parameters (:func:`_prepare`).
     """
     params = entry.plain_params(model)
-    shape = q.shape
+    shape = qd.shape
     states = (q, qd, x)
-    if params is None or not shape or shape[-1] != entry.n or qd.shape != shape \
-            or x.shape != shape or not (q.is_contiguous() and qd.is_contiguous()
-                                        and x.is_contiguous()):
+    if params is None or not shape or shape[-1] != entry.n or x.shape != shape \
+            or q.shape[:-1] != shape[:-1] or q.shape[-1] != entry.nq \
+            or not (q.is_contiguous() and qd.is_contiguous() and x.is_contiguous()):
         # the general call: broadcast states and parameters to one flat batch
         _check_states(model, states, ('q', 'qd', 'qdd' if inverse else 'tau'))
         return _prepare(
@@ -557,7 +575,7 @@ def _run_dynamics(entry: _ModelEntry, ext: object, inverse: bool, model: RobotMo
         out = kernel(*states, *params, *entry.structure, False)[0]
     if batch is None:
         return out
-    full = batch + (model.n,)
+    full = batch + (model.nv,)
     return out if out.shape == full else out.reshape(full)
 
 
@@ -634,7 +652,7 @@ def run_crba(ext: object, model: RobotModel, q: Tensor) -> Tensor:
         out = _CrbaFunction.apply(*states, *params, structure, ext)
     else:
         out = ext.crba_forward(*states, *params, *structure, False)[0]
-    full = batch + (model.n, model.n)
+    full = batch + (model.nv, model.nv)
     return out if out.shape == full else out.reshape(full)
 
 
@@ -753,14 +771,14 @@ def rollout_kernel(model: RobotModel, command: Tensor, emf: Tensor, damping: Ten
     :param friction: Coulomb friction ``(n,)``.
     :param velocity_scale: Coulomb ramp velocity, > 0.
     :return: the bound kernel, or None when it cannot run (the reason is logged once): the
-        dtype, parameter batch dims, tensors off the CPU, or no extension.
+        dtype, a floating base, parameter batch dims, tensors off the CPU, or no extension.
     """
     reason = None
     torque = (command, emf, damping, friction)
     if model.dtype not in _DTYPES:
         reason = 'dtype is not float32/float64 throughout'
     elif model.floating_base:
-        reason = 'floating-base models are not handled by the kernels'
+        reason = 'rollout: the closed-loop rollout kernel is fixed-base only'
     elif model.inertial.dim() != 2 or model.armature.dim() != 1 or model.gravity.dim() != 1 \
             or model.origin_xyz.dim() != 2 or model.origin_rpy.dim() != 2:
         reason = 'rollout: the model has parameter batch dims'

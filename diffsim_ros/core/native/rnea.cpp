@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <limits>
 #include <thread>
 #include <vector>
 
@@ -28,11 +29,21 @@ constexpr int64_t kMinWorkPerThread = 2048;
 // machine is shared and one thread gets descheduled.
 constexpr int64_t kChunksPerThread = 8;
 
-// Structure of the tree, shared by every sample.
+// Joint type code of a free-flyer root (joint 0 only) in Tree::prismatic.
+constexpr int64_t kFreeFlyer = 2;
+
+// Structure of the tree, shared by every sample.  A floating tree (Pinocchio's free-flyer as
+// joint 0) has q = [p (3), quaternion x, y, z, w (4), joint positions] (nq = n + 6) and
+// v = [linear; angular velocity in root axes, joint rates] (nv = n + 5): 1-DOF joint i > 0
+// reads q[qo + i] and v[vo + i], the root reads q[0:7] and v[0:6].
 struct Tree {
-  int64_t n;
+  int64_t n;                 // bodies (joints, the root included)
   const int64_t* parent;     // (n,), -1 for the base
-  const int64_t* prismatic;  // (n,), 1 for prismatic joints, 0 for revolute/continuous
+  const int64_t* prismatic;  // (n,), 1 prismatic, 0 revolute/continuous, kFreeFlyer root
+  bool floating;
+  int64_t nq, nv, qo, vo;
+  // Body of velocity coordinate j.
+  int64_t body_of(int64_t j) const { return floating ? std::max<int64_t>(j - vo, 0) : j; }
 };
 
 // Strided view of a parameter given with one row (shared, stride 0) or one row per sample.
@@ -191,6 +202,94 @@ inline T subspace_dot(const T* axis, bool prismatic, const T* f) {
   return axis[0] * f[o] + axis[1] * f[o + 1] + axis[2] * f[o + 2];
 }
 
+// The free-flyer's motion subspace in root coordinates is a permutation: v[0:6] = [linear;
+// angular] is the root body's spatial velocity [angular; linear].  Spatial index of
+// coordinate r: kRootRow[r].
+constexpr int kRootRow[6] = {3, 4, 5, 0, 1, 2};
+
+// out += S0 x (x in v order).
+template <typename T>
+inline void add_root_motion(const T* x, T* out) {
+  for (int r = 0; r < 3; ++r) {
+    out[r] += x[3 + r];
+    out[3 + r] += x[r];
+  }
+}
+
+// Rotation matrix (row-major) of the quaternion (x, y, z, w) / |quat|, as
+// spatial.quat_to_matrix: I + s A(quat) with s = 2 / |quat|^2.
+template <typename T>
+inline void quat_matrix(const T* quat, T* R) {
+  const T x = quat[0], y = quat[1], z = quat[2], w = quat[3];
+  const T s = T(2) / (x * x + y * y + z * z + w * w);
+  R[0] = T(1) - s * (y * y + z * z);
+  R[1] = s * (x * y - w * z);
+  R[2] = s * (x * z + w * y);
+  R[3] = s * (x * y + w * z);
+  R[4] = T(1) - s * (x * x + z * z);
+  R[5] = s * (y * z - w * x);
+  R[6] = s * (x * z - w * y);
+  R[7] = s * (y * z + w * x);
+  R[8] = T(1) - s * (x * x + y * y);
+}
+
+// out (4) += scale * d(h^T R(quat) u)/d quat for quat_matrix's R, through the normalisation
+// (the gradient is tangent to the sphere |quat| = const, as torch's through q / |q|).  With
+// G = h u^T, R = I + s A: d/dq_k = s G:dA/dq_k - (2 s q_k / |q|^2) G:A.
+template <typename T>
+inline void add_quat_grad(const T* quat, const T* h, const T* u, T scale, T* out) {
+  const T x = quat[0], y = quat[1], z = quat[2], w = quat[3];
+  const T norm2 = x * x + y * y + z * z + w * w;
+  const T s = T(2) / norm2;
+  T G[9];
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 3; ++c) G[3 * r + c] = h[r] * u[c];
+  }
+  const T GA = -G[0] * (y * y + z * z) + G[1] * (x * y - w * z) + G[2] * (x * z + w * y) +
+               G[3] * (x * y + w * z) - G[4] * (x * x + z * z) + G[5] * (y * z - w * x) +
+               G[6] * (x * z - w * y) + G[7] * (y * z + w * x) - G[8] * (x * x + y * y);
+  const T dA[4] = {
+      G[1] * y + G[2] * z + G[3] * y - T(2) * G[4] * x - G[5] * w + G[6] * z + G[7] * w -
+          T(2) * G[8] * x,
+      -T(2) * G[0] * y + G[1] * x + G[2] * w + G[3] * x + G[5] * z - G[6] * w + G[7] * z -
+          T(2) * G[8] * y,
+      -T(2) * G[0] * z - G[1] * w + G[2] * x + G[3] * w - T(2) * G[4] * z + G[5] * y +
+          G[6] * x + G[7] * y,
+      -G[1] * z + G[2] * y + G[3] * z - G[5] * x - G[6] * y + G[7] * x};
+  for (int k = 0; k < 4; ++k) out[k] += scale * (s * dA[k] - T(2) * s * quat[k] / norm2 * GA);
+}
+
+// Pose of the free-flyer's body in the world: T_origin T(q[0:7]) (kinematics.joint_transforms).
+template <typename T>
+inline void root_pose(const T* origin, const T* q, T* R, T* p) {
+  T Rq[9];
+  quat_matrix(q + 3, Rq);
+  for (int r = 0; r < 3; ++r) {
+    for (int c = 0; c < 3; ++c) {
+      R[3 * r + c] = origin[4 * r] * Rq[c] + origin[4 * r + 1] * Rq[3 + c] +
+                     origin[4 * r + 2] * Rq[6 + c];
+    }
+    p[r] = origin[4 * r + 3] + origin[4 * r] * q[0] + origin[4 * r + 1] * q[1] +
+           origin[4 * r + 2] * q[2];
+  }
+}
+
+// The free-flyer's position adjoint: only gravity reaches the root's pose in body coordinates,
+// as a_0 = [0; R0^T (-g)] + S0 qdd[0:6].  With ag = R0^T (-g) = a_0[3:6] - qdd[0:3] and
+// R0 = Ro Rq: abar_0 . a_0 depends on the quaternion through (Rq ag)^T Rq abar_0[3:6] (Rq ag =
+// Ro^T (-g) is constant); the position q[0:3] does not enter.
+template <typename T>
+inline void add_root_position_grad(const T* q, const T* a0, const T* qdd, const T* abar0,
+                                   T scale, T* gq) {
+  T Rq[9], h[3];
+  quat_matrix(q + 3, Rq);
+  const T ag[3] = {a0[3] - qdd[0], a0[4] - qdd[1], a0[5] - qdd[2]};
+  for (int r = 0; r < 3; ++r) {
+    h[r] = Rq[3 * r] * ag[0] + Rq[3 * r + 1] * ag[1] + Rq[3 * r + 2] * ag[2];
+  }
+  add_quat_grad(q + 3, h, abar0 + 3, scale, gq + 3);
+}
+
 // Per-sample kinematics: poses R (9n), p (3n), velocities v (6n) and accelerations a (6n),
 // the first kKinRow * n values of a saved row.  The forward kernels write them where the
 // backward kernels can read them again, so a backward pass recomputes no pose (no sin/cos).
@@ -217,11 +316,27 @@ struct Scratch {
   T* f() { return buffer.data() + f_offset; }
 };
 
+// The free-flyer's pose, velocity and acceleration (kinematics_pass's body 0): v_0 = S0 v[0:6],
+// a_0 = X_0 a_g + S0 qdd[0:6] (the root's bias v_0 x S0 v[0:6] = v_0 x v_0 vanishes).
+template <typename T>
+inline void root_kinematics(const T* origin, const T* q, const T* qd, const T* qdd,
+                            const T* gravity, const Kin<T>& k) {
+  root_pose(origin, q, k.R, k.p);
+  const T a0[6] = {T(0), T(0), T(0), -gravity[0], -gravity[1], -gravity[2]};
+  for (int r = 0; r < 6; ++r) k.v[r] = T(0);
+  add_root_motion(qd, k.v);
+  motion_to_child(k.R, k.p, a0, k.a);
+  add_root_motion(qdd, k.a);
+}
+
 // First pass of RNEA: poses, v_i, a_i (with gravity as the base acceleration).
 template <typename T>
-inline void kinematics_pass(const Tree& tree, const T* axis, const T* origins, const T* q,
-                            const T* qd, const T* qdd, const T* gravity, const Kin<T>& k) {
-  for (int64_t i = 0; i < tree.n; ++i) {
+inline void kinematics_pass(const Tree& tree, const T* axis, const T* origins, const T* q_all,
+                            const T* qd_all, const T* qdd_all, const T* gravity,
+                            const Kin<T>& k) {
+  if (tree.floating) root_kinematics(origins, q_all, qd_all, qdd_all, gravity, k);
+  const T *q = q_all + tree.qo, *qd = qd_all + tree.vo, *qdd = qdd_all + tree.vo;
+  for (int64_t i = tree.floating ? 1 : 0; i < tree.n; ++i) {
     const bool pr = tree.prismatic[i] != 0;
     const T* ax = axis + 3 * i;
     T* R = k.R + 9 * i;
@@ -248,6 +363,13 @@ inline void kinematics_pass(const Tree& tree, const T* axis, const T* origins, c
   }
 }
 
+// The free-flyer's entries of tau: S0^T F_0 (the wrench [force; torque] in root axes about
+// the root origin) plus armature * qdd.
+template <typename T>
+inline void root_torque(const T* F0, const T* armature, const T* qdd, T* tau) {
+  for (int r = 0; r < 6; ++r) tau[r] = F0[kRootRow[r]] + armature[r] * qdd[r];
+}
+
 template <typename T>
 void rnea_sample(const Tree& tree, const T* axis, const T* origins, const T* pi,
                  const T* armature, const T* gravity, const T* q, const T* qd, const T* qdd,
@@ -259,10 +381,15 @@ void rnea_sample(const Tree& tree, const T* axis, const T* origins, const T* pi,
     inertia_apply(pi + 10 * i, k.v + 6 * i, Iv);
     add_force_cross(k.v + 6 * i, Iv, f + 6 * i);
   }
+  const int64_t o = tree.vo;
   for (int64_t i = tree.n - 1; i >= 0; --i) {
-    const bool pr = tree.prismatic[i] != 0;
-    tau[i] = subspace_dot(axis + 3 * i, pr, f + 6 * i) + armature[i] * qdd[i];
     const int64_t parent = tree.parent[i];
+    if (parent < 0 && tree.floating) {
+      root_torque(f, armature, qdd, tau);
+      continue;
+    }
+    const bool pr = tree.prismatic[i] != 0;
+    tau[o + i] = subspace_dot(axis + 3 * i, pr, f + 6 * i) + armature[o + i] * qdd[o + i];
     if (parent >= 0) add_force_to_parent(k.R + 9 * i, k.p + 3 * i, f + 6 * i, f + 6 * parent);
   }
 }
@@ -337,12 +464,24 @@ constexpr int64_t kAdjointWork = 24;
 //    vbar_parent += X_i^T vbar_i.
 // ws: kAdjointWork * n values.  first: g vanishes on every body before it (bodies are
 // numbered parents first), so w_i = 0 there and the sweep skips those terms (a unit vector
-// e_j of rnea_derivatives passes j).
+// e_j of rnea_derivatives passes the body of j).
+// A free-flyer root (tree.floating): g, gqd, gqdd, armature, qd, qdd are nv long and gq nq
+// long; the root's force adjoint starts as w_0 = S0 g[0:6], it has no bias term, and its
+// position adjoint is add_root_position_grad's (q: the configurations, read for the root
+// only; may be null on a fixed base).
 template <typename T>
 void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const T* saved_F,
-                         const T* pi, const T* armature, const T* qd, const T* qdd, const T* g,
-                         T scale, T* gq, T* gqd, T* gqdd, T* gpi, T* ws, int64_t first = 0) {
+                         const T* pi, const T* armature, const T* q, const T* qd_all,
+                         const T* qdd_all, const T* g_all, T scale, T* gq_all, T* gqd_all,
+                         T* gqdd_all, T* gpi, T* ws, int64_t first = 0) {
   const int64_t n = tree.n;
+  const bool floating = tree.floating;
+  const int64_t o = tree.vo;
+  // joint i > 0 (all joints of a fixed base) reads entry o + i of the nv-long vectors
+  const T *qd = qd_all + o, *qdd = qdd_all + o, *g = g_all + o, *arm = armature + o;
+  T* gq = gq_all == nullptr ? nullptr : gq_all + tree.qo;
+  T* gqd = gqd_all == nullptr ? nullptr : gqd_all + o;
+  T* gqdd = gqdd_all == nullptr ? nullptr : gqdd_all + o;
   T* w = ws + 6 * n;
   T* abar = ws + 12 * n;
   T* vbar = ws + 18 * n;
@@ -360,12 +499,16 @@ void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
       continue;
     }
     from_parent(k.R + 9 * i, k.p + 3 * i, tree.parent[i], w, wi);
-    if (gq != nullptr && tree.parent[i] >= 0) {
-      T Sxy[6];
-      subspace_cross(axis + 3 * i, pr, wi, Sxy);
-      gq[i] -= scale * dot6(Sxy, F + 6 * i);
+    if (floating && i == 0) {
+      add_root_motion(g_all, wi);
+    } else {
+      if (gq != nullptr && tree.parent[i] >= 0) {
+        T Sxy[6];
+        subspace_cross(axis + 3 * i, pr, wi, Sxy);
+        gq[i] -= scale * dot6(Sxy, F + 6 * i);
+      }
+      add_subspace(axis + 3 * i, pr, g[i], wi);
     }
-    add_subspace(axis + 3 * i, pr, g[i], wi);
     if (gpi != nullptr) {
       const T* v = k.v + 6 * i;
       T vxw[6];
@@ -378,6 +521,7 @@ void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
   for (int64_t r = 0; r < 6 * n; ++r) abar[r] = vbar[r] = T(0);
   for (int64_t i = n - 1; i >= 0; --i) {
     const bool pr = tree.prismatic[i] != 0;
+    const bool root = floating && i == 0;
     const T* ax = axis + 3 * i;
     const T* wi = w + 6 * i;
     T* ab = abar + 6 * i;
@@ -387,7 +531,13 @@ void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
       inertia_apply(pi + 10 * i, wi, Iw);
       for (int r = 0; r < 6; ++r) ab[r] += Iw[r];
     }
-    if (gqdd != nullptr) gqdd[i] = subspace_dot(ax, pr, ab) + armature[i] * g[i];
+    if (gqdd != nullptr) {
+      if (root) {
+        for (int r = 0; r < 6; ++r) gqdd_all[r] = ab[kRootRow[r]] + armature[r] * g_all[r];
+      } else {
+        gqdd[i] = subspace_dot(ax, pr, ab) + arm[i] * g[i];
+      }
+    }
     const int64_t parent = tree.parent[i];
     if (state) {
       const T* v = k.v + 6 * i;
@@ -399,6 +549,14 @@ void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
         motion_cross(v, wi, vxw);
         inertia_apply(pi + 10 * i, vxw, Ivxw);
         for (int r = 0; r < 6; ++r) vb[r] -= t[r] + Ivxw[r];
+      }
+      if (root) {
+        // v_0 = S0 v[0:6], a_0 = X_0 a_g + S0 qdd[0:6]: no bias term
+        if (gqd_all != nullptr) {
+          for (int r = 0; r < 6; ++r) gqd_all[r] += scale * vb[kRootRow[r]];
+        }
+        if (gq_all != nullptr) add_root_position_grad(q, k.a, qdd_all, ab, scale, gq_all);
+        continue;
       }
       add_subspace_force_cross(ax, pr, qd[i], ab, vb);
       // S x v = S x z_v (S x S = 0), with z_v = X_i v_parent = v_i - S qd_i
@@ -422,6 +580,42 @@ void rnea_adjoint_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
 // ---------------------------------------------------------------------------------------
 // Articulated-body algorithm
 // ---------------------------------------------------------------------------------------
+
+// Cholesky factor L (lower, row-major m x m) of the symmetric matrix A; false unless every
+// pivot is finite and positive (numpy.linalg.cholesky's test).
+template <typename T>
+bool cholesky(const T* A, int64_t m, T* L) {
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j <= i; ++j) {
+      T s = A[i * m + j];
+      for (int64_t k = 0; k < j; ++k) s -= L[i * m + k] * L[j * m + k];
+      if (i == j) {
+        if (!(s > T(0)) || !std::isfinite(s)) return false;
+        L[i * m + i] = std::sqrt(s);
+      } else {
+        L[i * m + j] = s / L[j * m + j];
+      }
+    }
+    for (int64_t j = i + 1; j < m; ++j) L[i * m + j] = T(0);
+  }
+  return true;
+}
+
+// Solves L L^T x = b in place.
+template <typename T>
+void cholesky_solve(const T* L, int64_t m, T* b) {
+  for (int64_t i = 0; i < m; ++i) {
+    T s = b[i];
+    for (int64_t k = 0; k < i; ++k) s -= L[i * m + k] * b[k];
+    b[i] = s / L[i * m + i];
+  }
+  for (int64_t i = m - 1; i >= 0; --i) {
+    T s = b[i];
+    for (int64_t k = i + 1; k < m; ++k) s -= L[k * m + i] * b[k];
+    b[i] = s / L[i * m + i];
+  }
+}
+
 
 // 6x6 spatial inertia (row-major) from pi.
 template <typename T>
@@ -492,39 +686,84 @@ inline void add_inertia_to_parent(const T* R, const T* p, const T* M, T* out) {
   }
 }
 
+// Saved ABA row of a tree: kinematics, U, D per body, and for a free-flyer root the Cholesky
+// factor (lower, row-major 6x6) of its articulated inertia S0^T IA_0 S0 + armature.
+inline int64_t aba_row(const Tree& tree) {
+  return kAbaRow * tree.n + (tree.floating ? 36 : 0);
+}
+
 // One allocation per call (a B = 1 call pays each one): the saved-row layout, then c (6n),
 // IA (36n), pA (6n) and u (n).
 template <typename T>
 struct AbaScratch {
   std::vector<T> buffer;
   T *c, *IA, *pA, *u;
-  explicit AbaScratch(int64_t n) : buffer((kAbaRow + 49) * n) {
-    c = buffer.data() + kAbaRow * n;
-    IA = c + 6 * n;
-    pA = IA + 36 * n;
-    u = pA + 6 * n;
+  explicit AbaScratch(const Tree& tree) : buffer(aba_row(tree) + 49 * tree.n) {
+    c = buffer.data() + aba_row(tree);
+    IA = c + 6 * tree.n;
+    pA = IA + 36 * tree.n;
+    u = pA + 6 * tree.n;
   }
   T* row() { return buffer.data(); }
 };
 
-// ABA for one sample; writes the kinematics, U and D into the row k / U / D point into.
+// The free-flyer's step of ABA, after the backward sweep: solves (S0^T IA_0 S0 + armature)
+// qdd[0:6] = tau[0:6] - S0^T (IA_0 a_g0 + pA_0) with a_g0 = X_0 a_g, writes its Cholesky factor
+// to L and a_0 = a_g0 + S0 qdd[0:6] to k.a (NaN when IA_0 is not positive definite).
+template <typename T>
+void root_acceleration(const T* IA, const T* pA, const T* armature, const T* gravity,
+                       const T* tau, T* qdd, const Kin<T>& k, T* L) {
+  const T ag[6] = {T(0), T(0), T(0), -gravity[0], -gravity[1], -gravity[2]};
+  T* a = k.a;
+  motion_to_child(k.R, k.p, ag, a);
+  T M[36];
+  for (int r = 0; r < 6; ++r) {
+    const T* row = IA + 6 * kRootRow[r];
+    T f = pA[kRootRow[r]];
+    for (int c = 0; c < 6; ++c) {
+      M[6 * r + c] = row[kRootRow[c]] + (r == c ? armature[r] : T(0));
+      f += row[c] * a[c];
+    }
+    qdd[r] = tau[r] - f;
+  }
+  if (!cholesky(M, 6, L)) {
+    for (int r = 0; r < 6; ++r) qdd[r] = std::numeric_limits<T>::quiet_NaN();
+  } else {
+    cholesky_solve(L, 6, qdd);
+  }
+  add_root_motion(qdd, a);
+}
+
+// ABA for one sample; writes the kinematics, U and D into the row k / U / D point into (and
+// a free-flyer's factor into root_L).
 template <typename T>
 void aba_sample(const Tree& tree, const T* axis, const T* origins, const T* pi,
-                const T* armature, const T* gravity, const T* q, const T* qd, const T* tau,
-                T* qdd, const Kin<T>& k, T* U_all, T* D_all, AbaScratch<T>& ws) {
+                const T* armature, const T* gravity, const T* q_all, const T* qd_all,
+                const T* tau_all, T* qdd_all, const Kin<T>& k, T* U_all, T* D_all, T* root_L,
+                AbaScratch<T>& ws) {
   const int64_t n = tree.n;
+  const bool floating = tree.floating;
+  const int64_t o = tree.vo;
+  const T *q = q_all + tree.qo, *qd = qd_all + o, *tau = tau_all + o, *arm = armature + o;
+  T* qdd = qdd_all + o;
   for (int64_t i = 0; i < n; ++i) {
     const bool pr = tree.prismatic[i] != 0;
     const T* ax = axis + 3 * i;
     T* R = k.R + 9 * i;
     T* p = k.p + 3 * i;
     T* v = k.v + 6 * i;
-    joint_pose(origins + 16 * i, ax, pr, q[i], R, p);
-    from_parent(R, p, tree.parent[i], k.v, v);
-    T sqd[6] = {T(0), T(0), T(0), T(0), T(0), T(0)};
-    add_subspace(ax, pr, qd[i], sqd);
-    add_subspace(ax, pr, qd[i], v);
-    motion_cross(v, sqd, &ws.c[6 * i]);
+    if (floating && i == 0) {
+      root_pose(origins, q_all, R, p);
+      for (int r = 0; r < 6; ++r) v[r] = ws.c[r] = T(0);
+      add_root_motion(qd_all, v);
+    } else {
+      joint_pose(origins + 16 * i, ax, pr, q[i], R, p);
+      from_parent(R, p, tree.parent[i], k.v, v);
+      T sqd[6] = {T(0), T(0), T(0), T(0), T(0), T(0)};
+      add_subspace(ax, pr, qd[i], sqd);
+      add_subspace(ax, pr, qd[i], v);
+      motion_cross(v, sqd, &ws.c[6 * i]);
+    }
     spatial_inertia(pi + 10 * i, &ws.IA[36 * i]);
     T Iv[6];
     inertia_apply(pi + 10 * i, v, Iv);
@@ -533,15 +772,19 @@ void aba_sample(const Tree& tree, const T* axis, const T* origins, const T* pi,
     add_force_cross(v, Iv, pA);
   }
   for (int64_t i = n - 1; i >= 0; --i) {
+    if (floating && i == 0) {
+      root_acceleration(ws.IA, ws.pA, armature, gravity, tau_all, qdd_all, k, root_L);
+      break;
+    }
     const bool pr = tree.prismatic[i] != 0;
-    const int o = pr ? 3 : 0;
+    const int o3 = pr ? 3 : 0;
     const T* ax = axis + 3 * i;
     T* IA = &ws.IA[36 * i];
     T* U = U_all + 6 * i;
     for (int r = 0; r < 6; ++r) {
-      U[r] = IA[6 * r + o] * ax[0] + IA[6 * r + o + 1] * ax[1] + IA[6 * r + o + 2] * ax[2];
+      U[r] = IA[6 * r + o3] * ax[0] + IA[6 * r + o3 + 1] * ax[1] + IA[6 * r + o3 + 2] * ax[2];
     }
-    const T D = subspace_dot(ax, pr, U) + armature[i];
+    const T D = subspace_dot(ax, pr, U) + arm[i];
     const T u = tau[i] - subspace_dot(ax, pr, &ws.pA[6 * i]);
     D_all[i] = D;
     ws.u[i] = u;
@@ -562,7 +805,7 @@ void aba_sample(const Tree& tree, const T* axis, const T* origins, const T* pi,
     add_inertia_to_parent(k.R + 9 * i, k.p + 3 * i, Ia, &ws.IA[36 * parent]);
     add_force_to_parent(k.R + 9 * i, k.p + 3 * i, pa, &ws.pA[6 * parent]);
   }
-  for (int64_t i = 0; i < n; ++i) {
+  for (int64_t i = floating ? 1 : 0; i < n; ++i) {
     const bool pr = tree.prismatic[i] != 0;
     T* a = k.a + 6 * i;
     const int64_t parent = tree.parent[i];
@@ -582,14 +825,24 @@ void aba_sample(const Tree& tree, const T* axis, const T* origins, const T* pi,
 
 // Backward of ABA for one sample from its saved row: lam = M^-1 g with the saved U and D
 // (the ABA recursions without velocity and gravity; the articulated inertias enter only
-// through U and D), then grad += -d(lam . tau)/d pi at the saved kinematics, whose velocity-
-// like propagation of lam is the solve's acceleration.
+// through U and D, and a free-flyer's through its saved factor root_L), then grad +=
+// -d(lam . tau)/d pi at the saved kinematics, whose velocity-like propagation of lam is the
+// solve's acceleration.  g and lam are nv long.
 template <typename T>
 void aba_backward_sample(const Tree& tree, const T* axis, const Kin<T>& k, const T* U_all,
-                         const T* D_all, const T* g, T* lam, T* grad, T* pA, T* w) {
+                         const T* D_all, const T* root_L, const T* g_all, T* lam_all, T* grad,
+                         T* pA, T* w) {
   const int64_t n = tree.n;
+  const bool floating = tree.floating;
+  const T* g = g_all + tree.vo;
+  T* lam = lam_all + tree.vo;
   for (int64_t r = 0; r < 6 * n; ++r) pA[r] = T(0);
   for (int64_t i = n - 1; i >= 0; --i) {
+    if (floating && i == 0) {
+      for (int r = 0; r < 6; ++r) lam_all[r] = g_all[r] - pA[kRootRow[r]];
+      cholesky_solve(root_L, 6, lam_all);
+      break;
+    }
     const bool pr = tree.prismatic[i] != 0;
     const T u = g[i] - subspace_dot(axis + 3 * i, pr, pA + 6 * i);
     lam[i] = u;  // u_i, until the forward sweep below turns it into lam_i
@@ -605,10 +858,14 @@ void aba_backward_sample(const Tree& tree, const T* axis, const Kin<T>& k, const
     const bool pr = tree.prismatic[i] != 0;
     T* wi = w + 6 * i;
     from_parent(k.R + 9 * i, k.p + 3 * i, tree.parent[i], w, wi);
-    T Uw = T(0);
-    for (int r = 0; r < 6; ++r) Uw += U_all[6 * i + r] * wi[r];
-    lam[i] = (lam[i] - Uw) / D_all[i];
-    add_subspace(axis + 3 * i, pr, lam[i], wi);
+    if (floating && i == 0) {
+      add_root_motion(lam_all, wi);
+    } else {
+      T Uw = T(0);
+      for (int r = 0; r < 6; ++r) Uw += U_all[6 * i + r] * wi[r];
+      lam[i] = (lam[i] - Uw) / D_all[i];
+      add_subspace(axis + 3 * i, pr, lam[i], wi);
+    }
     if (grad == nullptr) continue;
     const T* v = k.v + 6 * i;
     T vxw[6];
@@ -657,35 +914,58 @@ inline void add_inertial_to_parent(const T* R, const T* p, const T* pi, T* out) 
   }
 }
 
-// M (n x n, row-major) for one sample; writes the poses into R (9n) and p (3n).  Ic (10n)
-// holds the composite bodies' inertial parameters, each in its own frame.
+// M (nv x nv, row-major) for one sample; writes the poses into R (9n) and p (3n).  Ic (10n)
+// holds the composite bodies' inertial parameters, each in its own frame.  A free-flyer root
+// adds M_00 = S0^T Ic_0 S0 and M_0j = S0^T (Ic_j S_j carried to the root).
 template <typename T>
 void crba_sample(const Tree& tree, const T* axis, const T* origins, const T* pi,
-                 const T* armature, const T* q, T* M, T* R, T* p, T* Ic) {
-  const int64_t n = tree.n;
+                 const T* armature, const T* q_all, T* M, T* R, T* p, T* Ic) {
+  const int64_t n = tree.n, nv = tree.nv, o = tree.vo;
+  const bool floating = tree.floating;
+  const T* q = q_all + tree.qo;
   for (int64_t i = 0; i < n; ++i) {
-    joint_pose(origins + 16 * i, axis + 3 * i, tree.prismatic[i] != 0, q[i], R + 9 * i,
-               p + 3 * i);
+    if (floating && i == 0) {
+      root_pose(origins, q_all, R, p);
+    } else {
+      joint_pose(origins + 16 * i, axis + 3 * i, tree.prismatic[i] != 0, q[i], R + 9 * i,
+                 p + 3 * i);
+    }
   }
   for (int64_t r = 0; r < 10 * n; ++r) Ic[r] = pi[r];
-  for (int64_t r = 0; r < n * n; ++r) M[r] = T(0);
+  for (int64_t r = 0; r < nv * nv; ++r) M[r] = T(0);
   for (int64_t i = n - 1; i >= 0; --i) {
+    if (floating && i == 0) {
+      for (int c = 0; c < 6; ++c) {
+        T S[6] = {T(0), T(0), T(0), T(0), T(0), T(0)};
+        S[kRootRow[c]] = T(1);
+        T F[6];
+        inertia_apply(Ic, S, F);
+        for (int r = 0; r < 6; ++r) M[r * nv + c] = F[kRootRow[r]];
+        M[c * nv + c] += armature[c];
+      }
+      break;
+    }
     const bool pr = tree.prismatic[i] != 0;
     const T* ax = axis + 3 * i;
+    const int64_t d = o + i;
     T S[6] = {T(0), T(0), T(0), T(0), T(0), T(0)};
     add_subspace(ax, pr, T(1), S);
     T F[6];
     inertia_apply(Ic + 10 * i, S, F);
-    M[i * n + i] = subspace_dot(ax, pr, F) + armature[i];
+    M[d * nv + d] = subspace_dot(ax, pr, F) + armature[d];
     // Row/column i: F = Ic_i S_i carried to each ancestor j, M_ij = S_j . F.
     for (int64_t j = i; tree.parent[j] >= 0;) {
       T Fp[6] = {T(0), T(0), T(0), T(0), T(0), T(0)};
       add_force_to_parent(R + 9 * j, p + 3 * j, F, Fp);
       j = tree.parent[j];
       for (int r = 0; r < 6; ++r) F[r] = Fp[r];
+      if (floating && j == 0) {
+        for (int r = 0; r < 6; ++r) M[d * nv + r] = M[r * nv + d] = F[kRootRow[r]];
+        break;
+      }
       const T value = subspace_dot(axis + 3 * j, tree.prismatic[j] != 0, F);
-      M[i * n + j] = value;
-      M[j * n + i] = value;
+      M[d * nv + o + j] = value;
+      M[(o + j) * nv + d] = value;
     }
     const int64_t parent = tree.parent[i];
     if (parent >= 0) add_inertial_to_parent(R + 9 * i, p + 3 * i, Ic + 10 * i, Ic + 10 * parent);
@@ -734,16 +1014,20 @@ inline void add_inertial_dual_to_body(const T* R, const T* p, const T* gw, T* gr
 // every body, so the world-frame dual of body k is
 // gw_k = sum_ij G_ij phi(S_i, S_j) over its ancestors i, j (incl. k), which adds one term to
 // its parent's: gw_k = gw_parent + phi(S_k, G_kk S_k + sum_j (G_kj + G_jk) S_j) over the
-// proper ancestors j (phi is symmetric).  Each dual is then carried to the body frame.
-// ws (28 n): world poses Rw (9n), pw (3n), subspaces S (6n), duals gw (10n).
+// proper ancestors j (phi is symmetric).  A free-flyer root has six columns S0_a (G is
+// nv x nv): gw_0 = sum_a phi(S0_a, sum_b G_ab S0_b).  Each dual is then carried to the body
+// frame.  ws (28 n + 36): world poses Rw (9n), pw (3n), subspaces S (6n), duals gw (10n),
+// the root's columns (36).
 template <typename T>
 void crba_inertial_adjoint_sample(const Tree& tree, const T* axis, const T* R, const T* p,
                                   const T* G, T* grad, T* ws) {
-  const int64_t n = tree.n;
+  const int64_t n = tree.n, nv = tree.nv, o = tree.vo;
+  const bool floating = tree.floating;
   T* Rw = ws;
   T* pw = ws + 9 * n;
   T* S = ws + 12 * n;
   T* gw = ws + 18 * n;
+  T* S0 = ws + 28 * n;
   for (int64_t k = 0; k < n; ++k) {
     const int64_t parent = tree.parent[k];
     T* Rk = Rw + 9 * k;
@@ -764,6 +1048,29 @@ void crba_inertial_adjoint_sample(const Tree& tree, const T* axis, const T* R, c
         pk[r] = Rp[3 * r] * pl[0] + Rp[3 * r + 1] * pl[1] + Rp[3 * r + 2] * pl[2] + pp[r];
       }
     }
+    T* gk = gw + 10 * k;
+    for (int r = 0; r < 10; ++r) gk[r] = parent < 0 ? T(0) : gw[10 * parent + r];
+    if (floating && k == 0) {
+      // columns in v order: linear [0; e_c], angular [e_c; p x e_c], e_c = column c of Rw
+      for (int c = 0; c < 3; ++c) {
+        T* lin = S0 + 6 * c;
+        T* ang = S0 + 6 * (3 + c);
+        for (int r = 0; r < 3; ++r) {
+          lin[r] = T(0);
+          lin[3 + r] = ang[r] = Rk[3 * r + c];
+        }
+        cross(pk, ang, ang + 3);
+      }
+      for (int a = 0; a < 6; ++a) {
+        T w[6] = {T(0), T(0), T(0), T(0), T(0), T(0)};
+        for (int b = 0; b < 6; ++b) {
+          for (int r = 0; r < 6; ++r) w[r] += G[a * nv + b] * S0[6 * b + r];
+        }
+        add_phi(S0 + 6 * a, w, T(1), gk);
+      }
+      add_inertial_dual_to_body(Rk, pk, gk, grad);
+      continue;
+    }
     // S_k in world coordinates about the world origin: [e; pw x e] or [0; e], e = Rw axis.
     const T* ax = axis + 3 * k;
     T e[3];
@@ -780,15 +1087,21 @@ void crba_inertial_adjoint_sample(const Tree& tree, const T* axis, const T* R, c
       for (int r = 0; r < 3; ++r) Sk[r] = e[r];
       cross(pk, e, Sk + 3);
     }
-    const T gkk = G[k * n + k];
+    const int64_t d = o + k;
+    const T gkk = G[d * nv + d];
     T w[6];
     for (int r = 0; r < 6; ++r) w[r] = gkk * Sk[r];
     for (int64_t j = parent; j >= 0; j = tree.parent[j]) {
-      const T gkj = G[k * n + j] + G[j * n + k];
+      if (floating && j == 0) {
+        for (int a = 0; a < 6; ++a) {
+          const T gka = G[d * nv + a] + G[a * nv + d];
+          for (int r = 0; r < 6; ++r) w[r] += gka * S0[6 * a + r];
+        }
+        break;
+      }
+      const T gkj = G[d * nv + o + j] + G[(o + j) * nv + d];
       for (int r = 0; r < 6; ++r) w[r] += gkj * S[6 * j + r];
     }
-    T* gk = gw + 10 * k;
-    for (int r = 0; r < 10; ++r) gk[r] = parent < 0 ? T(0) : gw[10 * parent + r];
     add_phi(Sk, w, T(1), gk);
     add_inertial_dual_to_body(Rk, pk, gk, grad + 10 * k);
   }
@@ -856,7 +1169,14 @@ void for_chunks(int64_t batch, const Split& split, const F& body) {
 Tree make_tree(const torch::Tensor& parent, const torch::Tensor& prismatic) {
   TORCH_CHECK(parent.scalar_type() == torch::kInt64 && prismatic.scalar_type() == torch::kInt64,
               "tree index tensors must be int64");
-  return Tree{parent.numel(), parent.data_ptr<int64_t>(), prismatic.data_ptr<int64_t>()};
+  const int64_t n = parent.numel();
+  const int64_t* type = prismatic.data_ptr<int64_t>();
+  const bool floating = n > 0 && type[0] == kFreeFlyer;
+  for (int64_t i = 1; i < n; ++i) {
+    TORCH_CHECK(type[i] != kFreeFlyer, "only joint 0 may be a free-flyer");
+  }
+  const int64_t qo = floating ? 6 : 0, vo = floating ? 5 : 0;
+  return Tree{n, parent.data_ptr<int64_t>(), type, floating, n + qo, n + vo, qo, vo};
 }
 
 // Number of samples of a contiguous (..., n) state.
@@ -870,11 +1190,11 @@ void check_state(const torch::Tensor& x, int64_t batch, int64_t n, const char* n
   TORCH_CHECK(batch_of(x, n, name) == batch, name, " does not match the batch of q");
 }
 
-// A (B, row * n) tensor for saved rows, or an undefined one when nothing is saved.
+// A (B, row) tensor for saved rows, or an undefined one when nothing is saved.
 torch::Tensor saved_rows(const torch::Tensor& q, int64_t batch, int64_t row, bool save) {
   // undefined (None in Python) when nothing is saved: an allocation costs about 1 us, a
   // sizeable part of a call at B = 1
-  return save ? torch::empty({batch, row * q.size(-1)}, q.options()) : torch::Tensor();
+  return save ? torch::empty({batch, row}, q.options()) : torch::Tensor();
 }
 
 void check_saved(const torch::Tensor& saved, int64_t batch, int64_t row) {
@@ -922,26 +1242,27 @@ struct GradOut {
   }
 };
 
-// Inputs: q, qd, x (..., n) contiguous, all of the same batch B; inertial (n, 10) values or
-// (B, n, 10); armature n or (B, n); origins (n, 4, 4) or (B, n, 4, 4); gravity 3 or (B, 3);
-// axis (n, 3); parent, prismatic (n,) int64.  Returns (tau like q, saved): saved is
-// (B, kRneaRow * n) when save (kinematics and transmitted forces), else undefined.
+// Inputs: q (..., nq), qd, x (..., nv) contiguous, all of the same batch B (nq = nv = n on a
+// fixed base, see Tree); inertial (n, 10) values or (B, n, 10); armature nv or (B, nv);
+// origins (n, 4, 4) or (B, n, 4, 4); gravity 3 or (B, 3); axis (n, 3); parent, prismatic
+// (n,) int64 (prismatic[0] == kFreeFlyer for a floating base).  Returns (tau like qd, saved):
+// saved is (B, kRneaRow * n) when save (kinematics and transmitted forces), else undefined.
 std::vector<torch::Tensor> rnea_forward(torch::Tensor q, torch::Tensor qd, torch::Tensor qdd,
                                         torch::Tensor inertial, torch::Tensor armature,
                                         torch::Tensor origins, torch::Tensor gravity,
                                         torch::Tensor axis, torch::Tensor parent,
                                         torch::Tensor prismatic, bool save) {
   const Tree tree = make_tree(parent, prismatic);
-  const int64_t n = tree.n;
-  const int64_t batch = batch_of(q, n, "q");
-  check_state(qd, batch, n, "qd");
-  check_state(qdd, batch, n, "qdd");
-  auto tau = torch::empty_like(q);
-  auto saved = saved_rows(q, batch, kRneaRow, save);
+  const int64_t n = tree.n, nq = tree.nq, nv = tree.nv;
+  const int64_t batch = batch_of(q, nq, "q");
+  check_state(qd, batch, nv, "qd");
+  check_state(qdd, batch, nv, "qdd");
+  auto tau = torch::empty_like(qd);
+  auto saved = saved_rows(q, batch, kRneaRow * n, save);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "rnea_forward", [&] {
     using T = scalar_t;
     const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
-    const auto arm = param<T>(armature, batch, n, "armature");
+    const auto arm = param<T>(armature, batch, nv, "armature");
     const auto org = param<T>(origins, batch, 16 * n, "origins");
     const auto grav = param<T>(gravity, batch, 3, "gravity");
     const T *qp = q.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *qddp = qdd.data_ptr<T>();
@@ -953,8 +1274,8 @@ std::vector<torch::Tensor> rnea_forward(torch::Tensor q, torch::Tensor qd, torch
       for (int64_t b = b0; b < b1; ++b) {
         T* row = save ? rows + b * kRneaRow * n : ws.row();
         const Kin<T> k(row, n);
-        rnea_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n,
-                    qdp + b * n, qddp + b * n, out + b * n, k,
+        rnea_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * nq,
+                    qdp + b * nv, qddp + b * nv, out + b * nv, k,
                     save ? row + kKinRow * n : ws.f());
       }
     });
@@ -962,36 +1283,38 @@ std::vector<torch::Tensor> rnea_forward(torch::Tensor q, torch::Tensor qd, torch
   return {tau, saved};
 }
 
-// Backward of RNEA from the rows rnea_forward saved, for the upstream gradient g (like q):
+// Backward of RNEA from the rows rnea_forward saved, for the upstream gradient g (like qd):
 // (d(g . tau)/d q, d/d qd, M g = d/d qdd, d/d inertial, d/d armature), each undefined unless
 // asked for, each parameter gradient in the parameter's shape (summed over the batch when
-// shared).
-std::vector<torch::Tensor> rnea_backward(torch::Tensor saved, torch::Tensor g, torch::Tensor qd,
-                                         torch::Tensor qdd, torch::Tensor inertial,
-                                         torch::Tensor armature, torch::Tensor axis,
-                                         torch::Tensor parent, torch::Tensor prismatic,
-                                         bool need_q, bool need_qd, bool need_qdd, bool need_pi,
-                                         bool need_armature) {
+// shared).  q: the configurations (a free-flyer's quaternion adjoint reads them).
+std::vector<torch::Tensor> rnea_backward(torch::Tensor saved, torch::Tensor g, torch::Tensor q,
+                                         torch::Tensor qd, torch::Tensor qdd,
+                                         torch::Tensor inertial, torch::Tensor armature,
+                                         torch::Tensor axis, torch::Tensor parent,
+                                         torch::Tensor prismatic, bool need_q, bool need_qd,
+                                         bool need_qdd, bool need_pi, bool need_armature) {
   const Tree tree = make_tree(parent, prismatic);
-  const int64_t n = tree.n;
-  const int64_t batch = batch_of(g, n, "grad");
-  check_state(qd, batch, n, "qd");
-  check_state(qdd, batch, n, "qdd");
+  const int64_t n = tree.n, nq = tree.nq, nv = tree.nv;
+  const int64_t batch = batch_of(g, nv, "grad");
+  check_state(q, batch, nq, "q");
+  check_state(qd, batch, nv, "qd");
+  check_state(qdd, batch, nv, "qdd");
   check_saved(saved, batch, kRneaRow * n);
   const Split split = split_for(batch, batch * n);
   const int64_t chunks = split.chunks;
-  auto grad_q = need_q ? torch::zeros_like(g) : torch::Tensor();
+  auto grad_q = need_q ? torch::zeros_like(q) : torch::Tensor();
   auto grad_qd = need_qd ? torch::zeros_like(g) : torch::Tensor();
   auto grad_qdd = need_qdd ? torch::empty_like(g) : torch::Tensor();
   std::vector<torch::Tensor> result;
   AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "rnea_backward", [&] {
     using T = scalar_t;
     const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
-    const auto arm = param<T>(armature, batch, n, "armature");
+    const auto arm = param<T>(armature, batch, nv, "armature");
     GradOut<T> gpi(need_pi, inertial, batch, chunks, 10 * n);
-    GradOut<T> garm(need_armature, armature, batch, chunks, n);
+    GradOut<T> garm(need_armature, armature, batch, chunks, nv);
     T* rows = saved.data_ptr<T>();
-    const T *gp = g.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *qddp = qdd.data_ptr<T>();
+    const T *gp = g.data_ptr<T>(), *qp = q.data_ptr<T>();
+    const T *qdp = qd.data_ptr<T>(), *qddp = qdd.data_ptr<T>();
     const T* ax = axis.data_ptr<T>();
     T* gq = need_q ? grad_q.data_ptr<T>() : nullptr;
     T* gqd = need_qd ? grad_qd.data_ptr<T>() : nullptr;
@@ -1000,18 +1323,19 @@ std::vector<torch::Tensor> rnea_backward(torch::Tensor saved, torch::Tensor g, t
     for_chunks(batch, split, [&](int64_t c, int64_t b0, int64_t b1) {
       std::vector<T> ws(kAdjointWork * n);
       for (int64_t b = b0; b < b1; ++b) {
-        const T* gb = gp + b * n;
+        const T* gb = gp + b * nv;
         if (adjoint) {
           T* row = rows + b * kRneaRow * n;
           const Kin<T> k(row, n);
-          rnea_adjoint_sample(tree, ax, k, row + kKinRow * n, pi.at(b), arm.at(b), qdp + b * n,
-                              qddp + b * n, gb, T(1), gq ? gq + b * n : nullptr,
-                              gqd ? gqd + b * n : nullptr, mg ? mg + b * n : nullptr,
-                              gpi.active ? gpi.at(c, b) : nullptr, ws.data());
+          rnea_adjoint_sample(tree, ax, k, row + kKinRow * n, pi.at(b), arm.at(b), qp + b * nq,
+                              qdp + b * nv, qddp + b * nv, gb, T(1),
+                              gq ? gq + b * nq : nullptr, gqd ? gqd + b * nv : nullptr,
+                              mg ? mg + b * nv : nullptr, gpi.active ? gpi.at(c, b) : nullptr,
+                              ws.data());
         }
         if (garm.active) {
           T* ga = garm.at(c, b);
-          for (int64_t i = 0; i < n; ++i) ga[i] += gb[i] * qddp[b * n + i];
+          for (int64_t i = 0; i < nv; ++i) ga[i] += gb[i] * qddp[b * nv + i];
         }
       }
     });
@@ -1020,23 +1344,24 @@ std::vector<torch::Tensor> rnea_backward(torch::Tensor saved, torch::Tensor g, t
   return result;
 }
 
-// Returns (qdd like q, saved): saved is (B, kAbaRow * n) when save (kinematics, U, D).
+// Returns (qdd like qd, saved): saved is (B, aba_row) when save (kinematics, U, D and a
+// free-flyer's factor).
 std::vector<torch::Tensor> aba_forward(torch::Tensor q, torch::Tensor qd, torch::Tensor tau,
                                        torch::Tensor inertial, torch::Tensor armature,
                                        torch::Tensor origins, torch::Tensor gravity,
                                        torch::Tensor axis, torch::Tensor parent,
                                        torch::Tensor prismatic, bool save) {
   const Tree tree = make_tree(parent, prismatic);
-  const int64_t n = tree.n;
-  const int64_t batch = batch_of(q, n, "q");
-  check_state(qd, batch, n, "qd");
-  check_state(tau, batch, n, "tau");
-  auto qdd = torch::empty_like(q);
-  auto saved = saved_rows(q, batch, kAbaRow, save);
+  const int64_t n = tree.n, nq = tree.nq, nv = tree.nv, row_size = aba_row(tree);
+  const int64_t batch = batch_of(q, nq, "q");
+  check_state(qd, batch, nv, "qd");
+  check_state(tau, batch, nv, "tau");
+  auto qdd = torch::empty_like(qd);
+  auto saved = saved_rows(q, batch, row_size, save);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "aba_forward", [&] {
     using T = scalar_t;
     const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
-    const auto arm = param<T>(armature, batch, n, "armature");
+    const auto arm = param<T>(armature, batch, nv, "armature");
     const auto org = param<T>(origins, batch, 16 * n, "origins");
     const auto grav = param<T>(gravity, batch, 3, "gravity");
     const T *qp = q.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *taup = tau.data_ptr<T>();
@@ -1044,13 +1369,13 @@ std::vector<torch::Tensor> aba_forward(torch::Tensor q, torch::Tensor qd, torch:
     T* out = qdd.data_ptr<T>();
     T* rows = save ? saved.data_ptr<T>() : nullptr;
     for_chunks(batch, split_for(batch, batch * n), [&](int64_t, int64_t b0, int64_t b1) {
-      AbaScratch<T> ws(n);
+      AbaScratch<T> ws(tree);
       for (int64_t b = b0; b < b1; ++b) {
-        T* row = save ? rows + b * kAbaRow * n : ws.row();
+        T* row = save ? rows + b * row_size : ws.row();
         const Kin<T> k(row, n);
-        aba_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n,
-                   qdp + b * n, taup + b * n, out + b * n, k, row + kKinRow * n,
-                   row + (kKinRow + 6) * n, ws);
+        aba_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * nq,
+                   qdp + b * nv, taup + b * nv, out + b * nv, k, row + kKinRow * n,
+                   row + (kKinRow + 6) * n, row + kAbaRow * n, ws);
       }
     });
   });
@@ -1063,32 +1388,34 @@ std::vector<torch::Tensor> aba_forward(torch::Tensor q, torch::Tensor qd, torch:
 // parameter gradients in the parameters' shapes (summed over the batch when shared).  The
 // state gradients are one RNEA adjoint of lam at the saved kinematics (whose accelerations
 // are the solution qdd).
-std::vector<torch::Tensor> aba_backward(torch::Tensor saved, torch::Tensor g, torch::Tensor qd,
-                                        torch::Tensor qdd, torch::Tensor inertial,
-                                        torch::Tensor armature, torch::Tensor axis,
-                                        torch::Tensor parent, torch::Tensor prismatic,
-                                        bool need_q, bool need_qd, bool need_tau, bool need_pi,
-                                        bool need_armature) {
+std::vector<torch::Tensor> aba_backward(torch::Tensor saved, torch::Tensor g, torch::Tensor q,
+                                        torch::Tensor qd, torch::Tensor qdd,
+                                        torch::Tensor inertial, torch::Tensor armature,
+                                        torch::Tensor axis, torch::Tensor parent,
+                                        torch::Tensor prismatic, bool need_q, bool need_qd,
+                                        bool need_tau, bool need_pi, bool need_armature) {
   const Tree tree = make_tree(parent, prismatic);
-  const int64_t n = tree.n;
-  const int64_t batch = batch_of(g, n, "grad");
-  check_state(qd, batch, n, "qd");
-  check_state(qdd, batch, n, "qdd");
-  check_saved(saved, batch, kAbaRow * n);
+  const int64_t n = tree.n, nq = tree.nq, nv = tree.nv, row_size = aba_row(tree);
+  const int64_t batch = batch_of(g, nv, "grad");
+  check_state(q, batch, nq, "q");
+  check_state(qd, batch, nv, "qd");
+  check_state(qdd, batch, nv, "qdd");
+  check_saved(saved, batch, row_size);
   const Split split = split_for(batch, batch * n);
   const int64_t chunks = split.chunks;
   auto lam = torch::empty_like(g);
-  auto grad_q = need_q ? torch::zeros_like(g) : torch::Tensor();
+  auto grad_q = need_q ? torch::zeros_like(q) : torch::Tensor();
   auto grad_qd = need_qd ? torch::zeros_like(g) : torch::Tensor();
   std::vector<torch::Tensor> result;
   AT_DISPATCH_FLOATING_TYPES(g.scalar_type(), "aba_backward", [&] {
     using T = scalar_t;
     const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
-    const auto arm = param<T>(armature, batch, n, "armature");
+    const auto arm = param<T>(armature, batch, nv, "armature");
     GradOut<T> gpi(need_pi, inertial, batch, chunks, 10 * n);
-    GradOut<T> garm(need_armature, armature, batch, chunks, n);
+    GradOut<T> garm(need_armature, armature, batch, chunks, nv);
     T* rows = saved.data_ptr<T>();
-    const T *gp = g.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *qddp = qdd.data_ptr<T>();
+    const T *gp = g.data_ptr<T>(), *qp = q.data_ptr<T>();
+    const T *qdp = qd.data_ptr<T>(), *qddp = qdd.data_ptr<T>();
     const T* ax = axis.data_ptr<T>();
     T* lp = lam.data_ptr<T>();
     T* gq = need_q ? grad_q.data_ptr<T>() : nullptr;
@@ -1096,20 +1423,20 @@ std::vector<torch::Tensor> aba_backward(torch::Tensor saved, torch::Tensor g, to
     for_chunks(batch, split, [&](int64_t c, int64_t b0, int64_t b1) {
       std::vector<T> pA(6 * n), w(6 * n), ws(need_q || need_qd ? kAdjointWork * n : 0);
       for (int64_t b = b0; b < b1; ++b) {
-        T* row = rows + b * kAbaRow * n;
+        T* row = rows + b * row_size;
         const Kin<T> k(row, n);
         aba_backward_sample(tree, ax, k, row + kKinRow * n, row + (kKinRow + 6) * n,
-                            gp + b * n, lp + b * n, gpi.active ? gpi.at(c, b) : nullptr,
-                            pA.data(), w.data());
+                            row + kAbaRow * n, gp + b * nv, lp + b * nv,
+                            gpi.active ? gpi.at(c, b) : nullptr, pA.data(), w.data());
         if (need_q || need_qd) {
           rnea_adjoint_sample(tree, ax, k, static_cast<const T*>(nullptr), pi.at(b), arm.at(b),
-                              qdp + b * n, qddp + b * n, lp + b * n, T(-1),
-                              gq ? gq + b * n : nullptr, gqd ? gqd + b * n : nullptr,
+                              qp + b * nq, qdp + b * nv, qddp + b * nv, lp + b * nv, T(-1),
+                              gq ? gq + b * nq : nullptr, gqd ? gqd + b * nv : nullptr,
                               static_cast<T*>(nullptr), static_cast<T*>(nullptr), ws.data());
         }
         if (garm.active) {
           T* ga = garm.at(c, b);
-          for (int64_t i = 0; i < n; ++i) ga[i] -= lp[b * n + i] * qddp[b * n + i];
+          for (int64_t i = 0; i < nv; ++i) ga[i] -= lp[b * nv + i] * qddp[b * nv + i];
         }
       }
     });
@@ -1118,7 +1445,7 @@ std::vector<torch::Tensor> aba_backward(torch::Tensor saved, torch::Tensor g, to
   return result;
 }
 
-// Sizes of a (..., n) state with `extra` trailing dims appended.
+// Sizes of a (..., nv) state with `extra` trailing dims appended.
 std::vector<int64_t> with_dims(const torch::Tensor& x, std::initializer_list<int64_t> extra) {
   std::vector<int64_t> sizes(x.sizes().begin(), x.sizes().end());
   sizes.insert(sizes.end(), extra);
@@ -1126,10 +1453,11 @@ std::vector<int64_t> with_dims(const torch::Tensor& x, std::initializer_list<int
 }
 
 // Jacobians of RNEA without autograd (Pinocchio's computeRNEADerivatives): returns (tau like
-// q, dtau/dq, dtau/dqd, M = dtau/dqdd (..., n, n), Y = dtau/d inertial (..., n, 10 n) when
-// `regressor`, else undefined).  Row j of every Jacobian is one adjoint sweep of the unit
-// vector e_j at the sample's saved kinematics and forces (rnea_adjoint_sample; M e_j is the
-// column, M is symmetric): n sweeps of O(n) each.
+// qd, dtau/dq (..., nv, nq), dtau/dqd, M = dtau/dqdd (..., nv, nv), Y = dtau/d inertial
+// (..., nv, 10 n) when `regressor`, else undefined).  Row j of every Jacobian is one adjoint
+// sweep of the unit vector e_j at the sample's saved kinematics and forces
+// (rnea_adjoint_sample; M e_j is the column, M is symmetric): nv sweeps of O(n) each.  A
+// free-flyer's dtau/dq is w.r.t. the coordinates of q (quaternion entries included).
 std::vector<torch::Tensor> rnea_derivatives(torch::Tensor q, torch::Tensor qd,
                                             torch::Tensor qdd, torch::Tensor inertial,
                                             torch::Tensor armature, torch::Tensor origins,
@@ -1137,39 +1465,39 @@ std::vector<torch::Tensor> rnea_derivatives(torch::Tensor q, torch::Tensor qd,
                                             torch::Tensor parent, torch::Tensor prismatic,
                                             bool regressor) {
   const Tree tree = make_tree(parent, prismatic);
-  const int64_t n = tree.n;
-  const int64_t batch = batch_of(q, n, "q");
-  check_state(qd, batch, n, "qd");
-  check_state(qdd, batch, n, "qdd");
-  auto tau = torch::empty_like(q);
-  auto dq = torch::zeros(with_dims(q, {n}), q.options());
-  auto dqd = torch::zeros(with_dims(q, {n}), q.options());
-  auto M = torch::empty(with_dims(q, {n}), q.options());
-  auto Y = regressor ? torch::zeros(with_dims(q, {10 * n}), q.options()) : torch::Tensor();
+  const int64_t n = tree.n, nq = tree.nq, nv = tree.nv;
+  const int64_t batch = batch_of(q, nq, "q");
+  check_state(qd, batch, nv, "qd");
+  check_state(qdd, batch, nv, "qdd");
+  auto tau = torch::empty_like(qd);
+  auto dq = torch::zeros(with_dims(qd, {nq}), q.options());
+  auto dqd = torch::zeros(with_dims(qd, {nv}), q.options());
+  auto M = torch::empty(with_dims(qd, {nv}), q.options());
+  auto Y = regressor ? torch::zeros(with_dims(qd, {10 * n}), q.options()) : torch::Tensor();
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "rnea_derivatives", [&] {
     using T = scalar_t;
     const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
-    const auto arm = param<T>(armature, batch, n, "armature");
+    const auto arm = param<T>(armature, batch, nv, "armature");
     const auto org = param<T>(origins, batch, 16 * n, "origins");
     const auto grav = param<T>(gravity, batch, 3, "gravity");
     const T *qp = q.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *qddp = qdd.data_ptr<T>();
     const T* ax = axis.data_ptr<T>();
     T *taup = tau.data_ptr<T>(), *dqp = dq.data_ptr<T>(), *dqdp = dqd.data_ptr<T>();
     T *Mp = M.data_ptr<T>(), *Yp = regressor ? Y.data_ptr<T>() : nullptr;
-    for_chunks(batch, split_for(batch, batch * n * n), [&](int64_t, int64_t b0, int64_t b1) {
-      std::vector<T> row(kRneaRow * n), ws(kAdjointWork * n), e(n, T(0));
+    for_chunks(batch, split_for(batch, batch * nv * n), [&](int64_t, int64_t b0, int64_t b1) {
+      std::vector<T> row(kRneaRow * n), ws(kAdjointWork * n), e(nv, T(0));
       const Kin<T> k(row.data(), n);
       const T* F = row.data() + kKinRow * n;
       for (int64_t b = b0; b < b1; ++b) {
-        const T *qdb = qdp + b * n, *qddb = qddp + b * n;
-        rnea_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n, qdb,
-                    qddb, taup + b * n, k, row.data() + kKinRow * n);
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t r = (b * n + j) * n;
+        const T *qb = qp + b * nq, *qdb = qdp + b * nv, *qddb = qddp + b * nv;
+        rnea_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qb, qdb, qddb,
+                    taup + b * nv, k, row.data() + kKinRow * n);
+        for (int64_t j = 0; j < nv; ++j) {
+          const int64_t r = b * nv + j;
           e[j] = T(1);
-          rnea_adjoint_sample(tree, ax, k, F, pi.at(b), arm.at(b), qdb, qddb, e.data(), T(1),
-                              dqp + r, dqdp + r, Mp + r, Yp ? Yp + 10 * r : nullptr,
-                              ws.data(), j);
+          rnea_adjoint_sample(tree, ax, k, F, pi.at(b), arm.at(b), qb, qdb, qddb, e.data(),
+                              T(1), dqp + r * nq, dqdp + r * nv, Mp + r * nv,
+                              Yp ? Yp + 10 * n * r : nullptr, ws.data(), tree.body_of(j));
           e[j] = T(0);
         }
       }
@@ -1178,57 +1506,61 @@ std::vector<torch::Tensor> rnea_derivatives(torch::Tensor q, torch::Tensor qd,
   return {tau, dq, dqd, M, Y};
 }
 
-// Jacobians of ABA without autograd (Pinocchio's computeABADerivatives): returns (qdd like q,
-// dqdd/dq, dqdd/dqd, M^-1 = dqdd/dtau (..., n, n)).  With M qdd + h = tau, row j of
-// dqdd/dx is -lam_j^T dtau/dx at qdd with lam_j = M^-1 e_j (row j of M^-1, solved from the
-// saved U and D like aba_backward): one solve and one RNEA adjoint sweep of -lam_j per row.
+// Jacobians of ABA without autograd (Pinocchio's computeABADerivatives): returns (qdd like qd,
+// dqdd/dq (..., nv, nq), dqdd/dqd, M^-1 = dqdd/dtau (..., nv, nv)).  With M qdd + h = tau,
+// row j of dqdd/dx is -lam_j^T dtau/dx at qdd with lam_j = M^-1 e_j (row j of M^-1, solved
+// from the saved U and D like aba_backward): one solve and one RNEA adjoint sweep of -lam_j
+// per row.
 std::vector<torch::Tensor> aba_derivatives(torch::Tensor q, torch::Tensor qd, torch::Tensor tau,
                                            torch::Tensor inertial, torch::Tensor armature,
                                            torch::Tensor origins, torch::Tensor gravity,
                                            torch::Tensor axis, torch::Tensor parent,
                                            torch::Tensor prismatic) {
   const Tree tree = make_tree(parent, prismatic);
-  const int64_t n = tree.n;
-  const int64_t batch = batch_of(q, n, "q");
-  check_state(qd, batch, n, "qd");
-  check_state(tau, batch, n, "tau");
-  auto qdd = torch::empty_like(q);
-  auto dq = torch::zeros(with_dims(q, {n}), q.options());
-  auto dqd = torch::zeros(with_dims(q, {n}), q.options());
-  auto Minv = torch::empty(with_dims(q, {n}), q.options());
+  const int64_t n = tree.n, nq = tree.nq, nv = tree.nv;
+  const int64_t batch = batch_of(q, nq, "q");
+  check_state(qd, batch, nv, "qd");
+  check_state(tau, batch, nv, "tau");
+  auto qdd = torch::empty_like(qd);
+  auto dq = torch::zeros(with_dims(qd, {nq}), q.options());
+  auto dqd = torch::zeros(with_dims(qd, {nv}), q.options());
+  auto Minv = torch::empty(with_dims(qd, {nv}), q.options());
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "aba_derivatives", [&] {
     using T = scalar_t;
     const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
-    const auto arm = param<T>(armature, batch, n, "armature");
+    const auto arm = param<T>(armature, batch, nv, "armature");
     const auto org = param<T>(origins, batch, 16 * n, "origins");
     const auto grav = param<T>(gravity, batch, 3, "gravity");
     const T *qp = q.data_ptr<T>(), *qdp = qd.data_ptr<T>(), *taup = tau.data_ptr<T>();
     const T* ax = axis.data_ptr<T>();
     T *qddp = qdd.data_ptr<T>(), *dqp = dq.data_ptr<T>(), *dqdp = dqd.data_ptr<T>();
     T* Mip = Minv.data_ptr<T>();
-    for_chunks(batch, split_for(batch, batch * n * n), [&](int64_t, int64_t b0, int64_t b1) {
-      AbaScratch<T> aba_ws(n);
-      std::vector<T> F(6 * n), ws(kAdjointWork * n), e(n, T(0)), pA(6 * n), w(6 * n);
+    for_chunks(batch, split_for(batch, batch * nv * n), [&](int64_t, int64_t b0, int64_t b1) {
+      AbaScratch<T> aba_ws(tree);
+      std::vector<T> F(6 * n), ws(kAdjointWork * n), e(nv, T(0)), pA(6 * n), w(6 * n);
       T* row = aba_ws.row();
       const Kin<T> k(row, n);
-      const T* U = row + kKinRow * n;
-      const T* D = row + (kKinRow + 6) * n;
+      T* U = row + kKinRow * n;
+      T* D = row + (kKinRow + 6) * n;
+      T* L = row + kAbaRow * n;
       for (int64_t b = b0; b < b1; ++b) {
-        const T* qdb = qdp + b * n;
-        T* qddb = qddp + b * n;
-        aba_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qp + b * n, qdb,
-                   taup + b * n, qddb, k, row + kKinRow * n, row + (kKinRow + 6) * n, aba_ws);
+        const T *qb = qp + b * nq, *qdb = qdp + b * nv;
+        T* qddb = qddp + b * nv;
+        aba_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), grav.at(b), qb, qdb,
+                   taup + b * nv, qddb, k, U, D, L, aba_ws);
         transmitted_forces(tree, pi.at(b), k, F.data());
-        for (int64_t j = 0; j < n; ++j) {
-          const int64_t r = (b * n + j) * n;
+        for (int64_t j = 0; j < nv; ++j) {
+          const int64_t r = b * nv + j;
           e[j] = T(1);
-          aba_backward_sample(tree, ax, k, U, D, e.data(), Mip + r, static_cast<T*>(nullptr),
-                              pA.data(), w.data());
+          aba_backward_sample(tree, ax, k, static_cast<const T*>(U), static_cast<const T*>(D),
+                              static_cast<const T*>(L), static_cast<const T*>(e.data()),
+                              Mip + r * nv, static_cast<T*>(nullptr), pA.data(), w.data());
           e[j] = T(0);
           rnea_adjoint_sample(tree, ax, k, static_cast<const T*>(F.data()), pi.at(b),
-                              arm.at(b), qdb, static_cast<const T*>(qddb),
-                              static_cast<const T*>(Mip + r), T(-1), dqp + r, dqdp + r,
-                              static_cast<T*>(nullptr), static_cast<T*>(nullptr), ws.data());
+                              arm.at(b), qb, qdb, static_cast<const T*>(qddb),
+                              static_cast<const T*>(Mip + r * nv), T(-1), dqp + r * nq,
+                              dqdp + r * nv, static_cast<T*>(nullptr), static_cast<T*>(nullptr),
+                              ws.data());
         }
       }
     });
@@ -1238,14 +1570,14 @@ std::vector<torch::Tensor> aba_derivatives(torch::Tensor q, torch::Tensor qd, to
 
 // A model's parameters as the kernels read them, bound once per model (native.py keeps one
 // per model): a call at B = 1 then converts three tensors instead of ten, and the checks
-// that decide whether a call is the common one (dtype, CPU, contiguous, equal shapes, no
+// that decide whether a call is the common one (dtype, CPU, contiguous, equal batch shapes, no
 // gradient asked for, joint origins unchanged since binding) run here, in nanoseconds,
 // instead of in Python.  Every method returns None when the call is not the common one; the
 // caller then takes its general path, which checks and reports everything.
 struct BoundModel {
   torch::Tensor inertial, armature, origins, gravity, axis, parent, prismatic;
   torch::Tensor origin_xyz, origin_rpy;
-  int64_t xyz_version, rpy_version, n;
+  int64_t xyz_version, rpy_version, nq, nv;
   c10::ScalarType dtype;
 
   BoundModel(torch::Tensor inertial, torch::Tensor armature, torch::Tensor origins,
@@ -1254,19 +1586,24 @@ struct BoundModel {
       : inertial(inertial), armature(armature), origins(origins), gravity(gravity),
         axis(axis), parent(parent), prismatic(prismatic), origin_xyz(origin_xyz),
         origin_rpy(origin_rpy), xyz_version(origin_xyz._version()),
-        rpy_version(origin_rpy._version()), n(parent.numel()),
-        dtype(inertial.scalar_type()) {}
-
-  bool state_ok(const torch::Tensor& x) const {
-    return x.scalar_type() == dtype && x.device().is_cpu() && x.dim() >= 1 &&
-           x.size(-1) == n && x.is_contiguous();
+        rpy_version(origin_rpy._version()), dtype(inertial.scalar_type()) {
+    const Tree tree = make_tree(parent, prismatic);
+    nq = tree.nq;
+    nv = tree.nv;
   }
 
-  // The common call: q, qd, x of one shape; with `gradients`, nothing asks for a gradient.
+  bool state_ok(const torch::Tensor& x, int64_t size) const {
+    return x.scalar_type() == dtype && x.device().is_cpu() && x.dim() >= 1 &&
+           x.size(-1) == size && x.is_contiguous();
+  }
+
+  // The common call: q, qd, x of one batch shape; with `gradients`, nothing asks for a
+  // gradient.
   bool common(const torch::Tensor& q, const torch::Tensor& qd, const torch::Tensor& x,
               bool gradients) const {
-    if (!state_ok(q) || !state_ok(qd) || !state_ok(x) || !qd.sizes().equals(q.sizes()) ||
-        !x.sizes().equals(q.sizes())) {
+    if (!state_ok(q, nq) || !state_ok(qd, nv) || !state_ok(x, nv) ||
+        !x.sizes().equals(qd.sizes()) || q.dim() != qd.dim() ||
+        !q.sizes().slice(0, q.dim() - 1).equals(qd.sizes().slice(0, qd.dim() - 1))) {
       return false;
     }
     if (origin_xyz._version() != xyz_version || origin_rpy._version() != rpy_version) {
@@ -1311,22 +1648,23 @@ struct BoundModel {
   }
 };
 
-// Returns (M (..., n, n) for q (..., n), saved): saved is (B, kPoseRow * n) when save.
+// Returns (M (..., nv, nv) for q (..., nq), saved): saved is (B, kPoseRow * n) when save.
 std::vector<torch::Tensor> crba_forward(torch::Tensor q, torch::Tensor inertial,
                                         torch::Tensor armature, torch::Tensor origins,
                                         torch::Tensor axis, torch::Tensor parent,
                                         torch::Tensor prismatic, bool save) {
   const Tree tree = make_tree(parent, prismatic);
-  const int64_t n = tree.n;
-  const int64_t batch = batch_of(q, n, "q");
+  const int64_t n = tree.n, nq = tree.nq, nv = tree.nv;
+  const int64_t batch = batch_of(q, nq, "q");
   std::vector<int64_t> sizes(q.sizes().begin(), q.sizes().end());
-  sizes.push_back(n);
+  sizes.back() = nv;
+  sizes.push_back(nv);
   auto M = torch::empty(sizes, q.options());
-  auto saved = saved_rows(q, batch, kPoseRow, save);
+  auto saved = saved_rows(q, batch, kPoseRow * n, save);
   AT_DISPATCH_FLOATING_TYPES(q.scalar_type(), "crba_forward", [&] {
     using T = scalar_t;
     const auto pi = param<T>(inertial, batch, 10 * n, "inertial");
-    const auto arm = param<T>(armature, batch, n, "armature");
+    const auto arm = param<T>(armature, batch, nv, "armature");
     const auto org = param<T>(origins, batch, 16 * n, "origins");
     const T* qp = q.data_ptr<T>();
     const T* ax = axis.data_ptr<T>();
@@ -1336,7 +1674,7 @@ std::vector<torch::Tensor> crba_forward(torch::Tensor q, torch::Tensor inertial,
       std::vector<T> row(kPoseRow * n), Ic(10 * n);
       for (int64_t b = b0; b < b1; ++b) {
         T* pose = save ? rows + b * kPoseRow * n : row.data();
-        crba_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), qp + b * n, out + b * n * n,
+        crba_sample(tree, ax, org.at(b), pi.at(b), arm.at(b), qp + b * nq, out + b * nv * nv,
                     pose, pose + 9 * n, Ic.data());
       }
     });
@@ -1353,10 +1691,10 @@ std::vector<torch::Tensor> crba_backward(torch::Tensor saved, torch::Tensor G,
                                          torch::Tensor prismatic, bool need_pi,
                                          bool need_armature) {
   const Tree tree = make_tree(parent, prismatic);
-  const int64_t n = tree.n;
-  TORCH_CHECK(G.is_contiguous() && G.dim() >= 2 && G.size(-1) == n && G.size(-2) == n,
-              "grad must be a contiguous (..., n, n) tensor");
-  const int64_t batch = G.numel() / (n * n);
+  const int64_t n = tree.n, nv = tree.nv;
+  TORCH_CHECK(G.is_contiguous() && G.dim() >= 2 && G.size(-1) == nv && G.size(-2) == nv,
+              "grad must be a contiguous (..., nv, nv) tensor");
+  const int64_t batch = G.numel() / (nv * nv);
   check_saved(saved, batch, kPoseRow * n);
   const Split split = split_for(batch, batch * n);
   const int64_t chunks = split.chunks;
@@ -1364,13 +1702,13 @@ std::vector<torch::Tensor> crba_backward(torch::Tensor saved, torch::Tensor G,
   AT_DISPATCH_FLOATING_TYPES(G.scalar_type(), "crba_backward", [&] {
     using T = scalar_t;
     GradOut<T> gpi(need_pi, inertial, batch, chunks, 10 * n);
-    GradOut<T> garm(need_armature, armature, batch, chunks, n);
+    GradOut<T> garm(need_armature, armature, batch, chunks, nv);
     T* rows = saved.data_ptr<T>();
     const T *Gp = G.data_ptr<T>(), *ax = axis.data_ptr<T>();
     for_chunks(batch, split, [&](int64_t c, int64_t b0, int64_t b1) {
-      std::vector<T> ws(gpi.active ? 28 * n : 0);
+      std::vector<T> ws(gpi.active ? 28 * n + 36 : 0);
       for (int64_t b = b0; b < b1; ++b) {
-        const T* Gb = Gp + b * n * n;
+        const T* Gb = Gp + b * nv * nv;
         if (gpi.active) {
           const T* pose = rows + b * kPoseRow * n;
           crba_inertial_adjoint_sample(tree, ax, pose, pose + 9 * n, Gb, gpi.at(c, b),
@@ -1378,7 +1716,7 @@ std::vector<torch::Tensor> crba_backward(torch::Tensor saved, torch::Tensor G,
         }
         if (garm.active) {
           T* ga = garm.at(c, b);
-          for (int64_t i = 0; i < n; ++i) ga[i] += Gb[i * n + i];
+          for (int64_t i = 0; i < nv; ++i) ga[i] += Gb[i * nv + i];
         }
       }
     });
@@ -1407,6 +1745,7 @@ std::vector<torch::Tensor> feedback_rollout(
     torch::Tensor origins, torch::Tensor gravity, torch::Tensor axis, torch::Tensor parent,
     torch::Tensor prismatic) {
   const Tree tree = make_tree(parent, prismatic);
+  TORCH_CHECK(!tree.floating, "feedback_rollout does not take floating-base trees");
   const int64_t n = tree.n, nx = 2 * n;
   TORCH_CHECK(x0.dim() == 2 && x0.size(1) == nx && x0.is_contiguous(),
               "x0 must be contiguous (B, ", nx, ")");
@@ -1463,7 +1802,7 @@ std::vector<torch::Tensor> feedback_rollout(
     split.chunks = std::min<int64_t>(split.chunks, batch);
     split.threads = std::min<int64_t>(split.threads, split.chunks);
     for_chunks(batch, split, [&](int64_t, int64_t b0, int64_t b1) {
-      AbaScratch<T> ws(n);
+      AbaScratch<T> ws(tree);
       std::vector<T> dz(nz), tau(n), qdd(n), x(nx);
       T* row = ws.row();
       const Kin<T> k(row, n);
@@ -1494,7 +1833,7 @@ std::vector<torch::Tensor> feedback_rollout(
             }
             aba_sample(tree, ax, org.at(0), pi.at(0), arm.at(0), grav.at(0), q, qd,
                        tau.data(), qdd.data(), k, row + kKinRow * n, row + (kKinRow + 6) * n,
-                       ws);
+                       static_cast<T*>(nullptr), ws);
             for (int64_t i = 0; i < n; ++i) {
               qd[i] += step * qdd[i];
               q[i] += step * qd[i];
@@ -1511,39 +1850,6 @@ std::vector<torch::Tensor> feedback_rollout(
 // ---------------------------------------------------------------------------------------
 // Box-constrained Riccati recursion of control-limited iLQR (float64)
 // ---------------------------------------------------------------------------------------
-
-// Cholesky factor L (lower, row-major m x m) of the symmetric matrix A; false unless every
-// pivot is finite and positive (numpy.linalg.cholesky's test).
-bool cholesky(const double* A, int64_t m, double* L) {
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j <= i; ++j) {
-      double s = A[i * m + j];
-      for (int64_t k = 0; k < j; ++k) s -= L[i * m + k] * L[j * m + k];
-      if (i == j) {
-        if (!(s > 0.0) || !std::isfinite(s)) return false;
-        L[i * m + i] = std::sqrt(s);
-      } else {
-        L[i * m + j] = s / L[j * m + j];
-      }
-    }
-    for (int64_t j = i + 1; j < m; ++j) L[i * m + j] = 0.0;
-  }
-  return true;
-}
-
-// Solves L L^T x = b in place.
-void cholesky_solve(const double* L, int64_t m, double* b) {
-  for (int64_t i = 0; i < m; ++i) {
-    double s = b[i];
-    for (int64_t k = 0; k < i; ++k) s -= L[i * m + k] * b[k];
-    b[i] = s / L[i * m + i];
-  }
-  for (int64_t i = m - 1; i >= 0; --i) {
-    double s = b[i];
-    for (int64_t k = i + 1; k < m; ++k) s -= L[k * m + i] * b[k];
-    b[i] = s / L[i * m + i];
-  }
-}
 
 // The free block of H (rows/columns where free) into out, packed; returns its size.
 int64_t free_block(const double* H, int64_t m, const std::vector<char>& free, double* out) {
