@@ -142,7 +142,7 @@ def predictors(fit: cl.ObjectFit, tosses: TossSet) -> Dict[str, Predictor]:
 
 def run(data: Path, n_train: int, seed: int, n_val: int, n_test: int, steps: int,
         horizon: int = HORIZON, stride: int = 1, split_seed: int = 0,
-        limit: Optional[int] = None) -> Dict[str, Any]:
+        limit: Optional[int] = None, perturb: bool = True) -> Dict[str, Any]:
     """
     Train CCN on ``n_train`` elbow tosses; evaluate it and the nominal URDF on the test set.
 
@@ -154,7 +154,8 @@ def run(data: Path, n_train: int, seed: int, n_val: int, n_test: int, steps: int
     train = ([tosses.q[i] for i in train_i], [tosses.v[i] for i in train_i])
     validation = ([tosses.q[i] for i in val_i], [tosses.v[i] for i in val_i])
     start = time.perf_counter()
-    fit = fit_object(spec, 'ccn', train, validation, tosses.dt, seed=seed, steps=steps)
+    fit = fit_object(spec, 'ccn', train, validation, tosses.dt, seed=seed, steps=steps,
+                     perturb=perturb)
     seconds = {'train_s': time.perf_counter() - start}
     windows = horizon_windows(tosses, test_i, horizon, stride)
     errors: Dict[str, Dict[str, Any]] = {'horizon': {}, 'full': {}}
@@ -170,6 +171,7 @@ def run(data: Path, n_train: int, seed: int, n_val: int, n_test: int, steps: int
             'train_transitions': sum(len(tosses.q[i]) - 2 for i in train_i),
             'dt': tosses.dt, 'horizon': horizon, 'window_stride': stride,
             'windows': len(windows), 'steps': steps,
+            'start_from': 'paper' if perturb else 'nominal',
             'weights': cl.TrainConfig().weights.__dict__,
             'learned': fit.summary(), 'start': fit.start, 'history': fit.history,
             'errors': errors, 'seconds': seconds}
@@ -178,7 +180,8 @@ def run(data: Path, n_train: int, seed: int, n_val: int, n_test: int, steps: int
 def markdown(payload: Dict[str, Any]) -> str:
     """Return the horizon and full-length tables (mm and degrees)."""
     learned, start = payload['learned'], payload['start']
-    lines = [f'N = {payload["train_tosses"]} training tosses, seed {payload["seed"]}, '
+    lines = [f'N = {payload["train_tosses"]} training tosses, seed {payload["seed"]}, start '
+             f'{payload["start_from"]}, '
              f'{payload["test_tosses"]} test tosses ({payload["windows"]} windows of '
              f'{payload["horizon"]} samples); learned volume error '
              f'{learned["volume_error"]:.3f} (start {start["volume_error"]:.3f}), friction '
@@ -219,16 +222,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help=f'samples predicted per window (default {HORIZON}, as the paper)')
     parser.add_argument('--window-stride', type=int, default=1,
                         help='start a window at every n-th sample (default 1: every sample)')
+    parser.add_argument('--start', choices=('paper', 'nominal'), default='paper',
+                        help='paper: 0.5-1.5x the URDF, random box inertias (appendix A.4, '
+                             'default); nominal: the URDF itself')
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     data = _common.data_root(args.data, 'elbow_learning.py')
     if args.quick:
         payload = run(data, min(args.train_tosses, 2), args.seed, 2, 3, 6, args.horizon,
-                      max(args.window_stride, 8), args.split_seed, limit=40)
+                      max(args.window_stride, 8), args.split_seed, limit=40,
+                      perturb=args.start == 'paper')
     else:
         payload = run(data, args.train_tosses, args.seed, args.validation_tosses,
                       args.test_tosses, args.steps, args.horizon, args.window_stride,
-                      args.split_seed)
+                      args.split_seed, perturb=args.start == 'paper')
     payload['machine'] = _common.machine_info(('torch', 'mujoco', 'scipy'))
     payload['quick'] = args.quick
     print(markdown(payload))
