@@ -70,9 +70,24 @@ def test_numbers_that_are_not_a_quaternion_are_refused(tmp_path, load, file, col
         load(tmp_path)
 
 
-def test_a_wrapped_hinge_angle_is_unwrapped(tmp_path):
-    path, states, offsets = _write(tmp_path, ELBOW_FILE, ELBOW_COLUMNS, [4], slice(0, 4))
-    states[:, 7] = [3.0, 3.1, -3.1, -3.0]                 # crosses +-pi going up
+def test_a_wrapped_hinge_angle_is_unwrapped_with_a_log_line(tmp_path, caplog):
+    path, states, offsets = _write(tmp_path, ELBOW_FILE, ELBOW_COLUMNS, [3, 4], slice(0, 4))
+    states[3:, 7] = [3.0, 3.1, -3.1, -3.0]                # toss 1 crosses +-pi going up
     _save(path, states, offsets, ELBOW_COLUMNS)
-    hinge = load_elbow_tosses(tmp_path).q[0][:, 7]
+    with caplog.at_level(logging.INFO, logger='diffsim_ros.io.tosses'):
+        tosses = load_elbow_tosses(tmp_path)
+    hinge = tosses.q[1][:, 7]
     assert bool((hinge.diff() > 0).all()) and float(hinge[-1]) > 3.2
+    torch.testing.assert_close(hinge[:2], torch.tensor([3.0, 3.1], dtype=torch.float64))
+    assert 'unwrapped the hinge angle' in caplog.text
+    assert 'in 1 of 2 tosses; first: toss 1 from row 2' in caplog.text
+
+
+def test_a_hinge_angle_that_never_wraps_is_left_alone_without_a_log_line(tmp_path, caplog):
+    path, states, offsets = _write(tmp_path, ELBOW_FILE, ELBOW_COLUMNS, [4], slice(0, 4))
+    states[:, 7] = [-3.0, -1.0, 1.0, 3.0]                 # large steps, no wrap
+    _save(path, states, offsets, ELBOW_COLUMNS)
+    with caplog.at_level(logging.INFO, logger='diffsim_ros.io.tosses'):
+        hinge = load_elbow_tosses(tmp_path).q[0][:, 7]
+    torch.testing.assert_close(hinge, torch.tensor([-3.0, -1.0, 1.0, 3.0], dtype=torch.float64))
+    assert 'unwrapped' not in caplog.text

@@ -173,7 +173,8 @@ def load_elbow_tosses(data_root: Path, dtype: torch.dtype = torch.float64,
     """
     Read the DAIR elbow tosses (541 x 121 samples) into ``q (T, 8)``, ``v (T, 7)``.
 
-    The hinge angle is unwrapped per toss (it is stored wrapped to (-pi, pi]).
+    The hinge angle is unwrapped per toss (it is stored wrapped to (-pi, pi]), with a log
+    line naming the tosses it changed.
 
     :param data_root: the shared data folder (holding ``dair_elbow_toss/``).
     :param dtype: dtype of the tensors.
@@ -197,10 +198,13 @@ def read_elbow_file(path: Path, dtype: torch.dtype = torch.float64,
     """
     path = Path(path)
     data = _read(path, ELBOW_COLUMNS)
-    qs, vs, ids = [], [], []
+    qs, vs, ids, unwrapped = [], [], [], []
     for toss_id, rows in _split(data, limit):
         rows = _checked_rows(path, toss_id, rows, slice(0, 4)).copy()
-        rows[:, 7] = np.unwrap(rows[:, 7])
+        hinge = np.unwrap(rows[:, 7])
+        if (hinge != rows[:, 7]).any():
+            unwrapped.append((toss_id, int(np.argmax(hinge != rows[:, 7]))))
+        rows[:, 7] = hinge
         rows = torch.as_tensor(rows, dtype=dtype)
         qpos = torch.cat((rows[:, 4:7], rows[:, 0:4], rows[:, 7:8]), dim=-1)
         qvel = torch.cat((rows[:, 11:14], rows[:, 8:11], rows[:, 14:15]), dim=-1)
@@ -208,6 +212,10 @@ def read_elbow_file(path: Path, dtype: torch.dtype = torch.float64,
         qs.append(q)
         vs.append(v)
         ids.append(toss_id)
+    if unwrapped:
+        _logger.info('%s: unwrapped the hinge angle (stored in (-pi, pi]) in %d of %d tosses; '
+                     'first: toss %d from row %d', path, len(unwrapped), len(ids),
+                     *unwrapped[0])
     return TossSet('elbow_toss', object_urdf_path('elbow_toss'), float(data['dt']), tuple(ids),
                    tuple(qs), tuple(vs), friction=0.3, restitution=None)
 

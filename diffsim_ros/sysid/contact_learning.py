@@ -27,14 +27,15 @@ is a convex second-order-cone QP, ``0.5 lambda^T (2 G) lambda + c^T lambda`` wit
 is the loss's partial derivative at the detached optimum (envelope theorem), never through
 the solver's iterations.
 
-Learnable (:func:`cube_parameters`): the eight vertices (free points; the body is their convex
-hull), friction (softplus), inertia with the mass fixed through the log-Cholesky
-parameterization (``exp(2 alpha) = m`` held), ground height. Vertices and height are learned
-in units of ``LENGTH_SCALE`` so one Adam step size suits every parameter.
+Learnable (:func:`object_parameters`), for a floating tree with one vertex set per body (the
+cube: one body, eight vertices; the elbow: two bodies on a hinge): every body's vertices (free
+points; the body is their convex hull), friction (softplus), each body's inertia with its mass
+fixed through the log-Cholesky parameterization (``exp(2 alpha) = m`` held), ground height.
+Vertices and height are learned in units of ``LENGTH_SCALE`` so one Adam step size suits
+every parameter.
 """
 
 from dataclasses import dataclass, field
-import math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -50,7 +51,8 @@ from ..core.parameterization import _softplus, _softplus_inverse, LogCholeskyPar
 from ..core.spatial import (quat_conjugate, quat_exp, quat_log, quat_multiply, quat_rotate,
                             quat_to_matrix)
 
-__all__ = ['ViolationWeights', 'TrainConfig', 'violation_loss', 'step_velocity', 'cube_parameters',
+__all__ = ['ViolationWeights', 'TrainConfig', 'violation_loss', 'step_velocity',
+           'object_parameters', 'object_models', 'initial_object_parameters', 'cube_parameters',
            'cube_models', 'initial_cube_parameters', 'transitions', 'train_violation',
            'rollout', 'rollout_errors', 'volume_error', 'inertia_error', 'LENGTH_SCALE',
            'ObjectSpec', 'ObjectFit', 'cube_spec', 'fit_ccn', 'Trajectories',
@@ -171,45 +173,63 @@ def violation_loss(model: RobotModel, contact: ContactModel, q: Tensor, v: Tenso
     return loss
 
 
-def cube_parameters(vertices: Tensor, friction: float, inertial: Tensor,
-                    ground_height: float = 0.0) -> Dict[str, Tensor]:
-    """
-    Map physical cube parameters to the unconstrained learnable ones.
+def _vertex_sets(vertices) -> Tuple[Tensor, ...]:
+    # One (k, 3) tensor is the one-link case of a sequence of vertex sets.
+    return (vertices,) if isinstance(vertices, Tensor) else tuple(vertices)
 
-    :param vertices: ``(k, 3)`` vertices [m, body frame].
-    :param friction: Coulomb coefficient, ``> 0``.
-    :param inertial: ``(10,)`` inertial vector (docs/conventions.md), physically consistent.
-    :param ground_height: ground offset [m].
-    :return: ``vertices`` (in ``LENGTH_SCALE``), ``friction`` (softplus^-1), ``inertia`` (the
-        nine log-Cholesky entries after the mass's), ``ground_height`` (in ``LENGTH_SCALE``).
+
+def object_parameters(vertices, friction: float, inertial: Tensor,
+                      ground_height: float = 0.0) -> Dict[str, Tensor]:
     """
-    dtype = vertices.dtype
-    return {'vertices': vertices / LENGTH_SCALE,
+    Map physical object parameters to the unconstrained learnable ones.
+
+    A floating tree with one vertex set per body (the cube: one of each). Vertex sets are
+    stacked in the order of the contact model's ``vertices``, inertias in the model's body
+    order; :func:`object_models` splits them again.
+
+    :param vertices: one ``(k_i, 3)`` vertex set per body [m, that body's frame], or one
+        ``(k, 3)`` tensor for a one-body object.
+    :param friction: Coulomb coefficient, ``> 0``.
+    :param inertial: ``(nbodies, 10)`` (or ``(10,)`` for one body) inertial vectors
+        (docs/conventions.md), physically consistent.
+    :param ground_height: ground offset [m].
+    :return: ``vertices`` ``(sum k_i, 3)`` (in ``LENGTH_SCALE``), ``friction``
+        (softplus^-1), ``inertia`` ``(9 nbodies,)`` (each body's nine log-Cholesky entries
+        after its mass's), ``ground_height`` (in ``LENGTH_SCALE``).
+    """
+    sets = _vertex_sets(vertices)
+    dtype = sets[0].dtype
+    return {'vertices': torch.cat(sets, -2) / LENGTH_SCALE,
             'friction': _softplus_inverse(torch.tensor(float(friction), dtype=dtype)),
-            'inertia': _LOG_CHOLESKY.from_inertial(inertial)[1:],
+            'inertia': _LOG_CHOLESKY.from_inertial(inertial.reshape(-1, 10))[:, 1:].reshape(-1),
             'ground_height': torch.tensor(ground_height / LENGTH_SCALE, dtype=dtype)}
 
 
-def cube_models(model: RobotModel, contact: ContactModel, theta: Dict[str, Tensor],
-                mass: float) -> Tuple[RobotModel, ContactModel]:
+def object_models(model: RobotModel, contact: ContactModel, theta: Dict[str, Tensor],
+                  mass) -> Tuple[RobotModel, ContactModel]:
     """
     Build the body and contact models of unconstrained parameters (differentiably).
 
-    :param model: the body's floating model (one body; its inertial is replaced).
-    :param contact: template contact model with one vertex set of the same vertex count.
-    :param theta: as returned by :func:`cube_parameters`.
-    :param mass: the fixed mass [kg].
+    :param model: the object's floating model (its inertials are replaced).
+    :param contact: template contact model: its vertex sets' sizes split ``theta``'s vertices.
+    :param theta: as returned by :func:`object_parameters`.
+    :param mass: the fixed masses [kg]: one per body (model order), or one float for all.
     :return: ``(model, contact)``.
     """
-    alpha = torch.full((1,), 0.5 * math.log(mass), dtype=theta['inertia'].dtype)
-    pi = _LOG_CHOLESKY.to_inertial(torch.cat((alpha, theta['inertia'])))
+    dtype = theta['inertia'].dtype
+    n = model.inertial.shape[-2]
+    alpha = 0.5 * torch.log(torch.as_tensor(mass, dtype=dtype).reshape(-1).expand(n))
+    pi = _LOG_CHOLESKY.to_inertial(torch.cat((alpha.unsqueeze(-1),
+                                              theta['inertia'].reshape(n, 9)), -1))
+    sizes = [int(v.shape[-2]) for v in contact.vertices]
     new_model = model.replace(inertial=pi.reshape(model.inertial.shape))
     new_contact = ContactModel(
         friction=_softplus(theta['friction']), restitution=contact.restitution,
         stiffness=contact.stiffness, damping=contact.damping,
         slip_velocity=contact.slip_velocity,
         ground_height=theta['ground_height'] * LENGTH_SCALE, ground_tilt=contact.ground_tilt,
-        vertex_links=contact.vertex_links, vertices=(theta['vertices'] * LENGTH_SCALE,))
+        vertex_links=contact.vertex_links,
+        vertices=torch.split(theta['vertices'] * LENGTH_SCALE, sizes, dim=-2))
     return new_model, new_contact
 
 
@@ -222,42 +242,65 @@ def _random_rotation(generator: torch.Generator, dtype) -> Tensor:
     return Q
 
 
-def initial_cube_parameters(vertices: Tensor, friction: float, half_widths: Sequence[float],
-                            mass: float, generator: torch.Generator,
-                            ground_height: float = 0.0) -> Dict[str, Tensor]:
-    """
-    Draw a start as the paper's appendix A.4: every quantity 0.5-1.5x its true value.
-
-    Vertices: each coordinate scaled by its own factor; friction scaled; inertia of a uniform
-    box of mass ``m`` with side lengths 0.5-1.5x the true ones, its CoM inside the inner half
-    of that box, rotated by a random rotation (the mass stays ``mass``: it is not learned).
-
-    :param vertices: ``(k, 3)`` true vertices [m].
-    :param friction: true (or approximate) friction.
-    :param half_widths: ``(3,)`` true half side lengths [m].
-    :param mass: the fixed mass [kg].
-    :param generator: the random source.
-    :param ground_height: start ground height [m].
-    :return: unconstrained parameters (:func:`cube_parameters`).
-    """
-    dtype = vertices.dtype
-
-    def factor(*shape):
-        return 0.5 + torch.rand(*shape, generator=generator, dtype=dtype)
-
-    start_vertices = vertices * factor(*vertices.shape)
-    sides = 2.0 * torch.as_tensor(half_widths, dtype=dtype) * factor(3)
+def _random_box_inertial(center: Tensor, half_widths, mass: float,
+                         generator: torch.Generator) -> Tensor:
+    # Appendix A.4 for one link: a uniform box of sides 0.5-1.5x the true ones, its CoM in
+    # the inner half of that box (around the true box's centre), rotated at random.
+    dtype = center.dtype
+    sides = 2.0 * torch.as_tensor(half_widths, dtype=dtype) * (
+        0.5 + torch.rand(3, generator=generator, dtype=dtype))
     principal = mass / 12.0 * torch.stack((sides[1] ** 2 + sides[2] ** 2,
                                            sides[0] ** 2 + sides[2] ** 2,
                                            sides[0] ** 2 + sides[1] ** 2))
     R = _random_rotation(generator, dtype)
     inertia_com = R @ torch.diag(principal) @ R.T
-    com = (torch.rand(3, generator=generator, dtype=dtype) - 0.5) * 0.5 * sides
+    com = center + (torch.rand(3, generator=generator, dtype=dtype) - 0.5) * 0.5 * sides
     inertia_origin = inertia_com + mass * (com.dot(com) * torch.eye(3, dtype=dtype)
                                            - torch.outer(com, com))
-    pi = torch.cat((torch.tensor([mass], dtype=dtype), mass * com,
-                    inertia_origin[[0, 0, 0, 1, 1, 2], [0, 1, 2, 1, 2, 2]]))
-    return cube_parameters(start_vertices, float(friction * factor(())), pi, ground_height)
+    return torch.cat((torch.tensor([mass], dtype=dtype), mass * com,
+                      inertia_origin[[0, 0, 0, 1, 1, 2], [0, 1, 2, 1, 2, 2]]))
+
+
+def initial_object_parameters(vertices, friction: float, half_widths, mass,
+                              generator: torch.Generator,
+                              ground_height: float = 0.0) -> Dict[str, Tensor]:
+    """
+    Draw a start as the paper's appendix A.4: every quantity 0.5-1.5x its true value.
+
+    Vertices: each coordinate scaled by its own factor; friction scaled; each body's inertia
+    that of a uniform box of the body's mass with side lengths 0.5-1.5x the true ones, its
+    CoM inside the inner half of that box (centred where the body's true vertex set is),
+    rotated by a random rotation (the masses stay: they are not learned).
+
+    :param vertices: one ``(k_i, 3)`` true vertex set per body [m], in the model's body
+        order, or one ``(k, 3)`` tensor for a one-body object.
+    :param friction: true (or approximate) friction.
+    :param half_widths: per body the ``(3,)`` true half side lengths [m] (one ``(3,)`` for
+        a one-body object).
+    :param mass: the fixed masses [kg], one per body (or one float for one body).
+    :param generator: the random source.
+    :param ground_height: start ground height [m].
+    :return: unconstrained parameters (:func:`object_parameters`).
+    """
+    sets = _vertex_sets(vertices)
+    dtype = sets[0].dtype
+    if isinstance(vertices, Tensor):
+        half_widths = (half_widths,)
+    masses = torch.as_tensor(mass, dtype=dtype).reshape(-1).expand(len(sets)).tolist()
+    stacked = torch.cat(sets, -2)
+    start = stacked * (0.5 + torch.rand(*stacked.shape, generator=generator, dtype=dtype))
+    sizes = [int(v.shape[-2]) for v in sets]
+    inertials = [_random_box_inertial(0.5 * (v.amin(-2) + v.amax(-2)), h, m, generator)
+                 for v, h, m in zip(sets, half_widths, masses)]
+    scale = 0.5 + torch.rand((), generator=generator, dtype=dtype)
+    return object_parameters(torch.split(start, sizes, dim=-2), float(friction * scale),
+                             torch.stack(inertials), ground_height)
+
+
+#: The one-body names the cube code was written with: the same functions.
+cube_parameters = object_parameters
+cube_models = object_models
+initial_cube_parameters = initial_object_parameters
 
 
 def transitions(q: Sequence[Tensor], v: Sequence[Tensor]) -> Tuple[Tensor, Tensor, Tensor]:
@@ -488,60 +531,70 @@ def _hull_intersection_volume(a, b) -> float:
     return float(ConvexHull(points).volume)
 
 
-def volume_error(learned: Tensor, true: Tensor) -> float:
+def volume_error(learned, true) -> float:
     """
     Return the paper's volume error (13a), computed exactly.
 
     Convex hulls (scipy/qhull), their intersection by half-space intersection from the
     Chebyshev centre (zero volume where they do not overlap),
-    ``(V_l + V_t - 2 V_{l cap t}) / V_t``: no Monte Carlo.
+    ``(V_l + V_t - 2 V_{l cap t}) / V_t`` per body (each in its own frame), averaged over
+    the bodies: no Monte Carlo.
 
-    :param learned: ``(k, 3)`` learned vertices [m].
-    :param true: ``(k', 3)`` true vertices [m].
-    :return: volume wrongly included plus wrongly excluded, over the true volume.
+    :param learned: ``(k, 3)`` learned vertices [m], or one such set per body.
+    :param true: ``(k', 3)`` true vertices [m], or one set per body (same bodies).
+    :return: volume wrongly included plus wrongly excluded, over the true volume (mean over
+        bodies).
     """
     from scipy.spatial import ConvexHull
-    a = learned.detach().cpu().numpy().astype(float)
-    b = true.detach().cpu().numpy().astype(float)
-    v_learned, v_true = ConvexHull(a).volume, ConvexHull(b).volume
-    return (v_learned + v_true - 2.0 * _hull_intersection_volume(a, b)) / v_true
+    errors = []
+    for one, truth in zip(_vertex_sets(learned), _vertex_sets(true), strict=True):
+        a = one.detach().cpu().numpy().astype(float)
+        b = truth.detach().cpu().numpy().astype(float)
+        v_learned, v_true = ConvexHull(a).volume, ConvexHull(b).volume
+        errors.append((v_learned + v_true - 2.0 * _hull_intersection_volume(a, b)) / v_true)
+    return float(np.mean(errors))
 
 
 def inertia_error(learned: Tensor, true: Tensor, length: float) -> float:
     """
-    Return the paper's normalised inertia error (13c) of one body.
+    Return the paper's normalised inertia error (13c) of one body or of all bodies.
 
-    ``|| s . (I_learned - I_true) ||`` over ``[m, m c, I_xx, I_yy, I_zz, I_xy, I_xz, I_yz]``
-    with ``s = [1/m, 1/(m l) x3, 1/(m l^2) x6]``: the CoM in units of the characteristic
-    length ``l`` and the inertia in units of ``m l^2`` of the true mass.
+    ``|| [s_i . (I_i,learned - I_i,true)]_i ||`` over ``[m, m c, I_xx, I_yy, I_zz, I_xy, I_xz,
+    I_yz]`` with ``s_i = [1/m, 1/(m l) x3, 1/(m l^2) x6]`` of body ``i``'s true mass: the CoM
+    in units of the characteristic length ``l`` and the inertia in units of ``m l^2``.
 
-    :param learned: ``(10,)`` inertial vector (docs/conventions.md order).
-    :param true: ``(10,)`` true inertial vector.
+    :param learned: ``(10,)`` or ``(nbodies, 10)`` inertial vectors (docs/conventions.md).
+    :param true: the true inertial vectors, same shape.
     :param length: characteristic length ``l`` [m].
     :return: the error [-].
     """
-    m = float(true[0])
-    s = torch.tensor([1 / m] + [1 / (m * length)] * 3 + [1 / (m * length ** 2)] * 6,
-                     dtype=true.dtype)
-    return float((s * (learned.detach() - true)).norm())
+    true = true.reshape(-1, 10)
+    m = true[:, :1]
+    s = torch.cat((1 / m, (1 / (m * length)).expand(-1, 3),
+                   (1 / (m * length ** 2)).expand(-1, 6)), -1)
+    return float((s * (learned.detach().reshape(-1, 10) - true)).norm())
 
 
-def learned_summary(model: RobotModel, contact: ContactModel,
-                    true_vertices: Optional[Tensor] = None) -> dict:
+def learned_summary(model: RobotModel, contact: ContactModel, true_vertices=None) -> dict:
     """
     Return the learned physical parameters as plain numbers.
 
     :param model: the learned body model.
     :param contact: the learned contact model.
-    :param true_vertices: when given, also ``volume_error`` against them.
-    :return: ``friction``, ``ground_height_m``, ``inertial``, ``vertices_m`` (and
+    :param true_vertices: when given (one ``(k, 3)`` tensor, or one per vertex set), also
+        ``volume_error`` against them.
+    :return: ``friction``, ``ground_height_m``, ``inertial`` (every body's ten numbers in
+        model order), ``vertices_m`` (every vertex set's, in ``contact.vertices`` order, each
+        in its link's frame), ``vertex_sets`` (``[link, count]`` per set) (and
         ``volume_error``).
     """
     out = {'friction': float(contact.friction), 'ground_height_m': float(contact.ground_height),
            'inertial': model.inertial.detach().reshape(-1).tolist(),
-           'vertices_m': contact.vertices[0].detach().tolist()}
+           'vertices_m': torch.cat(contact.vertices, -2).detach().tolist(),
+           'vertex_sets': [[link, int(v.shape[-2])]
+                           for link, v in zip(contact.vertex_links, contact.vertices)]}
     if true_vertices is not None:
-        out['volume_error'] = volume_error(contact.vertices[0], true_vertices)
+        out['volume_error'] = volume_error(contact.vertices, true_vertices)
     return out
 
 
@@ -557,9 +610,10 @@ class ObjectSpec:
     :ivar name: ``'cube'``, ``'elbow'`` or the URDF's robot name.
     :ivar model: its nominal floating model (one body per link; the mass is not learned).
     :ivar contact: its nominal contact model (geometry, friction, ground; restitution 0).
-    :ivar mass: the fixed total mass [kg].
-    :ivar half_widths: per vertex set, the ``(3,)`` half side lengths [m] of the box the
-        paper's initialisation draws the inertia from (the nominal shape's bounding box).
+    :ivar mass: the fixed total mass [kg] (the bodies' own: :attr:`masses`).
+    :ivar half_widths: per body (one vertex set each), the ``(3,)`` half side lengths [m] of
+        the box the paper's initialisation draws the inertia from (the nominal shape's
+        bounding box).
     :ivar true_vertices: per vertex set, the true shape where one is known (else None): the
         reference of ``volume_error``.
     :ivar true_inertial: the true ``(njoints, 10)`` inertials where known (else None).
@@ -574,6 +628,26 @@ class ObjectSpec:
     true_vertices: Optional[Tuple[Tensor, ...]]
     true_inertial: Optional[Tensor]
     length: float
+
+    def __post_init__(self):
+        """Check that there is one vertex set per body, in body order, and the masses."""
+        bodies = tuple(self.model.tree.body_links)
+        if tuple(self.contact.vertex_links) != bodies:
+            raise ValueError(f'ObjectSpec {self.name!r}: one vertex set per body in body order '
+                             f'{bodies} expected, found vertex sets on '
+                             f'{tuple(self.contact.vertex_links)}')
+        if len(self.half_widths) != len(bodies):
+            raise ValueError(f'ObjectSpec {self.name!r}: {len(self.half_widths)} half_widths '
+                             f'for {len(bodies)} bodies')
+        total = sum(self.masses)
+        if abs(total - self.mass) > 1e-9 * max(self.mass, 1.0):
+            raise ValueError(f'ObjectSpec {self.name!r}: mass {self.mass} kg but the bodies '
+                             f'of the model weigh {total} kg')
+
+    @property
+    def masses(self) -> Tuple[float, ...]:
+        """Return each body's fixed mass [kg] (the nominal model's), in body order."""
+        return tuple(float(m) for m in self.model.inertial.detach().reshape(-1, 10)[:, 0])
 
 
 def cube_spec(model: RobotModel, half_width: float, friction: float, mass: float,
@@ -660,8 +734,7 @@ def physical_summary(spec: ObjectSpec, model: RobotModel, contact: ContactModel)
     :return: :func:`learned_summary`'s keys, ``friction_error`` and, where the spec knows
         them, ``volume_error`` and ``inertia_error``.
     """
-    true = spec.true_vertices[0] if spec.true_vertices is not None else None
-    out = learned_summary(model, contact, true)
+    out = learned_summary(model, contact, spec.true_vertices)
     out['friction_error'] = abs(out['friction'] - float(spec.contact.friction))
     if spec.true_inertial is not None:
         out['inertia_error'] = inertia_error(model.inertial.reshape(-1),
@@ -674,7 +747,7 @@ def fit_ccn(spec: ObjectSpec, train: Trajectories, validation: Trajectories, dt:
     """
     Learn the object with the violation-implicit loss (CCN).
 
-    :param spec: the object (one vertex set).
+    :param spec: the object (one vertex set per body).
     :param train: training trajectories.
     :param validation: held-out trajectories for early stopping.
     :param dt: sample period [s].
@@ -683,18 +756,17 @@ def fit_ccn(spec: ObjectSpec, train: Trajectories, validation: Trajectories, dt:
     :param perturb: start 0.5-1.5x the spec (the paper's protocol) instead of at it.
     :return: the learned object.
     """
-    vertices = spec.contact.vertices[0]
+    vertices = spec.contact.vertices
     if perturb:
-        theta0 = initial_cube_parameters(vertices, float(spec.contact.friction),
-                                         spec.half_widths[0], spec.mass,
-                                         torch.Generator().manual_seed(seed))
+        theta0 = initial_object_parameters(vertices, float(spec.contact.friction),
+                                           spec.half_widths, spec.masses,
+                                           torch.Generator().manual_seed(seed))
     else:
-        theta0 = cube_parameters(vertices, float(spec.contact.friction),
-                                 spec.model.inertial.reshape(-1))
-    theta, history = train_violation(spec.model, spec.contact, theta0, spec.mass,
+        theta0 = object_parameters(vertices, float(spec.contact.friction), spec.model.inertial)
+    theta, history = train_violation(spec.model, spec.contact, theta0, spec.masses,
                                      transitions(*train), transitions(*validation), dt,
                                      TrainConfig(steps=steps, seed=seed))
-    model, contact = cube_models(spec.model, spec.contact, theta, spec.mass)
-    start_model, start_contact = cube_models(spec.model, spec.contact, theta0, spec.mass)
+    model, contact = object_models(spec.model, spec.contact, theta, spec.masses)
+    start_model, start_contact = object_models(spec.model, spec.contact, theta0, spec.masses)
     return ObjectFit(method='ccn', spec=spec, model=model, contact=contact, history=history,
                      start=physical_summary(spec, start_model, start_contact))

@@ -1,0 +1,201 @@
+"""
+Learning the two-link DAIR elbow: its spec, the multi-body parameterization, the violation loss.
+
+Identities first (the spec is the URDF's boxes; parameters map back to the model exactly; the
+violation loss vanishes on transitions our contact step made with the true two-link model and
+grows when a parameter is wrong), then the elbow benchmark run as a user would (slow, skipped
+without the shared data).
+"""
+
+import json
+import math
+from pathlib import Path
+import subprocess
+import sys
+from types import SimpleNamespace
+
+from diffsim_ros import core
+from diffsim_ros.io.object_specs import collision_boxes, elbow_spec, urdf_object_spec
+from diffsim_ros.robots import object_urdf_path
+from diffsim_ros.sysid import contact_learning as cl
+from diffsim_ros.sysid.object_learning import fit_object
+import pytest
+import torch
+
+DT = 0.0068
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope='module')
+def spec():
+    """Return the elbow's spec from the shipped URDF (no recordings needed)."""
+    return elbow_spec(SimpleNamespace(urdf_path=object_urdf_path('elbow_toss'), friction=0.3,
+                                      q=(torch.zeros(1, 8, dtype=torch.float64),)))
+
+
+def _tosses(model, contact, n, steps, seed):
+    # Elbows released tumbling 12-15 cm above the table (elbow_1's frame; the far corner of
+    # elbow_2 is at most 12 cm from it), hinge swinging, stepped by contact_step.
+    g = torch.Generator().manual_seed(seed)
+
+    def uniform(*shape, scale=1.0):
+        return (torch.rand(*shape, generator=g, dtype=torch.float64) * 2 - 1) * scale
+
+    quat = torch.randn(n, 4, generator=g, dtype=torch.float64)
+    quat = quat / quat.norm(dim=-1, keepdim=True)
+    lift = 0.135 + uniform(n, 1, scale=0.015)
+    q = torch.cat((torch.zeros(n, 2, dtype=torch.float64), lift, quat, uniform(n, 1, scale=2.0)),
+                  -1)
+    v = torch.cat((uniform(n, 2), -torch.rand(n, 1, generator=g, dtype=torch.float64),
+                   uniform(n, 3, scale=6.0), uniform(n, 1, scale=5.0)), -1)
+    x0 = torch.cat((q, v), -1)
+    states = cl.rollout(model, contact, x0, steps, DT)
+    # transitions() skips sample 0 (a repeated velocity in the recordings): prepend a copy.
+    states = torch.cat((x0.unsqueeze(1), x0.unsqueeze(1), states), 1)
+    return [s[:, :8] for s in states], [s[:, 8:] for s in states]
+
+
+def test_elbow_spec_is_the_urdf_boxes_and_masses(spec):
+    assert spec.name == 'elbow' and spec.masses == (0.37, 0.37) and spec.mass == 0.74
+    assert spec.contact.vertex_links == ('elbow_1', 'elbow_2') == spec.model.tree.body_links
+    assert spec.half_widths == ((0.05, 0.025, 0.025),) * 2
+    first, second = spec.contact.vertices
+    assert first.shape == second.shape == (8, 3)
+    torch.testing.assert_close(first.amax(0), torch.tensor([0.05, 0.025, 0.025],
+                                                           dtype=torch.float64))
+    torch.testing.assert_close(second.amin(0), torch.tensor([-0.015, -0.025, -0.025],
+                                                            dtype=torch.float64))
+    torch.testing.assert_close(second.amax(0), torch.tensor([0.085, 0.025, 0.025],
+                                                            dtype=torch.float64))
+    assert spec.true_vertices is not None and spec.true_inertial is None
+    assert float(spec.contact.friction) == pytest.approx(0.3)
+
+
+def test_collision_box_origin_rotates_and_shifts_the_corners():
+    xml = ('<robot name="slab"><link name="a"><inertial><mass value="1"/><inertia ixx="1" '
+           'ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial><collision><origin '
+           'xyz="0.1 0 0" rpy="0 0 1.5707963267948966"/><geometry><box size="0.2 0.04 0.02"/>'
+           '</geometry></collision></link></robot>')
+    assert collision_boxes(xml) == {'a': ((0.2, 0.04, 0.02), (0.1, 0.0, 0.0),
+                                          (0.0, 0.0, math.pi / 2))}
+    vertices = urdf_object_spec(xml, 0.5).contact.vertices[0]
+    # yawed 90 degrees: the 0.2 m side lies along y, the box centred at x = 0.1
+    torch.testing.assert_close(vertices.amax(0) - vertices.amin(0),
+                               torch.tensor([0.04, 0.2, 0.02], dtype=torch.float64))
+    torch.testing.assert_close(vertices.mean(0), torch.tensor([0.1, 0.0, 0.0],
+                                                              dtype=torch.float64))
+
+
+def test_a_body_without_a_box_is_refused():
+    xml = ('<robot name="r"><link name="a"><inertial><mass value="1"/><inertia ixx="1" '
+           'ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial><collision><geometry><sphere '
+           'radius="0.1"/></geometry></collision></link></robot>')
+    with pytest.raises(ValueError, match="link 'a': its collision is not a box"):
+        urdf_object_spec(xml, 0.5)
+
+
+def test_parameters_map_back_to_the_model_exactly(spec):
+    theta = cl.object_parameters(spec.contact.vertices, 0.3, spec.model.inertial)
+    assert theta['vertices'].shape == (16, 3) and theta['inertia'].shape == (18,)
+    model, contact = cl.object_models(spec.model, spec.contact, theta, spec.masses)
+    torch.testing.assert_close(model.inertial, spec.model.inertial)
+    for learned, nominal in zip(contact.vertices, spec.contact.vertices):
+        torch.testing.assert_close(learned, nominal)
+    assert cl.volume_error(contact.vertices, spec.true_vertices) == pytest.approx(0, abs=1e-9)
+    assert cl.inertia_error(model.inertial, spec.model.inertial, 0.035) < 1e-9
+
+
+def test_paper_start_keeps_each_mass_and_puts_each_com_in_its_box(spec):
+    for seed in range(5):
+        theta = cl.initial_object_parameters(spec.contact.vertices, 0.3, spec.half_widths,
+                                             spec.masses, torch.Generator().manual_seed(seed))
+        model, contact = cl.object_models(spec.model, spec.contact, theta, spec.masses)
+        pi = model.inertial
+        torch.testing.assert_close(pi[:, 0], torch.tensor(spec.masses, dtype=pi.dtype))
+        com = pi[:, 1:4] / pi[:, :1]
+        # inner half of a box at most 1.5x the true one, around each true box's centre
+        centre = torch.tensor([[0.0, 0, 0], [0.035, 0, 0]], dtype=pi.dtype)
+        half = torch.tensor(spec.half_widths, dtype=pi.dtype)
+        assert bool(((com - centre).abs() <= 0.75 * half + 1e-12).all()), seed
+        assert 0.15 < float(contact.friction) < 0.45
+        for learned, nominal in zip(contact.vertices, spec.contact.vertices):
+            ratio = learned / nominal
+            assert bool(((ratio >= 0.5) & (ratio <= 1.5)).all())
+        # physically consistent: the 4x4 pseudo-inertia of each body is positive definite
+        assert bool(core.parameterization.is_physically_consistent(pi).all())
+
+
+def test_violation_loss_vanishes_on_two_link_transitions_and_grows_with_wrong_parameters(spec):
+    # Two tosses of 30 steps: 60 transitions, each an inner cone QP of 16 contacts.
+    model, contact = spec.model, spec.contact
+    q, v = _tosses(model, contact, 2, 30, seed=0)
+    data = cl.transitions(q, v)
+    weights = cl.ViolationWeights(max_iter=2000)
+    loss, impulses = cl.violation_loss(model, contact, *data, DT, weights,
+                                       return_impulses=True)
+    in_contact = (impulses[..., 0] > 0).any(-1)
+    assert float(in_contact.double().mean()) > 0.3
+    # both links touch the table at some transition (the hinge's Jacobian is exercised)
+    assert bool((impulses[..., :8, 0] > 0).any()) and bool((impulses[..., 8:, 0] > 0).any())
+    base = float(loss.mean())
+    assert float(loss.min()) > -1e-12 and base < 1e-6
+    pi = model.inertial
+    link2_com = torch.zeros_like(pi)
+    link2_com[1, 1] = 0.37 * 0.01
+    wrong = {
+        'friction x0.5': cl.object_parameters(contact.vertices, 0.15, pi),
+        'vertices x1.2': cl.object_parameters([1.2 * x for x in contact.vertices], 0.3, pi),
+        'elbow_2 vertices x0.8': cl.object_parameters(
+            [contact.vertices[0], 0.8 * contact.vertices[1]], 0.3, pi),
+        'ground +5 mm': cl.object_parameters(contact.vertices, 0.3, pi, 0.005),
+        'inertia x2': cl.object_parameters(
+            contact.vertices, 0.3, pi * torch.tensor([1.0] * 4 + [2.0] * 6, dtype=pi.dtype)),
+        'elbow_2 CoM +1 cm': cl.object_parameters(contact.vertices, 0.3, pi + link2_com)}
+    for name, theta in wrong.items():
+        m, k = cl.object_models(model, contact, theta, spec.masses)
+        value = float(cl.violation_loss(m, k, *data, DT, weights).mean())
+        assert value > 10 * base, f'{name}: {value} vs true {base}'
+
+
+def test_fit_ccn_learns_the_elbow_through_fit_object(spec):
+    # A few Adam steps from the paper's start on simulated tosses: the entry the CLI and the
+    # benchmark use runs on a two-body spec, keeps the masses and lowers the held-out loss.
+    q, v = _tosses(spec.model, spec.contact, 3, 16, seed=1)
+    fit = fit_object(spec, 'ccn', (q[:2], v[:2]), (q[2:], v[2:]), DT, seed=0, steps=6)
+    torch.testing.assert_close(fit.model.inertial[:, 0],
+                               torch.tensor(spec.masses, dtype=torch.float64))
+    assert len(fit.contact.vertices) == 2
+    history = fit.history['validation']
+    assert fit.history['step'] == [0, 6] and history[1] < history[0]
+    summary = fit.summary()
+    assert summary['vertex_sets'] == [['elbow_1', 8], ['elbow_2', 8]]
+    assert 'volume_error' in summary and 'inertia_error' not in summary
+    assert summary['volume_error'] == pytest.approx(fit.start['volume_error'], rel=0.5)
+    states = fit.predict(torch.cat((q[0][1], v[0][1])).unsqueeze(0), 4, DT)
+    assert states.shape == (1, 4, 15)
+
+
+@pytest.mark.slow
+def test_elbow_benchmark_runs_quick_as_a_user_would(data_dir, tmp_path):
+    # Slow: a few Adam steps of the violation loss on two real tosses and the test rollouts.
+    if not (data_dir / 'dair_elbow_toss' / 'elbow_tosses.npz').is_file():
+        pytest.skip(f'elbow tosses not found under {data_dir} (dair_elbow_toss/)')
+    script = REPO_ROOT / 'benchmarks' / 'elbow_learning.py'
+    help_text = subprocess.run([sys.executable, str(script), '--help'], check=True,
+                               capture_output=True, text=True, cwd=REPO_ROOT).stdout
+    assert '--horizon' in help_text and '--quick' in help_text
+    out = tmp_path / 'elbow.json'
+    result = subprocess.run([sys.executable, str(script), '--quick', '--data', str(data_dir),
+                             '--json', str(out)], capture_output=True, text=True,
+                            cwd=REPO_ROOT, timeout=3600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    payload = json.loads(out.read_text())
+    assert payload['quick'] and payload['horizon'] == 16
+    for name in ('ccn', 'ours_nominal', 'mujoco_nominal'):
+        for window in ('horizon', 'full'):
+            row = payload['errors'][window][name]
+            for key in ('position_m', 'orientation_rad', 'hinge_rad'):
+                assert math.isfinite(row[key]['mean']), (window, name, key)
+    # the fit saw none of the test tosses
+    assert not set(payload['test_toss_ids']) & set(payload['train_toss_ids'])
+    assert '| ccn |' in result.stdout and '| mujoco_nominal |' in result.stdout
