@@ -7,7 +7,7 @@ samples at 0.0068 s; ``diffsim_ros.io.tosses.load_elbow_tosses``), split as
 last ``--test-tosses`` held out for every N and seed, the ``--validation-tosses`` before them
 used only for early stopping, the first N for training). CCN learns both links' vertices,
 both links' inertias with each mass held at 0.37 kg, mu and the ground height
-(``diffsim_ros.io.object_specs.elbow_spec``: the URDF's boxes; start 0.5-1.5x, random box
+(``diffsim_ros.io.object_urdf.elbow_spec``: the URDF's boxes; start 0.5-1.5x, random box
 inertias, the paper's appendix A.4) through ``sysid.object_learning.fit_object``.
 
 On the test tosses, in the same run, three models: the learned one (``core.contact_step`` at
@@ -40,7 +40,7 @@ except ImportError:  # run as ``python benchmarks/elbow_learning.py``
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from benchmarks import _common, contact_learning as cube_bench, tosses as toss_bench
 
-from diffsim_ros.io.object_specs import elbow_spec  # noqa: I100
+from diffsim_ros.io.object_urdf import elbow_spec  # noqa: I100
 from diffsim_ros.io.tosses import load_elbow_tosses, TossSet
 from diffsim_ros.sysid import contact_learning as cl
 from diffsim_ros.sysid.object_learning import fit_object

@@ -15,7 +15,7 @@ import sys
 from types import SimpleNamespace
 
 from diffsim_ros import core
-from diffsim_ros.io.object_specs import collision_boxes, elbow_spec, urdf_object_spec
+from diffsim_ros.io.object_urdf import elbow_spec, object_spec, urdf_object_spec
 from diffsim_ros.robots import object_urdf_path
 from diffsim_ros.sysid import contact_learning as cl
 from diffsim_ros.sysid.object_learning import fit_object
@@ -71,27 +71,37 @@ def test_elbow_spec_is_the_urdf_boxes_and_masses(spec):
     assert float(spec.contact.friction) == pytest.approx(0.3)
 
 
-def test_collision_box_origin_rotates_and_shifts_the_corners():
-    xml = ('<robot name="slab"><link name="a"><inertial><mass value="1"/><inertia ixx="1" '
-           'ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial><collision><origin '
-           'xyz="0.1 0 0" rpy="0 0 1.5707963267948966"/><geometry><box size="0.2 0.04 0.02"/>'
-           '</geometry></collision></link></robot>')
-    assert collision_boxes(xml) == {'a': ((0.2, 0.04, 0.02), (0.1, 0.0, 0.0),
-                                          (0.0, 0.0, math.pi / 2))}
-    vertices = urdf_object_spec(xml, 0.5).contact.vertices[0]
+def test_collision_box_origin_rotates_and_shifts_the_corners(tmp_path):
+    path = tmp_path / 'slab.urdf'
+    path.write_text('<robot name="slab"><link name="a"><inertial><mass value="1"/><inertia '
+                    'ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial><collision>'
+                    '<origin xyz="0.1 0 0" rpy="0 0 1.5707963267948966"/><geometry><box '
+                    'size="0.2 0.04 0.02"/></geometry></collision></link></robot>',
+                    encoding='utf-8')
+    spec = urdf_object_spec(path, 0.5)
+    vertices = spec.contact.vertices[0]
     # yawed 90 degrees: the 0.2 m side lies along y, the box centred at x = 0.1
     torch.testing.assert_close(vertices.amax(0) - vertices.amin(0),
                                torch.tensor([0.04, 0.2, 0.02], dtype=torch.float64))
     torch.testing.assert_close(vertices.mean(0), torch.tensor([0.1, 0.0, 0.0],
                                                               dtype=torch.float64))
+    assert spec.half_widths[0] == pytest.approx((0.02, 0.1, 0.01))
 
 
-def test_a_body_without_a_box_is_refused():
-    xml = ('<robot name="r"><link name="a"><inertial><mass value="1"/><inertia ixx="1" '
-           'ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial><collision><geometry><sphere '
-           'radius="0.1"/></geometry></collision></link></robot>')
-    with pytest.raises(ValueError, match="link 'a': its collision is not a box"):
-        urdf_object_spec(xml, 0.5)
+def test_a_body_without_a_contact_shape_is_refused(tmp_path):
+    path = tmp_path / 'r.urdf'
+    path.write_text('<robot name="r"><link name="a"><inertial><mass value="1"/><inertia '
+                    'ixx="1" ixy="0" ixz="0" iyy="1" iyz="0" izz="1"/></inertial><collision>'
+                    '<geometry><sphere radius="0.1"/></geometry></collision></link></robot>',
+                    encoding='utf-8')
+    with pytest.raises(ValueError, match="link 'a': collision 'sphere' is not supported"):
+        urdf_object_spec(path, 0.5)
+
+
+def test_the_elbow_by_name_is_the_elbow_of_the_tosses():
+    spec = object_spec('elbow')
+    assert spec.name == 'elbow' and spec.contact.vertex_links == ('elbow_1', 'elbow_2')
+    assert spec.half_widths == ((0.05, 0.025, 0.025),) * 2
 
 
 def test_parameters_map_back_to_the_model_exactly(spec):

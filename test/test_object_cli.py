@@ -285,7 +285,7 @@ def _good_rows(toss: int, n: int, t0: float = 0.0):
     ('column', "unknown ['speed']"),
     ('topic', "pose topic '/nope' not found"),
     ('empty', 'is empty (no messages)'),
-    ('elbow', 'elbow_spec'),
+    ('elbow', 'the object elbow has 8'),
     ('robot-method', 'give --object'),
 ])
 def test_bad_inputs_get_one_line(case, expected, tmp_path, capsys, simulated):

@@ -12,7 +12,6 @@ URDF whose links collide as boxes or OBJ meshes) back into a floating model and 
 model, so that ``load_urdf`` plus the collision geometry give the learned object again.
 """
 
-import math
 from pathlib import Path
 from typing import Dict, Optional, Tuple, Union
 import xml.etree.ElementTree as ET
@@ -20,16 +19,18 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import torch
 
-from .tosses import CUBE_HALF_WIDTH_M
+from .tosses import CUBE_FRICTION, CUBE_HALF_WIDTH_M, ELBOW_FRICTION
 from .urdf_export import model_to_urdf
 from ..core.contact import box_vertices, ContactModel
 from ..core.errors import URDFError
 from ..core.model import RobotModel
+from ..core.spatial import rpy_to_matrix
 from ..core.urdf import load_urdf
 from ..robots import object_urdf_path
 from ..sysid import contact_learning
 
-__all__ = ['object_spec', 'read_object_urdf', 'learned_urdf', 'hull_obj', 'OBJECT_NAMES',
+__all__ = ['object_spec', 'urdf_object_spec', 'elbow_spec', 'read_object_urdf', 'learned_urdf',
+           'hull_obj', 'OBJECT_NAMES', 'ELBOW_LENGTH_M',
            'DEFAULT_FRICTION']
 
 #: Objects known by name (``--object``); anything else is a URDF path.
@@ -39,16 +40,8 @@ OBJECT_NAMES = ('cube', 'elbow')
 DEFAULT_FRICTION = 0.3
 #: Name of the drawn-only bounding box of a learned shape written without files.
 BOUNDS = 'learned_bounds'
-#: Friction of the ContactNets cube (the data set's ``experiment_params.json``).
-CUBE_FRICTION = 0.18
-
-
-def _rpy_matrix(rpy) -> np.ndarray:
-    r, p, y = rpy
-    Rx = np.array([[1, 0, 0], [0, math.cos(r), -math.sin(r)], [0, math.sin(r), math.cos(r)]])
-    Ry = np.array([[math.cos(p), 0, math.sin(p)], [0, 1, 0], [-math.sin(p), 0, math.cos(p)]])
-    Rz = np.array([[math.cos(y), -math.sin(y), 0], [math.sin(y), math.cos(y), 0], [0, 0, 1]])
-    return Rz @ Ry @ Rx
+#: Characteristic length [m] of the elbow's inertia error: the paper's 3.5 cm (appendix B.2).
+ELBOW_LENGTH_M = 0.035
 
 
 def _floats(text: Optional[str], n: int, default: float, what: str) -> np.ndarray:
@@ -109,7 +102,8 @@ def _collision_vertices(link: ET.Element, folder: Path) -> Optional[np.ndarray]:
             raise URDFError(f'link {link.get("name")!r}: collision {shape.tag!r} is not '
                             'supported for tossed objects (a box, an .obj mesh, or a sphere '
                             'of radius 0 as one vertex)')
-        sets.append(local @ _rpy_matrix(rpy).T + xyz)
+        R = rpy_to_matrix(torch.as_tensor(rpy, dtype=torch.float64)).numpy()
+        sets.append(local @ R.T + xyz)
     return np.concatenate(sets) if sets else None
 
 
@@ -158,8 +152,8 @@ def object_spec(name: str, friction: Optional[float] = None) -> contact_learning
     :param name: the object.
     :param friction: nominal friction, overriding the object's own.
     :return: the spec.
-    :raises ValueError: ``elbow`` without the elbow's spec in this build, or a URDF with more
-        than one link with collision geometry.
+    :raises ValueError: a URDF with more than one body with collision geometry (the elbow is
+        ``'elbow'``: its two boxes are its true shape).
     :raises URDFError: an unreadable URDF.
     """
     if name == 'cube':
@@ -169,19 +163,60 @@ def object_spec(name: str, friction: Optional[float] = None) -> contact_learning
             model, CUBE_HALF_WIDTH_M, CUBE_FRICTION if friction is None else friction,
             float(model.inertial[..., 0].sum()))
     if name == 'elbow':
-        raise ValueError('--object elbow: the articulated elbow (elbow_spec, issue 17) is not '
-                         'in this build yet; use cube or a one-link URDF')
-    model, contact, robot = read_object_urdf(name, friction)
-    if len(contact.vertices) != 1 or len(model.tree.body_links) != 1:
-        raise ValueError(f'{name}: {len(model.tree.body_links)} bodies with '
-                         f'{len(contact.vertices)} collision sets; the learners take one rigid '
-                         'body with one collision set')
-    vertices = contact.vertices[0]
-    extent = (vertices.max(0).values - vertices.min(0).values) / 2.0
-    half = tuple(float(h) for h in extent)
+        return urdf_object_spec(object_urdf_path('elbow_toss'),
+                                ELBOW_FRICTION if friction is None else friction, name='elbow',
+                                known_geometry=True, length=ELBOW_LENGTH_M)
+    spec = urdf_object_spec(name, friction)
+    if len(spec.contact.vertices) != 1:
+        raise ValueError(f'{name}: {len(spec.contact.vertices)} bodies with collision '
+                         'geometry; --object URDF takes one rigid body (the elbow: --object '
+                         'elbow)')
+    return spec
+
+
+def urdf_object_spec(path: Union[str, Path], friction: Optional[float] = None, name: str = '',
+                     known_geometry: bool = False, length: Optional[float] = None,
+                     dtype: torch.dtype = torch.float64) -> contact_learning.ObjectSpec:
+    """
+    Return the spec of a floating object whose every body has collision geometry.
+
+    :param path: the URDF (:func:`read_object_urdf`).
+    :param friction: nominal friction (default: the file's, as :func:`read_object_urdf`).
+    :param name: the spec's name (default: the URDF's robot name).
+    :param known_geometry: whether the collision shapes are the true ones (``volume_error`` is
+        then reported against them); the URDF's inertias are never taken as a truth.
+    :param length: characteristic length [m] of the inertia error (default: the largest half
+        extent of the shapes).
+    :param dtype: tensor dtype.
+    :return: the spec; ``half_widths`` the half extents of each body's shape.
+    :raises ValueError: a body without collision geometry (``ObjectSpec`` wants one vertex set
+        per body, in body order).
+    :raises URDFError: see :func:`read_object_urdf`.
+    """
+    model, contact, robot = read_object_urdf(path, friction, dtype)
+    half = tuple(tuple(float(h) for h in (v.amax(0) - v.amin(0)) / 2.0)
+                 for v in contact.vertices)
     return contact_learning.ObjectSpec(
-        name=robot, model=model, contact=contact, mass=float(model.inertial[..., 0].sum()),
-        half_widths=(half,), true_vertices=None, true_inertial=None, length=max(half))
+        name=name or robot, model=model, contact=contact,
+        mass=float(model.inertial[..., 0].sum()), half_widths=half,
+        true_vertices=tuple(contact.vertices) if known_geometry else None, true_inertial=None,
+        length=max(max(h) for h in half) if length is None else length)
+
+
+def elbow_spec(tosses) -> contact_learning.ObjectSpec:
+    """
+    Return the DAIR elbow's spec: its URDF's two boxes, masses and the authors' friction.
+
+    The boxes (0.10 x 0.05 x 0.05 m, the second centred 3.5 cm past the hinge) are the true
+    shapes (the paper's geometry error is against them); the URDF inertias are the authors'
+    nominal values, not a measurement (SOURCE.md), so no inertia truth is given.
+
+    :param tosses: the elbow :class:`~diffsim_ros.io.tosses.TossSet` (its URDF and friction).
+    :return: the spec, named ``'elbow'``.
+    """
+    return urdf_object_spec(tosses.urdf_path, tosses.friction, name='elbow',
+                            known_geometry=True, length=ELBOW_LENGTH_M,
+                            dtype=tosses.q[0].dtype if tosses.q else torch.float64)
 
 
 def _xyz(values) -> str:

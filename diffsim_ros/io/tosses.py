@@ -29,6 +29,10 @@ CUBE_FILE = Path('contactnets_cube_toss') / 'cube_tosses.npz'
 ELBOW_FILE = Path('dair_elbow_toss') / 'elbow_tosses.npz'
 #: Cube positions and linear velocities are stored in half-widths (SOURCE.md).
 CUBE_HALF_WIDTH_M = 0.0524
+#: Nominal friction of the cube (the data set's ``experiment_params.json``).
+CUBE_FRICTION = 0.18
+#: Nominal friction of the elbow (the authors' URDF value).
+ELBOW_FRICTION = 0.3
 CUBE_COLUMNS = ('x', 'y', 'z', 'qw', 'qx', 'qy', 'qz', 'vx', 'vy', 'vz', 'wx', 'wy', 'wz')
 ELBOW_COLUMNS = ('qw', 'qx', 'qy', 'qz', 'x', 'y', 'z', 'theta_joint', 'wx', 'wy', 'wz',
                  'vx', 'vy', 'vz', 'theta_joint_dot')
@@ -165,7 +169,7 @@ def read_cube_file(path: Path, dtype: torch.dtype = torch.float64,
         vs.append(v)
         ids.append(toss_id)
     return TossSet('cube_toss', object_urdf_path('cube_toss'), float(data['dt']), tuple(ids),
-                   tuple(qs), tuple(vs), friction=0.18, restitution=0.125)
+                   tuple(qs), tuple(vs), friction=CUBE_FRICTION, restitution=0.125)
 
 
 def load_elbow_tosses(data_root: Path, dtype: torch.dtype = torch.float64,
@@ -217,7 +221,7 @@ def read_elbow_file(path: Path, dtype: torch.dtype = torch.float64,
                      'first: toss %d from row %d', path, len(unwrapped), len(ids),
                      *unwrapped[0])
     return TossSet('elbow_toss', object_urdf_path('elbow_toss'), float(data['dt']), tuple(ids),
-                   tuple(qs), tuple(vs), friction=0.3, restitution=None)
+                   tuple(qs), tuple(vs), friction=ELBOW_FRICTION, restitution=None)
 
 
 def to_cube_rows(q: Tensor, v: Tensor) -> np.ndarray:
