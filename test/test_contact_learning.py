@@ -322,7 +322,7 @@ def test_dissipation_and_prediction_can_be_scaled_as_the_authors_code():
                 + (c * beta).sum(-1) + const)
 
     def terms(**switches):
-        zero = dict(w_comp=0.0, w_diss=0.0, w_pen=0.0)
+        zero = {'w_comp': 0.0, 'w_diss': 0.0, 'w_pen': 0.0}
         pred = at(cl.ViolationWeights(**zero, **switches))
         diss = at(cl.ViolationWeights(**dict(zero, w_diss=1.0), **switches)) - pred
         return pred, diss
@@ -399,3 +399,19 @@ def test_ccn_r_residual_learns_an_unmodelled_force_field():
         delta = net(train[0], train[1])
     world = core.quat_rotate(train[0][:, 3:7], delta[:, :3]).mean(0)
     assert float((world - wind.world).norm()) < 0.5, (world, history['validation'])
+
+
+def test_training_holds_what_learn_leaves_out_and_refuses_unknown_names():
+    model, contact = _cube()
+    q, v = _tosses(model, contact, 2, 12, seed=7)
+    data = cl.transitions(q, v)
+    theta0 = cl.initial_cube_parameters(contact.vertices[0], 0.3, (HALF,) * 3, MASS,
+                                        torch.Generator().manual_seed(8), ground_height=0.004)
+    config = cl.TrainConfig(steps=2, batch_size=8, eval_every=1, patience=10)
+    theta, _ = cl.train_violation(model, contact, theta0, MASS, data, data, DT, config)
+    assert 'ground_height' not in config.learn
+    assert torch.equal(theta['ground_height'], theta0['ground_height'])
+    assert not torch.equal(theta['vertices'], theta0['vertices'])
+    with pytest.raises(ValueError, match='learn'):
+        cl.train_violation(model, contact, theta0, MASS, data, data, DT,
+                           cl.TrainConfig(steps=1, learn=('vertex',)))
