@@ -83,7 +83,8 @@ class ViolationWeights:
     friction impulses to oppose sliding) and rolled out 54 mm mean position error.
 
     :ivar w_comp: complementarity ``lambda_n |phi+|`` [1/(m s)] weight.
-    :ivar w_diss: dissipation weight (on ``dt lambda^T [mu |v_t|; v_t]``) [1/s].
+    :ivar w_diss: dissipation weight (on ``lambda^T [mu |v_t|; v_t]``, times ``dt`` with
+        ``dissipation_dt``).
     :ivar w_pen: penetration ``min(0, phi+)^2`` weight [J/m^2].
     :ivar metric: ``'detached'``: the prediction error is measured in the current model's
         ``M^-1`` metric taken as a constant (its value is the paper's; no gradient flows
