@@ -37,9 +37,10 @@ _URDF = """<robot name="cube"><link name="cube"><inertial><mass value="0.37"/>
 </link></robot>"""
 
 
-def _tosses(model, contact, n, steps, seed, height=(0.07, 0.03), speed=1.0, spin=6.0):
+def _tosses(model, contact, n, steps, seed, height=(0.07, 0.03), speed=1.0, spin=6.0,
+            residual=None):
     # Cubes released above the table (height: lowest, range), tumbling and sliding, stepped
-    # by contact_step.
+    # by contact_step (with a continuous residual force when given).
     g = torch.Generator().manual_seed(seed)
     quat = torch.randn(n, 4, generator=g, dtype=torch.float64)
     quat = quat / quat.norm(dim=-1, keepdim=True)
@@ -49,7 +50,7 @@ def _tosses(model, contact, n, steps, seed, height=(0.07, 0.03), speed=1.0, spin
                         -torch.rand(n, 1, generator=g, dtype=torch.float64)), -1)
     angular = (torch.rand(n, 3, generator=g, dtype=torch.float64) * 2 - 1) * spin
     q, v = torch.cat((position, quat), -1), torch.cat((linear, angular), -1)
-    states = cl.rollout(model, contact, torch.cat((q, v), -1), steps, DT)
+    states = cl.rollout(model, contact, torch.cat((q, v), -1), steps, DT, residual=residual)
     states = torch.cat((torch.cat((q, v), -1).unsqueeze(1), states), 1)
     # transitions() skips sample 0 (a repeated velocity in the recordings): prepend a copy.
     states = torch.cat((states[:, :1], states), 1)
@@ -101,7 +102,10 @@ def test_envelope_gradient_matches_finite_differences_at_fixed_optimum():
     data = tuple(x[10:16] for x in cl.transitions(q, v))
     theta0 = cl.initial_cube_parameters(contact.vertices[0], 0.3, (HALF,) * 3, MASS,
                                         torch.Generator().manual_seed(3))
-    weights = cl.ViolationWeights()
+    # The literal loss (metric differentiated): with the default detached metric the
+    # inertia's gradient deliberately omits the metric's derivative, so finite differences
+    # of the value cannot match it (the test below checks that relation instead).
+    weights = cl.ViolationWeights(metric='learned')
     m, k = cl.cube_models(model, contact, theta0, MASS)
     _, lam = cl.violation_loss(m, k, *data, DT, weights, return_impulses=True)
     H, c, const, scale = cl._violation_pieces(m, k, *data, DT, weights)
@@ -273,3 +277,151 @@ def test_residual_network_starts_at_zero_and_enters_as_mass_times_acceleration()
     assert torch.allclose(out[0, -1, 7:10], flying[0, 7:10], atol=1e-12)
     without = cl.rollout(model, contact, flying, 5, DT)
     assert float(without[0, -1, 9]) < 0.5 - 4 * DT * 9.0
+
+
+def test_detached_metric_keeps_the_loss_and_all_but_the_metrics_inertia_gradient():
+    # metric='detached' measures the prediction error in the same M^-1 metric (same values,
+    # same impulses); only the metric's own derivative in the inertia is dropped, so the
+    # gradients of vertices and friction are those of the literal loss and the inertia's
+    # differ.
+    model, contact = _cube()
+    q, v = _tosses(model, contact, 2, 25, seed=1)
+    data = tuple(x[8:20] for x in cl.transitions(q, v))
+    theta0 = cl.initial_cube_parameters(contact.vertices[0], 0.3, (HALF,) * 3, MASS,
+                                        torch.Generator().manual_seed(4))
+    grads, values = {}, {}
+    for metric in ('detached', 'learned'):
+        params = {n: t.clone().requires_grad_(True) for n, t in theta0.items()}
+        m, k = cl.cube_models(model, contact, params, MASS)
+        loss = cl.violation_loss(m, k, *data, DT, cl.ViolationWeights(metric=metric))
+        loss.sum().backward()
+        values[metric] = loss.detach()
+        grads[metric] = {n: p.grad for n, p in params.items()}
+    assert torch.allclose(values['detached'], values['learned'], rtol=1e-12, atol=1e-15)
+    for name in ('vertices', 'friction', 'ground_height'):
+        assert torch.allclose(grads['detached'][name], grads['learned'][name],
+                              rtol=1e-9, atol=1e-15), name
+    assert not torch.allclose(grads['detached']['inertia'], grads['learned']['inertia'])
+    with pytest.raises(ValueError, match='metric'):
+        cl.ViolationWeights(metric='nominal')
+
+
+def test_dissipation_and_prediction_can_be_scaled_as_the_authors_code():
+    # At a fixed impulse the authors' code weighs 0.5 (prediction) + w_comp (comp) +
+    # w_diss dt (diss) + w_pen (pen); the paper's text (our default) 1, 1, 1, 1. Checked
+    # term by term by switching the weights off.
+    model, contact = _cube()
+    q, v = _tosses(model, contact, 2, 25, seed=3)
+    data = tuple(x[8:20] for x in cl.transitions(q, v))
+    theta = cl.initial_cube_parameters(contact.vertices[0], 0.3, (HALF,) * 3, MASS,
+                                       torch.Generator().manual_seed(5))
+    m, k = cl.cube_models(model, contact, theta, MASS)
+    _, lam = cl.violation_loss(m, k, *data, DT, return_impulses=True)
+
+    def at(weights):
+        H, c, const, scale = cl._violation_pieces(m, k, *data, DT, weights)
+        beta = lam.flatten(-2) / scale
+        return (0.5 * (beta.unsqueeze(-2) @ H @ beta.unsqueeze(-1)).squeeze(-1).squeeze(-1)
+                + (c * beta).sum(-1) + const)
+
+    def terms(**switches):
+        zero = {'w_comp': 0.0, 'w_diss': 0.0, 'w_pen': 0.0}
+        pred = at(cl.ViolationWeights(**zero, **switches))
+        diss = at(cl.ViolationWeights(**dict(zero, w_diss=1.0), **switches)) - pred
+        return pred, diss
+
+    pred_code, diss_code = terms(half_prediction=True, dissipation_dt=True)
+    pred_text, diss_text = terms(half_prediction=False, dissipation_dt=False)
+    assert float(diss_text.abs().max()) > 0 and float(pred_text.max()) > 0
+    assert torch.allclose(pred_code, 0.5 * pred_text, rtol=1e-10, atol=1e-16)
+    assert torch.allclose(diss_code, DT * diss_text, rtol=1e-8, atol=1e-16)
+
+
+class _Wind(cl.ResidualNetwork):
+    """A constant world-frame acceleration the cube model does not know (the 'vortex')."""
+
+    def __init__(self, model, world):
+        super().__init__(int(model.nq), int(model.nv))
+        self.world = torch.tensor(world, dtype=torch.float64)
+
+    def forward(self, q, v):
+        linear = core.quat_rotate(core.quat_conjugate(q[..., 3:7]),
+                                  self.world.expand(q.shape[:-1] + (3,)))
+        return torch.cat((linear, torch.zeros_like(linear)), -1)
+
+
+@pytest.mark.slow
+def test_ccn_r_trains_and_its_residual_stays_small_on_residual_free_data():
+    # Slow: 60 joint steps on 8 clean tosses (about a minute idle, several loaded).
+    # Residual-free data, the physical parameters start at the truth: CCN-R (Table 2's
+    # real-data regularisation) keeps its residual below 2 % of gravity on the training
+    # states, and on the held-out tosses the learned model predicts within 1 mm of the same
+    # learned model without its residual.
+    from diffsim_ros.sysid.object_learning import fit_object
+    model, _ = _cube()
+    spec = cl.cube_spec(model, HALF, 0.3, MASS)
+    q, v = _tosses(model, spec.contact, 10, 40, seed=5, height=(0.1, 0.1), speed=1.5,
+                   spin=10.0)
+    fit = fit_object(spec, 'ccn-r', (q[:8], v[:8]), (q[8:], v[8:]), DT, steps=60,
+                     perturb=False)
+    assert fit.method == 'ccn-r' and len(fit.history['step']) > 1
+    net = fit.extra['residual']
+    qs, vs, _ = cl.transitions(q[:8], v[:8])
+    with torch.no_grad():
+        delta = net(qs, vs)
+    assert float(delta[:, :3].norm(dim=-1).mean()) < 0.02 * 9.81, delta.abs().max()
+    x0 = torch.stack([torch.cat((q[k][1], v[k][1])) for k in (8, 9)])
+    predicted = fit.predict(x0, 40, DT)
+    without = cl.rollout(fit.model, fit.contact, x0, 40, DT)
+    gap = cl.rollout_errors([p[:, :7] for p in predicted], [p[:, :7] for p in without])
+    assert max(gap['position_m']) < 1e-3, gap
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    'measured 2026-11-27: the best-validation residual averages (2.77, -0.04, -0.75) m/s^2 '
+    'against (3, 0, 0): the horizontal push is learned to 8 %, but a spurious vertical '
+    'part appears (resting contact can cancel it at no cost) and the validation loss rises '
+    'after 25 steps (1.1e-4 -> 2.6e-4); not yet understood, see the issue-17 note'))
+def test_ccn_r_residual_learns_an_unmodelled_force_field():
+    # Slow: 150 steps on 8 tosses. The data are made with a constant horizontal
+    # acceleration of 3 m/s^2 the cube model lacks; with the paper's simulation weights
+    # (Table 2: w_res 1e-3, w_res_w 0) the residual trained jointly with the physical
+    # parameters (started at the truth) learns it: its mean world-frame linear output over
+    # the training states is within 0.5 m/s^2 of (3, 0, 0), where an untrained one is 0.
+    model, contact = _cube()
+    wind = _Wind(model, [3.0, 0.0, 0.0])
+    q, v = _tosses(model, contact, 10, 40, seed=6, height=(0.1, 0.1), speed=1.5, spin=10.0,
+                   residual=wind)
+    train, validation = cl.transitions(q[:8], v[:8]), cl.transitions(q[8:], v[8:])
+    net = cl.ResidualNetwork(int(model.nq), int(model.nv))
+    theta0 = cl.cube_parameters(contact.vertices[0], 0.3, model.inertial.reshape(-1))
+    theta0.update({'residual.' + k: t.detach() for k, t in net.named_parameters()})
+    config = cl.TrainConfig(steps=150, eval_every=25, patience=100,
+                            learn=('vertices', 'friction', 'inertia', 'residual'),
+                            weights=cl.ViolationWeights(w_res=1e-3, w_res_w=0.0))
+    theta, history = cl.train_violation(model, contact, theta0, MASS, train, validation, DT,
+                                        config, residual=net)
+    assert all(torch.equal(t, theta0['residual.' + k]) for k, t in net.named_parameters())
+    net.load_state_dict({k[len('residual.'):]: t for k, t in theta.items()
+                         if k.startswith('residual.')})
+    with torch.no_grad():
+        delta = net(train[0], train[1])
+    world = core.quat_rotate(train[0][:, 3:7], delta[:, :3]).mean(0)
+    assert float((world - wind.world).norm()) < 0.5, (world, history['validation'])
+
+
+def test_training_holds_what_learn_leaves_out_and_refuses_unknown_names():
+    model, contact = _cube()
+    q, v = _tosses(model, contact, 2, 12, seed=7)
+    data = cl.transitions(q, v)
+    theta0 = cl.initial_cube_parameters(contact.vertices[0], 0.3, (HALF,) * 3, MASS,
+                                        torch.Generator().manual_seed(8), ground_height=0.004)
+    config = cl.TrainConfig(steps=2, batch_size=8, eval_every=1, patience=10)
+    theta, _ = cl.train_violation(model, contact, theta0, MASS, data, data, DT, config)
+    assert 'ground_height' not in config.learn
+    assert torch.equal(theta['ground_height'], theta0['ground_height'])
+    assert not torch.equal(theta['vertices'], theta0['vertices'])
+    with pytest.raises(ValueError, match='learn'):
+        cl.train_violation(model, contact, theta0, MASS, data, data, DT,
+                           cl.TrainConfig(steps=1, learn=('vertex',)))

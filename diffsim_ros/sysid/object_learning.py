@@ -10,13 +10,14 @@ through :func:`fit_object`, so a method added to :data:`METHODS` reaches all of 
 
 from typing import Callable, Dict
 
-from .contact_learning import fit_ccn, ObjectFit, ObjectSpec, Trajectories
+from .contact_learning import fit_ccn, fit_ccn_r, ObjectFit, ObjectSpec, Trajectories
 
 __all__ = ['METHODS', 'fit_object']
 
 #: Method name -> ``fit(spec, train, validation, dt, seed=..., steps=..., perturb=...)``.
 METHODS: Dict[str, Callable[..., ObjectFit]] = {
     'ccn': fit_ccn,
+    'ccn-r': fit_ccn_r,
 }
 
 
