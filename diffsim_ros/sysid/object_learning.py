@@ -10,6 +10,7 @@ through :func:`fit_object`, so a method added to :data:`METHODS` reaches all of 
 
 from typing import Callable, Dict
 
+from .contact_baselines import fit_diffsim, fit_diffsim_r, fit_mlp
 from .contact_learning import fit_ccn, ObjectFit, ObjectSpec, Trajectories
 
 __all__ = ['METHODS', 'fit_object']
@@ -17,6 +18,9 @@ __all__ = ['METHODS', 'fit_object']
 #: Method name -> ``fit(spec, train, validation, dt, seed=..., steps=..., perturb=...)``.
 METHODS: Dict[str, Callable[..., ObjectFit]] = {
     'ccn': fit_ccn,
+    'diffsim': fit_diffsim,
+    'diffsim-r': fit_diffsim_r,
+    'mlp': fit_mlp,
 }
 
 
