@@ -180,8 +180,8 @@ def run(data: Path, methods: Sequence[str], sizes: Sequence[int], seeds: Sequenc
                         'fits_s': float(sum(r['train_s'] for r in runs))}}
 
 
-_SCALE = {'position_m': (1e3, 'position mm'), 'orientation_rad': (180 / math.pi,
-                                                                 'orientation deg'),
+_SCALE = {'position_m': (1e3, 'position mm'),
+          'orientation_rad': (180 / math.pi, 'orientation deg'),
           'volume_error': (1.0, 'volume err'), 'friction_error': (1.0, 'friction err'),
           'inertia_error': (1.0, 'inertia err')}
 

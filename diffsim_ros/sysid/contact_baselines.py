@@ -291,16 +291,16 @@ def _fit_physical(name: str, spec: ObjectSpec, train: Trajectories, validation: 
                                       seed, config)
     model, contact = cube_models(spec.model, spec.contact, theta, spec.mass)
     start_model, start_contact = cube_models(spec.model, spec.contact, theta0, spec.mass)
-    predictor, extra = None, {'horizon': config.horizon}
+    extra = {'horizon': config.horizon}
+
+    def with_residual(x0, n, step_dt):
+        return rollout(model, contact, x0, n, step_dt, residual=residual)
     if residual is not None:
         residual.eval()
         extra['residual'] = residual
-
-        def predictor(x0, n, step_dt):
-            return rollout(model, contact, x0, n, step_dt, residual=residual)
     return ObjectFit(method=name, spec=spec, model=model, contact=contact, history=history,
                      start=physical_summary(spec, start_model, start_contact),
-                     predictor=predictor, extra=extra)
+                     predictor=None if residual is None else with_residual, extra=extra)
 
 
 def fit_diffsim(spec: ObjectSpec, train: Trajectories, validation: Trajectories, dt: float,
@@ -367,8 +367,8 @@ class MlpConfig:
     layers: int = 4
     batch_size: int = 256
     lr: float = 1e-3
-    eval_every: int = 100
-    patience: int = 10
+    eval_every: int = 25
+    patience: int = 20
     steps_per_step: int = 10
 
 
@@ -382,7 +382,8 @@ class EndToEndNetwork(torch.nn.Module):
     The end-to-end baseline: ``v_{k+1} = v_k + f(p, R, joints, v_k)``, ``f`` an MLP.
 
     Inputs and outputs are standardised by buffers set from training data
-    (:meth:`set_normalisation`); ``layers`` hidden layers of ``hidden`` tanh units.
+    (:meth:`set_normalisation`); ``layers`` hidden layers of ``hidden`` tanh units, the last
+    (linear) layer zero at the start.
 
     :param nq: configuration size (floating: ``7 + joints``).
     :param nv: velocity size.
@@ -402,6 +403,10 @@ class EndToEndNetwork(torch.nn.Module):
                       torch.nn.Tanh()]
         stack.append(torch.nn.Linear(hidden, nv, dtype=dtype))
         self.layers = torch.nn.Sequential(*stack)
+        # The last layer starts at zero: the untrained network predicts the training set's
+        # mean velocity change (gravity, mostly), not noise of the outputs' spread.
+        torch.nn.init.zeros_(self.layers[-1].weight)
+        torch.nn.init.zeros_(self.layers[-1].bias)
         for name, size in (('in_mean', width), ('in_std', width), ('out_mean', nv),
                            ('out_std', nv)):
             fill = torch.zeros if name.endswith('mean') else torch.ones
