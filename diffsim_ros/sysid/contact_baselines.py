@@ -42,14 +42,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ..core.configuration import semi_implicit_update
-from ..core.contact import contact_step, ContactModel
-from ..core.model import RobotModel
-from ..core.spatial import quat_conjugate, quat_multiply, quat_to_matrix
 from .contact_learning import (cube_models, cube_parameters, initial_cube_parameters,
                                LENGTH_SCALE, ObjectFit, ObjectSpec, physical_summary,
                                ResidualNetwork, rollout, step_velocity, Trajectories,
                                transitions)
+from ..core.configuration import semi_implicit_update
+from ..core.contact import contact_step, ContactModel
+from ..core.model import RobotModel
+from ..core.spatial import quat_conjugate, quat_multiply, quat_to_matrix
 
 __all__ = ['DiffSimConfig', 'MlpConfig', 'prediction_windows', 'prediction_loss',
            'train_prediction', 'EndToEndNetwork', 'mlp_rollout', 'train_mlp', 'fit_diffsim',
