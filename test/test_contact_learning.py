@@ -207,7 +207,7 @@ def test_real_cube_short_training_lowers_held_out_violation(data_dir):
 
 @pytest.mark.slow
 def test_benchmark_runs_quick_as_a_user_would(data_dir, tmp_path):
-    """Run ``python benchmarks/contact_learning.py --quick`` and check its payload."""
+    """Run ``python benchmarks/contact_learning.py --quick`` for one size of CCN."""
     root = Path(__file__).resolve().parent.parent
     script = root / 'benchmarks' / 'contact_learning.py'
     help_text = subprocess.run([sys.executable, str(script), '--help'], check=True,
@@ -215,18 +215,19 @@ def test_benchmark_runs_quick_as_a_user_would(data_dir, tmp_path):
     assert '--train-tosses' in help_text and '--seed' in help_text and '--json' in help_text
     out = tmp_path / 'ccn.json'
     result = subprocess.run([sys.executable, str(script), '--quick', '--threads', '1',
-                             '--data', str(data_dir), '--json', str(out)],
+                             '--methods', 'ccn', '--train-tosses', '4', '--data',
+                             str(data_dir), '--json', str(out)],
                             capture_output=True, text=True, cwd=root, timeout=600)
     assert result.returncode == 0, result.stderr
-    assert '| ccn |' in result.stdout and '| mujoco_nominal |' in result.stdout
+    assert '| ccn | 4 |' in result.stdout and '| mujoco_nominal |' in result.stdout
     payload = json.loads(out.read_text())
-    assert set(payload['errors']) == {'ccn', 'ours_nominal', 'mujoco_nominal'}
-    for row in payload['errors'].values():
-        assert 0.0 < row['position_m']['mean'] < 1.0
-        assert 0.0 < row['orientation_rad']['mean'] < math.pi
-    assert min(payload['history']['validation']) < payload['history']['validation'][0]
-    assert 0.0 <= payload['learned']['volume_error'] < 2.0
-    assert payload['learned']['friction'] > 0.0
+    assert set(payload['nominal']) == {'ours_nominal', 'mujoco_nominal'}
+    rows = list(payload['nominal'].values()) + payload['runs']
+    for row in rows:
+        assert 0.0 < row['position_m'] < 1.0
+        assert 0.0 < row['orientation_rad'] < math.pi
+    for row in payload['runs']:
+        assert 0.0 <= row['volume_error'] < 2.0 and row['friction'] > 0.0
 
 
 def test_fit_object_refuses_unknown_methods_and_empty_training_sets():
@@ -417,9 +418,9 @@ def test_training_holds_what_learn_leaves_out_and_refuses_unknown_names():
     data = cl.transitions(q, v)
     theta0 = cl.initial_cube_parameters(contact.vertices[0], 0.3, (HALF,) * 3, MASS,
                                         torch.Generator().manual_seed(8), ground_height=0.004)
-    config = cl.TrainConfig(steps=2, batch_size=8, eval_every=1, patience=10)
+    config = cl.TrainConfig(steps=2, batch_size=8, eval_every=1, patience=10,
+                            learn=('vertices', 'friction', 'inertia'))
     theta, _ = cl.train_violation(model, contact, theta0, MASS, data, data, DT, config)
-    assert 'ground_height' not in config.learn
     assert torch.equal(theta['ground_height'], theta0['ground_height'])
     assert not torch.equal(theta['vertices'], theta0['vertices'])
     with pytest.raises(ValueError, match='learn'):

@@ -64,6 +64,7 @@ __all__ = ['ViolationWeights', 'TrainConfig', 'violation_loss', 'step_velocity',
            'cube_models', 'initial_cube_parameters', 'transitions', 'train_violation',
            'rollout', 'rollout_errors', 'volume_error', 'inertia_error', 'LENGTH_SCALE',
            'ObjectSpec', 'ObjectFit', 'cube_spec', 'fit_ccn', 'fit_ccn_r', 'Trajectories',
+           'start_parameters',
            'ResidualNetwork']
 
 #: Unit [m] in which vertices and ground height are learned.
@@ -852,17 +853,28 @@ def physical_summary(spec: ObjectSpec, model: RobotModel, contact: ContactModel)
     return out
 
 
+def start_parameters(spec: ObjectSpec, seed: int, perturb: bool) -> Dict[str, Tensor]:
+    """
+    Return the start of every physical method: the paper's 0.5-1.5x draw, or the spec itself.
+
+    :param spec: the object.
+    :param seed: seed of the draw.
+    :param perturb: draw (appendix A.4) instead of starting at the spec.
+    :return: unconstrained parameters (:func:`object_parameters`).
+    """
+    vertices = spec.contact.vertices
+    if perturb:
+        return initial_object_parameters(vertices, float(spec.contact.friction),
+                                         spec.half_widths, spec.masses,
+                                         torch.Generator().manual_seed(seed))
+    return object_parameters(vertices, float(spec.contact.friction), spec.model.inertial)
+
+
 def _fit_violation(spec: ObjectSpec, train: Trajectories, validation: Trajectories, dt: float,
                    seed: int, steps: int, perturb: bool, method: str,
                    residual: Optional[ResidualNetwork] = None) -> ObjectFit:
     # CCN and CCN-R: the same start, loss and training; CCN-R adds the residual's entries.
-    vertices = spec.contact.vertices
-    if perturb:
-        theta0 = initial_object_parameters(vertices, float(spec.contact.friction),
-                                           spec.half_widths, spec.masses,
-                                           torch.Generator().manual_seed(seed))
-    else:
-        theta0 = object_parameters(vertices, float(spec.contact.friction), spec.model.inertial)
+    theta0 = start_parameters(spec, seed, perturb)
     config = TrainConfig(steps=steps, seed=seed)
     start = dict(theta0)
     if residual is not None:

@@ -10,6 +10,7 @@ through :func:`fit_object`, so a method added to :data:`METHODS` reaches all of 
 
 from typing import Callable, Dict
 
+from .contact_baselines import fit_diffsim, fit_diffsim_r, fit_mlp
 from .contact_learning import fit_ccn, fit_ccn_r, ObjectFit, ObjectSpec, Trajectories
 
 __all__ = ['METHODS', 'fit_object']
@@ -18,6 +19,9 @@ __all__ = ['METHODS', 'fit_object']
 METHODS: Dict[str, Callable[..., ObjectFit]] = {
     'ccn': fit_ccn,
     'ccn-r': fit_ccn_r,
+    'diffsim': fit_diffsim,
+    'diffsim-r': fit_diffsim_r,
+    'mlp': fit_mlp,
 }
 
 
