@@ -149,7 +149,7 @@ def run(data: Path, n_train: int, seed: int, n_val: int, n_test: int, steps: int
     :return: the JSON payload (see the module docstring).
     """
     tosses = load_elbow_tosses(data, limit=limit)
-    train_i, val_i, test_i = cube_bench._split(len(tosses), n_train, n_val, n_test, split_seed)
+    train_i, val_i, test_i = cube_bench.split(len(tosses), n_train, n_val, n_test, split_seed)
     spec = elbow_spec(tosses)
     train = ([tosses.q[i] for i in train_i], [tosses.v[i] for i in train_i])
     validation = ([tosses.q[i] for i in val_i], [tosses.v[i] for i in val_i])

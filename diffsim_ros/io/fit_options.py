@@ -123,6 +123,21 @@ class OneLineParser(argparse.ArgumentParser):
         raise UsageError(message)
 
 
+#: ``--method`` when none is given: for a robot, and with ``--object``.
+DEFAULT_METHOD = {'robot': 'diffnea', 'object': 'ccn'}
+
+
+class FitParser(OneLineParser):
+    """``diffsim-fit``'s parser: ``--method`` defaults by mode (robot or ``--object``)."""
+
+    def parse_known_args(self, args=None, namespace=None):
+        """Parse, then fill in the mode's default method (:data:`DEFAULT_METHOD`)."""
+        parsed, extras = super().parse_known_args(args, namespace)
+        if getattr(parsed, 'method', None) is None and hasattr(parsed, 'object'):
+            parsed.method = DEFAULT_METHOD['robot' if parsed.object is None else 'object']
+        return parsed, extras
+
+
 @contextlib.contextmanager
 def reported(what: str, *errors: Type[BaseException]) -> Iterator[None]:
     """
@@ -219,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     :return: the parser.
     """
-    parser = OneLineParser(
+    parser = FitParser(
         prog=PROG, formatter_class=argparse.RawDescriptionHelpFormatter, epilog=EPILOG,
         description='Identify robot dynamics from a rosbag2 recording or a CSV/NPZ table and '
         'write params.yaml, model.urdf, metrics.json, report.png and report_validation.pdf; '

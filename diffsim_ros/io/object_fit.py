@@ -222,7 +222,7 @@ def fit_object_command(args: argparse.Namespace, progress: Progress) -> Dict[str
     :raises UsageError: problems with the inputs.
     """
     start = time.perf_counter()
-    method = args.method or 'ccn'
+    method = args.method
     fraction = 0.2 if args.validation is None else args.validation
     try:
         fraction = float(fraction)
@@ -332,11 +332,10 @@ def check_object_options(args: argparse.Namespace, object_methods: Sequence[str]
     if args.object is not None:
         if args.robot is not None:
             raise UsageError('--robot and --object exclude each other')
-        if args.method is not None and args.method not in object_methods:
+        if args.method not in object_methods:
             raise UsageError(f'--method {args.method} is a robot estimator; with --object '
                              f'choose one of {", ".join(object_methods)}')
-        return args.method or 'ccn'
-    if args.method is not None and args.method not in robot_methods:
+    elif args.method not in robot_methods:
         raise UsageError(f'--method {args.method} learns a tossed object: give --object '
                          f'(robots: {", ".join(robot_methods)})')
-    return args.method or 'diffnea'
+    return args.method
