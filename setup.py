@@ -49,7 +49,6 @@ setup(
             'mpc = diffsim_ros.nodes.mpc:main',
             'object_identifier = diffsim_ros.nodes.object_identifier:main',
             'sim_driver = diffsim_ros.nodes.sim_driver:main',
-            'tosser = diffsim_ros.nodes.tosser:main',
         ],
     },
 )

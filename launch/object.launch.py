@@ -1,10 +1,11 @@
 """
 Learn a tossed object from its motion-capture topic: the identifier's object mode.
 
-``ros2 launch diffsim_ros object.launch.py`` (no hardware) starts ``tosser`` (a MuJoCo cube
-with hidden size, friction and inertia, tossed again and again, its pose published at 148 Hz
-on ``/mocap/cube``; in lockstep by default, publishing ``/clock``) and the ``identifier`` in
-its object mode (``object:=cube``: cuts tosses, refits, publishes
+``ros2 launch diffsim_ros object.launch.py`` (no hardware) starts ``sim_driver`` in its
+object mode (a MuJoCo cube with hidden size, friction and inertia, tossed again and again,
+its pose published at 148 Hz on ``/mocap/cube``; in lockstep by default, publishing
+``/clock``) and the ``identifier`` in its object mode (``object:=cube``: cuts tosses, refits,
+publishes
 ``/identifier/robot_description`` and ``/identifier/parameters``), both with
 ``config/cube.yaml``.  On the real rig,
 ``simulate:=false pose_topic:=/vrpn_mocap/<tracker>/pose`` starts the identifier alone on
@@ -37,11 +38,12 @@ def _nodes(context):
     nodes = [Node(package=PACKAGE, executable='identifier', name='identifier',
                   output='screen', parameters=[config, identifier])]
     if simulate:
-        rig = {'config_file': config, 'clock_mode': 'lockstep' if lockstep else 'realtime',
+        rig = {'object': name, 'config_file': config,
+               'clock_mode': 'lockstep' if lockstep else 'realtime',
                'real_time_factor': float(LaunchConfiguration('real_time_factor')
                                          .perform(context)),
                **({'pose_topic': topic} if topic else {})}
-        nodes.append(Node(package=PACKAGE, executable='tosser', name='tosser',
+        nodes.append(Node(package=PACKAGE, executable='sim_driver', name='sim_driver',
                           output='screen', parameters=[config, rig]))
     return nodes
 

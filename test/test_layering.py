@@ -31,7 +31,7 @@ PURE_LAYERS = ('core', 'sysid', 'robots', 'control')
 CATALOG_NAMES = frozenset({'catalog', 'get', 'names', 'urdf_path', 'urdf_string', 'RobotInfo',
                            'ROBOTS'})
 #: Nodes that may import the simulator (``sim``) and the bag files of ``io``.
-OFF_ROBOT_NODES = {'sim_driver': ('sim', 'io.bags'), 'tosser': ('sim',), 'recorder': ('io.bags',)}
+OFF_ROBOT_NODES = {'sim_driver': ('sim', 'io.bags'), 'recorder': ('io.bags',)}
 #: Modules the robot path must not import, and the names through which they are reached.
 ROBOT_PATH_FORBIDDEN = ('sim', 'io.bags', 'io.read_bag')
 FORBIDDEN_TOP_LEVEL = frozenset({

@@ -19,7 +19,7 @@ from diffsim_ros.nodes.convert import pose_msg, sec_to_stamp
 from diffsim_ros.nodes.lockstep import LockstepPeer
 from diffsim_ros.nodes.object_identifier import ObjectIdentifier
 from diffsim_ros.nodes.params import parameter_overrides
-from diffsim_ros.nodes.tosser import TosserNode
+from diffsim_ros.nodes.sim_driver import TossRig
 from geometry_msgs.msg import PoseStamped
 import numpy as np
 import pytest
@@ -60,7 +60,7 @@ def start(executor):
     identifier = executor.add_node(ObjectIdentifier(
         context=context, parameter_overrides=parameter_overrides(
             {'use_sim_time': True, 'diagnostics_period': 0.2, **REFIT})))
-    tosser = executor.add_node(TosserNode(context=context, parameter_overrides=parameter_overrides(
+    tosser = executor.add_node(TossRig(context=context, parameter_overrides=parameter_overrides(
         {'clock_mode': 'lockstep', 'seed': 3, **HIDDEN})))
     return probe, peer, inbox, identifier, tosser
 

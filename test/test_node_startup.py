@@ -123,18 +123,27 @@ def test_an_argument_outside_ros_args_is_a_usage_error():
     assert 'Traceback' not in stdout + stderr
 
 
-@pytest.mark.parametrize('executable, flag', [(name, '--help') for name in NODES] + [
-    ('sim_driver', '-h'),   # the driver would otherwise start a real-time simulated robot
-    ('object_identifier', '--help'), ('tosser', '--help')])
-def test_help_prints_the_parameters_without_starting_the_node(executable, flag):
+def node_class(module, name=None):
+    """Return the node class of a node module: ``name``, else its robot node (not TossRig)."""
+    (node_cls,) = {value for value in vars(module).values() if isinstance(value, type)
+                   and issubclass(value, Node) and value.__module__ == module.__name__
+                   and (value.__name__ == name if name else value.__name__ != 'TossRig')}
+    return node_cls
+
+
+@pytest.mark.parametrize('executable, flags, mode', [
+    (name, ('--help',), None) for name in NODES if name != 'sim_driver'] + [
+    ('sim_driver', ('-h',), 'SimDriver'),   # it would otherwise start a real-time robot
+    ('sim_driver', ('-h', '--ros-args', '-p', 'object:=cube'), 'TossRig'),
+    ('object_identifier', ('--help',), None)])
+def test_help_prints_the_parameters_without_starting_the_node(executable, flags, mode):
     module = __import__(f'diffsim_ros.nodes.{executable}', fromlist=['main'])
-    status, stdout, stderr = start(executable, flag)
+    status, stdout, stderr = start(executable, *flags)
     assert status == 0, stdout + stderr
     assert '[INFO]' not in stdout + stderr and '[ERROR]' not in stdout + stderr
     assert stdout.startswith(f'usage: ros2 run diffsim_ros {executable}')
     assert module.__doc__.strip().splitlines()[0] in stdout
-    (node_cls,) = {value for value in vars(module).values() if isinstance(value, type)
-                   and issubclass(value, Node) and value.__module__ == module.__name__}
+    node_cls = node_class(module, mode)   # sim_driver given an object: the toss rig
     for prefix, config_cls in parameter_sections(node_cls):
         for item in dataclasses.fields(config_cls):
             description = item.metadata.get('description')
@@ -148,8 +157,7 @@ def test_help_prints_the_parameters_without_starting_the_node(executable, flag):
 def test_shipped_configs_hold_only_known_names(ros_context, robot, executable):
     """Launch files pass config/<robot>.yaml whole: a name a node lacks would stop it."""
     module = __import__(f'diffsim_ros.nodes.{executable}', fromlist=['main'])
-    (node_cls,) = {value for value in vars(module).values() if isinstance(value, type)
-                   and issubclass(value, Node) and value.__module__ == module.__name__}
+    node_cls = node_class(module)
     given = load_yaml_params(config_path(robot), executable)
     assert given, f'config/{robot}.yaml has no {executable} section'
     node = Node(executable, context=ros_context)
@@ -167,8 +175,7 @@ def test_every_parameter_a_node_declares_is_in_its_help_and_accepted_when_given(
         ros_context, executable):
     """A section declared outside PARAMETERS would be missing from --help and refused."""
     module = __import__(f'diffsim_ros.nodes.{executable}', fromlist=['main'])
-    (node_cls,) = {value for value in vars(module).values() if isinstance(value, type)
-                   and issubclass(value, Node) and value.__module__ == module.__name__}
+    node_cls = node_class(module)
     overrides = {'robot': 'qube'}
     if executable == 'mpc':
         overrides.update(controller='baseline', compile=False)

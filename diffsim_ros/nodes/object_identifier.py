@@ -86,15 +86,16 @@ class ObjectIdentifierConfig:
                 raise ValueError(f'{name} must be > 0, got {getattr(self, name)!r}')
 
 
-def object_mode(argv: Sequence[str]) -> bool:
+def object_mode(argv: Sequence[str], node: str = 'identifier') -> bool:
     """
-    Return whether a command line configures the identifier with an ``object``.
+    Return whether a command line configures a node with an ``object``.
 
-    ``-p object:=NAME`` (or ``--param``), or ``object`` in the ``identifier`` (or a
-    wildcard) section of a ``--params-file``: ``ros2 run diffsim_ros identifier`` then runs
-    this node instead of the robot identifier.
+    ``-p object:=NAME`` (or ``--param``), or ``object`` in the node's (or a wildcard)
+    section of a ``--params-file``: ``ros2 run diffsim_ros identifier`` then runs this node
+    instead of the robot identifier, ``sim_driver`` the simulated toss rig.
 
     :param argv: the command line.
+    :param node: the node's name (its section in a parameter file).
     :return: True for the object mode.
     """
     args = list(argv)
@@ -103,7 +104,7 @@ def object_mode(argv: Sequence[str]) -> bool:
             return True
         if flag == '--params-file':
             try:
-                if 'object' in load_yaml_params(value, 'identifier'):
+                if 'object' in load_yaml_params(value, node):
                     return True
             except (OSError, ValueError, yaml.YAMLError):
                 pass   # rcl reports the file when the node starts
