@@ -173,7 +173,7 @@ def test_the_pose_gate_refuses_each_reason_once_and_renormalises_near_unit_quate
 
     now = int(10e9)
     assert gate.admit(pose(1.0), now) is not None
-    stamp, q = gate.admit(pose(1.0 + period, w=1.005), now)   # off unit by 0.5 %: repaired
+    q = gate.admit(pose(1.0 + period, w=1.005), now).q   # off unit by 0.5 %: repaired
     assert gate.renormalised == 1 and np.linalg.norm(q[3:]) == pytest.approx(1.0)
     for msg, reason in ((pose(1.1, frame='camera'), 'frame_id'),
                         (pose(10.5), 'future_stamp'),

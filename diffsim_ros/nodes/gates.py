@@ -18,17 +18,10 @@ and refuses it with one reason, counted per reason, logged throttled and reporte
 * ``stamp_back``: a stamp behind the last accepted one (``duplicate_stamp`` for an equal
   stamp where the node needs strictly increasing stamps).
 
-Time may legitimately start over (a simulation reset, a bag played in a loop, a driver that
-restarts its counter).  The gate then adopts the new timeline, and tells the node to forget
-what it had, only in one of two ways that no single message can trigger:
-
-1. the node's own clock jumped back since the last accepted message (``/clock`` of a reset
-   simulation or a looping bag under ``use_sim_time``): the first plausible message behind
-   the old timeline starts the new one;
-2. the old timeline went silent: no message accepted for ``resync_time`` s of the node's
-   clock while ``resync_messages`` plausible messages with increasing stamps arrived behind
-   it.  As long as the real stream lives, its accepted messages keep the old timeline alive,
-   so a peer injecting stamps, even alternately, cannot make the node start over.
+A stamp behind the last accepted one that starts a new timeline (a simulation reset, a bag
+played in a loop, a driver restarting its counter) is accepted under the one rule of the
+gates, :class:`~diffsim_ros.nodes.timeline.Timeline` (``gate.resync_time``,
+``gate.resync_messages``), and marked ``restart``: the node then forgets the old timeline.
 
 Limits come from the nominal model the node starts with (the robot description), never from
 an identified model on the wire.  The gate only decides; the node keeps its data.
@@ -43,6 +36,7 @@ from sensor_msgs.msg import JointState
 
 from .convert import joint_state_arrays, MessageError, stamp_to_ns, ThrottledLogger
 from .params import meta
+from .timeline import Timeline, TimelineConfig
 
 __all__ = ['StateGateConfig', 'REASONS', 'StateGate', 'StateSample']
 
@@ -52,7 +46,7 @@ REASONS = ('invalid', 'future_stamp', 'position_limit', 'velocity_limit', 'dupli
 
 
 @dataclass(frozen=True)
-class StateGateConfig:
+class StateGateConfig(TimelineConfig):
     """Parameters of the ``joint_states`` gate (``gate.*`` of each node; module docstring)."""
 
     max_stamp_lead: float = field(default=0.1, metadata=meta(
@@ -64,17 +58,13 @@ class StateGateConfig:
         'speeds above this multiple of the velocity limit are refused'))
     unlimited_velocity: float = field(default=100.0, metadata=meta(
         'velocity limit (rad/s or m/s) of joints whose description has none'))
-    resync_time: float = field(default=0.5, metadata=meta(
-        'silence (s, node clock) of the accepted stream after which a new timeline of stamps '
-        'behind it may be adopted'))
-    resync_messages: int = field(default=10, metadata=meta(
-        'consecutive plausible messages with increasing stamps a new timeline needs'))
     refusal_hold: float = field(default=5.0, metadata=meta(
         'diagnostics stay WARN this long (s, node clock) after a refused joint_states'))
 
     def __post_init__(self) -> None:
         """Reject non-finite or non-positive values."""
-        for name in ('max_stamp_lead', 'velocity_factor', 'unlimited_velocity', 'resync_time',
+        super().__post_init__()
+        for name in ('max_stamp_lead', 'velocity_factor', 'unlimited_velocity',
                      'refusal_hold'):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0.0):
@@ -82,8 +72,6 @@ class StateGateConfig:
         if not (math.isfinite(self.position_margin) and self.position_margin >= 0.0):
             raise ValueError(f'position_margin must be finite and >= 0, got '
                              f'{self.position_margin!r}')
-        if self.resync_messages < 1:
-            raise ValueError(f'resync_messages must be >= 1, got {self.resync_messages}')
 
 
 class StateSample(NamedTuple):
@@ -139,17 +127,19 @@ class StateGate:
         speed = np.where(np.isfinite(speed) & (speed > 0), speed, config.unlimited_velocity)
         self._speed = config.velocity_factor * speed
         self._lead_ns = int(round(config.max_stamp_lead * 1e9))
-        self._resync_ns = int(round(config.resync_time * 1e9))
         self._hold_ns = int(round(config.refusal_hold * 1e9))
         #: Refused messages per reason (every reason present, zero included).
         self.refused: Dict[str, int] = dict.fromkeys(REASONS, 0)
         self.accepted = 0
-        self.restarts = 0
-        self.last_stamp_ns: Optional[int] = None
-        self.accepted_at_ns: Optional[int] = None   # node clock of the last acceptance
+        #: The accepted stamps and the restart rule (``last_stamp_ns``, ``restarts``).
+        self.timeline = Timeline(config, log, topic)
         self._refused_at_ns: Optional[int] = None
         self._last_reason = ''
-        self._candidate: Optional[list] = None   # [last stamp, count] of a new timeline
+
+    @property
+    def restarts(self) -> int:
+        """Return the number of new timelines adopted."""
+        return self.timeline.restarts
 
     def admit(self, msg: JointState, now_ns: int) -> Optional[StateSample]:
         """
@@ -178,36 +168,19 @@ class StateGate:
             j = int(np.argmax(np.abs(qd) > self._speed))
             return self._refuse('velocity_limit', f'{self.joint_names[j]} at {qd[j]:.4g}/s '
                                 f'(limit {self._speed[j]:.4g}/s)', now_ns)
-        restart = False
-        last = self.last_stamp_ns
-        if last is not None and (stamp < last or (self._strict and stamp == last)):
-            if stamp == last:
-                return self._refuse('duplicate_stamp', f'stamp {stamp * 1e-9:.6f} s repeated',
-                                    now_ns)
-            restart = self._new_timeline(stamp, now_ns)
+        timeline, restart = self.timeline, False
+        last = timeline.last_stamp_ns
+        if self._strict and stamp == last:
+            return self._refuse('duplicate_stamp', f'stamp {stamp * 1e-9:.6f} s repeated',
+                                now_ns)
+        if timeline.behind(stamp):
+            restart = timeline.starts_over(stamp, now_ns)
             if not restart:
                 return self._refuse('stamp_back', f'stamp {stamp * 1e-9:.6f} s behind the '
                                     f'last accepted {last * 1e-9:.6f} s', now_ns)
-        self._candidate = None
-        self.last_stamp_ns, self.accepted_at_ns = stamp, now_ns
+        timeline.accept(stamp, now_ns, restart)
         self.accepted += 1
-        if restart:
-            self.restarts += 1
-            self._log.warn(f'{self._topic}/restart', f'time starts over at {stamp * 1e-9:.6f} '
-                           's: the node forgets the old timeline')
         return StateSample(stamp, q, qd, effort, restart)
-
-    def _new_timeline(self, stamp: int, now_ns: int) -> bool:
-        """Return whether a stamp behind the accepted ones may start a new timeline."""
-        if now_ns < self.accepted_at_ns:
-            return True   # this node's clock jumped back too (simulation reset, bag loop)
-        candidate = self._candidate
-        if candidate is not None and stamp > candidate[0]:
-            candidate[0], candidate[1] = stamp, candidate[1] + 1
-        else:
-            self._candidate = candidate = [stamp, 1]
-        silent = now_ns - self.accepted_at_ns >= self._resync_ns
-        return silent and candidate[1] >= self.config.resync_messages
 
     def _refuse(self, reason: str, detail: str, now_ns: int) -> None:
         """Count, log (throttled) and remember one refusal; return None."""

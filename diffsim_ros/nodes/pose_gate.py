@@ -10,35 +10,43 @@ are recent), as :class:`~diffsim_ros.nodes.gates.StateGate` does for ``joint_sta
   (one within it is renormalised and counted as ``renormalised``);
 * ``frame_id``: a ``header.frame_id`` other than ``frame_id`` (when one is configured);
 * ``future_stamp``: stamped more than ``max_stamp_lead`` s ahead of the node's clock;
-* ``stamp_back``: a stamp not after the last accepted one (equal included);
+* ``stamp_back``: a stamp not after the last accepted one (equal included), unless it
+  starts a new timeline under the gates' one rule (:class:`~diffsim_ros.nodes.timeline.
+  Timeline`: the node's clock jumped back, or the old stream went silent for
+  ``resync_time`` s while ``resync_messages`` poses with increasing stamps arrived behind
+  it; a simulation reset, a bag played in a loop); such a pose is accepted, marked
+  ``restart``, counted as ``timeline_restarts`` and logged;
 * ``jump``: a position that moved faster than ``max_speed`` m/s since the last accepted
   pose (a swapped marker set, a tracking glitch);
 * ``rate``: closer than half the expected period ``1 / rate_hz`` to the last accepted pose
   (a second publisher on the topic).
 
-Accepted poses come back as ``(stamp ns, q = [p, quat (x, y, z, w)])``; the gate only
-decides.  The received rate (accepted poses over the last second of stamps) is reported.
+The first pose of a new timeline has no last pose to be checked against (``jump``,
+``rate``).  Accepted poses come back as :class:`PoseSample` ``(stamp ns, q = [p, quat (x, y,
+z, w)], restart)``; the gate only decides.  The received rate (accepted poses over the last
+second of stamps) is reported.
 """
 
 from collections import deque
 from dataclasses import dataclass, field
 import math
-from typing import Dict, Optional, Tuple
+from typing import Dict, NamedTuple, Optional
 
 from geometry_msgs.msg import PoseStamped
 import numpy as np
 
 from .convert import stamp_to_ns, ThrottledLogger
 from .params import meta
+from .timeline import Timeline, TimelineConfig
 
-__all__ = ['POSE_REASONS', 'PoseGate', 'PoseGateConfig']
+__all__ = ['POSE_REASONS', 'PoseGate', 'PoseGateConfig', 'PoseSample']
 
 #: Refusal reasons, in the order the gate checks them.
 POSE_REASONS = ('invalid', 'not_unit', 'frame_id', 'future_stamp', 'stamp_back', 'jump', 'rate')
 
 
 @dataclass(frozen=True)
-class PoseGateConfig:
+class PoseGateConfig(TimelineConfig):
     """Parameters of the pose gate (``pose_gate.*``; module docstring)."""
 
     frame_id: str = field(default='world', metadata=meta(
@@ -58,11 +66,20 @@ class PoseGateConfig:
 
     def __post_init__(self) -> None:
         """Reject non-finite or non-positive thresholds."""
+        super().__post_init__()
         for name in ('rate_hz', 'quaternion_tolerance', 'max_speed', 'max_stamp_lead',
                      'refusal_hold'):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0.0):
                 raise ValueError(f'{name} must be finite and > 0, got {value!r}')
+
+
+class PoseSample(NamedTuple):
+    """An accepted pose; ``restart`` says that a new timeline starts with it."""
+
+    stamp_ns: int
+    q: np.ndarray
+    restart: bool
 
 
 class PoseGate:
@@ -79,21 +96,27 @@ class PoseGate:
         self.config, self._log, self._topic = config, log, topic
         self.refused: Dict[str, int] = dict.fromkeys(POSE_REASONS, 0)
         self.accepted = self.renormalised = 0
-        self.last_stamp_ns: Optional[int] = None
-        self._last: Optional[Tuple[int, np.ndarray]] = None
+        #: The accepted stamps and the restart rule (``last_stamp_ns``, ``restarts``).
+        self.timeline = Timeline(config, log, topic)
+        self._last_q: Optional[np.ndarray] = None
         self._min_interval_ns = int(0.5e9 / config.rate_hz)
         self._lead_ns = int(config.max_stamp_lead * 1e9)
         self._refused_at: Optional[int] = None
         self._last_reason = ''
         self._recent: deque = deque()
 
-    def admit(self, msg: PoseStamped, now_ns: int) -> Optional[Tuple[int, np.ndarray]]:
+    @property
+    def last_stamp_ns(self) -> Optional[int]:
+        """Return the stamp of the last accepted pose, ns (None: none yet)."""
+        return self.timeline.last_stamp_ns
+
+    def admit(self, msg: PoseStamped, now_ns: int) -> Optional[PoseSample]:
         """
         Check one message against the node's clock.
 
         :param msg: the pose.
         :param now_ns: the node clock, ns.
-        :return: ``(stamp ns, (7,) q)``, or None when refused (counted, logged).
+        :return: the accepted pose (``q``: ``(7,)``), or None when refused (counted, logged).
         """
         p, o = msg.pose.position, msg.pose.orientation
         values = np.array([p.x, p.y, p.z, o.x, o.y, o.z, o.w], dtype=np.float64)
@@ -110,12 +133,14 @@ class PoseGate:
         if stamp > now_ns + self._lead_ns:
             return self._refuse('future_stamp', f'stamp {stamp * 1e-9:.6f} s is '
                                 f'{(stamp - now_ns) * 1e-9:.3f} s ahead of the clock', now_ns)
-        if self._last is not None:
-            last_stamp, last_q = self._last
+        timeline, last_stamp = self.timeline, self.timeline.last_stamp_ns
+        restart = timeline.behind(stamp) and timeline.starts_over(stamp, now_ns)
+        if last_stamp is not None and not restart:
             if stamp <= last_stamp:
                 return self._refuse('stamp_back', f'stamp {stamp * 1e-9:.6f} s not after '
                                     f'{last_stamp * 1e-9:.6f} s', now_ns)
-            speed = np.linalg.norm(values[:3] - last_q[:3]) / ((stamp - last_stamp) * 1e-9)
+            speed = np.linalg.norm(values[:3] - self._last_q[:3]) / (
+                (stamp - last_stamp) * 1e-9)
             if speed > self.config.max_speed:
                 return self._refuse('jump', f'moved at {speed:.3g} m/s (limit '
                                     f'{self.config.max_speed:g})', now_ns)
@@ -126,13 +151,15 @@ class PoseGate:
             values[3:] /= norm
             if abs(norm - 1.0) > 1e-9:
                 self.renormalised += 1
-        self._last = (stamp, values)
-        self.last_stamp_ns = stamp
+        timeline.accept(stamp, now_ns, restart)
+        self._last_q = values
         self.accepted += 1
+        if restart:
+            self._recent.clear()   # the rate of the new timeline only
         self._recent.append(stamp)
         while self._recent[0] < stamp - 1_000_000_000:
             self._recent.popleft()
-        return stamp, values
+        return PoseSample(stamp, values, restart)
 
     def _refuse(self, reason: str, detail: str, now_ns: int) -> None:
         self.refused[reason] += 1
@@ -158,9 +185,10 @@ class PoseGate:
         Return the counters for ``/diagnostics``.
 
         :return: ``refused``, ``refused/<reason>``, ``accepted``, ``renormalised``,
-            ``rate_hz`` (accepted poses in the last second of stamps).
+            ``rate_hz`` (accepted poses in the last second of stamps), ``timeline_restarts``.
         """
         return {'refused': sum(self.refused.values()),
                 **{f'refused/{r}': n for r, n in self.refused.items()},
                 'accepted': self.accepted, 'renormalised': self.renormalised,
-                'rate_hz': float(len(self._recent))}
+                'rate_hz': float(len(self._recent)),
+                'timeline_restarts': self.timeline.restarts}
