@@ -10,7 +10,8 @@ them by name would trip flake8's F811 at every test that takes one):
 * ``executor``: a multi-threaded executor of that context spinning in a background thread;
   add nodes with ``executor.add_node(node)``; nodes are destroyed after the test.
 
-:func:`wait_for` polls a predicate until it holds or a timeout passes.  (PYTEST_DONT_REWRITE:
+:func:`wait_for` polls a predicate until it holds or a timeout passes; :func:`settled` waits
+for a counter to stop changing; :func:`call` calls a service.  (PYTEST_DONT_REWRITE:
 the module has no asserts, and test modules import it before pytest loads it as a plugin.)
 """
 
@@ -75,6 +76,27 @@ def settled(read, quiet: float = 1.0, timeout: float = 30.0, period: float = 0.0
         if now != value:
             value, since = now, time.monotonic()
     return value
+
+
+def call(node, kind, name: str, request, timeout: float = 10.0):
+    """
+    Call a service from ``node`` (spun by an executor) and return its response.
+
+    :param node: the calling node.
+    :param kind: the service type, e.g. ``std_srvs.srv.Trigger``.
+    :param name: the service name.
+    :param request: the request.
+    :param timeout: wall-clock limit for the service to appear and for the answer, s.
+    :return: the response.
+    :raises AssertionError: no service or no answer within ``timeout``.
+    """
+    client = node.create_client(kind, name)
+    if not client.wait_for_service(timeout_sec=timeout):
+        raise AssertionError(f'no service {name} after {timeout} s')
+    future = client.call_async(request)
+    if not wait_for(future.done, timeout):
+        raise AssertionError(f'no answer from {name} after {timeout} s')
+    return future.result()
 
 
 @pytest.fixture(scope='session')

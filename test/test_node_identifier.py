@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
-from ros_helpers import own_endpoints, wait_for
+from ros_helpers import call, own_endpoints, wait_for
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -47,14 +47,6 @@ def make_identifier(executor, node_name='identifier', **params):
               'joint_states_topic': f'/{node_name}_fed/joint_states', **QUICK, **params}
     return executor.add_node(Identifier(context=executor.executor.context, node_name=node_name,
                                         parameter_overrides=parameter_overrides(params)))
-
-
-def call(node, kind, name, request, timeout=10.0):
-    client = node.create_client(kind, name)
-    assert client.wait_for_service(timeout_sec=timeout)
-    future = client.call_async(request)
-    assert wait_for(future.done, timeout)
-    return future.result()
 
 
 def plant_run(seconds=3.0, rate=100.0):

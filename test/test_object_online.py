@@ -100,6 +100,31 @@ def test_engine_snapshots_in_order_and_splits_train_validation_heldout(cube):
     assert engine.prepare().outcome == 'waiting'
 
 
+
+def test_a_restart_forgets_the_window_and_keeps_the_object_a_reset_forgets_both(cube):
+    samples, _ = stream(cube, seconds=10.0)
+    segmenter = TossSegmenter()
+    tosses = [toss for toss in (segmenter.add(t, q) for t, q in samples) if toss is not None]
+    spec = cube_spec(cube, 0.0524, 0.18, 0.37, known=False)
+    engine = ObjectEngine(spec, ObjectOnlineConfig(min_tosses=4, refit_every=2,
+                                                   execution='inline'))
+    learned = object()   # stands for a learned object in use
+    engine.current = learned
+    assert [engine.add_toss(toss) for toss in tosses[:4]][-1] and engine.snapshots
+    engine.restart()   # time started over: no data of the old timeline left, the object kept
+    assert not engine.tosses and not engine.snapshots and engine.current is learned
+    assert engine.prepare().outcome == 'waiting'
+    assert not engine.add_toss(tosses[4]) and len(engine.tosses) == 1
+    engine.reset()   # ~/reset: the nominal object as well
+    assert not engine.tosses and engine.current is None
+    # the segmenter counts a toss cut by a restart; one between tosses is no loss
+    for t, q in samples[:20]:
+        segmenter.add(t, q)
+    assert segmenter.in_toss
+    segmenter.restart()
+    segmenter.restart()
+    assert not segmenter.in_toss and segmenter.counts['aborted_restart'] == 1
+
 def test_named_parameters_and_urdf_of_the_nominal_cube(cube):
     spec = cube_spec(cube, 0.0524, 0.18, 0.37, known=False)
     values = object_parameters(spec.model, spec.contact)

@@ -2,7 +2,7 @@
 
 from diffsim_ros import robots
 from diffsim_ros.core import load_urdf, rnea, URDFError
-from diffsim_ros.io.urdf_export import model_to_urdf
+from diffsim_ros.io.urdf_export import model_to_urdf, write_identified
 import pinocchio as pin
 import pytest
 import torch
@@ -52,3 +52,18 @@ def test_batched_or_infeasible_models_are_rejected():
     bad[2, 0] = -1.0
     with pytest.raises(URDFError, match='wam/forearm_link|not physically consistent'):
         model_to_urdf(model.replace(inertial=bad))
+
+
+def test_write_identified_writes_only_plain_file_names_into_its_folder(tmp_path):
+    model = load_urdf(xml=robots.urdf_string('qube'))
+    urdf, params = write_identified(tmp_path / 'out', 'qube', model, {'method': 'nominal'})
+    assert load_urdf(urdf).n == model.n and params.read_text() == 'method: nominal\n'
+    # URDF text and the files it names (a learned object's meshes) go beside it
+    urdf, _ = write_identified(tmp_path / 'out', 'cube', '<robot name="c"/>', {},
+                               {'cube_identified_cube.obj': 'v 0 0 0\n'})
+    assert (tmp_path / 'out' / 'cube_identified_cube.obj').read_text() == 'v 0 0 0\n'
+    for name, files in (('../qube', {}), ('cube', {'../escape.obj': ''}),
+                        ('cube', {'..': ''}), ('a/b', {})):
+        with pytest.raises(ValueError, match='plain file name'):
+            write_identified(tmp_path / 'elsewhere', name, '<robot/>', {}, files)
+    assert not (tmp_path / 'elsewhere').exists() and not (tmp_path / 'escape.obj').exists()

@@ -11,6 +11,10 @@ from ..core.errors import URDFError
 from ..core.model import RobotModel
 from ..core.parameterization import is_physically_consistent, mass_com_inertia
 
+#: Where the identifier's ``~/save`` writes when no ``save_directory`` is set (relative to the
+#: node's working directory).
+SAVE_DIRECTORY = 'diffsim_identified'
+
 
 def _fmt(values) -> str:
     return ' '.join(repr(float(v)) for v in values)
@@ -91,23 +95,40 @@ def model_to_urdf(model: RobotModel, source: Optional[str] = None) -> str:
     return ET.tostring(root, encoding='unicode') + '\n'
 
 
-def write_identified(directory: Union[str, Path], name: str, model: RobotModel,
-                     parameters: Mapping[str, Any]) -> Tuple[Path, Path]:
+def write_identified(directory: Union[str, Path], name: str, model: Union[RobotModel, str],
+                     parameters: Mapping[str, Any],
+                     files: Optional[Mapping[str, str]] = None) -> Tuple[Path, Path]:
     """
     Write a model's URDF and its parameters as ``<name>_identified.urdf`` / ``.yaml``.
 
-    :param directory: the folder (created, parents included).
-    :param name: file name stem (the robot's name).
-    :param model: the model (see :func:`model_to_urdf`).
+    The identifier's ``~/save`` (robot and object modes).  Every name is a plain file name
+    in ``directory`` (no folder, no ``..``): the files can only land there.
+
+    :param directory: the folder (created, parents included; ``''``:
+        :data:`SAVE_DIRECTORY`).
+    :param name: file name stem (the robot's or the object's name).
+    :param model: the model (see :func:`model_to_urdf`), or URDF text already made (a
+        learned object's, :func:`~diffsim_ros.io.object_urdf.learned_urdf`).
     :param parameters: the YAML document (an identification result's ``to_dict()``).
+    :param files: more files the URDF names, written beside it: ``{file name: text}`` (a
+        learned object's meshes).
     :return: the URDF and YAML paths.
     :raises OSError: the folder or a file cannot be written.
     :raises URDFError: the model cannot be exported.
+    :raises ValueError: a name that is not a plain file name.
     """
-    directory = Path(directory).expanduser()
-    urdf_text = model_to_urdf(model)   # before touching the file system
+    directory = Path(directory or SAVE_DIRECTORY).expanduser()
+    files = dict(files or {})
+    stems = (f'{name}_identified.urdf', f'{name}_identified.yaml', *files)
+    for filename in stems:
+        if Path(filename).name != filename or filename in ('.', '..'):
+            raise ValueError(f'{filename!r} is not a plain file name')
+    urdf_text = model_to_urdf(model) if isinstance(model, RobotModel) else model
+    text = yaml.safe_dump(dict(parameters), sort_keys=False)   # before touching the disk
     directory.mkdir(parents=True, exist_ok=True)
-    urdf, params = directory / f'{name}_identified.urdf', directory / f'{name}_identified.yaml'
+    urdf, params = directory / stems[0], directory / stems[1]
+    for filename, content in files.items():
+        (directory / filename).write_text(content, encoding='utf-8')
     urdf.write_text(urdf_text, encoding='utf-8')
-    params.write_text(yaml.safe_dump(dict(parameters), sort_keys=False), encoding='utf-8')
+    params.write_text(text, encoding='utf-8')
     return urdf, params

@@ -302,7 +302,7 @@ class Identifier(Node):
         best = self.best
         try:
             urdf, params = write_identified(
-                self.config.save_directory or 'diffsim_identified', self.robot,
+                self.config.save_directory, self.robot,
                 best.model if best is not None else self.nominal,
                 best.to_dict() if best is not None else {'method': 'nominal'})
         except (OSError, ValueError) as error:

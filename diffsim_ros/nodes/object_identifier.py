@@ -14,6 +14,15 @@ refit engine (:class:`~diffsim_ros.sysid.object_online.ObjectEngine`; the rules 
 velocities, tosses, refits and standard deviations are in :mod:`diffsim_ros.sysid.
 object_online`).  Parameters ``toss.*``: the toss rule; ``refit.*``: the window and the fits.
 
+When time starts over (a simulation reset, a bag played in a loop: stamps jump back), the
+gate adopts the new timeline under the rule the robot mode's ``joint_states`` gate uses
+(:mod:`~diffsim_ros.nodes.timeline`; ``pose_gate.resync_time``,
+``pose_gate.resync_messages``); until then the poses behind are refused as ``stamp_back``.
+The node then forgets the old timeline, as the robot mode does: the toss under way is
+dropped (``toss/aborted_restart``: a toss never spans two timelines), so are the window's
+tosses and the refits not yet started; the learned object stays in use, and
+``timeline_restarts`` counts the restarts on ``/diagnostics`` (each one logged).
+
 Publications: ``~/robot_description`` (``std_msgs/String``, transient local): the object in
 use as URDF with its learned collision shape (:func:`~diffsim_ros.io.urdf_export.
 learned_urdf`, no files); ``~/parameters`` (``std_msgs/String``, transient local): JSON ``{"stamp",
@@ -23,6 +32,13 @@ tosses, refits.  Under ``use_sim_time`` it takes part in the lockstep protocol
 (:mod:`~diffsim_ros.nodes.lockstep`): the simulated tosser never runs more than
 ``lockstep_lead`` s of poses ahead of what this node has taken, and stands still while a
 refit is due or running, so that what is learned does not depend on the machine's speed.
+
+Services (``std_srvs/Trigger``), as the robot mode's: ``~/reset`` (empty the window, drop the
+toss under way, back to the nominal object; a running fit is discarded) and ``~/save`` (the
+object in use as ``<object>_identified.urdf`` with its collision geometry, a non-box shape
+as the ``.obj`` mesh it names, and ``<object>_identified.yaml``, its named parameters with
+std and held-out errors, into ``save_directory``; :func:`~diffsim_ros.io.object_urdf.
+read_object_urdf` reads the URDF back).  No text from a topic or request is a path.
 """
 
 from dataclasses import dataclass, field, replace
@@ -38,6 +54,7 @@ from geometry_msgs.msg import PoseStamped
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from std_msgs.msg import String
+from std_srvs.srv import Trigger
 import yaml
 
 from .convert import ThrottledLogger
@@ -49,10 +66,12 @@ from .pose_gate import PoseGate, PoseGateConfig
 from .runtime import configure_interpreter, run_node
 from ..core.errors import URDFError
 from ..io.object_urdf import learned_urdf, object_spec
+from ..io.urdf_export import write_identified
 from ..robots.message import parameters_message
+from ..sysid.contact_learning import ObjectFit
 from ..sysid.object_learning import METHODS
-from ..sysid.object_online import (ObjectEngine, ObjectOnlineConfig, SegmenterConfig,
-                                   TossSegmenter)
+from ..sysid.object_online import (object_parameters, ObjectEngine, ObjectOnlineConfig,
+                                   ObjectResult, SegmenterConfig, TossSegmenter)
 from ..sysid.online import DecisionLog
 
 __all__ = ['ObjectIdentifier', 'ObjectIdentifierConfig', 'object_defaults', 'object_mode',
@@ -74,6 +93,9 @@ class ObjectIdentifierConfig:
     lockstep_lead: float = field(default=0.5, metadata=meta(
         'use_sim_time only: simulated seconds of poses the tosser may publish ahead of those '
         'taken'))
+    save_directory: str = field(default='', metadata=meta(
+        "where ~/save writes the learned URDF, its meshes and the parameter YAML; '' = "
+        './diffsim_identified'))
     diagnostics_period: float = field(default=1.0, metadata=meta(
         'seconds between /diagnostics messages', range=(0.0, 3600.0)))
 
@@ -179,6 +201,8 @@ class ObjectIdentifier(Node):
         stream = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=1000,
                             reliability=ReliabilityPolicy.BEST_EFFORT)
         self.create_subscription(PoseStamped, config.pose_topic, self._on_pose, stream)
+        self.create_service(Trigger, '~/reset', self._on_reset)
+        self.create_service(Trigger, '~/save', self._on_save)
         self._wake, self._stop = threading.Event(), threading.Event()
         self._worker = threading.Thread(target=self._work, daemon=True)
         self._worker.start()
@@ -188,18 +212,32 @@ class ObjectIdentifier(Node):
     # -- data ------------------------------------------------------------------------------
     def _on_pose(self, msg: PoseStamped) -> None:
         """Gate a pose, feed the toss segmenter, queue a refit when one is due."""
-        admitted = self.gate.admit(msg, self.get_clock().now().nanoseconds)
-        if admitted is None:
+        sample = self.gate.admit(msg, self.get_clock().now().nanoseconds)
+        if sample is None:
             return
-        stamp, q = admitted
-        toss = self.segmenter.add(stamp * 1e-9, q)
         with self._lock:
-            self._taken_ns = stamp
+            if sample.restart:   # time started over (sim reset, bag loop): forget the past
+                self._forget(sample.stamp_ns)
+            toss = self.segmenter.add(sample.stamp_ns * 1e-9, sample.q)
+            self._taken_ns = sample.stamp_ns
             if toss is not None and self.engine.add_toss(toss):
                 if self._hold_ns is None:
-                    self._hold_ns = stamp
+                    self._hold_ns = sample.stamp_ns
                 self._wake.set()
         self._announce()
+
+    def _forget(self, stamp_ns: int) -> None:
+        """
+        Start a new timeline (lock held): no toss, window or due refit spans two timelines.
+
+        The toss under way and the window's tosses are dropped, the object in use is kept; a
+        lockstep hold for a running refit moves to the new timeline.
+        """
+        self.segmenter.restart()
+        self.engine.restart()
+        if self._hold_ns is not None:
+            self._hold_ns = stamp_ns
+        self._announced_ns = None
 
     def _announce(self) -> None:
         """Lockstep: hold the tosser at a due refit, else ``lockstep_lead`` ahead."""
@@ -235,19 +273,25 @@ class ObjectIdentifier(Node):
             self._announce()
 
     # -- outputs ---------------------------------------------------------------------------
+    def _in_use(self) -> ObjectResult:
+        """Return the object in use: the learned one, else the nominal one as a result."""
+        best = self.engine.current
+        if best is not None and best.fit.model is not None:
+            return best
+        nominal = ObjectFit('nominal', self.spec, self.spec.model, self.spec.contact, {})
+        return ObjectResult(nominal, object_parameters(nominal.model, nominal.contact))
+
     def _publish(self) -> None:
         """Publish the object in use: URDF and named parameters."""
-        best = self.engine.current
-        model, contact = (best.fit.model, best.fit.contact) if best is not None else \
-            (self.spec.model, self.spec.contact)
+        fit = self._in_use().fit
         try:
-            urdf, _ = learned_urdf(model, contact, self.spec.model.urdf, files=False)
+            urdf, _ = learned_urdf(fit.model, fit.contact, self.spec.model.urdf, files=False)
             self.description_pub.publish(String(data=urdf))
         except (URDFError, ValueError) as error:
             self.warnings.warn('robot_description', f'not published: {error}')
         self.parameters_pub.publish(String(data=json.dumps(parameters_message(
-            best, self.log.heldout_loss, self.get_clock().now().nanoseconds * 1e-9,
-            self.engine.counts['accepted']))))
+            self.engine.current, self.log.heldout_loss,
+            self.get_clock().now().nanoseconds * 1e-9, self.engine.counts['accepted']))))
 
     def publish_diagnostics(self) -> None:
         """Publish one status: pose refusals, tosses, refits."""
@@ -266,6 +310,34 @@ class ObjectIdentifier(Node):
         self.diagnostics_pub.publish(diagnostics_msg(
             now.to_msg(), f'{self.get_name()}: object identification', self.spec.name, level,
             message, values))
+
+    # -- services --------------------------------------------------------------------------
+    def _on_reset(self, request, response):
+        """Empty the window and return to the nominal object; a running fit is discarded."""
+        with self._lock:
+            self.engine.reset()
+            self.segmenter.reset()
+            self.log.clear()
+            self._hold_ns = self._announced_ns = None
+        self._announce()
+        self._publish()
+        response.success, response.message = True, 'window cleared, nominal object restored'
+        return response
+
+    def _on_save(self, request, response):
+        """Write the object in use (URDF, its meshes) and its parameters to ``save_directory``."""
+        result = self._in_use()
+        name = self.spec.name
+        try:
+            urdf, meshes = learned_urdf(result.fit.model, result.fit.contact,
+                                        self.spec.model.urdf, f'{name}_identified')
+            urdf, params = write_identified(self.config.save_directory, name, urdf,
+                                            {'object': name, **result.to_dict()}, meshes)
+        except (OSError, ValueError) as error:
+            response.success, response.message = False, f'save failed: {error}'
+            return response
+        response.success, response.message = True, f'wrote {urdf} and {params}'
+        return response
 
     def destroy_node(self) -> None:
         """Stop the worker, then destroy the node."""

@@ -18,9 +18,10 @@ body axes, each over its own stamp interval; the first sample repeats the second
   ``freefall_tolerance`` m/s^2 of gravity: the object flies free, no hand holds it;
 * *at rest* once linear speed below ``rest_speed`` and angular speed below
   ``rest_angular_speed`` have held for ``rest_time`` s: the toss ends with that rest;
-* *aborted* (not kept) by a stamp gap above ``max_gap`` s (tracking lost), or after
-  ``max_toss_time`` s without rest (picked up in flight); shorter than ``min_samples``
-  samples: dropped.
+* *aborted* (not kept) by a stamp gap above ``max_gap`` s (tracking lost), after
+  ``max_toss_time`` s without rest (picked up in flight), or when time starts over
+  (:meth:`TossSegmenter.restart`: a toss never spans two timelines); shorter than
+  ``min_samples`` samples: dropped.
 
 **Refits** (:class:`ObjectEngine`, the one refit engine's object side,
 :class:`~diffsim_ros.sysid.online.RefitEngine`).  A sliding window keeps the newest
@@ -162,7 +163,8 @@ class TossSegmenter:
     def __init__(self, config: SegmenterConfig = SegmenterConfig()) -> None:
         """Start waiting for a release."""
         self.config = config
-        self.counts = {'tosses': 0, 'aborted_gap': 0, 'aborted_long': 0, 'dropped_short': 0}
+        self.counts = {'tosses': 0, 'aborted_gap': 0, 'aborted_long': 0, 'aborted_restart': 0,
+                       'dropped_short': 0}
         self._t: List[float] = []
         self._q: List[np.ndarray] = []
         self._start: Optional[int] = None   # index of the release in the buffer
@@ -176,6 +178,12 @@ class TossSegmenter:
     def reset(self) -> None:
         """Forget the stream (a toss under way is dropped silently)."""
         self._t, self._q, self._start, self._rest = [], [], None, 0
+
+    def restart(self) -> None:
+        """Forget the stream because time started over (a toss under way: ``aborted_restart``)."""
+        if self._start is not None:
+            self.counts['aborted_restart'] += 1
+        self.reset()
 
     def add(self, t: float, q: np.ndarray) -> Optional[Toss]:
         """
@@ -542,12 +550,17 @@ class ObjectEngine(RefitEngine):
         self.new_tosses = 0
         return True
 
-    def reset(self) -> None:
-        """Forget the tosses and snapshots and go back to the nominal object."""
+    def restart(self) -> None:
+        """
+        Forget the tosses and the refits not yet started; keep the object in use.
+
+        When time starts over: a snapshot never mixes timelines, and the tosses of a bag
+        played again never stand beside their own copies (a held-out toss the copy of a
+        training one).  A fit already running ends and is judged as usual.
+        """
         self.tosses.clear()
         self.snapshots.clear()
         self.new_tosses = 0
-        self.discard_running()
 
     def prepare(self):
         """
@@ -555,11 +568,12 @@ class ObjectEngine(RefitEngine):
 
         :return: an :class:`ObjectJob` or a ``'waiting'`` decision.
         """
-        if not self.snapshots:
+        try:
+            number, tosses = self.snapshots.popleft()
+        except IndexError:   # none due, or a restart on the stream's thread took them
             return Decision('waiting', f'{len(self.tosses)} tosses in the window, '
                             f'{self.new_tosses} new: a refit needs {self.config.min_tosses} '
                             f'and {self.config.refit_every} new')
-        number, tosses = self.snapshots.popleft()
         config = self.config
         held = config.heldout_tosses
         train, validation, heldout = tosses[:-held - 1], tosses[-held - 1:-held], tosses[-held:]

@@ -944,6 +944,15 @@ class RefitEngine:
         self.current = None
         self._generation += 1
 
+    def restart(self) -> None:
+        """Forget the data before the next refit and keep the model in use (subclasses)."""
+        raise NotImplementedError
+
+    def reset(self) -> None:
+        """Forget the data and go back to the nominal model; a running fit is discarded."""
+        self.restart()
+        self.discard_running()
+
     @property
     def busy(self) -> bool:
         """Return whether a fit is running."""
@@ -1083,11 +1092,6 @@ class OnlineEngine(RefitEngine):
         """Empty the window and forget the memory before the next refit (a jump in time)."""
         self.window.clear()
         self._forget = True
-
-    def reset(self) -> None:
-        """Empty the window, forget the memory and go back to the nominal model."""
-        self.restart()
-        self.discard_running()
 
     def adopt(self, model: Union[RobotModel, IdentificationResult]) -> None:
         """
