@@ -82,13 +82,19 @@ def test_a_gap_aborts_the_toss_under_way(cube):
     assert segmenter.counts['aborted_gap'] == 1
 
 
-def test_engine_snapshots_in_order_and_splits_train_validation_heldout(cube):
+def engine_and_tosses(cube):
+    """Return an inline engine (a refit per two tosses from four on), the tosses, the stream."""
     samples, _ = stream(cube, seconds=10.0)
     segmenter = TossSegmenter()
     tosses = [toss for toss in (segmenter.add(t, q) for t, q in samples) if toss is not None]
     spec = cube_spec(cube, 0.0524, 0.18, 0.37, known=False)
     engine = ObjectEngine(spec, ObjectOnlineConfig(min_tosses=4, refit_every=2,
                                                    execution='inline'))
+    return engine, tosses, samples
+
+
+def test_engine_snapshots_in_order_and_splits_train_validation_heldout(cube):
+    engine, tosses, _ = engine_and_tosses(cube)
     due = [engine.add_toss(toss) for toss in tosses[:6]]
     assert due == [False, False, False, True, False, True]
     job = engine.prepare()
@@ -100,14 +106,8 @@ def test_engine_snapshots_in_order_and_splits_train_validation_heldout(cube):
     assert engine.prepare().outcome == 'waiting'
 
 
-
 def test_a_restart_forgets_the_window_and_keeps_the_object_a_reset_forgets_both(cube):
-    samples, _ = stream(cube, seconds=10.0)
-    segmenter = TossSegmenter()
-    tosses = [toss for toss in (segmenter.add(t, q) for t, q in samples) if toss is not None]
-    spec = cube_spec(cube, 0.0524, 0.18, 0.37, known=False)
-    engine = ObjectEngine(spec, ObjectOnlineConfig(min_tosses=4, refit_every=2,
-                                                   execution='inline'))
+    engine, tosses, samples = engine_and_tosses(cube)
     learned = object()   # stands for a learned object in use
     engine.current = learned
     assert [engine.add_toss(toss) for toss in tosses[:4]][-1] and engine.snapshots
@@ -118,6 +118,7 @@ def test_a_restart_forgets_the_window_and_keeps_the_object_a_reset_forgets_both(
     engine.reset()   # ~/reset: the nominal object as well
     assert not engine.tosses and engine.current is None
     # the segmenter counts a toss cut by a restart; one between tosses is no loss
+    segmenter = TossSegmenter()
     for t, q in samples[:20]:
         segmenter.add(t, q)
     assert segmenter.in_toss
