@@ -126,6 +126,7 @@ def test_a_restart_forgets_the_window_and_keeps_the_object_a_reset_forgets_both(
     segmenter.restart()
     assert not segmenter.in_toss and segmenter.counts['aborted_restart'] == 1
 
+
 def test_named_parameters_and_urdf_of_the_nominal_cube(cube):
     spec = cube_spec(cube, 0.0524, 0.18, 0.37, known=False)
     values = object_parameters(spec.model, spec.contact)
