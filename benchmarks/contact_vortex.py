@@ -27,7 +27,10 @@ the residual's ``w_res`` 1e-3, ``w_res_w`` 0), split as ``benchmarks/contact_lea
 on the test tosses from their second sample. Beside them, in the same run on the same test
 tosses: the truth rolled out in our contact step (``ours_truth``: the object exactly, no
 field) and, with the vortex, the truth plus the exact field as a residual force
-(``ours_truth_field``): the floor our step can reach on MuJoCo's data.
+(``ours_truth_field``): the floor our step can reach on MuJoCo's data; and the physical
+methods' perturbed start (``perturbed_start``, mean over the seeds): what learning improves
+on. The recovered parameters table gives, per physical method and size, the learned friction
+and each parameter error at the start and after the fit (means over seeds).
 """
 
 from dataclasses import dataclass, replace
@@ -271,6 +274,22 @@ def _nominal(spec, vortex, x0, lengths, recorded) -> Dict[str, Any]:
     return out
 
 
+def _starts(spec, seeds, x0, lengths, recorded) -> Dict[str, Any]:
+    # The physical methods' start of each seed (start_parameters, as fit_object draws it)
+    # rolled out on the test tosses: what learning has to improve on.
+    out = {}
+    for seed in seeds:
+        theta = cl.start_parameters(spec, seed, perturb=True)
+        model, contact = cl.object_models(spec.model, spec.contact, theta, spec.masses)
+        batch = cl.rollout(model, contact, x0, max(lengths), DT)
+        row = curves._test_errors([batch[k, :n, :7] for k, n in enumerate(lengths)],
+                                  recorded)
+        summary = cl.physical_summary(spec, model, contact)
+        row.update({key: summary[key] for key in PARAMETERS})
+        out[str(seed)] = row
+    return out
+
+
 def run_condition(spec: cl.ObjectSpec, vortex: Optional[Vortex], methods: Sequence[str],
                   sizes: Sequence[int], seeds: Sequence[int], n_val: int, n_test: int,
                   samples: int, steps: int, regime: str, toss_seed: int, split_seed: int = 0,
@@ -293,7 +312,9 @@ def run_condition(spec: cl.ObjectSpec, vortex: Optional[Vortex], methods: Sequen
     :param substeps: MuJoCo steps per sample.
     :param log: called with a line after each fit, or None.
     :return: a payload shaped as ``benchmarks/contact_learning.py``'s (``runs``, ``curves``,
-        ``nominal`` ...) plus ``start`` errors per run.
+        ``nominal`` ...); ``starts``: per seed, the errors of the physical methods' start
+        (also each physical run's ``start_*`` keys), their mean over seeds the ``nominal``
+        row ``perturbed_start``.
     """
     n_total = max(sizes) + n_val + n_test
     start = time.perf_counter()
@@ -304,6 +325,9 @@ def run_condition(spec: cl.ObjectSpec, vortex: Optional[Vortex], methods: Sequen
     lengths = [len(q[i]) - 2 for i in test_i]
     recorded = [q[i][2:] for i in test_i]
     nominal = _nominal(spec, vortex, x0, lengths, recorded)
+    starts = _starts(spec, seeds, x0, lengths, recorded)
+    nominal['perturbed_start'] = {key: float(np.mean([row[key] for row in starts.values()]))
+                                  for key in curves.METRICS}
     validation = ([q[i] for i in val_i], [v[i] for i in val_i])
     runs = []
     for method in methods:
@@ -319,7 +343,9 @@ def run_condition(spec: cl.ObjectSpec, vortex: Optional[Vortex], methods: Sequen
                                           recorded)
                 summary = fit.summary()
                 row.update({key: summary.get(key) for key in PARAMETERS})
-                row.update({'start_' + key: fit.start.get(key) for key in PARAMETERS})
+                start_row = starts[str(seed)] if summary else {}
+                row.update({'start_' + key: start_row.get(key)
+                            for key in ('position_m', 'orientation_rad') + PARAMETERS})
                 row.update(method=method, size=int(size), seed=int(seed), train_s=train_s,
                            last_step=int(fit.history['step'][-1]),
                            friction=summary.get('friction'),
@@ -339,7 +365,7 @@ def run_condition(spec: cl.ObjectSpec, vortex: Optional[Vortex], methods: Sequen
             'validation_tosses': len(val_i), 'test_tosses': len(test_i),
             'test_toss_ids': [int(i) for i in test_i], 'dt': DT, 'steps': steps,
             'samples': samples, 'regime': regime, 'metrics': list(metrics),
-            'nominal': nominal, 'runs': runs, 'curves': table,
+            'nominal': nominal, 'starts': starts, 'runs': runs, 'curves': table,
             'seconds': {'simulate_s': simulate_s,
                         'fits_s': float(sum(r['train_s'] for r in runs))}}
 
