@@ -1,8 +1,9 @@
 """
 MuJoCo scenes of free rigid bodies on a ground plane, the reference for the contact core.
 
-One free body (boxes, spheres, capsules or the convex hull of given vertices) with the mass, centre of mass and inertia of a
-one-link floating :class:`~diffsim_ros.core.RobotModel`, above a plane with a given height
+One free body (boxes, spheres, capsules or the convex hull of given vertices) with the mass,
+centre of mass and inertia of a one-link floating :class:`~diffsim_ros.core.RobotModel`,
+above a plane with a given height
 and normal, and the same Coulomb friction coefficient.  MuJoCo's contacts are soft: the
 scene sets a stiff, critically damped ``solref`` and a ``solimp`` close to 1, so that its
 steady penetration is far below the millimetre tolerances the comparisons use, and an
