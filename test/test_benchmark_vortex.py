@@ -64,3 +64,44 @@ def test_benchmark_runs_quick_as_a_user_would(tmp_path):
     truth, field = vortex['nominal']['ours_truth'], vortex['nominal']['ours_truth_field']
     assert truth['position_m'] > 3.0 * none['nominal']['ours_truth']['position_m']
     assert field['position_m'] < 0.5 * truth['position_m']
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_fit_object_threads_the_sim_weights_and_keeps_the_real_defaults(monkeypatch):
+    import torch
+    from diffsim_ros.sysid import contact_baselines as cb
+    from diffsim_ros.sysid import contact_learning as cl
+    from diffsim_ros.sysid.object_learning import fit_object
+    assert cl.REGIMES['real'] == cl.ViolationWeights()
+    assert (cl.REGIMES['sim'].w_res, cl.REGIMES['sim'].w_res_w) == (1e-3, 0.0)
+    assert cb.DIFFSIM_REGIMES['real'] == cb.DiffSimConfig()
+    assert (cb.DIFFSIM_REGIMES['sim'].w_res, cb.DIFFSIM_REGIMES['sim'].w_res_w) == (1.0, 0.0)
+    seen = {}
+
+    def spy(name, index):
+        def record(*args, **kwargs):
+            seen[name] = args[index]
+            raise _Stop
+        return record
+    monkeypatch.setattr(cl, 'train_violation', spy('ccn', 7))
+    monkeypatch.setattr(cb, 'train_prediction', spy('diffsim', 8))
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.contact_vortex import asymmetric_object, DT, object_spec
+    spec = object_spec(asymmetric_object(0))
+    # Two resting tosses: enough to reach the training, which the spies stop.
+    q = [torch.tensor([[0.0, 0.0, 0.1, 0.0, 0.0, 0.0, 1.0]] * 8, dtype=torch.float64)] * 2
+    v = [torch.zeros(8, 6, dtype=torch.float64)] * 2
+    with pytest.raises(ValueError, match='unknown regime .*sim'):
+        fit_object(spec, 'ccn', (q, v), (q, v), DT, regime='drake')
+    for regime, (w_res, w_res_w), (d_res, d_res_w) in (('real', (1.0, 0.1), (1000.0, 1.0)),
+                                                       ('sim', (1e-3, 0.0), (1.0, 0.0))):
+        for method in ('ccn-r', 'diffsim-r'):
+            with pytest.raises(_Stop):
+                fit_object(spec, method, (q, v), (q, v), DT, regime=regime)
+        weights = seen['ccn'].weights
+        assert (weights.w_res, weights.w_res_w) == (w_res, w_res_w)
+        assert weights.w_comp == cl.ViolationWeights().w_comp
+        assert (seen['diffsim'].w_res, seen['diffsim'].w_res_w) == (d_res, d_res_w)
