@@ -290,6 +290,30 @@ def _starts(spec, seeds, x0, lengths, recorded) -> Dict[str, Any]:
     return out
 
 
+def residual_errors(residual, vortex: Optional[Vortex], q: torch.Tensor,
+                    v: torch.Tensor) -> Dict[str, float]:
+    """
+    Return how well a learned residual's linear part matches the field on given states.
+
+    :param residual: a ``ResidualNetwork`` (``fit.extra['residual']``).
+    :param vortex: the true field, or None (zero).
+    :param q: ``(N, 7)`` configurations.
+    :param v: ``(N, 6)`` velocities.
+    :return: ``field_rms`` (the field's RMS) and ``residual_rms_error`` (RMS of the residual's
+        world linear acceleration minus the field), m/s^2; also ``residual_vertical_rms``.
+    """
+    with torch.no_grad():
+        linear = quat_rotate(q[:, 3:7], residual(q, v)[:, :3])
+        field = (torch.zeros_like(linear) if vortex is None
+                 else vortex.acceleration(q[:, :3]))
+    return {'field_rms': _rms(field), 'residual_rms_error': _rms(linear - field),
+            'residual_vertical_rms': _rms(linear[:, 2:])}
+
+
+def _rms(x: torch.Tensor) -> float:
+    return float(x.pow(2).sum(-1).mean().sqrt())
+
+
 def run_condition(spec: cl.ObjectSpec, vortex: Optional[Vortex], methods: Sequence[str],
                   sizes: Sequence[int], seeds: Sequence[int], n_val: int, n_test: int,
                   samples: int, steps: int, regime: str, toss_seed: int, split_seed: int = 0,
@@ -312,7 +336,8 @@ def run_condition(spec: cl.ObjectSpec, vortex: Optional[Vortex], methods: Sequen
     :param substeps: MuJoCo steps per sample.
     :param log: called with a line after each fit, or None.
     :return: a payload shaped as ``benchmarks/contact_learning.py``'s (``runs``, ``curves``,
-        ``nominal`` ...); ``starts``: per seed, the errors of the physical methods' start
+        ``nominal`` ...; a residual method's runs add :func:`residual_errors` on the test
+        tosses' states); ``starts``: per seed, the errors of the physical methods' start
         (also each physical run's ``start_*`` keys), their mean over seeds the ``nominal``
         row ``perturbed_start``.
     """
@@ -329,6 +354,7 @@ def run_condition(spec: cl.ObjectSpec, vortex: Optional[Vortex], methods: Sequen
     nominal['perturbed_start'] = {key: float(np.mean([row[key] for row in starts.values()]))
                                   for key in curves.METRICS}
     validation = ([q[i] for i in val_i], [v[i] for i in val_i])
+    test_states = cl.transitions([q[i] for i in test_i], [v[i] for i in test_i])[:2]
     runs = []
     for method in methods:
         for size in sizes:
@@ -350,6 +376,8 @@ def run_condition(spec: cl.ObjectSpec, vortex: Optional[Vortex], methods: Sequen
                            last_step=int(fit.history['step'][-1]),
                            friction=summary.get('friction'),
                            start_friction=fit.start.get('friction'))
+                if 'residual' in fit.extra:
+                    row.update(residual_errors(fit.extra['residual'], vortex, *test_states))
                 runs.append(row)
                 if log is not None:
                     log(f'{"vortex" if vortex else "none"} {method} N={size} seed={seed}: '
@@ -445,12 +473,39 @@ def parameter_table(payload: Dict[str, Any]) -> str:
     return head + _common.format_markdown_table(headers, rows) + '\n'
 
 
+def residual_table(payload: Dict[str, Any]) -> str:
+    """
+    Return, per condition, residual method and size, the residual against the true field.
+
+    :param payload: what :func:`run` returns.
+    :return: a markdown table (means over seeds, m/s^2), empty without residual methods.
+    """
+    headers = ['condition', 'method', 'N', 'field RMS', 'residual - field RMS',
+               'residual vertical RMS']
+    rows = []
+    for name, condition in payload['conditions'].items():
+        for method in condition['methods']:
+            for size in condition['sizes']:
+                runs = [r for r in condition['runs'] if r['method'] == method
+                        and r['size'] == size and 'residual_rms_error' in r]
+                if runs:
+                    rows.append([name, method, str(size)] + [
+                        _common.fmt_number(_mean(r[key] for r in runs))
+                        for key in ('field_rms', 'residual_rms_error',
+                                    'residual_vertical_rms')])
+    return _common.format_markdown_table(headers, rows) + '\n' if rows else ''
+
+
 def markdown(payload: Dict[str, Any]) -> str:
-    """Return the learning curves of each condition and the recovered parameters."""
+    """Return the learning curves of each condition, the parameters and the residuals."""
     parts = []
     for name, condition in payload['conditions'].items():
         parts.append(f'### {name}\n\n' + curves.markdown(condition))
     parts.append('### recovered parameters\n\n' + parameter_table(payload))
+    residuals = residual_table(payload)
+    if residuals:
+        parts.append('### learned residual against the true field (test tosses\' states)\n\n'
+                     + residuals)
     return '\n'.join(parts)
 
 
