@@ -504,7 +504,7 @@ def markdown(payload: Dict[str, Any]) -> str:
     parts.append('### recovered parameters\n\n' + parameter_table(payload))
     residuals = residual_table(payload)
     if residuals:
-        parts.append('### learned residual against the true field (test tosses\' states)\n\n'
+        parts.append("### learned residual against the true field (test tosses' states)\n\n"
                      + residuals)
     return '\n'.join(parts)
 
