@@ -234,9 +234,8 @@ def plot(payload: Dict[str, Any], path: str) -> None:
             ax.fill_between(sizes, mean - half, mean + half, color=line.get_color(),
                             alpha=0.2)
         if metric in ('position_m', 'orientation_rad'):
-            for name, style in (('mujoco_nominal', '--'), ('ours_nominal', ':')):
-                ax.axhline(payload['nominal'][name][metric] * scale, color='k',
-                           linestyle=style, label=name)
+            for (name, row), style in zip(payload['nominal'].items(), ('--', ':', '-.')):
+                ax.axhline(row[metric] * scale, color='k', linestyle=style, label=name)
         ax.set_ylabel(label)
         ax.set_xscale('log', base=2)
     axes[0].legend(fontsize=7)

@@ -1,8 +1,9 @@
 """
 MuJoCo scenes of free rigid bodies on a ground plane, the reference for the contact core.
 
-One free body (a box, a sphere or a capsule) with the mass, centre of mass and inertia of a
-one-link floating :class:`~diffsim_ros.core.RobotModel`, above a plane with a given height
+One free body (boxes, spheres, capsules or the convex hull of given vertices) with the mass,
+centre of mass and inertia of a one-link floating :class:`~diffsim_ros.core.RobotModel`,
+above a plane with a given height
 and normal, and the same Coulomb friction coefficient.  MuJoCo's contacts are soft: the
 scene sets a stiff, critically damped ``solref`` and a ``solimp`` close to 1, so that its
 steady penetration is far below the millimetre tolerances the comparisons use, and an
@@ -36,9 +37,11 @@ class GeomSpec:
     """
     One collision geometry of the free body, in its body frame.
 
-    :param kind: ``'box'`` (``size`` = half extents), ``'sphere'`` (``size`` = (radius,)) or
-        ``'capsule'`` (``size`` = (radius, half length), axis along body z).
-    :param size: MuJoCo geom size, m.
+    :param kind: ``'box'`` (``size`` = half extents), ``'sphere'`` (``size`` = (radius,)),
+        ``'capsule'`` (``size`` = (radius, half length), axis along body z) or ``'hull'``
+        (``size`` = the vertices ``x0 y0 z0 x1 ...``: a MuJoCo mesh, collided as their
+        convex hull).
+    :param size: MuJoCo geom size, m (a hull's vertices, m).
     :param pos: centre in the body frame, m.
     """
 
@@ -46,18 +49,36 @@ class GeomSpec:
     size: Tuple[float, ...]
     pos: Tuple[float, float, float] = (0.0, 0.0, 0.0)
 
-    def xml(self, mu: float) -> str:
+    def xml(self, mu: float, name: str = 'hull') -> str:
         """
         Return the MJCF ``<geom>`` element.
 
         :param mu: sliding friction coefficient.
+        :param name: the mesh asset of a ``'hull'`` (:meth:`asset`).
         :return: XML text.
         """
-        if self.kind not in ('box', 'sphere', 'capsule'):
-            raise ValueError(f'unknown geom kind {self.kind!r}; valid: box, sphere, capsule')
-        return (f'<geom type="{self.kind}" size="{_fmt(self.size)}" pos="{_fmt(self.pos)}" '
+        if self.kind not in ('box', 'sphere', 'capsule', 'hull'):
+            raise ValueError(f'unknown geom kind {self.kind!r}; valid: box, sphere, capsule, '
+                             'hull')
+        shape = (f'type="mesh" mesh="{name}"' if self.kind == 'hull'
+                 else f'type="{self.kind}" size="{_fmt(self.size)}"')
+        return (f'<geom {shape} pos="{_fmt(self.pos)}" '
                 f'friction="{mu!r} 0 0" condim="3" solref="{_fmt(SOLREF)}" '
                 f'solimp="{_fmt(SOLIMP)}"/>')
+
+    def asset(self, name: str = 'hull') -> str:
+        """
+        Return the MJCF ``<mesh>`` asset of a ``'hull'`` (empty for other kinds).
+
+        :param name: the asset's name.
+        :return: XML text.
+        """
+        if self.kind != 'hull':
+            return ''
+        if len(self.size) % 3 or len(self.size) < 12:
+            raise ValueError(f'a hull needs four vertices or more as x y z triples, got '
+                             f'{len(self.size)} numbers')
+        return f'<mesh name="{name}" vertex="{_fmt(self.size)}"/>'
 
 
 def _fmt(values: Sequence[float]) -> str:
@@ -152,8 +173,10 @@ def free_body_scene(model: RobotModel, geoms: Sequence[GeomSpec], mu: float,
                           for t in mass_com_inertia(model.inertial))
     moments, quat = principal_inertia(inertia[0])
     gravity = model.gravity.detach().double().numpy()
-    body = ''.join(g.xml(mu) for g in geoms)
-    xml = (f'<mujoco><option timestep="{timestep!r}" integrator="Euler" cone="elliptic" '
+    body = ''.join(g.xml(mu, f'hull{i}') for i, g in enumerate(geoms))
+    assets = ''.join(g.asset(f'hull{i}') for i, g in enumerate(geoms))
+    xml = (f'<mujoco><asset>{assets}</asset>'
+           f'<option timestep="{timestep!r}" integrator="Euler" cone="elliptic" '
            f'impratio="1" gravity="{_fmt(gravity)}"/><worldbody>'
            f'<geom type="plane" size="10 10 0.1" pos="0 0 {ground_height!r}" '
            f'euler="0 {ground_tilt!r} 0" friction="{mu!r} 0 0" condim="3" '

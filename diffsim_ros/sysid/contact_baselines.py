@@ -44,8 +44,8 @@ import torch
 from torch import Tensor
 
 from .contact_learning import (LENGTH_SCALE, object_models, ObjectFit, ObjectSpec,
-                               physical_summary, ResidualNetwork, rollout, start_parameters,
-                               step_velocity, Trajectories, transitions)
+                               physical_summary, regime_weights, ResidualNetwork, rollout,
+                               start_parameters, step_velocity, Trajectories, transitions)
 from ..core.configuration import semi_implicit_update
 from ..core.contact import contact_step, ContactModel
 from ..core.model import RobotModel
@@ -89,6 +89,11 @@ class DiffSimConfig:
     validation_stride: int = 4
     w_res: float = 1000.0
     w_res_w: float = 1.0
+
+
+#: Table 2's DiffSim residual weights by data regime (as CCN's ``contact_learning.REGIMES``):
+#: real data 1000 and 1 (the defaults), simulation 1 and 0.
+DIFFSIM_REGIMES = {'real': DiffSimConfig(), 'sim': DiffSimConfig(w_res=1.0, w_res_w=0.0)}
 
 
 def prediction_windows(q: Sequence[Tensor], v: Sequence[Tensor], horizon: int,
@@ -286,7 +291,8 @@ def _fit_physical(name: str, spec: ObjectSpec, train: Trajectories, validation: 
 
 
 def fit_diffsim(spec: ObjectSpec, train: Trajectories, validation: Trajectories, dt: float,
-                seed: int = 0, steps: int = 400, perturb: bool = True) -> ObjectFit:
+                seed: int = 0, steps: int = 400, perturb: bool = True,
+                regime: str = 'real') -> ObjectFit:
     """
     Learn the object with DiffSim: a multi-step prediction loss through ``contact_step``.
 
@@ -297,14 +303,19 @@ def fit_diffsim(spec: ObjectSpec, train: Trajectories, validation: Trajectories,
     :param seed: seed of the initialisation and the mini-batches.
     :param steps: maximum Adam steps.
     :param perturb: start 0.5-1.5x the spec (the paper's protocol) instead of at it.
+    :param regime: ``'real'`` or ``'sim'`` (:data:`DIFFSIM_REGIMES`; only the residual's
+        weights differ, which DiffSim has not).
     :return: the learned object.
     :raises ValueError: when no training trajectory is longer than the horizon.
     """
-    return _fit_physical('diffsim', spec, train, validation, dt, seed, steps, perturb, None)
+    regime_weights(regime)   # refuses an unknown regime as the other methods do
+    return _fit_physical('diffsim', spec, train, validation, dt, seed, steps, perturb, None,
+                         DIFFSIM_REGIMES[regime])
 
 
 def fit_diffsim_r(spec: ObjectSpec, train: Trajectories, validation: Trajectories, dt: float,
-                  seed: int = 0, steps: int = 400, perturb: bool = True) -> ObjectFit:
+                  seed: int = 0, steps: int = 400, perturb: bool = True,
+                  regime: str = 'real') -> ObjectFit:
     """
     Learn the object with DiffSim-R: DiffSim plus a continuous residual network.
 
@@ -319,15 +330,17 @@ def fit_diffsim_r(spec: ObjectSpec, train: Trajectories, validation: Trajectorie
     :param seed: seed of the initialisation, the network and the mini-batches.
     :param steps: maximum Adam steps.
     :param perturb: start 0.5-1.5x the spec (the paper's protocol) instead of at it.
+    :param regime: ``'real'`` or ``'sim'``: the residual's weights (:data:`DIFFSIM_REGIMES`).
     :return: the learned object.
     :raises ValueError: when no training trajectory is longer than the horizon.
     """
+    regime_weights(regime)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         residual = ResidualNetwork(int(spec.model.nq), int(spec.model.nv),
                                    dtype=spec.model.inertial.dtype)
     return _fit_physical('diffsim-r', spec, train, validation, dt, seed, steps, perturb,
-                         residual)
+                         residual, DIFFSIM_REGIMES[regime])
 
 
 @dataclass(frozen=True)
@@ -504,7 +517,8 @@ def train_mlp(network: EndToEndNetwork, train: Tuple[Tensor, Tensor, Tensor],
 
 
 def fit_mlp(spec: ObjectSpec, train: Trajectories, validation: Trajectories, dt: float,
-            seed: int = 0, steps: int = 400, perturb: bool = True) -> ObjectFit:
+            seed: int = 0, steps: int = 400, perturb: bool = True,
+            regime: str = 'real') -> ObjectFit:
     """
     Learn the end-to-end network (no physics) from transitions.
 
@@ -516,8 +530,10 @@ def fit_mlp(spec: ObjectSpec, train: Trajectories, validation: Trajectories, dt:
     :param steps: maximum optimiser steps in the physical methods' units: the MLP takes
         ``MlpConfig.steps_per_step`` times as many (far cheaper) Adam steps.
     :param perturb: unused (there are no physical parameters to perturb).
+    :param regime: checked, else unused (Table 2 gives the MLP no regime-dependent weight).
     :return: the learned object (``model``/``contact`` None; ``extra['network']``).
     """
+    regime_weights(regime)
     config = MlpConfig()
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)

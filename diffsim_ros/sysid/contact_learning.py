@@ -64,7 +64,7 @@ __all__ = ['ViolationWeights', 'TrainConfig', 'violation_loss', 'step_velocity',
            'cube_models', 'initial_cube_parameters', 'transitions', 'train_violation',
            'rollout', 'rollout_errors', 'volume_error', 'inertia_error', 'LENGTH_SCALE',
            'ObjectSpec', 'ObjectFit', 'cube_spec', 'fit_ccn', 'fit_ccn_r', 'Trajectories',
-           'start_parameters',
+           'start_parameters', 'REGIMES', 'regime_weights',
            'ResidualNetwork']
 
 #: Unit [m] in which vertices and ground height are learned.
@@ -870,16 +870,38 @@ def start_parameters(spec: ObjectSpec, seed: int, perturb: bool) -> Dict[str, Te
     return object_parameters(vertices, float(spec.contact.friction), spec.model.inertial)
 
 
+#: Table 2's CCN weights by the data they suit: ``'real'`` (the defaults) and ``'sim'`` (the
+#: residual regularised far less, ``w_res`` 1e-3 and ``w_res_w`` 0: the paper's simulated
+#: studies have larger model-to-actual gaps).
+REGIMES: Dict[str, ViolationWeights] = {
+    'real': ViolationWeights(), 'sim': ViolationWeights(w_res=1e-3, w_res_w=0.0)}
+
+
+def regime_weights(regime: str) -> ViolationWeights:
+    """
+    Return the violation weights of a data regime (:data:`REGIMES`).
+
+    :param regime: ``'real'`` or ``'sim'``.
+    :return: the weights.
+    :raises ValueError: for an unknown regime.
+    """
+    if regime not in REGIMES:
+        raise ValueError(f'unknown regime {regime!r}; valid: {", ".join(REGIMES)}')
+    return REGIMES[regime]
+
+
 def _fit_violation(spec: ObjectSpec, train: Trajectories, validation: Trajectories, dt: float,
                    seed: int, steps: int, perturb: bool, method: str,
-                   residual: Optional[ResidualNetwork] = None) -> ObjectFit:
+                   residual: Optional[ResidualNetwork] = None,
+                   regime: str = 'real') -> ObjectFit:
     # CCN and CCN-R: the same start, loss and training; CCN-R adds the residual's entries.
     theta0 = start_parameters(spec, seed, perturb)
-    config = TrainConfig(steps=steps, seed=seed)
+    config = TrainConfig(steps=steps, seed=seed, weights=regime_weights(regime))
     start = dict(theta0)
     if residual is not None:
         start.update({_RESIDUAL + k: t.detach() for k, t in residual.named_parameters()})
-        config = TrainConfig(steps=steps, seed=seed, learn=config.learn + ('residual',))
+        config = TrainConfig(steps=steps, seed=seed, weights=config.weights,
+                             learn=config.learn + ('residual',))
     theta, history = train_violation(spec.model, spec.contact, start, spec.masses,
                                      transitions(*train), transitions(*validation), dt,
                                      config, residual)
@@ -900,7 +922,8 @@ def _rollout_with(model, contact, residual, x0, steps, dt):
 
 
 def fit_ccn(spec: ObjectSpec, train: Trajectories, validation: Trajectories, dt: float,
-            seed: int = 0, steps: int = 400, perturb: bool = True) -> ObjectFit:
+            seed: int = 0, steps: int = 400, perturb: bool = True,
+            regime: str = 'real') -> ObjectFit:
     """
     Learn the object with the violation-implicit loss (CCN).
 
@@ -911,21 +934,26 @@ def fit_ccn(spec: ObjectSpec, train: Trajectories, validation: Trajectories, dt:
     :param seed: seed of the initialisation and the mini-batches.
     :param steps: maximum Adam steps.
     :param perturb: start 0.5-1.5x the spec (the paper's protocol) instead of at it.
+    :param regime: the weights of :data:`REGIMES` (``'real'`` or ``'sim'``; they differ
+        only in the residual's, which CCN has not).
     :return: the learned object.
     """
-    return _fit_violation(spec, train, validation, dt, seed, steps, perturb, 'ccn')
+    return _fit_violation(spec, train, validation, dt, seed, steps, perturb, 'ccn',
+                          regime=regime)
 
 
 def fit_ccn_r(spec: ObjectSpec, train: Trajectories, validation: Trajectories, dt: float,
-              seed: int = 0, steps: int = 400, perturb: bool = True) -> ObjectFit:
+              seed: int = 0, steps: int = 400, perturb: bool = True,
+              regime: str = 'real') -> ObjectFit:
     """
     Learn the object and a continuous residual with the violation-implicit loss (CCN-R).
 
     The :class:`ResidualNetwork` (seeded by ``seed``; its last layer starts at zero) adds
     ``M delta`` to the continuous dynamics in the loss and in :meth:`ObjectFit.predict`,
     trained jointly with the physical parameters; its output norm and weights are
-    regularised with Table 2's real-data weights (:class:`ViolationWeights` ``w_res``,
-    ``w_res_w``). The learned network is ``fit.extra['residual']``.
+    regularised with Table 2's weights of ``regime`` (:data:`REGIMES`: real data by
+    default, ``w_res`` 1 and ``w_res_w`` 0.1; ``'sim'``: 1e-3 and 0). The learned network is
+    ``fit.extra['residual']``.
 
     :param spec: the object (one vertex set).
     :param train: training trajectories.
@@ -934,6 +962,7 @@ def fit_ccn_r(spec: ObjectSpec, train: Trajectories, validation: Trajectories, d
     :param seed: seed of the initialisation, the network's weights and the mini-batches.
     :param steps: maximum Adam steps.
     :param perturb: start 0.5-1.5x the spec (the paper's protocol) instead of at it.
+    :param regime: ``'real'`` or ``'sim'``: the residual's weights (:data:`REGIMES`).
     :return: the learned object.
     """
     dtype = spec.model.inertial.dtype
@@ -941,4 +970,4 @@ def fit_ccn_r(spec: ObjectSpec, train: Trajectories, validation: Trajectories, d
         torch.manual_seed(seed)
         residual = ResidualNetwork(int(spec.model.nq), int(spec.model.nv), dtype=dtype)
     return _fit_violation(spec, train, validation, dt, seed, steps, perturb, 'ccn-r',
-                          residual)
+                          residual, regime)

@@ -11,11 +11,13 @@ through :func:`fit_object`, so a method added to :data:`METHODS` reaches all of 
 from typing import Callable, Dict
 
 from .contact_baselines import fit_diffsim, fit_diffsim_r, fit_mlp
-from .contact_learning import fit_ccn, fit_ccn_r, ObjectFit, ObjectSpec, Trajectories
+from .contact_learning import (fit_ccn, fit_ccn_r, ObjectFit, ObjectSpec, regime_weights,
+                               Trajectories)
 
 __all__ = ['METHODS', 'fit_object']
 
-#: Method name -> ``fit(spec, train, validation, dt, seed=..., steps=..., perturb=...)``.
+#: Method name -> ``fit(spec, train, validation, dt, seed=..., steps=..., perturb=...,
+#: regime=...)``.
 METHODS: Dict[str, Callable[..., ObjectFit]] = {
     'ccn': fit_ccn,
     'ccn-r': fit_ccn_r,
@@ -26,7 +28,8 @@ METHODS: Dict[str, Callable[..., ObjectFit]] = {
 
 
 def fit_object(spec: ObjectSpec, method: str, train: Trajectories, validation: Trajectories,
-               dt: float, seed: int = 0, steps: int = 400, perturb: bool = True) -> ObjectFit:
+               dt: float, seed: int = 0, steps: int = 400, perturb: bool = True,
+               regime: str = 'real') -> ObjectFit:
     """
     Learn an object with one of :data:`METHODS`.
 
@@ -38,12 +41,15 @@ def fit_object(spec: ObjectSpec, method: str, train: Trajectories, validation: T
     :param seed: seed of the initialisation and of the method's randomness.
     :param steps: maximum optimiser steps.
     :param perturb: start 0.5-1.5x the spec (the paper's protocol) instead of at it.
+    :param regime: Table 2's weights for real data (``'real'``, the default) or simulated
+        data (``'sim'``): the residual methods' regularisation (``contact_learning.REGIMES``).
     :return: the learned object.
-    :raises ValueError: for an unknown method or fewer than one training trajectory.
+    :raises ValueError: for an unknown method or regime, or no training trajectory.
     """
     if method not in METHODS:
         raise ValueError(f'unknown method {method!r}; valid: {", ".join(METHODS)}')
+    regime_weights(regime)
     if not len(train[0]):
         raise ValueError('no training trajectory')
     return METHODS[method](spec, train, validation, dt, seed=seed, steps=steps,
-                           perturb=perturb)
+                           perturb=perturb, regime=regime)

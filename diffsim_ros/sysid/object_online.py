@@ -72,12 +72,14 @@ def _median3(x: Tensor) -> Tensor:
     return torch.stack((padded[:-2], padded[1:-1], padded[2:])).median(0).values
 
 
-def pose_velocities(t: Tensor, q: Tensor) -> Tensor:
+def pose_velocities(t: Tensor, q: Tensor, median: bool = True) -> Tensor:
     """
     Return the velocities of stamped free-body poses as the shared tosses define them.
 
     :param t: ``(T,)`` stamps, s, increasing.
     :param q: ``(T, 7)`` configurations ``[p_world, quat (x, y, z, w)]``.
+    :param median: take the 3-tap median of the backward differences (for noisy mocap);
+        False leaves them raw (noise-free simulated poses, as the shared files store them).
     :return: ``(T, 6)`` ``[R^T p_dot, w_body]`` (module docstring); ``T >= 2``.
     :raises ValueError: fewer than two samples or stamps that do not increase.
     """
@@ -90,7 +92,9 @@ def pose_velocities(t: Tensor, q: Tensor) -> Tensor:
     relative = quat_multiply(quat_conjugate(q[:-1, 3:7]), q[1:, 3:7])
     angular = quat_log(relative) / dt
     backward = torch.cat((linear, angular), -1)
-    backward = _median3(torch.cat((backward[:1], backward)))
+    backward = torch.cat((backward[:1], backward))
+    if median:
+        backward = _median3(backward)
     return torch.cat((quat_rotate(quat_conjugate(q[:, 3:7]), backward[:, :3]),
                       backward[:, 3:]), -1)
 
