@@ -76,12 +76,10 @@ def test_loss_vanishes_on_contact_step_transitions_and_grows_with_wrong_paramete
     hop = (weights.w_comp * DT * 0.3 * step.impulses[..., 0]
            * v_t.squeeze(-1).norm(dim=-1)).sum(-1)
     assert torch.allclose(at_step, hop, rtol=1e-6, atol=1e-12)
-    assert float(hop.max()) < 1e-6
     # The minimum is no larger (to the inner solver's tolerance) and never negative.
     assert float(loss.min()) > -1e-12
     assert float((loss - at_step).max()) < 2e-5
     base = float(loss.mean())
-    assert base < 1e-6
     pi = model.inertial.reshape(-1)
     wrong = {'friction x0.5': cl.cube_parameters(contact.vertices[0], 0.15, pi),
              'vertices x1.2': cl.cube_parameters(1.2 * contact.vertices[0], 0.3, pi),
@@ -136,10 +134,9 @@ def test_training_recovers_hidden_friction_and_shape_from_simulated_tosses():
     # Hidden truth: mu 0.3, a 10 cm cube, inertia 0.0006 kg m^2; the data are 16 training and
     # 4 validation tosses made by contact_step (no noise), the start 0.5-1.5x the truth.
     # Tolerances: friction to 10 % (the friction gradient is exact: see the test above, and
-    # sliding contacts pin it); volume error below 0.25 and at most 60 % of the start. The
-    # shape is recovered less well than friction because contact at a distance is cheap
-    # (w_comp 1e-3: an impulse 1 cm away from the surface costs ~1e-4 of the prediction
-    # error it explains), so the learned ground can sink while the vertices grow to meet it.
+    # sliding contacts pin it); volume error within the paper's 10 % and at most 60 % of the
+    # start's; the validation loss closes 95 % of its gap to the loss at the truth (which is
+    # not zero: Anitescu's hop costs w_comp dt mu lambda_n |v_t| where a contact slides).
     model, contact = _cube(friction=0.3)
     q, v = _tosses(model, contact, 20, 60, seed=0, height=(0.1, 0.1), speed=1.5, spin=10.0)
     train, validation = cl.transitions(q[:16], v[:16]), cl.transitions(q[16:], v[16:])
@@ -154,8 +151,10 @@ def test_training_recovers_hidden_friction_and_shape_from_simulated_tosses():
     start_volume = cl.volume_error(start.vertices[0], true_vertices)
     volume = cl.volume_error(learned.vertices[0], true_vertices)
     assert abs(float(learned.friction) - 0.3) < 0.03, float(learned.friction)
-    assert volume < 0.25 and volume < 0.6 * start_volume, (start_volume, volume)
-    assert history['validation'][-1] < 1e-3 * history['validation'][0], history
+    assert volume < 0.1 and volume < 0.6 * start_volume, (start_volume, volume)
+    floor = float(cl.violation_loss(model, contact, *validation, DT).mean())
+    first, last = history['validation'][0], history['validation'][-1]
+    assert last - floor < 0.05 * (first - floor), (floor, history)
 
 
 def test_volume_error_is_exact_for_known_overlaps():

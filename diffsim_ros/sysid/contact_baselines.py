@@ -8,8 +8,8 @@ Bianchini, Halm, Posa et al., "Simultaneous Learning of Contact and Continuous D
 
 DiffSim (:func:`fit_diffsim`) learns CCN's parameters
 (:func:`~.contact_learning.object_parameters`: vertices, friction, inertia with the mass
-fixed, ground height; the same 0.5-1.5x start) with a *prediction* loss: from every recorded
-state ``x_k`` of a training toss the model is rolled
+fixed; :data:`~.contact_learning.LEARNED`, the ground held; the same 0.5-1.5x start) with a
+*prediction* loss: from every recorded state ``x_k`` of a training toss the model is rolled
 ``horizon`` steps with :func:`~diffsim_ros.core.contact_step` (Anitescu's step; gradients by
 implicit differentiation of the cone solver's optimum) and compared with the recorded
 ``x_{k+1} .. x_{k+horizon}``. The loss of one window is the mean over its steps of
@@ -43,7 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .contact_learning import (LENGTH_SCALE, object_models, ObjectFit, ObjectSpec,
+from .contact_learning import (LEARNED, LENGTH_SCALE, object_models, ObjectFit, ObjectSpec,
                                physical_summary, regime_weights, ResidualNetwork, rollout,
                                start_parameters, step_velocity, Trajectories, transitions)
 from ..core.configuration import semi_implicit_update
@@ -211,8 +211,8 @@ def train_prediction(spec: ObjectSpec, theta: Dict[str, Tensor],
     :return: the parameters with the lowest validation loss and a history (``step``,
         ``train``, ``validation`` lists).
     """
-    theta = {k: t.detach().clone().requires_grad_(True) for k, t in theta.items()}
-    groups = [{'params': list(theta.values()), 'lr': config.lr}]
+    theta = {k: t.detach().clone().requires_grad_(k in LEARNED) for k, t in theta.items()}
+    groups = [{'params': [t for k, t in theta.items() if k in LEARNED], 'lr': config.lr}]
     if residual is not None:
         groups.append({'params': list(residual.parameters()), 'lr': config.residual_lr})
     optimiser = torch.optim.Adam(groups)
