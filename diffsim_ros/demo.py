@@ -262,8 +262,9 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
         # the plant's streams are subscribed before the plant starts: nothing is lost
         early = {'/joint_states': 'sensor_msgs/msg/JointState',
                  f'/{info.controller_name}/commands': 'std_msgs/msg/Float64MultiArray'}
+        # commands logged at the state they answer, whatever order they arrive in
         recorder = Recorder(bag, types=early, exclude=('/clock', '/lockstep'), context=context,
-                            parameter_overrides=sim_time)
+                            timeline_topic='/joint_states', parameter_overrides=sim_time)
         spin(recorder)
         refits = _lockstep_identifier(args.robot)
         spin(Identifier(context=context, parameter_overrides=robot + sim_time + refits))

@@ -303,3 +303,20 @@ def test_commands_are_timed_on_the_timeline_of_the_states_they_answer():
     # a late command answering an older state never moves time back
     timeline.state(10.010, 10.010 + lag)
     assert timeline.command(10.010 + lag) == pytest.approx(10.108)
+
+
+def test_publication_timeline_places_by_publication_order_and_drains_at_the_end():
+    # source times: the order things were published in, whatever order they are taken in
+    from diffsim_ros.nodes.convert import PublicationTimeline
+    timeline = PublicationTimeline()
+    assert timeline.command('latched', 1) == []         # published before any state
+    assert timeline.state(0.5, 2) == [(None, 'latched')]   # no state to hold it on
+    assert timeline.command('u0', 3) == []   # a state published after it may still come
+    assert timeline.state(0.6, 4) == [(0.5, 'u0')]      # it did not: u0 answers 0.5
+    assert timeline.state(0.7, 6) == []                 # taken before u1, published after
+    assert timeline.command('u1', 5) == [(0.6, 'u1')]   # placed at once
+    assert timeline.state(0.7, 6) == []                 # a duplicate changes nothing
+    assert timeline.settled(0.6) and not timeline.settled(0.7)
+    assert timeline.command('u2', 7) == [] and timeline.settled(0.7)
+    assert not timeline.settled(0.8)
+    assert timeline.drain() == [(0.7, 'u2')] and timeline.drain() == []

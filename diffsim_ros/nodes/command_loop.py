@@ -18,12 +18,25 @@ dependency of the command rate on the message rate:
   loop at normal priority got 129 Hz (2 cores, load 10) whatever the node did.  Without
   the permission (``rtprio`` in ``/etc/security/limits.conf``, or root) it runs at normal
   priority and says so once.
+
+A real-time command thread still waits on two locks that normal-priority threads hold: the
+interpreter's (GIL) and the middleware's reader and writer locks (``take``, ``publish``).  On
+2 cores at load 9-18 (test_case5, two spinners beside the test) the command thread, never
+short of a core (run-queue wait 0), waited 6-139 ms for the GIL while the executor's thread,
+holding it, sat preempted by the spinners, and 17-90 ms in ``take``/``publish`` on a Fast DDS
+lock whose holder was preempted the same way: priority inversion, once or twice a second,
+whatever the message rate.  So the loop also raises the threads it waits on, one priority
+below itself: the executor's thread (:meth:`DeadlineLoop.add_helper`) and the middleware's
+threads (named ``dds.*``), never torch's worker pools, which spin.  The node's other threads
+wait for work without a polling timeout (the model gate's thread, polling at 10 Hz, was the
+preempted GIL holder of a 68 ms stall).  Their work itself (judging a model, an iLQR solve)
+still holds the GIL at normal priority.
 """
 
 from collections import deque
 import os
 import threading
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.clock import JumpThreshold
@@ -79,6 +92,63 @@ def take_messages(subscription, limit: int) -> List[Any]:
     return taken
 
 
+def middleware_threads() -> List[int]:
+    """
+    Return the native ids of this process's middleware threads (Fast DDS names them ``dds.*``).
+
+    :return: thread ids (empty where ``/proc`` is absent).
+    """
+    found = []
+    try:
+        tasks = os.listdir('/proc/self/task')
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f'/proc/self/task/{tid}/comm') as comm:
+                if comm.read().startswith('dds.'):
+                    found.append(int(tid))
+        except OSError:   # the thread ended meanwhile
+            continue
+    return found
+
+
+def raise_threads(helpers: Sequence[int], priority: int) -> Dict[int, Tuple[int, int]]:
+    """
+    Give ``helpers`` and the middleware's threads ``SCHED_FIFO`` at ``priority``.
+
+    Threads they start later get normal scheduling (``SCHED_RESET_ON_FORK``).
+
+    :param helpers: native thread ids (``threading.get_native_id()``).
+    :param priority: ``SCHED_FIFO`` priority, 1-99.
+    :return: ``{id: (policy, priority) before}`` of the threads raised (a thread that ended
+        or refused is left out).
+    """
+    raised = {}
+    for tid in dict.fromkeys([*helpers, *middleware_threads()]):
+        try:
+            before = (os.sched_getscheduler(tid), os.sched_getparam(tid).sched_priority)
+            os.sched_setscheduler(tid, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK,
+                                  os.sched_param(priority))
+        except (AttributeError, OSError):
+            continue
+        raised[tid] = before
+    return raised
+
+
+def restore_threads(raised: Dict[int, Tuple[int, int]]) -> None:
+    """
+    Give threads back the scheduling :func:`raise_threads` found (those still running).
+
+    :param raised: what :func:`raise_threads` returned.
+    """
+    for tid, (policy, priority) in raised.items():
+        try:
+            os.sched_setscheduler(tid, policy, os.sched_param(priority))
+        except OSError:   # ended meanwhile
+            continue
+
+
 class DeadlineLoop:
     """
     Call ``tick()`` on a thread at the deadlines ``k * period`` of a node's clock.
@@ -97,14 +167,21 @@ class DeadlineLoop:
     :param name: thread name.
     :param priority: ``SCHED_FIFO`` priority (1-99) of the thread on the wall clock; 0 keeps
         normal scheduling (and so does simulated time, where the loop follows ``/clock``).
+
+    With real-time scheduling granted, the middleware's threads and the threads given to
+    :meth:`add_helper` run ``SCHED_FIFO`` one priority below the loop until :meth:`stop`.
     """
 
     def __init__(self, node, period: float, tick: Callable[[], None], name: str,
                  priority: int = 0) -> None:
         """Start the thread at once."""
         self._priority = int(priority)
+        self._helpers: List[int] = []
+        self._helpers_lock = threading.Lock()
         #: Whether the thread runs with real-time scheduling (set when it starts).
         self.realtime = False
+        #: Native ids of the threads raised with it and their policies before.
+        self.raised: Dict[int, Tuple[int, int]] = {}
         self._node, self._clock = node, node.get_clock()
         self._period_ns = max(1, int(round(period * 1e9)))
         self._tick = tick
@@ -168,7 +245,26 @@ class DeadlineLoop:
                 f'command loop at normal priority (SCHED_FIFO {self._priority} refused: '
                 f'{error}); other load on this machine can delay commands')
             return
-        self.realtime = True
+        with self._helpers_lock:
+            self.realtime = True
+            self.raised = raise_threads(self._helpers, self._helper_priority)
+
+    @property
+    def _helper_priority(self) -> int:
+        return max(1, self._priority - 1)
+
+    def add_helper(self, native_id: int) -> None:
+        """
+        Raise a thread whose GIL holds a tick waits on with the loop (the executor's thread).
+
+        :param native_id: ``threading.get_native_id()`` of the thread; raised at once when the
+            loop already runs real-time, else when it gets real-time scheduling.
+        """
+        with self._helpers_lock:
+            self._helpers.append(native_id)
+            if self.realtime:   # (middleware threads raised again keep their first policy)
+                for tid, before in raise_threads([native_id], self._helper_priority).items():
+                    self.raised.setdefault(tid, before)
 
     def _run(self) -> None:
         self._schedule()
@@ -237,3 +333,6 @@ class DeadlineLoop:
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=timeout)
         self._jumps.unregister()
+        with self._helpers_lock:
+            restore_threads(self.raised)
+            self.raised = {}

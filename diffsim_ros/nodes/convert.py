@@ -7,10 +7,11 @@ by name), so the nodes can hand plain arrays to the library.  A rejected message
 and drop the message.
 """
 
+from bisect import bisect_left
 from collections import deque
 import math
 import time
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from builtin_interfaces.msg import Time
 from geometry_msgs.msg import PoseStamped
@@ -18,9 +19,9 @@ import numpy as np
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
-__all__ = ['CommandTimeline', 'MessageError', 'ThrottledLogger', 'commands_array', 'commands_msg',
-           'joint_state_arrays', 'joint_state_msg', 'pose_matrix', 'pose_msg',
-           'sec_to_stamp', 'stamp_to_ns', 'stamp_to_sec']
+__all__ = ['CommandTimeline', 'MessageError', 'PublicationTimeline', 'ThrottledLogger',
+           'commands_array', 'commands_msg', 'joint_state_arrays', 'joint_state_msg',
+           'pose_matrix', 'pose_msg', 'sec_to_stamp', 'stamp_to_ns', 'stamp_to_sec']
 
 
 class MessageError(ValueError):
@@ -297,6 +298,101 @@ class CommandTimeline:
             t = stamp + max(0.0, arrival - at)
         self._last = max(self._last, t)
         return self._last
+
+
+class PublicationTimeline:
+    """
+    Time commands by the state published last before them (simulated time, one host).
+
+    A lockstep simulated plant (:mod:`~diffsim_ros.nodes.lockstep`) publishes state ``k``, then
+    ``/clock``, and publishes state ``k + 1`` only after the controller's command answering
+    ``k``; it applies that command from state ``k``'s stamp on.  On the one clock of the host
+    running the graph, the command's DDS source timestamp therefore lies between those of
+    the two states, and this timeline gives it state ``k``'s stamp: the same whatever order
+    the node's executor takes ``/clock``, the states and the commands in.  Timed by arrival
+    on the simulated clock (:class:`CommandTimeline`), commands landed a tick early or late
+    as the executor's order fell: the commands held onto the states of the demo's first
+    refit differed between two runs at 44 % of the states, and so did the models the
+    identifier accepted.  A command taken before the state published before it waits
+    for that state.
+
+    :param keep: states remembered (their source times and stamps).
+    """
+
+    def __init__(self, keep: int = 4096) -> None:
+        """Start with no state and no command seen."""
+        self._keep = keep
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget states and waiting commands (time started over)."""
+        self._sources: List[int] = []   # source ns of the states, increasing
+        self._stamps: List[float] = []
+        self._waiting: List[Tuple[int, Any]] = []
+        self._newest_command = -1
+        self._last = -math.inf
+
+    def state(self, stamp: float, source_ns: int) -> List[Tuple[float, Any]]:
+        """
+        Record a state; return the waiting commands it places.
+
+        :param stamp: its stamp, s.
+        :param source_ns: its DDS source timestamp, ns.
+        :return: ``[(time s, command)]`` in publication order; the time is None for a
+            command published before every state remembered.
+        """
+        if self._sources and source_ns <= self._sources[-1]:
+            return []   # a duplicate or a reordered sample: the order is the publisher's
+        self._sources.append(source_ns)
+        self._stamps.append(stamp)
+        if len(self._sources) > 2 * self._keep:
+            del self._sources[:self._keep], self._stamps[:self._keep]
+        placed = [c for c in self._waiting if c[0] < source_ns]
+        self._waiting = [c for c in self._waiting if c[0] >= source_ns]
+        return [self._place(*c) for c in placed]
+
+    def command(self, command: Any, source_ns: int) -> List[Tuple[float, Any]]:
+        """
+        Record a command; return it timed, or nothing while its state has not been taken.
+
+        :param command: the command (any object).
+        :param source_ns: its DDS source timestamp, ns.
+        :return: ``[(time s, command)]`` (empty while it waits; the time is None for a command
+            published before every state remembered).
+        """
+        self._newest_command = max(self._newest_command, source_ns)
+        if not self._sources or self._sources[-1] < source_ns:
+            self._waiting.append((source_ns, command))
+            return []
+        return [self._place(source_ns, command)]
+
+    def drain(self) -> List[Tuple[float, Any]]:
+        """
+        Return the waiting commands, timed at the newest state (the stream has ended).
+
+        :return: ``[(time s, command)]`` (time None before any state).
+        """
+        waiting, self._waiting = self._waiting, []
+        newest = self._stamps[-1] if self._stamps else None
+        return [(newest, command) for _, command in waiting]
+
+    def settled(self, stamp: float) -> bool:
+        """
+        Return whether every command answering the states up to ``stamp`` has been placed.
+
+        :param stamp: s; true once a state stamped ``stamp`` or later and a command published
+            after that state have been taken (publishers keep their order).
+        """
+        i = bisect_left(self._stamps, stamp) if self._stamps and \
+            self._stamps[-1] >= stamp else None
+        return i is not None and self._newest_command > self._sources[i]
+
+    def _place(self, source_ns: int, command: Any) -> Tuple[Optional[float], Any]:
+        i = bisect_left(self._sources, source_ns) - 1
+        if i < 0:
+            return None, command   # before the states remembered
+        self._last = max(self._last, self._stamps[i])
+        return self._last, command
 
 
 class ThrottledLogger:

@@ -55,8 +55,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool, Trigger
 
-from .convert import (commands_array, CommandTimeline, MessageError, pose_matrix, stamp_to_sec,
-                      ThrottledLogger)
+from .convert import (commands_array, CommandTimeline, MessageError, pose_matrix,
+                      PublicationTimeline, stamp_to_sec, ThrottledLogger)
 from .gates import StateGate, StateGateConfig
 from .identifier_config import (complete_estimator, engine_options, IdentifierConfig,
                                 PHYSICAL_ESTIMATORS)
@@ -70,7 +70,10 @@ from ..robots.message import model_message, parameters_message
 from ..sysid.estimators import ESTIMATORS
 from ..sysid.online import Decision, DecisionLog, OnlineEngine
 
-__all__ = ['Identifier', 'IdentifierConfig', 'engine_options', 'main']
+__all__ = ['DATA_WAIT_S', 'Identifier', 'IdentifierConfig', 'engine_options', 'main']
+
+#: Wall seconds a refit under simulated time waits for the data up to its due time.
+DATA_WAIT_S = 2.0
 
 
 class Identifier(Node):
@@ -106,6 +109,13 @@ class Identifier(Node):
         self.messages = {'received': 0, 'decimated': 0}
         self._lock = threading.Lock()
         self._timeline = CommandTimeline()   # commands timed on the states' timeline
+        # simulated time: commands timed by publication order, and a refit waits until the
+        # data up to its due time are all in (a lockstep plant holds there meanwhile)
+        self._simulated = bool(self.get_parameter('use_sim_time').value)
+        self._published = PublicationTimeline()
+        self._states_published = False   # the last state came with its source time
+        self._due = None   # simulated due time of the refit asked for, s
+        self.incomplete_refits = 0
         # integer nanoseconds: an exact 1 kHz stream differs by exactly 10**6 ns, where float
         # epoch seconds lose ~1e-7 s and dropped 39 % of such samples against a 1 ms interval
         self._min_interval_ns = int(round(
@@ -130,9 +140,11 @@ class Identifier(Node):
         # process (the worker thread preparing a window) must not cost the 1 kHz stream
         stream = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=500,
                             reliability=ReliabilityPolicy.BEST_EFFORT)
-        self.create_subscription(JointState, config.joint_states_topic, self._on_joint_state,
-                                 stream)
-        self.create_subscription(Float64MultiArray, self.command_topic, self._on_command, 10)
+        # two-argument callbacks: rclpy passes the message info (source times) only to those
+        self.create_subscription(JointState, config.joint_states_topic,
+                                 lambda msg, info: self._on_joint_state(msg, info), stream)
+        self.create_subscription(Float64MultiArray, self.command_topic,
+                                 lambda msg, info: self._on_command(msg, info), 10)
         for body in config.mocap_bodies:
             self.create_subscription(PoseStamped, f'{config.mocap_topic_prefix}/{body}',
                                      lambda msg, body=body: self._on_pose(body, msg),
@@ -144,7 +156,7 @@ class Identifier(Node):
         self._wake, self._stop = threading.Event(), threading.Event()
         self._worker = threading.Thread(target=self._work, daemon=True)
         self._worker.start()
-        self._refit_timer = self.create_timer(config.refit_period, self._wake.set)
+        self._refit_timer = self.create_timer(config.refit_period, self._on_refit_timer)
         self._lockstep.hold_until_next_call(self._refit_timer)
         self.create_timer(config.diagnostics_period, self.publish_diagnostics)
         self._publish_model()
@@ -173,40 +185,62 @@ class Identifier(Node):
         with self._lock:
             self.engine.reset()   # window and memory emptied, a running fit discarded
             self._timeline.reset()
+            self._published.reset()
             self._last_ns = None
             self.log.clear()
 
-    def _on_joint_state(self, msg: JointState) -> None:
+    def _source_ns(self, info) -> int:
+        """Return a message's DDS source time under simulated time (0: time by arrival)."""
+        return int(info.get('source_timestamp', 0)) if self._simulated and info else 0
+
+    def _on_joint_state(self, msg: JointState, info=None) -> None:
         """Gate one joint state and append it to the window (decimated)."""
         self.messages['received'] += 1
         now_ns = self.get_clock().now().nanoseconds
         sample = self.state_gate.admit(msg, now_ns)
         if sample is None:
             return
+        source_ns = self._source_ns(info)
         with self._lock:
             if sample.restart:   # time started over (sim reset, bag loop): forget the past
                 self.engine.restart()   # window emptied, memory forgotten
                 self._timeline.reset()
-            self._timeline.state(sample.t, now_ns * 1e-9)   # decimated or not: the newest
-            if not sample.restart and self._last_ns is not None and \
-                    sample.stamp_ns - self._last_ns < self._min_interval_ns:
+                self._published.reset()
+            # decimated or not: the newest state times the commands
+            self._timeline.state(sample.t, now_ns * 1e-9)
+            placed = self._published.state(sample.t, source_ns) if source_ns else []
+            self._states_published = bool(source_ns)
+            decimated = not sample.restart and self._last_ns is not None and \
+                sample.stamp_ns - self._last_ns < self._min_interval_ns
+            if decimated:
                 self.messages['decimated'] += 1
-                return
-            self._last_ns = sample.stamp_ns
-            self.engine.window.add_state(sample.t, sample.q, sample.qd, sample.effort)
+            else:
+                self._last_ns = sample.stamp_ns
+                self.engine.window.add_state(sample.t, sample.q, sample.qd, sample.effort)
+            self._add_commands(placed)
 
-    def _on_command(self, msg: Float64MultiArray) -> None:
+    def _on_command(self, msg: Float64MultiArray, info=None) -> None:
         """Store a command, timed on the states' timeline, for the zero-order hold."""
         try:
             u = commands_array(msg, len(self.estimator_config.command_joints))
         except MessageError as error:
             self.warnings.warn('commands', f'dropped: {error}')
             return
+        source_ns = self._source_ns(info)
         with self._lock:
+            if source_ns and self._states_published:   # both streams carry source times
+                self._add_commands(self._published.command(u, source_ns))
+                return
             t = self._timeline.command(self.get_clock().now().nanoseconds * 1e-9)
-            added = self.engine.window.add_command(t, u)
-        if not added:
-            self.warnings.warn('commands', 'dropped: the clock went back')
+            self._add_commands([(t, u)])
+
+    def _add_commands(self, timed) -> None:
+        """Add ``[(t, u)]`` to the window (the caller holds the lock)."""
+        for t, u in timed:
+            if t is None:   # published before the states in the window: nothing to hold
+                continue
+            if not self.engine.window.add_command(t, u):
+                self.warnings.warn('commands', 'dropped: the clock went back')
 
     def _on_pose(self, body: str, msg: PoseStamped) -> None:
         """Store a motion-capture pose."""
@@ -219,13 +253,48 @@ class Identifier(Node):
             self.warnings.warn(f'mocap/{body}', 'dropped: duplicate or out-of-order stamp')
 
     # -- refits ----------------------------------------------------------------------------
+    def _on_refit_timer(self) -> None:
+        """Ask the worker for a refit of the data up to now (the simulated due time)."""
+        self._due = self.get_clock().now().nanoseconds * 1e-9
+        self._wake.set()
+
+    def _await_data(self, due: float) -> None:
+        """
+        Under simulated time, wait until the window holds every sample up to ``due``.
+
+        The timer fires once the clock reaches ``due``, while states and commands stamped
+        before it may still wait in the executor's queue: what a refit saw, and so what it
+        accepted, depended on the machine.  In lockstep the plant holds at ``due`` until the
+        refit has finished, and the window is complete once a state stamped ``due`` and the
+        command published after it, which answers it, are in.  Without them (no controller,
+        a lost state) the refit goes on after :data:`DATA_WAIT_S` wall seconds and is
+        counted (``incomplete_refits`` on ``/diagnostics``).
+
+        :param due: simulated due time of the refit, s.
+        """
+        deadline = time.monotonic() + DATA_WAIT_S
+        while not self._stop.is_set():
+            with self._lock:
+                if self._published.settled(due):
+                    # the command after the newest state answers it: the plant applies it
+                    # from that state's stamp, and no later state will place it before
+                    self._add_commands(self._published.drain())
+                    return
+            if time.monotonic() > deadline:
+                self.incomplete_refits += 1
+                self.warnings.warn('refit', f'data up to t = {due:.3f} s incomplete after '
+                                   f'{DATA_WAIT_S:g} s: refitting on what arrived')
+                return
+            time.sleep(0.001)
+
     def _work(self) -> None:
         """Worker thread: refit whenever the timer asks and the node is not frozen."""
         while not self._stop.is_set():
-            if not self._wake.wait(0.1):
-                continue
+            self._wake.wait()   # the timer or destroy_node wakes it
             self._wake.clear()
             if not self.frozen and not self._stop.is_set():
+                if self._simulated and self._due is not None:
+                    self._await_data(self._due)
                 self.refit()
             self._lockstep.hold_until_next_call(self._refit_timer)   # this one is done
 
@@ -279,6 +348,7 @@ class Identifier(Node):
                   'window_fill': min(window.span() / self.config.window, 1.0),
                   'window_samples': len(window), 'memory_cells': len(self.memory),
                   'drops': self.warnings.total, **self.state_gate.values(),
+                  'incomplete_refits': self.incomplete_refits,
                   **{f'drops/{key}': count for key, count in self.warnings.drops.items()},
                   **self.log.values()}
         status = DiagnosticStatus(

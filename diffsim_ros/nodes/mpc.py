@@ -208,6 +208,17 @@ class MpcNode(Node):
         self._loop = DeadlineLoop(self, self._command_period, self._on_command, 'mpc-commands',
                                   config.command_priority)
 
+    def spun_on(self, native_id: int) -> None:
+        """
+        Hear which thread spins this node's executor (:func:`~.runtime.run_node` says so).
+
+        A command tick waits for that thread's GIL holds: it runs real-time with the command
+        loop (:mod:`~diffsim_ros.nodes.command_loop`).
+
+        :param native_id: ``threading.get_native_id()`` of the spinning thread.
+        """
+        self._loop.add_helper(native_id)
+
     @property
     def controller(self):
         """Return what the planner runs: the iLQR, the MPPI or a baseline."""
@@ -282,9 +293,10 @@ class MpcNode(Node):
         self._warm_up()
         self.ready.set()
         while not self._stop.is_set():
-            if not self._solve_event.wait(0.1):
-                continue
+            self._solve_event.wait()   # destroy_node wakes it: no polling (command_loop.py)
             self._solve_event.clear()
+            if self._stop.is_set():
+                return
             self._solve()
 
     def _solve(self) -> None:

@@ -13,7 +13,14 @@ Topics whose type is known in advance (``types``) are subscribed at once, best-e
 volatile (which matches every publisher), so a recording started before its publishers
 loses nothing of their first messages to discovery.
 
-Log times are the node's clock, so with ``use_sim_time`` the bag carries simulated time.
+Log times are the node's clock, so with ``use_sim_time`` the bag carries simulated time.  Under
+simulated time with a ``timeline_topic`` (the plant's joint states) they follow publication
+instead of arrival: a message of that topic is logged at its header stamp, any other at the
+stamp of the last one published before it (DDS source times, one host's clock), so that a
+header-less command answering state ``k`` is logged at state ``k``'s stamp
+(:class:`~diffsim_ros.nodes.convert.PublicationTimeline`).  Logged at arrival on the
+simulated clock, the demo's commands fell a tick early or late with the executor's order:
+the same plant run, recorded twice, gave two different 1 s prediction errors.
 """
 
 import importlib
@@ -22,7 +29,9 @@ from typing import Dict, Mapping, Optional, Sequence
 
 from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
+from rclpy.serialization import deserialize_message
 
+from .convert import PublicationTimeline, stamp_to_ns
 from ..io.bags import BagWriter
 
 __all__ = ['Recorder', 'message_class']
@@ -57,6 +66,8 @@ class Recorder(Node):
     :param exclude: topics never recorded (e.g. ``/clock``: ``ros2 bag play --clock``
         publishes its own).
     :param discovery_period: seconds between topic discoveries.
+    :param timeline_topic: under ``use_sim_time``, the stamped topic whose publication order
+        times the others (module docstring); ``None``: log times are arrival times.
     :param node_name: ROS node name.
     :param kwargs: passed to ``rclpy.node.Node`` (e.g. ``context``, ``parameter_overrides``).
     """
@@ -65,10 +76,14 @@ class Recorder(Node):
 
     def __init__(self, path, topics: Optional[Sequence[str]] = None,
                  types: Optional[Mapping[str, str]] = None, exclude: Sequence[str] = (),
-                 discovery_period: float = 0.5, node_name: str = 'recorder', **kwargs) -> None:
+                 discovery_period: float = 0.5, timeline_topic: Optional[str] = None,
+                 node_name: str = 'recorder', **kwargs) -> None:
         """Open the bag and start discovering topics."""
         super().__init__(node_name, **kwargs)
         self._lock = threading.Lock()
+        simulated = bool(self.get_parameter('use_sim_time').value)
+        self._timeline_topic = timeline_topic if simulated else None
+        self._timeline = PublicationTimeline()
         self._writer = BagWriter(path, overwrite=True)
         self._wanted = None if topics is None else frozenset(topics)
         self._excluded = frozenset(self.IGNORED) | frozenset(exclude)
@@ -123,22 +138,37 @@ class Recorder(Node):
             return
         self.counts[topic] = 0
         self._recorded[topic] = self.create_subscription(
-            cls, topic, self._callback(topic, type_name), qos, raw=True)
+            cls, topic, self._callback(topic, type_name, cls), qos, raw=True)
 
-    def _callback(self, topic: str, type_name: str):
-        def write(data: bytes) -> None:
-            stamp = self.get_clock().now().nanoseconds
+    def _callback(self, topic: str, type_name: str, cls):
+        def write(data: bytes, info) -> None:
+            now = self.get_clock().now().nanoseconds
             with self._lock:
                 if self._writer is None:
                     return
-                self._writer.raw(topic, type_name, data, stamp)
                 self.counts[topic] += 1
+                source = int(info.get('source_timestamp', 0)) if self._timeline_topic else 0
+                if not source:
+                    self._writer.raw(topic, type_name, data, now)
+                elif topic == self._timeline_topic:
+                    stamp = stamp_to_ns(deserialize_message(data, cls).header)
+                    self._writer.raw(topic, type_name, data, stamp)
+                    self._write_timed(self._timeline.state(stamp, source), now)
+                else:
+                    self._write_timed(self._timeline.command((topic, type_name, data), source),
+                                      now)
         return write
+
+    def _write_timed(self, timed, now: int) -> None:
+        """Write ``[(log time ns or None, (topic, type, data))]`` (None: ``now``)."""
+        for stamp, (topic, type_name, data) in timed:
+            self._writer.raw(topic, type_name, data, now if stamp is None else int(stamp))
 
     def close(self) -> None:
         """Stop recording and finish the bag (idempotent)."""
         with self._lock:
             if self._writer is not None:
+                self._write_timed(self._timeline.drain(), self.get_clock().now().nanoseconds)
                 self._writer.close()
                 self._writer = None
 

@@ -19,6 +19,7 @@ negligible switching cost.
 import inspect
 import re
 import sys
+import threading
 import traceback
 from types import TracebackType
 from typing import Callable, List, Optional
@@ -177,6 +178,9 @@ def run_node(node_factory: Callable[[], Node], args: Optional[List[str]] = None)
         else:
             executor = SingleThreadedExecutor()
             executor.add_node(node)
+            spun_on = getattr(node, 'spun_on', None)
+            if spun_on is not None:   # a node whose real-time thread waits on this one's GIL
+                spun_on(threading.get_native_id())
             executor.spin()
     except (KeyboardInterrupt, ExternalShutdownException):
         pass

@@ -403,8 +403,9 @@ class ModelGate:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            if not self._wake.wait(0.1):
-                continue
+            # no polling timeout: close() wakes it; a thread waking to poll takes the GIL,
+            # and preempted while holding it, it stalls a real-time command loop (mpc)
+            self._wake.wait()
             self._wake.clear()
             with self._pending_lock:
                 job, self._pending = self._pending, None
