@@ -378,11 +378,6 @@ def test_ccn_r_trains_and_its_residual_stays_small_on_residual_free_data():
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason=(
-    'measured 2026-11-27: the best-validation residual averages (2.77, -0.04, -0.75) m/s^2 '
-    'against (3, 0, 0): the horizontal push is learned to 8 %, but a spurious vertical '
-    'part appears (resting contact can cancel it at no cost) and the validation loss rises '
-    'after 25 steps (1.1e-4 -> 2.6e-4); not yet understood, see the issue-17 note'))
 def test_ccn_r_residual_learns_an_unmodelled_force_field():
     # Slow: 150 steps on 8 tosses. The data are made with a constant horizontal
     # acceleration of 3 m/s^2 the cube model lacks; with the paper's simulation weights
