@@ -229,6 +229,30 @@ def test_benchmark_runs_quick_as_a_user_would(data_dir, tmp_path):
         assert 0.0 <= row['volume_error'] < 2.0 and row['friction'] > 0.0
 
 
+@pytest.mark.slow
+def test_weight_search_runs_quick_and_judges_on_tosses_no_curve_uses(data_dir, tmp_path):
+    """Run ``python benchmarks/contact_weights.py --quick``; its tosses are nobody else's."""
+    root = Path(__file__).resolve().parent.parent
+    script = root / 'benchmarks' / 'contact_weights.py'
+    out = tmp_path / 'weights.json'
+    result = subprocess.run([sys.executable, str(script), '--quick', '--threads', '1',
+                             '--data', str(data_dir), '--json', str(out)],
+                            capture_output=True, text=True, cwd=root, timeout=600)
+    assert result.returncode == 0, result.stderr
+    payload = json.loads(out.read_text())
+    assert '(chosen)' in result.stdout
+    assert payload['chosen']['score'] == min(p['score'] for p in payload['pairs'])
+    sys.path.insert(0, str(root))
+    try:
+        from benchmarks import contact_learning as curves
+    finally:
+        sys.path.remove(str(root))
+    train, val, test = curves.split(570, 256, 16, 50, 0)
+    chosen_from = set(payload['selection_tosses'])
+    assert len(chosen_from) == 4
+    assert not chosen_from & (set(train) | set(val) | set(test))
+
+
 def test_fit_object_refuses_unknown_methods_and_empty_training_sets():
     from diffsim_ros.sysid.object_learning import fit_object
     model, _ = _cube()
