@@ -43,7 +43,7 @@ except ImportError:  # run as ``python benchmarks/elbow_learning.py``
 from diffsim_ros.io.object_urdf import elbow_spec  # noqa: I100
 from diffsim_ros.io.tosses import load_elbow_tosses, TossSet
 from diffsim_ros.sysid import contact_learning as cl
-from diffsim_ros.sysid.object_learning import fit_object
+from diffsim_ros.sysid.object_learning import fit_object, METHODS
 
 HORIZON = 16
 ERROR_KEYS = ('position_m', 'orientation_rad', 'hinge_rad')
@@ -122,7 +122,7 @@ def full_errors(predict: Predictor, tosses: TossSet,
 
 def predictors(fit: cl.ObjectFit, tosses: TossSet) -> Dict[str, Predictor]:
     """
-    Return the three models' predictors: CCN, and the nominal URDF in ours and in MuJoCo.
+    Return the three models' predictors: the learned one, the nominal URDF in ours and MuJoCo.
 
     :param fit: the learned elbow.
     :param tosses: the tosses (dt, URDF, nominal friction).
@@ -133,7 +133,7 @@ def predictors(fit: cl.ObjectFit, tosses: TossSet) -> Dict[str, Predictor]:
     mj_model = toss_bench.mujoco_model(tosses, tosses.dt / toss_bench.CONTACT_SUBSTEPS,
                                        contact=True)
     return {
-        'ccn': lambda x0, steps: fit.predict(x0, steps, tosses.dt)[..., :nq],
+        fit.method: lambda x0, steps: fit.predict(x0, steps, tosses.dt)[..., :nq],
         'ours_nominal': lambda x0, steps: cl.rollout(spec.model, spec.contact, x0, steps,
                                                      tosses.dt)[..., :nq],
         'mujoco_nominal': lambda x0, steps: toss_bench.rollout_mujoco(
@@ -142,9 +142,12 @@ def predictors(fit: cl.ObjectFit, tosses: TossSet) -> Dict[str, Predictor]:
 
 def run(data: Path, n_train: int, seed: int, n_val: int, n_test: int, steps: int,
         horizon: int = HORIZON, stride: int = 1, split_seed: int = 0,
-        limit: Optional[int] = None, perturb: bool = True) -> Dict[str, Any]:
+        limit: Optional[int] = None, perturb: bool = True,
+        method: str = 'ccn') -> Dict[str, Any]:
     """
-    Train CCN on ``n_train`` elbow tosses; evaluate it and the nominal URDF on the test set.
+    Learn the elbow from ``n_train`` tosses; evaluate it and the nominal URDF on the test set.
+
+    ``method`` is a key of ``sysid.object_learning.METHODS`` (CCN by default).
 
     :return: the JSON payload (see the module docstring).
     """
@@ -154,7 +157,7 @@ def run(data: Path, n_train: int, seed: int, n_val: int, n_test: int, steps: int
     train = ([tosses.q[i] for i in train_i], [tosses.v[i] for i in train_i])
     validation = ([tosses.q[i] for i in val_i], [tosses.v[i] for i in val_i])
     start = time.perf_counter()
-    fit = fit_object(spec, 'ccn', train, validation, tosses.dt, seed=seed, steps=steps,
+    fit = fit_object(spec, method, train, validation, tosses.dt, seed=seed, steps=steps,
                      perturb=perturb)
     seconds = {'train_s': time.perf_counter() - start}
     windows = horizon_windows(tosses, test_i, horizon, stride)
@@ -171,7 +174,7 @@ def run(data: Path, n_train: int, seed: int, n_val: int, n_test: int, steps: int
             'train_transitions': sum(len(tosses.q[i]) - 2 for i in train_i),
             'dt': tosses.dt, 'horizon': horizon, 'window_stride': stride,
             'windows': len(windows), 'steps': steps,
-            'start_from': 'paper' if perturb else 'nominal',
+            'start_from': 'paper' if perturb else 'nominal', 'method': method,
             'weights': cl.TrainConfig().weights.__dict__,
             'learned': fit.summary(), 'start': fit.start, 'history': fit.history,
             'errors': errors, 'seconds': seconds}
@@ -225,17 +228,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--start', choices=('paper', 'nominal'), default='paper',
                         help='paper: 0.5-1.5x the URDF, random box inertias (appendix A.4, '
                              'default); nominal: the URDF itself')
+    parser.add_argument('--method', choices=tuple(METHODS), default='ccn',
+                        help='the learning method (sysid.object_learning.METHODS)')
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     data = _common.data_root(args.data, 'elbow_learning.py')
     if args.quick:
         payload = run(data, min(args.train_tosses, 2), args.seed, 2, 3, 6, args.horizon,
                       max(args.window_stride, 8), args.split_seed, limit=40,
-                      perturb=args.start == 'paper')
+                      perturb=args.start == 'paper', method=args.method)
     else:
         payload = run(data, args.train_tosses, args.seed, args.validation_tosses,
                       args.test_tosses, args.steps, args.horizon, args.window_stride,
-                      args.split_seed, perturb=args.start == 'paper')
+                      args.split_seed, perturb=args.start == 'paper', method=args.method)
     payload['machine'] = _common.machine_info(('torch', 'mujoco', 'scipy'))
     payload['quick'] = args.quick
     print(markdown(payload))
