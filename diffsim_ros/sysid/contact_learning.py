@@ -425,10 +425,11 @@ class TrainConfig:
         learned by default: it is nearly degenerate with the vertices (a cube grown by ``d``
         on a ground sunk by ``d`` rests the same; only edge and corner contacts tell them
         apart), and the data's own frame is the table's. Measured on the real cube (64
-        tosses, perturbed start, ``w_comp`` 1): learned, the ground sinks 9.9 mm and the
-        cube grows to 60 mm half widths (volume error 0.29); held at 0, 50.8-51.0 mm
-        (volume error 0.115-0.127; the recorded resting cube reads about 2 mm below z = 0,
-        which the learned cube absorbs by shrinking).
+        tosses, perturbed start, ``w_comp`` 1, ``w_pen`` 100): learned, the ground sinks
+        9.9 mm and the cube grows to 60 mm half widths (volume error 0.29); held at 0,
+        50.8-51.0 mm (volume error 0.115-0.127; the recorded resting cube reads about 2 mm
+        below z = 0, which the learned cube absorbs by shrinking; with the chosen ``w_pen``
+        10, 51.4 mm and 0.086).
     """
 
     steps: int = 500
@@ -903,9 +904,9 @@ def start_parameters(spec: ObjectSpec, seed: int, perturb: bool) -> Dict[str, Te
     return object_parameters(vertices, float(spec.contact.friction), spec.model.inertial)
 
 
-#: Table 2's CCN weights by the data they suit: ``'real'`` (the defaults) and ``'sim'`` (the
-#: residual regularised far less, ``w_res`` 1e-3 and ``w_res_w`` 0: the paper's simulated
-#: studies have larger model-to-actual gaps).
+#: CCN's weights by the data they suit: ``'real'`` (the defaults) and ``'sim'`` (Table 2's
+#: simulation weights for the residual, regularised far less, ``w_res`` 1e-3 and
+#: ``w_res_w`` 0: the paper's simulated studies have larger model-to-actual gaps).
 REGIMES: Dict[str, ViolationWeights] = {
     'real': ViolationWeights(), 'sim': ViolationWeights(w_res=1e-3, w_res_w=0.0)}
 
