@@ -100,6 +100,38 @@ def test_config_rejects_bad_values():
 
 
 @pytest.mark.ros
+def test_states_and_commands_are_timed_by_their_dds_receive_times(ros_context, executor):
+    # The monitor times messages by when the middleware took them, not when the executor
+    # (late under load) ran the callback: rclpy hands the receive time only to a callback
+    # that takes the message info, which the monitor's did not (every arrival was then the
+    # node clock at callback time).
+    robot = 'qube'
+    info = robots.get(robot)
+    monitor = executor.add_node(MonitorNode(context=ros_context, parameter_overrides=[
+        Parameter('robot', value=robot)]))
+    seen = []
+    arrival = monitor._arrival
+
+    def spy(message_info):
+        seen.append(message_info)
+        return arrival(message_info)
+    monitor._arrival = spy
+    node = executor.add_node(rclpy.create_node('fake_driver', context=ros_context))
+    states = node.create_publisher(JointState, 'joint_states', qos_profile_sensor_data)
+    commands = node.create_publisher(Float64MultiArray, '/effort_controller/commands', 10)
+    zeros = [0.0] * len(info.joint_names)
+
+    def publish():
+        msg = JointState(name=list(info.joint_names), position=zeros, velocity=zeros)
+        msg.header.stamp = node.get_clock().now().to_msg()
+        states.publish(msg)
+        commands.publish(Float64MultiArray(data=[0.0] * len(info.command_joints)))
+        return len(seen) >= 2
+    assert wait_for(publish, 10.0), seen
+    assert all(m is not None and m['received_timestamp'] > 0 for m in seen), seen
+
+
+@pytest.mark.ros
 def test_publishes_markers_ghost_states_and_nmse(ros_context, executor):
     robot = 'qube'
     info = robots.get(robot)

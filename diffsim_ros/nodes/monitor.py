@@ -171,9 +171,13 @@ class MonitorNode(Node):
         self._scale_floor: Optional[torch.Tensor] = None
         self.models_accepted = self.models_rejected = self.predictions = 0
         topic = self.config.command_topic or f'/{self.info.controller_name}/commands'
+        # two-argument callbacks: rclpy passes the message info (DDS receive times) only to
+        # those; with one argument every arrival was the executor's (late under load)
         self.create_subscription(JointState, self.config.joint_states_topic,
-                                 self._on_joint_state, qos_profile_sensor_data)
-        self.create_subscription(Float64MultiArray, topic, self._on_command, 10)
+                                 lambda msg, info: self._on_joint_state(msg, info),
+                                 qos_profile_sensor_data)
+        self.create_subscription(Float64MultiArray, topic,
+                                 lambda msg, info: self._on_command(msg, info), 10)
         self.create_subscription(String, self.config.model_topic, self._on_model, MODEL_QOS)
         self._predicted_pub = self.create_publisher(JointState, '/predicted/joint_states', 10)
         self._markers_pub = self.create_publisher(MarkerArray, '~/markers', 10)
