@@ -44,6 +44,8 @@ MASS_KG = 0.37
 #: Per-run metrics, in the order of the table and the figure's rows.
 METRICS = ('position_m', 'orientation_rad', 'volume_error', 'friction_error', 'inertia_error')
 DEFAULT_SIZES = (2, 4, 8, 16, 32, 64, 128, 256)
+#: The fixed held-out sets of the default split (``--test-tosses``, ``--validation-tosses``).
+TEST_TOSSES, VALIDATION_TOSSES = 50, 16
 
 
 def split(n_total: int, n_train: int, n_val: int, n_test: int, seed: int):
@@ -292,8 +294,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--seed', type=int, default=0, help='the first initialisation seed')
     parser.add_argument('--split-seed', type=int, default=0,
                         help='seed of the train/validation/test split (keep it fixed)')
-    parser.add_argument('--test-tosses', type=int, default=50, help='held-out test tosses')
-    parser.add_argument('--validation-tosses', type=int, default=16,
+    parser.add_argument('--test-tosses', type=int, default=TEST_TOSSES,
+                        help='held-out test tosses')
+    parser.add_argument('--validation-tosses', type=int, default=VALIDATION_TOSSES,
                         help='tosses for early stopping')
     parser.add_argument('--steps', type=int, default=400,
                         help='maximum optimiser steps per fit (the MLP takes 10x as many)')

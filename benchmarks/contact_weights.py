@@ -75,8 +75,9 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
     :return: the JSON payload (``runs``, ``pairs``, ``chosen``, ``nominal``).
     """
     tosses = load_cube_tosses(data)
-    train_i, val_i, _ = curves.split(len(tosses), 256, 16, 50, split_seed)
-    select = selection_indices(len(tosses), 256, 16, 50, n_select, split_seed)
+    split = (max(curves.DEFAULT_SIZES), curves.VALIDATION_TOSSES, curves.TEST_TOSSES)
+    train_i, val_i, _ = curves.split(len(tosses), *split, split_seed)
+    select = selection_indices(len(tosses), *split, n_select, split_seed)
     model = toss_bench.floating_model(tosses)
     spec = cl.cube_spec(model, CUBE_HALF_WIDTH_M, tosses.friction, curves.MASS_KG)
     x0 = torch.stack([torch.cat((tosses.q[i][1], tosses.v[i][1])) for i in select])

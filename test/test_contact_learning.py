@@ -240,8 +240,9 @@ def test_weight_search_runs_quick_and_judges_on_tosses_no_curve_uses(data_dir, t
                             capture_output=True, text=True, cwd=root, timeout=600)
     assert result.returncode == 0, result.stderr
     payload = json.loads(out.read_text())
-    assert '(chosen)' in result.stdout
-    assert payload['chosen']['score'] == min(p['score'] for p in payload['pairs'])
+    assert {(p['w_comp'], p['w_pen']) for p in payload['pairs']} == {(1.0, 10.0), (1.0, 100.0)}
+    assert all(0.0 < r['position_m'] < 1.0 and 0.0 < r['orientation_rad'] < math.pi
+               for r in payload['runs'])
     sys.path.insert(0, str(root))
     try:
         from benchmarks import contact_learning as curves

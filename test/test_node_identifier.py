@@ -272,8 +272,8 @@ def test_identifier_converges_on_sim_driver_data(executor):
     # The exciter answers every state the driver publishes (a lockstep controller: the
     # driver waits for its command), with a signal of the state's own stamp, so the plant
     # gets the excitation on its own time whatever the machine's speed. A wall-clock
-    # exciter sampled it at the machine's pace: 1 run in 3 missed the margin below at load
-    # ~4 (0.168 against 0.161), before and after the identifier's timing changes.
+    # exciter sampled it at the machine's pace: in a loaded run of the node tests (load 3-4)
+    # it missed the margin below (0.168 against 0.161).
     driver = executor.add_node(SimDriver(
         context=executor.executor.context, parameter_overrides=parameter_overrides(
             {'robot': 'qube', 'clock_mode': 'lockstep', 'real_time_factor': 2.0,
