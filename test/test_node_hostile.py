@@ -206,7 +206,7 @@ def launch(ros_domain, tmp_path):
 
 
 class Observer:
-    """The robot's side in this process: real joint_states, commands and diagnostics seen."""
+    """The robot's side: real joint_states (a spawned driver), commands and diagnostics seen."""
 
     def __init__(self, executor, node_name):
         self.node = executor.add_node(rclpy.create_node('observer',
@@ -220,12 +220,14 @@ class Observer:
         self.node.create_subscription(Float64MultiArray, COMMANDS, self._on_command, 1000)
         self.node.create_subscription(DiagnosticArray, '/diagnostics', self._on_diagnostics, 100)
         self.node.create_subscription(Log, '/rosout', self._on_log, 1000)
-        self.real = threading.Event()
-        self.real_state = ((0.0, 0.01), (0.0, 0.0))
-        self.sent = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._publish, daemon=True)
-        self._thread.start()
+        # the driver runs in its own real-time process, as a robot's does: a thread of this
+        # process, busy with the observer's callbacks, paused for 0.1-0.3 s on a loaded
+        # machine and the mpc rightly went stale
+        context = multiprocessing.get_context('spawn')
+        self.real, self._stop = context.Event(), context.Event()
+        self._driver = context.Process(target=_driver_main, args=(self.real, self._stop),
+                                       daemon=True)
+        self._driver.start()
 
     def _on_command(self, msg, info):
         self.commands.append((info['received_timestamp'], msg.data[0]))
@@ -240,17 +242,6 @@ class Observer:
         if msg.name == self._name and msg.level >= Log.WARN:
             self.warnings.append((time.monotonic(), msg.msg))
 
-    def _publish(self):
-        """Publish as the real driver would: one state at 500 Hz, wall-clock stamps."""
-        next_time = time.monotonic()
-        while not self._stop.is_set():
-            if self.real.is_set():
-                q, qd = self.real_state
-                self.states.publish(joint_state_msg(JOINTS, q, qd, stamp=time.time()))
-                self.sent += 1
-            next_time += 0.002
-            time.sleep(max(0.0, next_time - time.monotonic()))
-
     def wait_commands(self, until_ns):
         """Wait until a command received after ``until_ns`` (DDS time) was processed."""
         return wait_for(lambda: self.commands and self.commands[-1][0] > until_ns,
@@ -261,7 +252,26 @@ class Observer:
 
     def close(self):
         self._stop.set()
-        self._thread.join(timeout=2.0)
+        self._driver.join(timeout=10.0)
+
+
+def _driver_main(real, stop):
+    """Body of the driver: once ``real`` is set, one state at 500 Hz, wall-clock stamps."""
+    _realtime_process()
+    context = rclpy.Context()
+    rclpy.init(context=context)
+    node = rclpy.create_node('driver', context=context)
+    publisher = node.create_publisher(JointState, 'joint_states', qos_profile_sensor_data)
+    while not real.wait(0.05):
+        if stop.is_set():
+            break
+    next_time = time.monotonic()
+    while not stop.is_set():
+        publisher.publish(joint_state_msg(JOINTS, (0.0, 0.01), (0.0, 0.0), stamp=time.time()))
+        next_time += 0.002
+        time.sleep(max(0.0, next_time - time.monotonic()))
+    node.destroy_node()
+    rclpy.shutdown(context=context)
 
 
 @pytest.fixture
@@ -332,16 +342,22 @@ def at_limit(commands):
     return [u for _, u in commands if abs(u) >= LIMIT_V * 0.999]
 
 
-def longest_pause_s(commands):
+def longest_pause_s(observer, since):
     """
-    Return the longest time between two commands received, s.
+    Return the mpc's longest time between two command ticks in its diagnostics after ``since``.
 
-    The cases below ask that commands keep flowing (a FIFO froze them for 5 s, a pinned state
-    for the stale timeout); their rate under load is case 5's question, asked with a
-    real-time recorder, not of this test process's receive times on a loaded machine.
+    The cases below ask that commands keep flowing (a FIFO froze them for 5 s); each
+    diagnostics message holds the longest gap of the node's last second, so this waits for a
+    second more of them. The node's own measure, not this process's receive times: on a
+    loaded machine this process alone paused 0.33-0.41 s (its DDS thread, or the mpc's
+    10-deep reliable history overwritten meanwhile), with the mpc's loop on time.
+
+    :return: seconds.
     """
-    times = np.array([t for t, _ in commands], dtype=np.int64)
-    return float(np.diff(times).max()) * 1e-9 if len(times) > 1 else math.inf
+    count = len(observer.diagnostics)
+    assert wait_for(lambda: len(observer.diagnostics) >= count + 6, 10.0)   # 0.2 s period
+    return max(float(values['command_gap_max_ms']) for _, _, values
+               in observer.diagnostics[since:]) * 1e-3
 
 
 def test_case3_a_future_stamp_never_pins_the_mpc(launch, observer):
@@ -350,6 +366,7 @@ def test_case3_a_future_stamp_never_pins_the_mpc(launch, observer):
     robot.real.set()
     wait_running(robot, mpc)
     since = len(robot.diagnostics)
+    back = int(robot.latest('refused/stamp_back'))
     # both states would put the command at the -4 V limit, were they used; the first one is
     # plausible (only its stamp, 1000 s ahead, is wrong)
     # each three times: a best-effort copy can be overwritten unseen on a loaded machine
@@ -361,11 +378,13 @@ def test_case3_a_future_stamp_never_pins_the_mpc(launch, observer):
     # the real states keep coming: 1 s of commands after the injection
     assert robot.wait_commands(last + 1e9), mpc.output()[-3000:]
     after = [(t, u) for t, u in robot.commands if first <= t <= last + 1e9]
-    assert longest_pause_s(after) < 0.25 and not at_limit(after), at_limit(after)[:5]
+    assert longest_pause_s(robot, since) < 0.25 and not at_limit(after), at_limit(after)[:5]
     assert all(abs(u - after[-1][1]) < 0.2 for _, u in after[-20:])   # the real state's law
     values = robot.diagnostics[-1][2]
     assert values['stale'] == 'False' and values['timeline_restarts'] == '0'
     assert float(values['state_age_s']) < 0.1
+    # had the future stamp been adopted, every real state after it would be refused as behind
+    assert int(values['refused/stamp_back']) == back, values
 
 
 def test_case3_alternating_stamps_neither_empty_the_window_nor_flood_the_log(launch,
@@ -429,7 +448,7 @@ def test_case4_absurd_states_are_refused_counted_and_flagged(launch, observer):
     assert wait_for(lambda: warned(robot, since, 'position_limit'), 5.0)
     assert robot.wait_commands(last + 0.5e9), mpc.output()[-3000:]
     after = [(t, u) for t, u in robot.commands if first <= t <= last + 0.5e9]
-    assert longest_pause_s(after) < 0.25 and not at_limit(after), at_limit(after)[:5]
+    assert longest_pause_s(robot, since) < 0.25 and not at_limit(after), at_limit(after)[:5]
     values = robot.diagnostics[-1][2]
     assert values['stale'] == 'False' and float(values['state_age_s']) < 0.1
     assert 'refused' in mpc.output()
@@ -695,16 +714,16 @@ def test_case1_text_on_the_model_topic_is_never_opened_as_a_path(launch, observe
     publisher = robot.node.create_publisher(String, '/identifier/model', MODEL_QOS)
     assert wait_for(lambda: publisher.get_subscription_count() > 0, 10.0)
     before = _rss_mb(mpc.process.pid)
-    first = time.time_ns()
+    since = len(robot.diagnostics)
     texts = ('/dev/zero', str(fifo), robots.urdf_string('qube'), str(robots.urdf_path('qube')))
     for text in texts:
         publisher.publish(String(data=text))
         time.sleep(0.1)
     assert wait_for(lambda: robot.latest('models_rejected') == str(len(texts)), 10.0), \
         (robot.diagnostics[-1:], mpc.output()[-2000:])
-    # commands never stopped: 1 s after the last text, no gap longer than 4 driver periods
+    # commands never stopped: up to 1 s after the last text, no gap of a quarter second
     assert robot.wait_commands(time.time_ns() + 1e9), mpc.output()[-3000:]
-    assert longest_pause_s([c for c in robot.commands if c[0] >= first]) < 0.25
+    assert longest_pause_s(robot, since) < 0.25
     assert _rss_mb(mpc.process.pid) < before + 50.0
     assert mpc.process.poll() is None
     assert robot.latest('models_accepted') == '0', robot.diagnostics[-1][2]
