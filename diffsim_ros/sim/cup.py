@@ -14,7 +14,8 @@ Frames and geometry (the contract of issue 18):
   origin is the string's anchor at the centre of the cup's bottom, its +z axis points out
   of the opening.  The cup is an open cylinder of inner radius :data:`CUP_RADIUS` and
   inner height :data:`CUP_HEIGHT` along +z: a bottom disc filling ``z in [-CUP_WALL, 0]``
-  and :data:`CUP_WALL_SEGMENTS` boxes of thickness :data:`CUP_WALL` around it.
+  and :data:`CUP_WALL_SEGMENTS` boxes of thickness :data:`CUP_WALL` around it (a polygon
+  whose inner corners lie 1 mm inside ``CUP_RADIUS``).
 * The string's length is the anchor-to-ball-centre distance when taut; the string has no
   contacts (it may pass through the bottom, a knot in a hole would), the ball (radius
   :data:`BALL_RADIUS`) touches the cup and the arm's links (their URDF visual shapes, which
@@ -62,11 +63,13 @@ from ..sysid.dataset import Trajectory
 from ..sysid.excitation import FourierTrajectory, JointLimits, limit_check
 
 __all__ = [
-    'BALL_RADIUS', 'CUP_HEIGHT', 'CUP_LINK', 'CUP_RADIUS', 'CupNoise', 'CupPlant',
-    'CupRecording', 'CupTruth', 'HOLD_S', 'NOMINAL_BALL_MASS', 'NOMINAL_CUP_RPY',
+    'ARM_POSTURE', 'BALL_RADIUS', 'CAPSULES', 'CONTACT_SOLREF', 'CUP_HEIGHT', 'CUP_LINK',
+    'CUP_RADIUS', 'CUP_WALL', 'CUP_WALL_SEGMENTS', 'CupNoise', 'CupPlant', 'CupRecording',
+    'CupTruth', 'HOLD_S', 'IDENTIFICATION_POSTURE', 'NOMINAL_BALL_MASS', 'NOMINAL_CUP_RPY',
     'NOMINAL_CUP_XYZ', 'NOMINAL_STRING_LENGTH', 'RATE_HZ', 'ROBOT', 'SENSOR_NOISE',
-    'SPEED_LIMIT', 'TIMESTEP', 'draw_truth', 'identification_recordings', 'in_cup',
-    'nominal_truth', 'tracking_controller',
+    'SPEED_LIMIT', 'STRING_DAMPING', 'TIMESTEP', 'arm_reference', 'cosine_reference',
+    'draw_truth', 'identification_recordings', 'in_cup', 'nominal_truth', 'string_references',
+    'tracking_controller',
 ]
 
 Tensor = torch.Tensor
@@ -90,9 +93,18 @@ STRING_RADIUS = 0.0015
 STRING_MASS = 0.002
 #: Viscous damping of each of the string's ball joints, N m s/rad.  Needed: without it (or
 #: with 1e-5) a flailing, torque-saturated arm whips the light capsules until MuJoCo
-#: diverges (measured at 0.5 and 1 ms); with it the swinging ball's amplitude decays with a
-#: time constant of ``m L^2 / c`` = 40 s (25 g, 0.4 m), slower than anything in an episode.
-STRING_DAMPING = 1e-4
+#: diverges (measured at 0.5 and 1 ms; 1e-4 still failed 1 of 8 flailing runs); with it a
+#: rigidly swinging ball (only the first joint bends) loses amplitude with a time constant
+#: of ``2 m L^2 / c`` = 27 s (25 g, 0.4 m), slow next to a 3 s episode.
+STRING_DAMPING = 3e-4
+#: Contact stiffness of every geom (MuJoCo ``solref``: time constant s, damping ratio; MuJoCo
+#: averages the two geoms' values, so the cup and the arm carry it too): stiffer
+#: than MuJoCo's 0.02 s default, under which a ball dropped 0.4 m into the cup sinks 11 mm
+#: into its bottom (1.5 mm with this; 0.3 um at rest); at least twice the timestep, as
+#: MuJoCo asks.
+CONTACT_SOLREF = (0.002, 1.0)
+#: The wall's inner corners stand this far inside CUP_RADIUS, m.
+_WALL_MARGIN = 0.001
 #: Default number of capsules of the string.
 CAPSULES = 25
 #: Success: the ball must stay inside for the last ``HOLD_S`` seconds.
@@ -357,7 +369,7 @@ def _solid_geoms_from_visuals(spec: mujoco.MjSpec, urdf: str) -> None:
                 continue
             spec.body(link.get('name')).add_geom(
                 type=kind, size=size, pos=xyz, quat=quat, contype=_SOLID, conaffinity=0,
-                mass=0.0, density=0.0)
+                mass=0.0, density=0.0, solref=list(CONTACT_SOLREF))
 
 
 def _add_cup(parent, truth: CupTruth):
@@ -366,17 +378,22 @@ def _add_cup(parent, truth: CupTruth):
     quat = np.zeros(4)
     mujoco.mju_mat2Quat(quat, T[:3, :3].reshape(9))
     cup = parent.add_body(name='cup', pos=T[:3, 3], quat=quat, mass=0.0)
-    solid = {'contype': _SOLID, 'conaffinity': 0, 'rgba': [0.8, 0.3, 0.2, 1.0]}
+    solid = {'contype': _SOLID, 'conaffinity': 0, 'rgba': [0.8, 0.3, 0.2, 1.0],
+             'solref': list(CONTACT_SOLREF)}
     cup.add_geom(name='cup_bottom', type=mujoco.mjtGeom.mjGEOM_CYLINDER,
                  size=[CUP_RADIUS + CUP_WALL, 0.5 * CUP_WALL, 0], pos=[0, 0, -0.5 * CUP_WALL],
                  **solid)
-    # Boxes tangent to the inner circle; their width closes the polygon's gaps outside.
+    # The wall is a polygon of boxes whose inner corners lie on the circle of radius
+    # CUP_RADIUS - _WALL_MARGIN: every place a resting ball can take is then inside the
+    # success rule's cylinder (the margin covers the contact's penetration at rest).
     n = CUP_WALL_SEGMENTS
-    width = 2.0 * (CUP_RADIUS + CUP_WALL) * math.tan(math.pi / n)
+    corner = CUP_RADIUS - _WALL_MARGIN
+    inner = corner * math.cos(math.pi / n)
+    width = 2.0 * (inner + CUP_WALL) * math.tan(math.pi / n)
     half_height = 0.5 * (CUP_HEIGHT + CUP_WALL)
     for k in range(n):
         angle = 2.0 * math.pi * k / n
-        centre = CUP_RADIUS + 0.5 * CUP_WALL
+        centre = inner + 0.5 * CUP_WALL
         cup.add_geom(name=f'cup_wall_{k}', type=mujoco.mjtGeom.mjGEOM_BOX,
                      size=[0.5 * CUP_WALL, 0.5 * width, half_height],
                      pos=[centre * math.cos(angle), centre * math.sin(angle),
@@ -408,7 +425,24 @@ def _add_string(cup, truth: CupTruth) -> None:
                            inertia=[moment, moment, moment])
     ball.add_geom(name='ball', type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[BALL_RADIUS, 0, 0],
                   contype=_BALL, conaffinity=_SOLID, mass=0.0, density=0.0,
+                  solref=list(CONTACT_SOLREF),
                   rgba=[0.2, 0.4, 0.9, 1.0])
+
+
+def _turn(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Return the rotation by the smallest angle that takes unit vector ``a`` to ``b``."""
+    axis = np.cross(a, b)
+    sine, cosine = np.linalg.norm(axis), float(np.dot(a, b))
+    if sine < 1e-12:
+        if cosine > 0:
+            return np.eye(3)
+        # opposite: half a turn about any axis normal to a
+        normal = np.cross(a, [1.0, 0.0, 0.0] if abs(a[0]) < 0.9 else [0.0, 1.0, 0.0])
+        normal /= np.linalg.norm(normal)
+        return 2.0 * np.outer(normal, normal) - np.eye(3)
+    k = axis / sine
+    K = np.array([[0.0, -k[2], k[1]], [k[2], 0.0, -k[0]], [-k[1], k[0], 0.0]])
+    return np.eye(3) + sine * K + (1.0 - cosine) * (K @ K)
 
 
 class CupPlant:
@@ -466,12 +500,15 @@ class CupPlant:
         """Return the driver period, s."""
         return 1.0 / RATE_HZ
 
-    def reset(self, q0: Sequence[float], qd0: Optional[Sequence[float]] = None) -> None:
+    def reset(self, q0: Sequence[float], qd0: Optional[Sequence[float]] = None,
+              string_direction: Sequence[float] = (0.0, 0.0, -1.0)) -> None:
         """
-        Put the arm at ``q0`` and the string hanging straight down, at rest.
+        Put the arm at ``q0`` and the string straight from the anchor, at rest.
 
         :param q0: ``(4,)`` joint positions, rad.
         :param qd0: ``(4,)`` joint velocities, rad/s (default 0); the string starts at rest.
+        :param string_direction: world direction of the straight string (default: hanging
+            down; straight up holds the ball above the cup, to drop it in).
         """
         m, d = self.mj_model, self.mj_data
         mujoco.mj_resetData(m, d)
@@ -479,9 +516,16 @@ class CupPlant:
         d.qvel[self._index.dof] = (0.0,) * 4 if qd0 is None else _floats(qd0, 4, 'qd0')
         if self.has_ball:
             mujoco.mj_kinematics(m, d)
-            # first capsule's world orientation = identity: the chain points down
+            direction = np.array(_floats(string_direction, 3, 'string_direction'))
+            if not np.linalg.norm(direction) > 0:
+                raise ValueError('string_direction must not be zero')
+            # R_world_first turns the chain's -z onto the direction; the joint holds
+            # R_cup_first = R_world_cup^T R_world_first.
+            R_world_first = _turn(np.array([0.0, 0.0, -1.0]),
+                                  direction / np.linalg.norm(direction))
+            R_world_cup = d.xmat[self._cup].reshape(3, 3)
             quat = np.zeros(4)
-            mujoco.mju_mat2Quat(quat, d.xmat[self._cup].reshape(3, 3).T.copy().reshape(9))
+            mujoco.mju_mat2Quat(quat, (R_world_cup.T @ R_world_first).reshape(9))
             d.qpos[self._string_qpos:self._string_qpos + 4] = quat
         mujoco.mj_forward(m, d)
 
@@ -504,7 +548,8 @@ class CupPlant:
 
     def run(self, controller: Controller, q0: Sequence[float], seconds: float,
             noise: Optional[CupNoise] = None, seed: int = 0,
-            qd0: Optional[Sequence[float]] = None) -> CupRecording:
+            qd0: Optional[Sequence[float]] = None,
+            string_direction: Sequence[float] = (0.0, 0.0, -1.0)) -> CupRecording:
         """
         Reset to ``q0`` (string hanging at rest) and run a torque controller at 500 Hz.
 
@@ -516,6 +561,8 @@ class CupPlant:
         :param noise: sensor noise (None: noiseless).
         :param seed: seed of the noise.
         :param qd0: initial joint velocities (default 0).
+        :param string_direction: world direction of the straight string at the start
+            (default: hanging down, at rest).
         :return: the recording.
         :raises ValueError: a non-finite or wrongly shaped torque.
         :raises RuntimeError: MuJoCo's integration diverged.
@@ -525,7 +572,7 @@ class CupPlant:
             raise ValueError(f'seconds must give at least one sample, got {seconds!r}')
         noise = CupNoise() if noise is None else noise
         rng = np.random.default_rng([int(seed), 18])
-        self.reset(q0, qd0)
+        self.reset(q0, qd0, string_direction)
         m, d, qpos, dof = self.mj_model, self.mj_data, self._index.qpos, self._index.dof
         t = np.arange(steps) / RATE_HZ
         q, qd, tau = (np.zeros((steps, 4)) for _ in range(3))
