@@ -2,12 +2,11 @@
 
 import math
 
-import pytest
-import torch
-
 from diffsim_ros.control.promp import normalized_gaussian_basis, ProMP
 from diffsim_ros.control.reps import (Gaussian, gaussian_kl, reps_dual, reps_update,
                                       reps_weights)
+import pytest
+import torch
 
 HOME = (0.0, 0.4, 0.0, 1.2)
 

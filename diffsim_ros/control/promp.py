@@ -172,4 +172,3 @@ class ProMP:
         """
         steps = int(round((self.duration + hold) / dt))
         return dt * torch.arange(steps + 1, dtype=dtype)
-

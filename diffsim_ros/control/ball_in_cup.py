@@ -1,0 +1,334 @@
+"""
+Ball in a cup: the reward, the model-side episode and the eREPS policy search over ProMPs.
+
+The arm follows a :class:`~diffsim_ros.control.promp.ProMP` joint trajectory, executed
+exactly in the model (the tracking controller's error is measured on the MuJoCo ground truth
+instead; see ``benchmarks/ball_in_a_cup.py``).  The cup's motion comes from a *kinematics*
+object and the ball's from a *ball model*, both duck-typed so the DiffNEA
+:class:`~diffsim_ros.sysid.string_model.StringModel` serves as both and a black-box ball
+model (FF-NN, LSTM) can be paired with the identified cup kinematics:
+
+- ``kinematics.cup_motion(q, qd, qdd) -> (p, v, a)`` world position, velocity, acceleration
+  of the cup frame's origin (the string's anchor) ``(..., T, 3)``;
+  ``kinematics.cup_frame(q) -> (p, R)`` with ``R`` ``(..., T, 3, 3)`` (cup axes in world);
+  ``kinematics.string_length`` (m);
+- ``ball_model.rollout(x0, xd0, p, v, a, dt) -> (x, xd)`` ``(B, T, 3)``.
+
+The ball starts hanging at rest, ``x0 = p(0) - l e_z``.
+
+Reward (one number per episode; ``r_t = R_t^T (x_t - p_t)`` the ball's centre in the cup
+frame, ``h`` the cup's height, ``rho`` its inner radius, ``rho_b`` the ball's radius, means
+over the ``T`` steps of the episode)::
+
+    R = mean_t psi~_t - w_home mean_t |q_t - q_home|^2
+        - w_limit mean_t |relu(q_t - (q_upper - m)) + relu((q_lower + m) - q_t)|^2
+        - w_velocity mean_t |relu(|qd_t| - qd_max)|^2
+        - w_acceleration mean_t |relu(|qdd_t| - qdd_max)|^2
+        - w_upright (1 - e_z . z_cup(T))
+
+The task term is DiffNEA's dense "electric dipole" idea: a dipole at the cup's centre
+``c = (0, 0, h / 2)`` pointing out of the opening, softened by ``delta = h``, scaled to
+``[-1, 1]``::
+
+    psi(r) = (3 sqrt(3) / 2) delta^2 d_z / (|d|^2 + delta^2)^(3/2),   d = r - c,
+
+positive above the cup (largest on its axis, ``d_z = delta / sqrt(2)``), negative below it,
+so it pulls the ball up and onto the cup's axis from anywhere.  The string model has no cup
+walls, so a ball that enters the cup falls through its bottom in the model; the episode
+therefore treats the cup as absorbing: once the ball's centre has crossed the rim plane
+``r_z = h`` downward inside ``|r_xy| < rho - rho_b`` it is *caught* and ``psi~_t = 1`` from
+that step on (``psi~_t = psi(r_t)`` before).  A catch is the model-side success; on the
+MuJoCo ground truth the walls decide (``in_cup`` of :mod:`diffsim_ros.sim.cup`).  The
+penalties keep the arm near home and within its joint limits (margin ``m``), bound joint
+speeds and accelerations to what the WAM's drives can track, and ask for a cup that ends
+upright so a caught ball stays.
+"""
+
+from dataclasses import dataclass, field
+import math
+import time
+from typing import Any, Optional, Sequence, Tuple
+
+import torch
+
+from .promp import ProMP
+from .reps import Gaussian, reps_update
+
+Tensor = torch.Tensor
+
+__all__ = ['BallInCupTask', 'CupGeometry', 'Episode', 'RewardWeights', 'SearchConfig',
+           'SearchResult', 'caught_mask', 'cup_coordinates', 'dipole_potential',
+           'model_episode', 'policy_search', 'task_reward']
+
+#: Scale of :func:`dipole_potential`: its largest value is 1.
+DIPOLE_SCALE = 1.5 * math.sqrt(3.0)
+
+
+@dataclass(frozen=True)
+class CupGeometry:
+    """
+    The cup and the ball (the ground truth's constants, passed in from ``sim.cup``).
+
+    :param radius: inner radius of the cup, m.
+    :param height: height of the cup along its +z, m.
+    :param ball_radius: radius of the ball, m.
+    """
+
+    radius: float
+    height: float
+    ball_radius: float
+
+
+@dataclass(frozen=True)
+class RewardWeights:
+    """
+    Weights and bounds of the reward's penalties (module docstring).
+
+    :param home: ``w_home``, 1/rad^2.
+    :param limit: ``w_limit``, 1/rad^2.
+    :param limit_margin: ``m``, rad.
+    :param velocity: ``w_velocity``, s^2/rad^2.
+    :param velocity_max: ``qd_max``, rad/s (the WAM moves at several rad/s in swing-ups; the
+        catalogue URDF's 0.5 rad/s are libbarrett's conservative defaults).
+    :param acceleration: ``w_acceleration``, s^4/rad^2.
+    :param acceleration_max: ``qdd_max``, rad/s^2.
+    :param upright: ``w_upright``.
+    """
+
+    home: float = 0.02
+    limit: float = 10.0
+    limit_margin: float = 0.1
+    velocity: float = 1.0
+    velocity_max: float = 4.0
+    acceleration: float = 1e-3
+    acceleration_max: float = 40.0
+    upright: float = 0.5
+
+
+@dataclass(frozen=True)
+class BallInCupTask:
+    """
+    Everything an episode needs besides the models.
+
+    :param promp: the movement primitive (home, duration, basis).
+    :param geometry: cup and ball sizes.
+    :param q_lower: joint lower limits ``(n,)``, rad.
+    :param q_upper: joint upper limits ``(n,)``, rad.
+    :param dt: step of the model rollout, s.
+    :param hold: time at rest after the movement, s (the ball must stay in the cup).
+    :param weights: the reward's penalties.
+    """
+
+    promp: ProMP
+    geometry: CupGeometry
+    q_lower: Tuple[float, ...]
+    q_upper: Tuple[float, ...]
+    dt: float = 0.002
+    hold: float = 0.6
+    weights: RewardWeights = field(default_factory=RewardWeights)
+
+    def times(self, dtype: torch.dtype = torch.float64) -> Tensor:
+        """
+        Return the episode's sample times.
+
+        :param dtype: dtype.
+        :return: ``(T,)`` s.
+        """
+        return self.promp.time_grid(self.dt, self.hold, dtype)
+
+
+def cup_coordinates(x: Tensor, p: Tensor, R: Tensor) -> Tensor:
+    """
+    Return ball positions in the cup frame.
+
+    :param x: ball centres ``(..., 3)``, world, m.
+    :param p: cup frame origins ``(..., 3)``, world, m.
+    :param R: cup frame orientations ``(..., 3, 3)`` (columns: cup axes in world).
+    :return: ``R^T (x - p)`` ``(..., 3)``, m.
+    """
+    return ((x - p)[..., :, None] * R).sum(-2)
+
+
+def dipole_potential(r_cup: Tensor, geometry: CupGeometry) -> Tensor:
+    """
+    Return the scaled dipole potential ``psi`` of the module docstring.
+
+    :param r_cup: ball centres in the cup frame ``(..., 3)``, m.
+    :param geometry: the cup.
+    :return: ``(...)`` in ``[-1, 1]``.
+    """
+    delta = geometry.height
+    d = r_cup - r_cup.new_tensor([0.0, 0.0, 0.5 * geometry.height])
+    return DIPOLE_SCALE * delta ** 2 * d[..., 2] / ((d * d).sum(-1) + delta ** 2) ** 1.5
+
+
+def caught_mask(r_cup: Tensor, geometry: CupGeometry) -> Tensor:
+    """
+    Return where the ball has entered the cup through its opening (module docstring).
+
+    :param r_cup: ball centres in the cup frame ``(..., T, 3)``, m.
+    :param geometry: the cup.
+    :return: ``(..., T)`` bool, True from the first downward crossing of the rim plane inside
+        the opening on.
+    """
+    z = r_cup[..., 2]
+    radial = r_cup[..., :2].norm(dim=-1)
+    crossing = (z[..., :-1] >= geometry.height) & (z[..., 1:] < geometry.height) & (
+        radial[..., 1:] < geometry.radius - geometry.ball_radius)
+    crossing = torch.cat((torch.zeros_like(crossing[..., :1]), crossing), -1)
+    return torch.cummax(crossing.to(torch.uint8), -1)[0].bool()
+
+
+def task_reward(task: BallInCupTask, q: Tensor, qd: Tensor, qdd: Tensor, r_cup: Tensor,
+                z_cup_final: Tensor) -> Tuple[Tensor, Tensor]:
+    """
+    Return the episode reward of the module docstring and whether the ball was caught.
+
+    :param task: the task.
+    :param q: joint positions ``(..., T, n)``, rad; :param qd: rad/s; :param qdd: rad/s^2.
+    :param r_cup: ball centres in the cup frame ``(..., T, 3)``, m.
+    :param z_cup_final: the cup's +z axis in world at the end ``(..., 3)``.
+    :return: ``(reward (...), caught (...) bool)``.
+    """
+    w, geometry = task.weights, task.geometry
+    caught = caught_mask(r_cup, geometry)
+    psi = torch.where(caught, torch.ones_like(r_cup[..., 0]), dipole_potential(r_cup, geometry))
+    home = q.new_tensor(task.promp.q_home)
+    lower, upper = q.new_tensor(task.q_lower), q.new_tensor(task.q_upper)
+    violation = (torch.relu(q - (upper - w.limit_margin))
+                 + torch.relu((lower + w.limit_margin) - q))
+    fast = torch.relu(qd.abs() - w.velocity_max)
+    hard = torch.relu(qdd.abs() - w.acceleration_max)
+    penalty = (w.home * ((q - home) ** 2).sum(-1).mean(-1)
+               + w.limit * (violation ** 2).sum(-1).mean(-1)
+               + w.velocity * (fast ** 2).sum(-1).mean(-1)
+               + w.acceleration * (hard ** 2).sum(-1).mean(-1)
+               + w.upright * (1.0 - z_cup_final[..., 2]))
+    return psi.mean(-1) - penalty, caught[..., -1]
+
+
+@dataclass(frozen=True)
+class Episode:
+    """
+    A batch of model-side episodes.
+
+    :param reward: ``(B,)``.
+    :param caught: ``(B,)`` bool, the ball entered the cup in the model.
+    :param ball: ball positions ``(B, T, 3)``, world, m.
+    :param cup: cup origins ``(B, T, 3)``, world, m.
+    :param q: joint positions ``(B, T, n)``, rad.
+    """
+
+    reward: Tensor
+    caught: Tensor
+    ball: Tensor
+    cup: Tensor
+    q: Tensor
+
+
+def model_episode(task: BallInCupTask, theta: Tensor, kinematics: Any,
+                  ball_model: Optional[Any] = None, chunk: int = 256) -> Episode:
+    """
+    Run ProMP parameter vectors through the model: trajectory, cup motion, ball, reward.
+
+    :param task: the task.
+    :param theta: ProMP parameters ``(B, dim)``.
+    :param kinematics: cup kinematics and string length (module docstring).
+    :param ball_model: the ball's rollout (module docstring); ``kinematics`` when None.
+    :param chunk: samples per kinematics evaluation (bounds the memory of ``(B, T)`` FK).
+    :return: the episodes.
+    """
+    ball_model = kinematics if ball_model is None else ball_model
+    with torch.no_grad():
+        times = task.times(theta.dtype)
+        q, qd, qdd = task.promp.trajectory(theta, times)
+        pieces = [kinematics.cup_motion(q[i:i + chunk], qd[i:i + chunk], qdd[i:i + chunk])
+                  for i in range(0, q.shape[0], chunk)]
+        p, v, a = (torch.cat(parts, 0) for parts in zip(*pieces))
+        length = torch.as_tensor(kinematics.string_length, dtype=p.dtype)
+        x0 = p[:, 0] - length * p.new_tensor([0.0, 0.0, 1.0])
+        x, _ = ball_model.rollout(x0, torch.zeros_like(x0), p, v, a, task.dt)
+        r_cup = torch.cat([cup_coordinates(x[i:i + chunk], p[i:i + chunk],
+                                           kinematics.cup_frame(q[i:i + chunk])[1])
+                           for i in range(0, q.shape[0], chunk)], 0)
+        z_final = kinematics.cup_frame(q[:, -1])[1][..., :, 2]
+        reward, caught = task_reward(task, q, qd, qdd, r_cup, z_final)
+    return Episode(reward=reward, caught=caught, ball=x, cup=p, q=q)
+
+
+@dataclass(frozen=True)
+class SearchConfig:
+    """
+    eREPS settings of :func:`policy_search`.
+
+    :param iterations: REPS updates.
+    :param samples: episodes per update and search.
+    :param epsilon: REPS bound on the sample weights' KL, nats.
+    :param kl_bound: bound on the ML update's ``KL(new || old)``, nats.
+    :param init_std: initial standard deviation of the ProMP parameters, rad.
+    :param min_std: floor of the standard deviation, rad.
+    """
+
+    iterations: int = 60
+    samples: int = 32
+    epsilon: float = 0.5
+    kl_bound: float = 0.5
+    init_std: float = 0.5
+    min_std: float = 0.01
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """
+    Outcome of independent searches (one per seed).
+
+    :param distribution: the final search distribution ``(S, dim)``.
+    :param reward: the final mean's model reward ``(S,)``.
+    :param caught: the final mean catches the ball in the model ``(S,)`` bool.
+    :param history: mean sample reward per iteration ``(iterations, S)``.
+    :param seconds: wall time of the whole search, s.
+    """
+
+    distribution: Gaussian
+    reward: Tensor
+    caught: Tensor
+    history: Tensor
+    seconds: float
+
+
+def policy_search(task: BallInCupTask, kinematics: Any, seeds: Sequence[int],
+                  config: SearchConfig = SearchConfig(), ball_model: Optional[Any] = None,
+                  mean: Optional[Tensor] = None) -> SearchResult:
+    """
+    Optimise a Gaussian over ProMP parameters with eREPS on the model, one search per seed.
+
+    The searches share every rollout batch (``len(seeds) * samples`` episodes per update) but
+    nothing else: each seed has its own generator, distribution and REPS update.
+
+    :param task: the task.
+    :param kinematics: cup kinematics (see the module).
+    :param seeds: one independent search per seed.
+    :param config: eREPS settings.
+    :param ball_model: the ball's rollout; ``kinematics`` when None.
+    :param mean: initial mean ``(dim,)``; zeros (the arm resting at home) when None.
+    :return: the searches' outcome.
+    """
+    start = time.perf_counter()
+    S, d, N = len(seeds), task.promp.dim, config.samples
+    generators = [torch.Generator().manual_seed(int(s)) for s in seeds]
+    mu = torch.zeros(S, d, dtype=torch.float64) if mean is None else \
+        mean.to(torch.float64).expand(S, d).clone()
+    dist = Gaussian.isotropic(mu, config.init_std)
+    history = []
+    for _ in range(config.iterations):
+        samples = torch.stack([Gaussian(dist.mean[i], dist.cov[i]).sample(N, generators[i])
+                               for i in range(S)])
+        episode = model_episode(task, samples.reshape(S * N, d), kinematics, ball_model)
+        returns = episode.reward.reshape(S, N)
+        history.append(returns.mean(-1))
+        dist = reps_update(dist, samples, returns, config.epsilon, config.kl_bound,
+                           config.min_std).distribution
+    final = model_episode(task, dist.mean, kinematics, ball_model)
+    return SearchResult(distribution=dist, reward=final.reward, caught=final.caught,
+                        history=torch.stack(history) if history else torch.zeros(0, S),
+                        seconds=time.perf_counter() - start)

@@ -1,0 +1,128 @@
+"""
+Ball in a cup: reward pieces, the batched model-side episode and a short policy search.
+
+The ball model here is a minimal local stand-in for the string model (test-only): the cup
+kinematics by forward kinematics plus a fixed offset (velocity and acceleration by central
+differences along time), the ball by semi-implicit Euler with the string as a projection
+onto the sphere of radius ``l`` whenever it is stretched.
+"""
+
+import math
+
+from diffsim_ros import robots
+from diffsim_ros.control.ball_in_cup import (BallInCupTask, caught_mask, cup_coordinates,
+                                             CupGeometry, dipole_potential, model_episode,
+                                             policy_search, SearchConfig)
+from diffsim_ros.control.promp import ProMP
+from diffsim_ros.core import forward_kinematics, load_urdf
+import pytest
+import torch
+
+GEOMETRY = CupGeometry(radius=0.045, height=0.09, ball_radius=0.02)
+HOME = (0.0, 0.2, 0.0, 0.4)
+
+
+class LocalStringModel:
+    """Test-only ball on an inextensible string hanging from the WAM-4's tool link."""
+
+    def __init__(self, string_length: float = 0.4, offset=(0.0, 0.0, 0.06), dt=0.002):
+        """Load the arm; ``dt`` is the sample time of the trajectories it is given."""
+        self.robot = load_urdf(robots.urdf_path('wam4'), dtype=torch.float64)
+        self.tool = self.robot.link_names.index('wam/tool_link')
+        self.string_length = string_length
+        self.offset = torch.tensor(offset, dtype=torch.float64)
+        self.dt = dt
+
+    def cup_frame(self, q):
+        """Return the cup origin ``(..., 3)`` and axes ``(..., 3, 3)``."""
+        T = forward_kinematics(self.robot, q)[..., self.tool, :, :]
+        R = T[..., :3, :3]
+        return T[..., :3, 3] + (R @ self.offset), R
+
+    def cup_motion(self, q, qd, qdd):
+        """Return the cup origin's position, velocity and acceleration along time."""
+        p, _ = self.cup_frame(q)
+        v = torch.gradient(p, spacing=self.dt, dim=-2)[0]
+        a = torch.gradient(v, spacing=self.dt, dim=-2)[0]
+        return p, v, a
+
+    def rollout(self, x0, xd0, p, v, a, dt):
+        """Integrate the ball (gravity, string as a projection) along the cup motion."""
+        g = torch.tensor([0.0, 0.0, -9.81], dtype=x0.dtype)
+        x, xd, xs = x0, xd0, [x0]
+        for k in range(p.shape[-2] - 1):
+            xd = xd + dt * g - 0.01 * dt * xd
+            x = x + dt * xd
+            d = x - p[..., k + 1, :]
+            r = d.norm(dim=-1, keepdim=True)
+            n = d / r
+            taut = r > self.string_length
+            x = torch.where(taut, p[..., k + 1, :] + self.string_length * n, x)
+            radial = ((xd - v[..., k + 1, :]) * n).sum(-1, keepdim=True).clamp_min(0.0)
+            xd = torch.where(taut, xd - radial * n, xd)
+            xs.append(x)
+        return torch.stack(xs, -2), None
+
+
+def _task(duration=1.6, n_basis=8, hold=0.4):
+    model = load_urdf(robots.urdf_path('wam4'), dtype=torch.float64)
+    return BallInCupTask(promp=ProMP(HOME, duration, n_basis), geometry=GEOMETRY,
+                         q_lower=tuple(model.lower.tolist()),
+                         q_upper=tuple(model.upper.tolist()), dt=0.002, hold=hold)
+
+
+def test_dipole_is_one_at_its_peak_negative_below_and_zero_beside():
+    h = GEOMETRY.height
+    peak = torch.tensor([0.0, 0.0, 0.5 * h + h / math.sqrt(2.0)], dtype=torch.float64)
+    assert float(dipole_potential(peak, GEOMETRY)) == pytest.approx(1.0, rel=1e-12)
+    below = torch.tensor([0.0, 0.0, -0.4], dtype=torch.float64)
+    assert -1.0 < float(dipole_potential(below, GEOMETRY)) < 0.0
+    beside = torch.tensor([0.3, 0.0, 0.5 * h], dtype=torch.float64)
+    assert float(dipole_potential(beside, GEOMETRY)) == pytest.approx(0.0, abs=1e-15)
+    grid = torch.randn(1000, 3, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    assert float(dipole_potential(0.2 * grid, GEOMETRY).abs().max()) <= 1.0
+
+
+def test_caught_only_on_a_downward_crossing_inside_the_opening():
+    h, r = GEOMETRY.height, GEOMETRY.radius - GEOMETRY.ball_radius
+    z = torch.tensor([0.2, 0.1, 0.05, -0.1], dtype=torch.float64)
+    path = torch.stack((torch.zeros(4, dtype=torch.float64), torch.zeros(4, dtype=torch.float64),
+                        z), -1)
+    assert caught_mask(path, GEOMETRY).tolist() == [False, False, True, True]
+    assert not bool(caught_mask(path.flip(0), GEOMETRY).any())
+    outside = path + torch.tensor([1.5 * r, 0.0, 0.0], dtype=torch.float64)
+    assert not bool(caught_mask(outside, GEOMETRY).any())
+    R = torch.linalg.matrix_exp(torch.tensor([[0.0, -0.3, 0.2], [0.3, 0.0, -0.1],
+                                              [-0.2, 0.1, 0.0]], dtype=torch.float64))
+    p = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)
+    x = p + (R @ torch.tensor([0.01, 0.02, 0.5 * h], dtype=torch.float64))
+    assert torch.allclose(cup_coordinates(x, p, R),
+                          torch.tensor([0.01, 0.02, 0.5 * h], dtype=torch.float64))
+
+
+def test_episode_at_home_keeps_the_ball_hanging_and_batched_equals_loop():
+    task = _task(duration=0.5, hold=0.2)
+    model = LocalStringModel()
+    theta = torch.zeros(1, task.promp.dim, dtype=torch.float64)
+    rest = model_episode(task, theta, model)
+    drop = rest.cup[0, 0] - rest.ball[0, -1]
+    assert torch.allclose(drop, torch.tensor([0.0, 0.0, 0.4], dtype=torch.float64), atol=1e-4)
+    assert not bool(rest.caught.any()) and float(rest.reward) < 0.0
+    gen = torch.Generator().manual_seed(1)
+    thetas = 0.3 * torch.randn(3, task.promp.dim, dtype=torch.float64, generator=gen)
+    batch = model_episode(task, thetas, model, chunk=2)
+    for i in range(3):
+        one = model_episode(task, thetas[i:i + 1], model)
+        assert torch.allclose(one.reward, batch.reward[i:i + 1])
+        assert torch.allclose(one.ball, batch.ball[i:i + 1])
+
+
+@pytest.mark.slow
+def test_policy_search_improves_the_reward_of_every_seed():
+    task = _task()
+    model = LocalStringModel()
+    config = SearchConfig(iterations=12, samples=16)
+    result = policy_search(task, model, seeds=[0, 1], config=config)
+    assert result.history.shape == (12, 2)
+    assert bool((result.history[-3:].mean(0) > result.history[:3].mean(0) + 0.02).all())
+    assert torch.isfinite(result.reward).all()
