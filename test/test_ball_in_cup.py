@@ -11,8 +11,9 @@ import math
 
 from diffsim_ros import robots
 from diffsim_ros.control.ball_in_cup import (BallInCupTask, caught_mask, cup_coordinates,
-                                             CupGeometry, dipole_potential, model_episode,
-                                             policy_search, SearchConfig)
+                                             CupGeometry, dipole_potential,
+                                             hermite_upsample, model_episode, policy_search,
+                                             SearchConfig)
 from diffsim_ros.control.promp import ProMP
 from diffsim_ros.core import forward_kinematics, load_urdf
 import pytest
@@ -25,13 +26,12 @@ HOME = (0.0, 0.2, 0.0, 0.4)
 class LocalStringModel:
     """Test-only ball on an inextensible string hanging from the WAM-4's tool link."""
 
-    def __init__(self, string_length: float = 0.4, offset=(0.0, 0.0, 0.06), dt=0.002):
-        """Load the arm; ``dt`` is the sample time of the trajectories it is given."""
+    def __init__(self, string_length: float = 0.4, offset=(0.0, 0.0, 0.06)):
+        """Load the arm."""
         self.robot = load_urdf(robots.urdf_path('wam4'), dtype=torch.float64)
         self.tool = self.robot.link_names.index('wam/tool_link')
         self.string_length = string_length
         self.offset = torch.tensor(offset, dtype=torch.float64)
-        self.dt = dt
 
     def cup_frame(self, q):
         """Return the cup origin ``(..., 3)`` and axes ``(..., 3, 3)``."""
@@ -40,11 +40,12 @@ class LocalStringModel:
         return T[..., :3, 3] + (R @ self.offset), R
 
     def cup_motion(self, q, qd, qdd):
-        """Return the cup origin's position, velocity and acceleration along time."""
+        """Return the cup origin's motion by central differences along the path's Taylor."""
+        h = 1e-4
         p, _ = self.cup_frame(q)
-        v = torch.gradient(p, spacing=self.dt, dim=-2)[0]
-        a = torch.gradient(v, spacing=self.dt, dim=-2)[0]
-        return p, v, a
+        ahead, _ = self.cup_frame(q + h * qd + 0.5 * h * h * qdd)
+        behind, _ = self.cup_frame(q - h * qd + 0.5 * h * h * qdd)
+        return p, (ahead - behind) / (2 * h), (ahead - 2 * p + behind) / (h * h)
 
     def rollout(self, x0, xd0, p, v, a, dt):
         """Integrate the ball (gravity, string as a projection) along the cup motion."""
@@ -64,11 +65,30 @@ class LocalStringModel:
         return torch.stack(xs, -2), None
 
 
-def _task(duration=1.6, n_basis=8, hold=0.4):
+def _task(duration=1.6, n_basis=8, hold=0.4, stride=10):
     model = load_urdf(robots.urdf_path('wam4'), dtype=torch.float64)
     return BallInCupTask(promp=ProMP(HOME, duration, n_basis), geometry=GEOMETRY,
                          q_lower=tuple(model.lower.tolist()),
-                         q_upper=tuple(model.upper.tolist()), dt=0.002, hold=hold)
+                         q_upper=tuple(model.upper.tolist()), dt=0.002, hold=hold,
+                         kinematics_stride=stride)
+
+
+def test_cup_motion_on_the_coarse_grid_matches_the_exact_kinematics():
+    """20 ms Hermite knots against FK at every 2 ms step, on fast random swing-ups."""
+    task = _task(duration=1.6)
+    model = LocalStringModel()
+    gen = torch.Generator().manual_seed(4)
+    theta = 0.6 * torch.randn(4, task.promp.dim, dtype=torch.float64, generator=gen)
+    q, qd, qdd = task.promp.trajectory(theta, task.times())
+    p, v, a = model.cup_motion(q, qd, qdd)
+    grid = slice(None, None, task.kinematics_stride)
+    pc, vc, ac = model.cup_motion(q[:, grid], qd[:, grid], qdd[:, grid])
+    H = task.kinematics_stride * task.dt
+    assert float(v.abs().max()) > 1.5      # a fast movement: the cup moves at m/s
+    assert float((hermite_upsample(pc, vc, task.kinematics_stride, H) - p).abs().max()) < 1e-4
+    assert float((hermite_upsample(vc, ac, task.kinematics_stride, H) - v).abs().max()) < 5e-3
+    with pytest.raises(ValueError, match='kinematics_stride'):
+        _task(duration=1.6, stride=7)
 
 
 def test_dipole_is_one_at_its_peak_negative_below_and_zero_beside():

@@ -16,6 +16,13 @@ model (FF-NN, LSTM) can be paired with the identified cup kinematics:
 
 The ball starts hanging at rest, ``x0 = p(0) - l e_z``.
 
+Cost: forward kinematics of ``B`` samples at every step dominates an episode, so the cup's
+motion is evaluated on a grid ``kinematics_stride`` steps apart (``H = stride dt``, 20 ms by
+default; the ProMP's basis functions are about 0.2 s wide) and carried to the rollout's
+steps by cubic Hermite interpolation: ``p`` with its derivative ``v``, ``v`` with ``a``,
+``a`` and the cup's orientation ``R`` linearly.  :func:`hermite_upsample` states the error;
+the tests measure it against the exact kinematics.
+
 Reward (one number per episode; ``r_t = R_t^T (x_t - p_t)`` the ball's centre in the cup
 frame, ``h`` the cup's height, ``rho`` its inner radius, ``rho_b`` the ball's radius, means
 over the ``T`` steps of the episode)::
@@ -24,6 +31,7 @@ over the ``T`` steps of the episode)::
         - w_limit mean_t |relu(q_t - (q_upper - m)) + relu((q_lower + m) - q_t)|^2
         - w_velocity mean_t |relu(|qd_t| - qd_max)|^2
         - w_acceleration mean_t |relu(|qdd_t| - qdd_max)|^2
+        - w_torque mean_t' |relu(|tau_t'| - tau_max) / tau_max|^2
         - w_upright (1 - e_z . z_cup(T))
 
 The task term is DiffNEA's dense "electric dipole" idea: a dipole at the cup's centre
@@ -40,8 +48,10 @@ therefore treats the cup as absorbing: once the ball's centre has crossed the ri
 that step on (``psi~_t = psi(r_t)`` before).  A catch is the model-side success; on the
 MuJoCo ground truth the walls decide (``in_cup`` of :mod:`diffsim_ros.sim.cup`).  The
 penalties keep the arm near home and within its joint limits (margin ``m``), bound joint
-speeds and accelerations to what the WAM's drives can track, and ask for a cup that ends
-upright so a caught ball stays.
+speeds and accelerations, keep the inverse-dynamics torque of the arm model,
+``tau = RNEA(q, qd, qdd)`` on the kinematics grid ``t'`` (below), inside the drives'
+command limits ``tau_max`` (the plant clips there, so a trajectory beyond them cannot be
+tracked), and ask for a cup that ends upright so a caught ball stays.
 """
 
 from dataclasses import dataclass, field
@@ -53,12 +63,14 @@ import torch
 
 from .promp import ProMP
 from .reps import Gaussian, reps_update
+from ..core.dispatch import rnea
+from ..core.model import RobotModel
 
 Tensor = torch.Tensor
 
 __all__ = ['BallInCupTask', 'CupGeometry', 'Episode', 'RewardWeights', 'SearchConfig',
            'SearchResult', 'caught_mask', 'cup_coordinates', 'dipole_potential',
-           'model_episode', 'policy_search', 'task_reward']
+           'hermite_upsample', 'model_episode', 'policy_search', 'task_reward']
 
 #: Scale of :func:`dipole_potential`: its largest value is 1.
 DIPOLE_SCALE = 1.5 * math.sqrt(3.0)
@@ -92,6 +104,7 @@ class RewardWeights:
         catalogue URDF's 0.5 rad/s are libbarrett's conservative defaults).
     :param acceleration: ``w_acceleration``, s^4/rad^2.
     :param acceleration_max: ``qdd_max``, rad/s^2.
+    :param torque: ``w_torque`` (on torques relative to their limit).
     :param upright: ``w_upright``.
     """
 
@@ -102,10 +115,11 @@ class RewardWeights:
     velocity_max: float = 4.0
     acceleration: float = 1e-3
     acceleration_max: float = 40.0
+    torque: float = 1.0
     upright: float = 0.5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class BallInCupTask:
     """
     Everything an episode needs besides the models.
@@ -116,6 +130,11 @@ class BallInCupTask:
     :param q_upper: joint upper limits ``(n,)``, rad.
     :param dt: step of the model rollout, s.
     :param hold: time at rest after the movement, s (the ball must stay in the cup).
+    :param kinematics_stride: rollout steps between cup-kinematics evaluations (module
+        docstring); must divide the episode's number of steps.
+    :param torque_max: command limits ``(n,)``, N m.
+    :param arm: the arm model whose inverse dynamics the torque penalty uses (None: no
+        torque penalty).
     :param weights: the reward's penalties.
     """
 
@@ -123,9 +142,25 @@ class BallInCupTask:
     geometry: CupGeometry
     q_lower: Tuple[float, ...]
     q_upper: Tuple[float, ...]
+    torque_max: Tuple[float, ...] = ()
+    arm: Optional[RobotModel] = None
     dt: float = 0.002
-    hold: float = 0.6
+    hold: float = 0.5
+    kinematics_stride: int = 10
     weights: RewardWeights = field(default_factory=RewardWeights)
+
+    def __post_init__(self) -> None:
+        """Check that the kinematics grid fits the episode."""
+        steps = self.times().numel() - 1
+        if self.kinematics_stride < 1 or steps % self.kinematics_stride:
+            raise ValueError(f'kinematics_stride {self.kinematics_stride} must divide the '
+                             f'episode\'s {steps} steps')
+        n = self.promp.n_joints
+        for name in ('q_lower', 'q_upper'):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f'{name}: expected {n} values, got {getattr(self, name)}')
+        if self.arm is not None and len(self.torque_max) != n:
+            raise ValueError(f'torque_max: expected {n} values, got {self.torque_max}')
 
     def times(self, dtype: torch.dtype = torch.float64) -> Tensor:
         """
@@ -180,7 +215,7 @@ def caught_mask(r_cup: Tensor, geometry: CupGeometry) -> Tensor:
 
 
 def task_reward(task: BallInCupTask, q: Tensor, qd: Tensor, qdd: Tensor, r_cup: Tensor,
-                z_cup_final: Tensor) -> Tuple[Tensor, Tensor]:
+                z_cup_final: Tensor, tau: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """
     Return the episode reward of the module docstring and whether the ball was caught.
 
@@ -188,6 +223,8 @@ def task_reward(task: BallInCupTask, q: Tensor, qd: Tensor, qdd: Tensor, r_cup: 
     :param q: joint positions ``(..., T, n)``, rad; :param qd: rad/s; :param qdd: rad/s^2.
     :param r_cup: ball centres in the cup frame ``(..., T, 3)``, m.
     :param z_cup_final: the cup's +z axis in world at the end ``(..., 3)``.
+    :param tau: the arm's inverse-dynamics torques on the kinematics grid ``(..., T', n)``,
+        N m (None: no torque term).
     :return: ``(reward (...), caught (...) bool)``.
     """
     w, geometry = task.weights, task.geometry
@@ -204,7 +241,41 @@ def task_reward(task: BallInCupTask, q: Tensor, qd: Tensor, qdd: Tensor, r_cup: 
                + w.velocity * (fast ** 2).sum(-1).mean(-1)
                + w.acceleration * (hard ** 2).sum(-1).mean(-1)
                + w.upright * (1.0 - z_cup_final[..., 2]))
+    if tau is not None:
+        limit = q.new_tensor(task.torque_max)
+        over = torch.relu(tau.abs() - limit) / limit
+        penalty = penalty + w.torque * (over ** 2).sum(-1).mean(-1)
     return psi.mean(-1) - penalty, caught[..., -1]
+
+
+def hermite_upsample(y: Tensor, dy: Optional[Tensor], stride: int, H: float) -> Tensor:
+    """
+    Return samples ``stride`` times denser than the knots: cubic Hermite, or linear.
+
+    Between knots ``k`` and ``k + 1`` at ``s = j / stride``:
+    ``y = h00 y_k + h10 H dy_k + h01 y_k+1 + h11 H dy_k+1`` with the Hermite cubics
+    ``h00 = 2s^3 - 3s^2 + 1``, ``h10 = s^3 - 2s^2 + s``, ``h01 = 3s^2 - 2s^3``,
+    ``h11 = s^3 - s^2``; its error is ``H^4 max|y''''| / 384``.  Without ``dy`` the
+    interpolation is linear (error ``H^2 max|y''| / 8``).
+
+    :param y: knots ``(..., K, m)``.
+    :param dy: their time derivatives ``(..., K, m)`` or None.
+    :param stride: fine samples per knot interval.
+    :param H: knot spacing, s.
+    :return: ``(..., (K - 1) stride + 1, m)``, equal to ``y`` at the knots.
+    """
+    s = torch.arange(stride, dtype=y.dtype, device=y.device) / stride
+    y0, y1 = y[..., :-1, None, :], y[..., 1:, None, :]
+    s = s[:, None]
+    if dy is None:
+        fine = y0 + s * (y1 - y0)
+    else:
+        d0, d1 = H * dy[..., :-1, None, :], H * dy[..., 1:, None, :]
+        s2, s3 = s * s, s * s * s
+        fine = ((2 * s3 - 3 * s2 + 1) * y0 + (s3 - 2 * s2 + s) * d0
+                + (3 * s2 - 2 * s3) * y1 + (s3 - s2) * d1)
+    fine = fine.flatten(-3, -2)
+    return torch.cat((fine, y[..., -1:, :]), -2)
 
 
 @dataclass(frozen=True)
@@ -235,24 +306,33 @@ def model_episode(task: BallInCupTask, theta: Tensor, kinematics: Any,
     :param theta: ProMP parameters ``(B, dim)``.
     :param kinematics: cup kinematics and string length (module docstring).
     :param ball_model: the ball's rollout (module docstring); ``kinematics`` when None.
-    :param chunk: samples per kinematics evaluation (bounds the memory of ``(B, T)`` FK).
+    :param chunk: samples per kinematics evaluation (bounds the memory of the FK).
     :return: the episodes.
     """
     ball_model = kinematics if ball_model is None else ball_model
+    stride, B = task.kinematics_stride, theta.shape[0]
     with torch.no_grad():
-        times = task.times(theta.dtype)
-        q, qd, qdd = task.promp.trajectory(theta, times)
-        pieces = [kinematics.cup_motion(q[i:i + chunk], qd[i:i + chunk], qdd[i:i + chunk])
-                  for i in range(0, q.shape[0], chunk)]
-        p, v, a = (torch.cat(parts, 0) for parts in zip(*pieces))
+        q, qd, qdd = task.promp.trajectory(theta, task.times(theta.dtype))
+        grid = (q[:, ::stride], qd[:, ::stride], qdd[:, ::stride])
+        parts = []
+        for i in range(0, B, chunk):
+            qc, qdc, qddc = (g[i:i + chunk] for g in grid)
+            pc, vc, ac = kinematics.cup_motion(qc, qdc, qddc)
+            Rc = kinematics.cup_frame(qc)[1]
+            tau = None if task.arm is None else rnea(task.arm, qc, qdc, qddc)
+            parts.append((pc, vc, ac, Rc, tau))
+        pc, vc, ac, Rc = (torch.cat([part[k] for part in parts]) for k in range(4))
+        tau = None if task.arm is None else torch.cat([part[4] for part in parts])
+        H = stride * task.dt
+        p = hermite_upsample(pc, vc, stride, H)
+        v = hermite_upsample(vc, ac, stride, H)
+        a = hermite_upsample(ac, None, stride, H)
+        R = hermite_upsample(Rc.flatten(-2), None, stride, H).unflatten(-1, (3, 3))
         length = torch.as_tensor(kinematics.string_length, dtype=p.dtype)
         x0 = p[:, 0] - length * p.new_tensor([0.0, 0.0, 1.0])
         x, _ = ball_model.rollout(x0, torch.zeros_like(x0), p, v, a, task.dt)
-        r_cup = torch.cat([cup_coordinates(x[i:i + chunk], p[i:i + chunk],
-                                           kinematics.cup_frame(q[i:i + chunk])[1])
-                           for i in range(0, q.shape[0], chunk)], 0)
-        z_final = kinematics.cup_frame(q[:, -1])[1][..., :, 2]
-        reward, caught = task_reward(task, q, qd, qdd, r_cup, z_final)
+        reward, caught = task_reward(task, q, qd, qdd, cup_coordinates(x, p, R),
+                                     Rc[:, -1, :, 2], tau)
     return Episode(reward=reward, caught=caught, ball=x, cup=p, q=q)
 
 
