@@ -27,7 +27,7 @@ Reward (one number per episode; ``r_t = R_t^T (x_t - p_t)`` the ball's centre in
 frame, ``h`` the cup's height, ``rho`` its inner radius, ``rho_b`` the ball's radius, means
 over the ``T`` steps of the episode)::
 
-    R = mean_t psi~_t - w_home mean_t |q_t - q_home|^2
+    R = mean_t psi~_t + w_peak max_t psi~_t - w_home mean_t |q_t - q_home|^2
         - w_limit mean_t |relu(q_t - (q_upper - m)) + relu((q_lower + m) - q_t)|^2
         - w_velocity mean_t |relu(|qd_t| - qd_max)|^2
         - w_acceleration mean_t |relu(|qdd_t| - qdd_max)|^2
@@ -45,7 +45,9 @@ so it pulls the ball up and onto the cup's axis from anywhere.  The string model
 walls, so a ball that enters the cup falls through its bottom in the model; the episode
 therefore treats the cup as absorbing: once the ball's centre has crossed the rim plane
 ``r_z = h`` downward inside ``|r_xy| < rho - rho_b`` it is *caught* and ``psi~_t = 1`` from
-that step on (``psi~_t = psi(r_t)`` before).  A catch is the model-side success; on the
+that step on (``psi~_t = psi(r_t)`` before).  The peak term rewards getting the ball
+above the cup at least once (the way to a catch; the mean alone favours a ball swinging at
+the cup's height, where ``psi = 0``).  A catch is the model-side success; on the
 MuJoCo ground truth the walls decide (``in_cup`` of :mod:`diffsim_ros.sim.cup`).  The
 penalties keep the arm near home and within its joint limits (margin ``m``), bound joint
 speeds and accelerations, keep the inverse-dynamics torque of the arm model,
@@ -96,6 +98,7 @@ class RewardWeights:
     """
     Weights and bounds of the reward's penalties (module docstring).
 
+    :param peak: ``w_peak``.
     :param home: ``w_home``, 1/rad^2.
     :param limit: ``w_limit``, 1/rad^2.
     :param limit_margin: ``m``, rad.
@@ -108,6 +111,7 @@ class RewardWeights:
     :param upright: ``w_upright``.
     """
 
+    peak: float = 1.0
     home: float = 0.02
     limit: float = 10.0
     limit_margin: float = 0.1
@@ -154,7 +158,7 @@ class BallInCupTask:
         steps = self.times().numel() - 1
         if self.kinematics_stride < 1 or steps % self.kinematics_stride:
             raise ValueError(f'kinematics_stride {self.kinematics_stride} must divide the '
-                             f'episode\'s {steps} steps')
+                             f'episode of {steps} steps')
         n = self.promp.n_joints
         for name in ('q_lower', 'q_upper'):
             if len(getattr(self, name)) != n:
@@ -245,7 +249,7 @@ def task_reward(task: BallInCupTask, q: Tensor, qd: Tensor, qdd: Tensor, r_cup: 
         limit = q.new_tensor(task.torque_max)
         over = torch.relu(tau.abs() - limit) / limit
         penalty = penalty + w.torque * (over ** 2).sum(-1).mean(-1)
-    return psi.mean(-1) - penalty, caught[..., -1]
+    return psi.mean(-1) + w.peak * psi.amax(-1) - penalty, caught[..., -1]
 
 
 def hermite_upsample(y: Tensor, dy: Optional[Tensor], stride: int, H: float) -> Tensor:
