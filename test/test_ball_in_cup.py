@@ -13,7 +13,7 @@ from diffsim_ros import robots
 from diffsim_ros.control.ball_in_cup import (BallInCupTask, caught_mask, cup_coordinates,
                                              CupGeometry, dipole_potential,
                                              hermite_upsample, model_episode, policy_search,
-                                             SearchConfig)
+                                             SearchConfig, task_reward)
 from diffsim_ros.control.promp import ProMP
 from diffsim_ros.core import forward_kinematics, load_urdf
 import pytest
@@ -118,6 +118,21 @@ def test_caught_only_on_a_downward_crossing_inside_the_opening():
     x = p + (R @ torch.tensor([0.01, 0.02, 0.5 * h], dtype=torch.float64))
     assert torch.allclose(cup_coordinates(x, p, R),
                           torch.tensor([0.01, 0.02, 0.5 * h], dtype=torch.float64))
+
+
+def test_reward_scores_a_catch_from_above_and_punishes_a_ball_through_the_bottom():
+    task = _task(duration=0.5, hold=0.2)
+    T = task.times().numel()
+    h = GEOMETRY.height
+    z_down = torch.linspace(0.3, 0.5 * h, T, dtype=torch.float64)
+    z_up = torch.linspace(-0.3, 0.5 * h, T, dtype=torch.float64)
+    zero = torch.zeros(T, dtype=torch.float64)
+    paths = torch.stack([torch.stack((zero, zero, z), -1) for z in (z_down, z_up)])
+    q = torch.tensor(HOME, dtype=torch.float64).expand(2, T, 4)
+    up = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64).expand(2, 3)
+    reward, caught = task_reward(task, q, torch.zeros_like(q), torch.zeros_like(q), paths, up)
+    assert caught.tolist() == [True, False]
+    assert float(reward[0]) > 1.0 > 0.0 > float(reward[1])
 
 
 def test_episode_at_home_keeps_the_ball_hanging_and_batched_equals_loop():

@@ -45,7 +45,11 @@ so it pulls the ball up and onto the cup's axis from anywhere.  The string model
 walls, so a ball that enters the cup falls through its bottom in the model; the episode
 therefore treats the cup as absorbing: once the ball's centre has crossed the rim plane
 ``r_z = h`` downward inside ``|r_xy| < rho - rho_b`` it is *caught* and ``psi~_t = 1`` from
-that step on (``psi~_t = psi(r_t)`` before).  The peak term rewards getting the ball
+that step on (``psi~_t = psi(r_t)`` before).  Without walls the model also lets the ball
+into the cup through its bottom or side, which the ground truth forbids, and the policy
+search found exactly that (a ball passing up through the bottom scores the dipole's peak):
+a ball inside the cup's volume (``|r_xy| < rho``, ``-rho_b < r_z < h``) that was not caught
+scores ``psi~_t = -1``.  The peak term rewards getting the ball
 above the cup at least once (the way to a catch; the mean alone favours a ball swinging at
 the cup's height, where ``psi = 0``).  A catch is the model-side success; on the
 MuJoCo ground truth the walls decide (``in_cup`` of :mod:`diffsim_ros.sim.cup`).  The
@@ -233,7 +237,11 @@ def task_reward(task: BallInCupTask, q: Tensor, qd: Tensor, qdd: Tensor, r_cup: 
     """
     w, geometry = task.weights, task.geometry
     caught = caught_mask(r_cup, geometry)
-    psi = torch.where(caught, torch.ones_like(r_cup[..., 0]), dipole_potential(r_cup, geometry))
+    z = r_cup[..., 2]
+    inside = (r_cup[..., :2].norm(dim=-1) < geometry.radius) & (z > -geometry.ball_radius) & (
+        z < geometry.height)
+    psi = torch.where(inside, -torch.ones_like(z), dipole_potential(r_cup, geometry))
+    psi = torch.where(caught, torch.ones_like(z), psi)
     home = q.new_tensor(task.promp.q_home)
     lower, upper = q.new_tensor(task.q_lower), q.new_tensor(task.q_upper)
     violation = (torch.relu(q - (upper - w.limit_margin))
