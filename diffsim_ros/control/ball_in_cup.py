@@ -363,9 +363,9 @@ class SearchConfig:
 
     iterations: int = 60
     samples: int = 32
-    epsilon: float = 0.5
+    epsilon: float = 1.0
     kl_bound: float = 0.5
-    init_std: float = 0.5
+    init_std: float = 0.8
     min_std: float = 0.01
 
 
