@@ -94,17 +94,17 @@ class ProMP:
 
     @property
     def n_joints(self) -> int:
-        """Number of joints."""
+        """Return the number of joints."""
         return len(self.q_home)
 
     @property
     def n_free(self) -> int:
-        """Free weights per joint, ``n_basis - 5``."""
+        """Return the free weights per joint, ``n_basis - 5``."""
         return self.n_basis - len(BOUNDARY)
 
     @property
     def dim(self) -> int:
-        """Length of a parameter vector ``theta``, ``n_joints * n_free``."""
+        """Return the length of a parameter vector ``theta``, ``n_joints * n_free``."""
         return self.n_joints * self.n_free
 
     def features(self, times: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
