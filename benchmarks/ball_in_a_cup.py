@@ -104,7 +104,9 @@ def transfer(plant: cup.CupPlant, task: BallInCupTask, arm: RobotModel, theta: t
     :param noise: sensor noise (None: noiseless).
     :param seed: noise seed.
     :return: ``success`` (bool), ``tracking_error_rad``, ``saturated`` (fraction of periods
-        with a clipped torque).
+        with a clipped torque), ``final_radial_m`` and ``final_height_m``: the largest radial
+        distance and the height range of the ball's centre in the cup frame over the last
+        ``HOLD_S`` of the run (what ``in_cup`` judges).
     """
     reference = task.promp.reference(theta)
     controller = cup.tracking_controller(arm, reference)
@@ -112,8 +114,12 @@ def transfer(plant: cup.CupPlant, task: BallInCupTask, arm: RobotModel, theta: t
     recording = plant.run(controller, HOME, seconds, noise=noise, seed=seed)
     q_ref, _, _ = reference(torch.as_tensor(recording.t, dtype=torch.float64))
     error = float(np.abs(recording.q - q_ref.numpy()).max())
+    last = recording.t >= recording.t[-1] - cup.HOLD_S + 1e-9
+    ball = recording.ball_in_cup_frame()[last]
     return {'success': cup.in_cup(recording), 'tracking_error_rad': error,
-            'saturated': float(recording.saturated)}
+            'saturated': float(recording.saturated),
+            'final_radial_m': float(np.hypot(ball[:, 0], ball[:, 1]).max()),
+            'final_height_m': [float(ball[:, 2].min()), float(ball[:, 2].max())]}
 
 
 def models_for(truth: cup.CupTruth, seed: int, quick: bool) -> Dict[str, Any]:
@@ -190,7 +196,9 @@ def evaluate_model(plant: cup.CupPlant, arm: RobotModel, kinematics: Any, ball_m
         'search_s': result.seconds, 'search_s_per_seed': result.seconds / len(seeds),
         'transfer_s': time.perf_counter() - start,
         'per_seed': {'seed': list(seeds), 'reward': result.reward.tolist(),
-                     'caught': result.caught.tolist(), 'success': success},
+                     'caught': result.caught.tolist(), 'success': success,
+                     'final_radial_m': [run['final_radial_m'] for run in runs],
+                     'final_height_m': [run['final_height_m'] for run in runs]},
     }
 
 

@@ -31,7 +31,7 @@ over the ``T`` steps of the episode)::
         - w_limit mean_t |relu(q_t - (q_upper - m)) + relu((q_lower + m) - q_t)|^2
         - w_velocity mean_t |relu(|qd_t| - qd_max)|^2
         - w_acceleration mean_t |relu(|qdd_t| - qdd_max)|^2
-        - w_torque mean_t' |relu(|tau_t'| - tau_max) / tau_max|^2
+        - w_torque mean_t' |relu(|tau_t'| - f tau_max) / tau_max|^2
         - w_upright (1 - e_z . z_cup(T))
 
 The task term is DiffNEA's dense "electric dipole" idea: a dipole at the cup's centre
@@ -55,9 +55,12 @@ the cup's height, where ``psi = 0``).  A catch is the model-side success; on the
 MuJoCo ground truth the walls decide (``in_cup`` of :mod:`diffsim_ros.sim.cup`).  The
 penalties keep the arm near home and within its joint limits (margin ``m``), bound joint
 speeds and accelerations, keep the inverse-dynamics torque of the arm model,
-``tau = RNEA(q, qd, qdd)`` on the kinematics grid ``t'`` (below), inside the drives'
-command limits ``tau_max`` (the plant clips there, so a trajectory beyond them cannot be
-tracked), and ask for a cup that ends upright so a caught ball stays.
+``tau = RNEA(q, qd, qdd)`` on the kinematics grid ``t'`` (below), inside a fraction ``f``
+of the drives' command limits ``tau_max`` (the plant clips at the limits, so a trajectory
+beyond them cannot be tracked; the rest is left to the tracking controller's feedback and
+the model's error: with ``f = 1`` and ``w_torque = 1``, 2 of 8 searched swing-ups saturated
+the plant's drives for 16-36 % of the time and missed their reference by 0.5-2.3 rad), and
+ask for a cup that ends upright so a caught ball stays.
 """
 
 from dataclasses import dataclass, field
@@ -112,6 +115,7 @@ class RewardWeights:
     :param acceleration: ``w_acceleration``, s^4/rad^2.
     :param acceleration_max: ``qdd_max``, rad/s^2.
     :param torque: ``w_torque`` (on torques relative to their limit).
+    :param torque_fraction: ``f``, the share of the command limits the feedforward may use.
     :param upright: ``w_upright``.
     """
 
@@ -123,7 +127,8 @@ class RewardWeights:
     velocity_max: float = 4.0
     acceleration: float = 1e-3
     acceleration_max: float = 40.0
-    torque: float = 1.0
+    torque: float = 100.0
+    torque_fraction: float = 0.8
     upright: float = 0.5
 
 
@@ -255,7 +260,7 @@ def task_reward(task: BallInCupTask, q: Tensor, qd: Tensor, qdd: Tensor, r_cup: 
                + w.upright * (1.0 - z_cup_final[..., 2]))
     if tau is not None:
         limit = q.new_tensor(task.torque_max)
-        over = torch.relu(tau.abs() - limit) / limit
+        over = torch.relu(tau.abs() - w.torque_fraction * limit) / limit
         penalty = penalty + w.torque * (over ** 2).sum(-1).mean(-1)
     return psi.mean(-1) + w.peak * psi.amax(-1) - penalty, caught[..., -1]
 
