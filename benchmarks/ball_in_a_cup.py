@@ -122,17 +122,17 @@ def transfer(plant: cup.CupPlant, task: BallInCupTask, arm: RobotModel, theta: t
             'final_height_m': [float(ball[:, 2].min()), float(ball[:, 2].max())]}
 
 
-def models_for(truth: cup.CupTruth, seed: int, quick: bool) -> Dict[str, Any]:
+def models_for(truth: cup.CupTruth, seed: int, recording: Dict[str, Any]) -> Dict[str, Any]:
     """
     Identify the models of one hidden plant from its identification recordings.
 
     :param truth: the hidden plant.
     :param seed: seed of the recordings and the fits.
-    :param quick: the shorter settings.
+    :param recording: keyword arguments of ``identification_recordings`` (durations).
     :return: ``{'models': {name: (arm, kinematics, ball_model)}, 'fit': {...}}``.
     """
     start = time.perf_counter()
-    arm_runs, string_runs = cup.identification_recordings(truth, seed)
+    arm_runs, string_runs = cup.identification_recordings(truth, seed, **recording)
     recorded = time.perf_counter() - start
     catalogue = nominal_model(cup.ROBOT)
     arm, string = string_model.fit_cup_model(arm_runs, string_runs, catalogue)
@@ -224,6 +224,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              '(default 5, --quick 3)')
     parser.add_argument('--models', default=','.join(MODELS),
                         help=f'comma-separated rows among {",".join(MODELS)}')
+    parser.add_argument('--arm-seconds', type=float, default=60.0,
+                        help='length of the arm identification run, s (default 60)')
+    parser.add_argument('--string-runs', type=int, default=6,
+                        help='number of ball-swinging identification runs (default 6)')
+    parser.add_argument('--string-seconds', type=float, default=30.0,
+                        help='length of each ball-swinging run, s (default 30)')
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     names = [name for name in args.models.split(',') if name]
@@ -233,18 +239,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     repeats = args.repeats if args.repeats is not None else (3 if args.quick else 5)
     config = SearchConfig(iterations=args.iterations, samples=args.samples)
     lengths = (0.40,) if args.quick else LENGTHS
+    recording = {'arm_seconds': args.arm_seconds, 'string_runs': args.string_runs,
+                 'string_seconds': args.string_seconds}
     start = time.perf_counter()
     payload: Dict[str, Any] = {'seed': args.seed, 'quick': args.quick,
                                'settings': {'searches': args.searches,
                                             'iterations': config.iterations,
                                             'samples': config.samples, 'repeats': repeats,
                                             'home': HOME, 'duration_s': DURATION_S,
-                                            'hold_s': HOLD_S, 'n_basis': N_BASIS}}
+                                            'hold_s': HOLD_S, 'n_basis': N_BASIS,
+                                            'recording': recording}}
     for index, length in enumerate(lengths):
         key = f'{length:.2f}'
         truth = cup.draw_truth(args.seed * 100 + index, length)
         plant = cup.CupPlant(truth)
-        fitted = models_for(truth, args.seed * 100 + index, args.quick)
+        fitted = models_for(truth, args.seed * 100 + index, recording)
         entry: Dict[str, Any] = dict(fitted['fit'])
         seeds = [args.seed * 10000 + index * 1000 + k for k in range(args.searches)]
         for name in names:

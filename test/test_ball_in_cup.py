@@ -7,7 +7,12 @@ differences along time), the ball by semi-implicit Euler with the string as a pr
 onto the sphere of radius ``l`` whenever it is stretched.
 """
 
+import importlib.util
+import json
 import math
+from pathlib import Path
+import subprocess
+import sys
 
 from diffsim_ros import robots
 from diffsim_ros.control.ball_in_cup import (BallInCupTask, caught_mask, cup_coordinates,
@@ -161,3 +166,47 @@ def test_policy_search_improves_the_reward_of_every_seed():
     assert result.history.shape == (12, 2)
     assert bool((result.history[-3:].mean(0) > result.history[:3].mean(0) + 0.02).all())
     assert torch.isfinite(result.reward).all()
+
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARK = ROOT / 'benchmarks' / 'ball_in_a_cup.py'
+NEEDS = ('diffsim_ros.sim.cup', 'diffsim_ros.sysid.string_model')
+
+
+def _needs_plant_and_string_model():
+    missing = [name for name in NEEDS if importlib.util.find_spec(name) is None]
+    if missing:
+        pytest.skip(f'the benchmark needs {", ".join(missing)} (issue 18\'s other parts)')
+
+
+def test_benchmark_help_lists_the_issue_options():
+    _needs_plant_and_string_model()
+    out = subprocess.run([sys.executable, str(BENCHMARK), '--help'], capture_output=True,
+                         text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    for option in ('--seed', '--json', '--quick', '--searches', '--models'):
+        assert option in out.stdout
+
+
+@pytest.mark.slow
+def test_benchmark_runs_end_to_end_on_a_small_budget(tmp_path):
+    """Identify from short recordings, search briefly, transfer: the JSON has the keys."""
+    _needs_plant_and_string_model()
+    path = tmp_path / 'cup.json'
+    out = subprocess.run([sys.executable, str(BENCHMARK), '--quick', '--seed', '7',
+                          '--json', str(path), '--searches', '2', '--iterations', '2',
+                          '--samples', '4', '--repeats', '1', '--models', 'diffnea,nominal',
+                          '--arm-seconds', '6', '--string-runs', '1', '--string-seconds', '6',
+                          '--threads', '1'],
+                         capture_output=True, text=True, timeout=1800, cwd=ROOT)
+    assert out.returncode == 0, out.stderr[-3000:]
+    payload = json.loads(path.read_text())
+    entry = payload['0.40']
+    assert entry['string_length_error_m'] >= 0.0
+    for name in ('diffnea', 'nominal'):
+        row = entry[name]
+        for key in ('transfer_best10', 'transfer_all', 'reward_best10'):
+            assert math.isfinite(row[key])
+        assert 0.0 <= row['transfer_all'] <= 1.0
+        assert len(row['per_seed']['success']) == 2
+        assert row['repeatability'] is None or 0.0 <= row['repeatability'] <= 1.0
