@@ -108,15 +108,24 @@ def test_dipole_is_one_at_its_peak_negative_below_and_zero_beside():
     assert float(dipole_potential(0.2 * grid, GEOMETRY).abs().max()) <= 1.0
 
 
-def test_caught_only_on_a_downward_crossing_inside_the_opening():
-    h, r = GEOMETRY.height, GEOMETRY.radius - GEOMETRY.ball_radius
-    z = torch.tensor([0.2, 0.1, 0.05, -0.1], dtype=torch.float64)
-    path = torch.stack((torch.zeros(4, dtype=torch.float64), torch.zeros(4, dtype=torch.float64),
-                        z), -1)
-    assert caught_mask(path, GEOMETRY).tolist() == [False, False, True, True]
-    assert not bool(caught_mask(path.flip(0), GEOMETRY).any())
+def test_caught_only_after_a_downward_entry_that_reaches_the_bottom_inside_the_shaft():
+    h, r, rb = GEOMETRY.height, GEOMETRY.radius - GEOMETRY.ball_radius, GEOMETRY.ball_radius
+    z = torch.tensor([0.2, 0.1, 0.05, 0.01, -0.1], dtype=torch.float64)
+    zero = torch.zeros(5, dtype=torch.float64)
+    path = torch.stack((zero, zero, z), -1)
+    entered, caught = caught_mask(path, GEOMETRY)
+    assert entered.tolist() == [False, False, True, True, True]
+    assert caught.tolist() == [False, False, False, True, True]
+    assert not bool(caught_mask(path.flip(0), GEOMETRY)[1].any())
     outside = path + torch.tensor([1.5 * r, 0.0, 0.0], dtype=torch.float64)
-    assert not bool(caught_mask(outside, GEOMETRY).any())
+    assert not bool(caught_mask(outside, GEOMETRY)[1].any())
+    # In through the opening, then out through the wall before the bottom: not caught.
+    x = torch.tensor([0.0, 0.0, 0.0, 2.0 * r, 2.0 * r], dtype=torch.float64)
+    wall = torch.stack((x, zero, z), -1)
+    entered, caught = caught_mask(wall, GEOMETRY)
+    assert entered.tolist() == [False, False, True, False, False]
+    assert not bool(caught.any())
+    assert float(z[3]) <= rb < float(z[2]) < h
     R = torch.linalg.matrix_exp(torch.tensor([[0.0, -0.3, 0.2], [0.3, 0.0, -0.1],
                                               [-0.2, 0.1, 0.0]], dtype=torch.float64))
     p = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)
@@ -129,7 +138,7 @@ def test_reward_scores_a_catch_from_above_and_punishes_a_ball_through_the_bottom
     task = _task(duration=0.5, hold=0.2)
     T = task.times().numel()
     h = GEOMETRY.height
-    z_down = torch.linspace(0.3, 0.5 * h, T, dtype=torch.float64)
+    z_down = torch.linspace(0.3, 0.0, T, dtype=torch.float64)
     z_up = torch.linspace(-0.3, 0.5 * h, T, dtype=torch.float64)
     zero = torch.zeros(T, dtype=torch.float64)
     paths = torch.stack([torch.stack((zero, zero, z), -1) for z in (z_down, z_up)])
