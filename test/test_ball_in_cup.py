@@ -120,12 +120,18 @@ def test_caught_only_after_a_downward_entry_that_reaches_the_bottom_inside_the_s
     outside = path + torch.tensor([1.5 * r, 0.0, 0.0], dtype=torch.float64)
     assert not bool(caught_mask(outside, GEOMETRY)[1].any())
     # In through the opening, then out through the wall before the bottom: not caught.
-    x = torch.tensor([0.0, 0.0, 0.0, 2.0 * r, 2.0 * r], dtype=torch.float64)
+    x = torch.tensor([0.0, 0.0, 0.0, 2.0 * r + rb, 2.0 * r + rb], dtype=torch.float64)
     wall = torch.stack((x, zero, z), -1)
     entered, caught = caught_mask(wall, GEOMETRY)
     assert entered.tolist() == [False, False, True, False, False]
     assert not bool(caught.any())
     assert float(z[3]) <= rb < float(z[2]) < h
+    # Against the wall (inside the cup's radius) on the way down: caught.
+    x = torch.tensor([0.0, 0.0, 0.0, r + 0.5 * rb, r + 0.5 * rb], dtype=torch.float64)
+    assert caught_mask(torch.stack((x, zero, z), -1), GEOMETRY)[1].tolist()[3]
+    # Entering beside the opening (touching the rim) is no entry.
+    x = torch.full((5,), r + 0.5 * rb, dtype=torch.float64)
+    assert not bool(caught_mask(torch.stack((x, zero, z), -1), GEOMETRY)[0].any())
     R = torch.linalg.matrix_exp(torch.tensor([[0.0, -0.3, 0.2], [0.3, 0.0, -0.1],
                                               [-0.2, 0.1, 0.0]], dtype=torch.float64))
     p = torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64)

@@ -43,11 +43,12 @@ The task term is DiffNEA's dense "electric dipole" idea: a dipole at the cup's c
 positive above the cup (largest on its axis, ``d_z = delta / sqrt(2)``), negative below it,
 so it pulls the ball up and onto the cup's axis from anywhere.  The string model has no cup
 walls, so a ball that enters the cup falls through its bottom in the model; the episode
-therefore treats the cup as absorbing.  The ball is *in the shaft* while its centre is
-within ``|r_xy| < rho - rho_b`` and below the rim, ``r_z < h``; it *entered* when it came
-into the shaft by crossing the rim plane downward; it is *caught* once, having entered, it
-reaches the bottom (``r_z <= rho_b``) without leaving the shaft on the way, i.e. without
-touching a wall; from then on ``psi~_t = 1`` (``psi~_t = psi(r_t)`` before).  (The first
+therefore treats the cup as absorbing.  The ball *entered* when its centre crossed the rim
+plane ``r_z = h`` downward inside the opening, ``|r_xy| < rho - rho_b``; it stays entered
+while it is in the cup's *shaft*, ``|r_xy| < rho`` and ``r_z < h`` (a centre beyond
+``rho - rho_b`` touches the wall, which the real cup would stop; beyond ``rho`` the ball
+would be half through it); it is *caught* once an entered ball reaches the bottom
+(``r_z <= rho_b``); from then on ``psi~_t = 1`` (``psi~_t = psi(r_t)`` before).  (The first
 criterion, the rim crossing alone, accepted balls that crossed the opening at 2 m/s
 sideways: 10 of 30 searches caught in the model and 0 of those 10 stayed in the MuJoCo cup,
 they hit the wall and bounced out.)  Without walls the model also lets the ball into the
@@ -219,7 +220,8 @@ def caught_mask(r_cup: Tensor, geometry: CupGeometry) -> Tuple[Tensor, Tensor]:
     """
     Return where the ball is in the cup's shaft after entering it, and where it is caught.
 
-    See the module docstring.  With ``inside_t`` the shaft test, the shaft's visits are the
+    See the module docstring.  With ``inside_t`` the shaft test (entries also need
+    ``|r_xy| < rho - rho_b`` at the crossing), the shaft's visits are the
     runs of consecutive ``inside`` steps, numbered by ``seg_t = cumsum(not inside_t)``; a
     step is *entered* when an entry (a downward rim crossing into the shaft) happened in its
     own run at or before it, i.e. the running maximum of the entries' run numbers equals
@@ -232,8 +234,9 @@ def caught_mask(r_cup: Tensor, geometry: CupGeometry) -> Tuple[Tensor, Tensor]:
     """
     z = r_cup[..., 2]
     radial = r_cup[..., :2].norm(dim=-1)
-    inside = (radial < geometry.radius - geometry.ball_radius) & (z < geometry.height)
-    crossing = (z[..., :-1] >= geometry.height) & inside[..., 1:]
+    inside = (radial < geometry.radius) & (z < geometry.height)
+    opening = radial < geometry.radius - geometry.ball_radius
+    crossing = (z[..., :-1] >= geometry.height) & inside[..., 1:] & opening[..., 1:]
     crossing = torch.cat((torch.zeros_like(crossing[..., :1]), crossing), -1)
     seg = torch.cumsum((~inside).to(torch.int64), -1)
     last_entry = torch.cummax(torch.where(crossing, seg, torch.full_like(seg, -1)), -1)[0]
