@@ -74,7 +74,19 @@ MODEL_DT = 0.004
 KINEMATICS_STRIDE = 5
 LENGTHS = (0.35, 0.40, 0.45)
 MODELS = ('diffnea', 'nominal', 'ffnn', 'lstm')
+#: The black-box rows' ball models, by the class names issue 18 gives them.
+BLACK_BOX = {'ffnn': 'BallFFNN', 'lstm': 'BallLSTM'}
 BEST = 10
+
+
+def available_models() -> List[str]:
+    """
+    Return the rows this checkout can run (the black-box ball models may not exist yet).
+
+    :return: names among :data:`MODELS`.
+    """
+    return [name for name in MODELS
+            if name not in BLACK_BOX or hasattr(string_model, BLACK_BOX[name])]
 
 
 def make_task(arm: RobotModel) -> BallInCupTask:
@@ -211,6 +223,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """
     parser = _common.make_parser('Ball in a cup on the WAM-4: identify, eREPS on each model, '
                                  'transfer to the MuJoCo ground truth (issue 18).')
+    # The shared --quick help promises a minute; here it is the issue's quick protocol.
+    parser._option_string_actions['--quick'].help = (
+        'only the 0.40 m string (still --searches seeds per model); see benchmarks/README.md '
+        'for its measured time')
     parser.add_argument('--seed', type=int, default=0,
                         help='draws the hidden plants and the policy-search seeds')
     parser.add_argument('--searches', type=int, default=30,
@@ -222,8 +238,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--repeats', type=int, default=None,
                         help='noisy repetitions of each transferred best-10 policy '
                              '(default 5, --quick 3)')
-    parser.add_argument('--models', default=','.join(MODELS),
-                        help=f'comma-separated rows among {",".join(MODELS)}')
+    parser.add_argument('--models', default=','.join(available_models()),
+                        help=f'comma-separated rows among {",".join(MODELS)} (default: those '
+                             f'this checkout has: {",".join(available_models())})')
     parser.add_argument('--arm-seconds', type=float, default=60.0,
                         help='length of the arm identification run, s (default 60)')
     parser.add_argument('--string-runs', type=int, default=6,
@@ -236,6 +253,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = sorted(set(names) - set(MODELS))
     if unknown:
         parser.error(f'unknown models {unknown}; valid: {", ".join(MODELS)}')
+    missing = sorted(set(names) - set(available_models()))
+    if missing:
+        parser.error(f'{missing}: sysid.string_model has no {[BLACK_BOX[m] for m in missing]} '
+                     'yet')
     repeats = args.repeats if args.repeats is not None else (3 if args.quick else 5)
     config = SearchConfig(iterations=args.iterations, samples=args.samples)
     lengths = (0.40,) if args.quick else LENGTHS
@@ -255,6 +276,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         plant = cup.CupPlant(truth)
         fitted = models_for(truth, args.seed * 100 + index, recording)
         entry: Dict[str, Any] = dict(fitted['fit'])
+        for name in sorted(set(MODELS) - set(available_models())):
+            entry[name] = {'missing': f'sysid.string_model has no {BLACK_BOX[name]}'}
         seeds = [args.seed * 10000 + index * 1000 + k for k in range(args.searches)]
         for name in names:
             arm, kinematics, ball_model = fitted['models'][name]
