@@ -151,6 +151,12 @@ def models_for(truth: cup.CupTruth, seed: int, recording: Dict[str, Any]) -> Dic
     fitted = time.perf_counter() - start - recorded
     nominal = string_model.StringModel(catalogue, string_length=truth_measured(truth))
     models = {'diffnea': (arm, string, None), 'nominal': (catalogue, nominal, None)}
+    for name in available_models():
+        if name in BLACK_BOX:
+            # The ball only: trained on the same swings, fed the identified cup's motion.
+            network = getattr(string_model, BLACK_BOX[name])()
+            network, _ = string_model.fit_ball_network(string_runs, network, string, seed=seed)
+            models[name] = (arm, string, network)
     identified = string.parameters_dict()
     fit = {'string_length_m': identified['string_length'],
            'string_length_true_m': truth.string_length,
