@@ -6,7 +6,11 @@ MuJoCo string (its length when hanging, a dropped ball stays in the cup), the su
 on constructed recordings, and the identification data's promises (no swing-up, no touch).
 """
 
+import json
 import math
+from pathlib import Path
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -215,8 +219,9 @@ def test_identification_references_are_seeded_and_within_limits():
         assert bool((qdd.abs().amax(0) > 1.0).all())
         for reference in string_references(seed, 0.40):
             q, qd, _ = reference.evaluate(t)
-            assert float(qd.abs().max()) < 0.3     # slow: the ball swings, the arm creeps
-            assert float((q - q[0]).abs().max()) < 0.2
+            # slow: below even the URDF's conservative 0.5 rad/s
+            assert float(qd.abs().max()) < 0.5
+            assert float((q - q[0]).abs().max()) < 0.5      # the cup moves <= 0.2 m
 
 
 def test_identification_recordings_track_and_never_touch_the_cup():
@@ -250,3 +255,21 @@ def test_default_identification_data_is_four_minutes_without_a_touch():
     for recording in strings:
         assert not recording.contact.any()
         assert not _inside(recording.ball_in_cup_frame()).any()
+
+
+def test_benchmark_runs_as_a_user_runs_it(tmp_path):
+    """``benchmarks/cup_sim.py --help`` and ``--quick --seed 3 --json PATH``, as a subprocess."""
+    root = Path(__file__).resolve().parent.parent
+    script = root / 'benchmarks' / 'cup_sim.py'
+    help_text = subprocess.run([sys.executable, str(script), '--help'], check=True,
+                               capture_output=True, text=True, cwd=root).stdout
+    assert '--seed' in help_text and '--json' in help_text
+    out = tmp_path / 'cup.json'
+    result = subprocess.run([sys.executable, str(script), '--quick', '--seed', '3', '--json',
+                             str(out)], capture_output=True, text=True, cwd=root, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    figures = json.loads(out.read_text())
+    assert figures['hanging_error_m']['0.40'] < 2e-3
+    assert figures['drop_in']['in_cup'] and figures['flailing']['diverged'] == 0
+    assert figures['speed']['tracked_sim_s_per_wall_s'] > 0
+    assert 'episodes of 3 s' in result.stdout
