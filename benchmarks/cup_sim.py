@@ -1,5 +1,7 @@
 """
-The ball-in-a-cup ground truth: is the MuJoCo string right, robust and fast enough?
+The ball-in-a-cup ground truth: string length, drop-in, divergences, speed, data.
+
+Is the MuJoCo string right, robust and fast enough?
 
 ``python benchmarks/cup_sim.py --seed 3 --json out.json [--quick]`` draws a hidden plant
 (:func:`diffsim_ros.sim.cup.draw_truth`) and measures
@@ -25,13 +27,16 @@ from typing import Any, Dict, Optional, Sequence
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+try:
+    from benchmarks import _common
+except ImportError:  # run as ``python benchmarks/cup_sim.py``
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from benchmarks import _common
 
-from _common import machine_info, make_parser, write_json  # noqa: E402
-from diffsim_ros.sim.cup import (  # noqa: E402
+from diffsim_ros.sim.cup import (  # noqa: I100
     BALL_RADIUS, cosine_reference, CupPlant, draw_truth, IDENTIFICATION_POSTURE,
     identification_recordings, in_cup, tracking_controller)
-from diffsim_ros.sim.parameters import nominal_model  # noqa: E402
+from diffsim_ros.sim.parameters import nominal_model
 
 #: Posture with the cup's opening up, and the transfer-like episode's reference.
 CUP_UP = (0.0, 0.5, 0.0, -0.5)
@@ -140,13 +145,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     :return: 0 when the plant meets its promises (string within 2 mm, dropped ball stays,
         no divergence, no touch in the identification data), 1 otherwise.
     """
-    parser = make_parser(__doc__.strip().splitlines()[0])
+    parser = _common.make_parser(__doc__.strip().splitlines()[0])
     parser.add_argument('--seed', type=int, default=0, help='seed of the hidden plant')
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     quick = args.quick
     result = {'seed': args.seed, 'quick': quick,
-              'machine': machine_info(('mujoco', 'torch', 'numpy'))}
+              'machine': _common.machine_info(('mujoco', 'torch', 'numpy'))}
     result['hanging_error_m'] = hanging(args.seed, (0.40,) if quick else (0.35, 0.40, 0.45))
     result['drop_in'] = drop_in(args.seed)
     result['flailing'] = flailing(args.seed, 2 if quick else 16)
@@ -164,7 +169,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if 'identification' in result:
         print(f'identification data: {result["identification"]}')
     if args.json:
-        write_json(args.json, result)
+        _common.write_json(args.json, result)
     ok = (max(result['hanging_error_m'].values()) < 2e-3 and result['drop_in']['in_cup']
           and result['flailing']['diverged'] == 0
           and result.get('identification', {}).get('touching_samples', 0) == 0)

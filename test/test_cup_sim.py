@@ -12,10 +12,6 @@ from pathlib import Path
 import subprocess
 import sys
 
-import numpy as np
-import pytest
-import torch
-
 from diffsim_ros.core import forward_kinematics
 from diffsim_ros.sim.cup import (
     arm_reference, BALL_RADIUS, cosine_reference, CUP_HEIGHT, CUP_LINK, CUP_RADIUS, CupNoise,
@@ -23,13 +19,16 @@ from diffsim_ros.sim.cup import (
     identification_recordings, in_cup, NOMINAL_BALL_MASS, NOMINAL_CUP_RPY, NOMINAL_CUP_XYZ,
     nominal_truth, SENSOR_NOISE, SPEED_LIMIT, string_references, tracking_controller)
 from diffsim_ros.sim.parameters import nominal_model
+import numpy as np
+import pytest
+import torch
 
 #: A posture that turns the cup's opening up (checked in the test that uses it).
 CUP_UP = (0.0, 0.5, 0.0, -0.5)
 
 
 def _hold(truth: CupTruth, q0) -> object:
-    """Computed torque on the true arm holding ``q0`` (a constant reference)."""
+    """Return computed torque on the true arm holding ``q0`` (a constant reference)."""
     reference = cosine_reference(q0, [0.0] * 4, [1] * 4, 1.0)
     return tracking_controller(truth.arm_model(), reference.evaluate)
 
@@ -167,7 +166,7 @@ def test_run_refuses_a_bad_controller():
 
 # -- the success rule --------------------------------------------------------------------------
 def _recording(ball_in_cup: np.ndarray, seconds: float = 1.0) -> CupRecording:
-    """A recording with the cup frame turned and moved, the ball given in the cup frame."""
+    """Return a recording with the cup frame turned and moved, the ball given in it."""
     steps = int(round(seconds * 500))
     t = np.arange(steps) / 500.0
     angle = 0.7
