@@ -346,8 +346,7 @@ def in_cup(recording: CupRecording, hold_s: float = HOLD_S) -> bool:
 # -- the MuJoCo model ------------------------------------------------------------------------
 def _solid_geoms_from_visuals(spec: mujoco.MjSpec, urdf: str) -> None:
     """Give the arm's links their URDF visual shapes as contact geoms (massless)."""
-    root = ET.fromstring(urdf.strip().split('?>', 1)[-1] if urdf.lstrip().startswith('<?')
-                         else urdf.strip())
+    root = ET.fromstring(urdf.strip().encode())   # bytes: an XML declaration is allowed
     for link in root.findall('link'):
         for visual in link.findall('visual'):
             shape = visual.find('geometry')
