@@ -619,3 +619,199 @@ def fit_cup_model(arm_recordings: Data, string_recordings: Sequence[Any], robot:
     start = StringModel(robot) if start is None else start
     string, _ = fit_string(string_recordings, start, **string_options)
     return arm, string
+
+
+class BallNetwork(nn.Module):
+    """
+    Black-box ball model: a network maps the cup's motion and the ball's state to ``xdd``.
+
+    Inputs per step, in world axes: ``x - p``, ``xd - v``, ``v``, ``a`` (12 numbers, the
+    cup's task-space motion and the ball's state relative to it), standardised with the
+    training data's mean and spread; the output is de-standardised to m/s^2. No constraint:
+    whatever the network predicts is integrated by the same semi-implicit Euler step as
+    :meth:`StringModel.rollout`, without its length correction.
+    """
+
+    def __init__(self, dtype: torch.dtype = torch.float64) -> None:
+        """Create the standardisation buffers (identity until :func:`fit_ball_network`)."""
+        super().__init__()
+        self.register_buffer('input_mean', torch.zeros(12, dtype=dtype))
+        self.register_buffer('input_std', torch.ones(12, dtype=dtype))
+        self.register_buffer('output_mean', torch.zeros(3, dtype=dtype))
+        self.register_buffer('output_std', torch.ones(3, dtype=dtype))
+
+    def features(self, x: Tensor, xd: Tensor, p: Tensor, v: Tensor, a: Tensor) -> Tensor:
+        """
+        Return the standardised network inputs.
+
+        :param x: ball positions ``(..., 3)`` (m); :param xd: velocities (m/s).
+        :param p: cup positions ``(..., 3)``; :param v: velocities; :param a: accelerations.
+        :return: ``(..., 12)``.
+        """
+        raw = torch.cat((x - p, xd - v, v, a), dim=-1)
+        return (raw - self.input_mean) / self.input_std
+
+    def to_acceleration(self, output: Tensor) -> Tensor:
+        """Return ``output`` (standardised, ``(..., 3)``) in m/s^2."""
+        return output * self.output_std + self.output_mean
+
+
+class BallFFNN(BallNetwork):
+    """
+    Feed-forward network ``xdd = f(x - p, xd - v, v, a)`` (the paper's FF-NN baseline).
+
+    :param hidden: hidden layer widths (tanh).
+    :param dtype: parameter dtype.
+    """
+
+    def __init__(self, hidden: Sequence[int] = (128, 128),
+                 dtype: torch.dtype = torch.float64) -> None:
+        """Build the layers (see the class)."""
+        super().__init__(dtype)
+        layers: List[nn.Module] = []
+        width = 12
+        for size in hidden:
+            layers += [nn.Linear(width, size, dtype=dtype), nn.Tanh()]
+            width = size
+        layers.append(nn.Linear(width, 3, dtype=dtype))
+        self.net = nn.Sequential(*layers)
+
+    def ball_acceleration(self, x: Tensor, xd: Tensor, p: Tensor, v: Tensor,
+                          a: Tensor) -> Tensor:
+        """
+        Return the predicted ball acceleration.
+
+        :param x: ball positions ``(..., 3)`` (m); :param xd: velocities (m/s).
+        :param p: cup positions ``(..., 3)``; :param v: velocities; :param a: accelerations.
+        :return: ``(..., 3)`` (m/s^2).
+        """
+        return self.to_acceleration(self.net(self.features(x, xd, p, v, a)))
+
+    def rollout(self, x0: Tensor, xd0: Tensor, p: Tensor, v: Tensor, a: Tensor,
+                dt: float) -> Tuple[Tensor, Tensor]:
+        """
+        Simulate the ball along given cup motions (as :meth:`StringModel.rollout`).
+
+        :param x0: ``(B, 3)`` (m); :param xd0: ``(B, 3)`` (m/s).
+        :param p: ``(B, T, 3)`` cup positions; :param v: velocities; :param a: accelerations.
+        :param dt: time step (s).
+        :return: ``(x, xd)`` each ``(B, T, 3)``.
+        """
+        def accel(x, xd, p_k, v_k, a_k, k):
+            return self.ball_acceleration(x, xd, p_k, v_k, a_k), None
+
+        return integrate_ball(accel, x0, xd0, p, v, a, dt)
+
+
+class BallLSTM(BallNetwork):
+    """
+    Recurrent network over the same inputs (the paper's LSTM baseline).
+
+    :param hidden: LSTM state size.
+    :param dtype: parameter dtype.
+    """
+
+    def __init__(self, hidden: int = 64, dtype: torch.dtype = torch.float64) -> None:
+        """Build the layers (see the class)."""
+        super().__init__(dtype)
+        self.cell = nn.LSTMCell(12, hidden, dtype=dtype)
+        self.head = nn.Linear(hidden, 3, dtype=dtype)
+
+    def sequence_acceleration(self, x: Tensor, xd: Tensor, p: Tensor, v: Tensor,
+                              a: Tensor) -> Tensor:
+        """
+        Return the accelerations along given sequences (teacher forcing, state from zero).
+
+        :param x: ``(B, T, 3)`` ball positions (m); :param xd: velocities.
+        :param p: ``(B, T, 3)`` cup positions; :param v: velocities; :param a: accelerations.
+        :return: ``(B, T, 3)`` (m/s^2).
+        """
+        features = self.features(x, xd, p, v, a).unbind(-2)
+        state = None
+        out = []
+        for feature in features:
+            state = self.cell(feature, state)
+            out.append(self.head(state[0]))
+        return self.to_acceleration(torch.stack(out, dim=-2))
+
+    def rollout(self, x0: Tensor, xd0: Tensor, p: Tensor, v: Tensor, a: Tensor,
+                dt: float) -> Tuple[Tensor, Tensor]:
+        """
+        Simulate the ball along given cup motions, the LSTM fed its own predictions.
+
+        :param x0: ``(B, 3)`` (m); :param xd0: ``(B, 3)`` (m/s).
+        :param p: ``(B, T, 3)`` cup positions; :param v: velocities; :param a: accelerations.
+        :param dt: time step (s).
+        :return: ``(x, xd)`` each ``(B, T, 3)``.
+        """
+        memory: List[Any] = [None]
+
+        def accel(x, xd, p_k, v_k, a_k, k):
+            feature = self.features(x, xd, p_k, v_k, a_k)
+            flat = feature.reshape(-1, 12)
+            memory[0] = self.cell(flat, memory[0])
+            out = self.head(memory[0][0]).reshape(feature.shape[:-1] + (3,))
+            return self.to_acceleration(out), None
+
+        return integrate_ball(accel, x0, xd0, p, v, a, dt)
+
+
+def fit_ball_network(recordings: Sequence[Any], network: BallNetwork, cup: StringModel,
+                     iterations: int = 2000, lr: float = 3e-3, batch: int = 256,
+                     sequence: int = 50, cutoff_hz: float = 15.0,
+                     seed: int = 0) -> Tuple[BallNetwork, Dict[str, List[float]]]:
+    """
+    Train a black-box ball model on the recordings' ball accelerations.
+
+    The targets are the Savitzky-Golay second derivatives of the measured ball positions;
+    the inputs the measured ball state and the cup motion of ``cup`` (its transform is not
+    learned here: the network has to absorb the difference). Adam on the mean squared
+    standardised acceleration error; the LSTM sees windows of ``sequence`` steps with
+    teacher forcing.
+
+    :param recordings: runs with ``t``, ``q``, ``qd`` and ``ball`` (see :func:`fit_string`).
+    :param network: a :class:`BallFFNN` or :class:`BallLSTM` (trained in place).
+    :param cup: the string model whose :meth:`~StringModel.cup_motion` gives the inputs.
+    :param iterations: Adam steps.
+    :param lr: learning rate.
+    :param batch: samples (FF-NN) or windows (LSTM) per step.
+    :param sequence: LSTM window length (steps).
+    :param cutoff_hz: derivative smoothing cutoff (Hz).
+    :param seed: seed of the local generator (initial weights are PyTorch's).
+    :return: ``(network, {'train': losses})``.
+    """
+    dtype = network.input_mean.dtype
+    runs = [run if isinstance(run, BallRecording) else ball_recording(run, cutoff_hz, dtype)
+            for run in recordings]
+    samples = _Samples(cup, runs, sequence, 1)
+    with torch.no_grad():
+        p, v, a = point_motion(samples.motion, cup.cup_xyz)
+        x, xd, target = samples.ball, samples.ball_velocity, samples.ball_acceleration
+        raw = torch.cat((x - p, xd - v, v, a), dim=-1)
+        network.input_mean.copy_(raw.mean(0))
+        network.input_std.copy_(raw.std(0).clamp_min(1e-6))
+        network.output_mean.copy_(target.mean(0))
+        network.output_std.copy_(target.std(0).clamp_min(1e-6))
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(network.parameters(), lr=lr)
+    losses: List[float] = []
+    steps = torch.arange(sequence)
+    for _ in range(iterations):
+        optimizer.zero_grad()
+        if isinstance(network, BallLSTM):
+            pick = samples.starts[torch.randint(samples.starts.numel(), (batch,),
+                                                generator=generator)]
+            index = pick[:, None] + steps
+            predicted = network.sequence_acceleration(x[index], xd[index], p[index], v[index],
+                                                      a[index])
+            wanted = target[index]
+        else:
+            index = torch.randint(x.shape[0], (batch,), generator=generator)
+            predicted = network.ball_acceleration(x[index], xd[index], p[index], v[index],
+                                                  a[index])
+            wanted = target[index]
+        loss = (((predicted - wanted) / network.output_std) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return network, {'train': losses}
