@@ -13,8 +13,9 @@ from types import SimpleNamespace
 
 from diffsim_ros import robots
 from diffsim_ros.core import forward_kinematics, load_urdf, rnea
-from diffsim_ros.sysid.string_model import (fit_cup_model, fit_string, string_acceleration,
-                                            StringModel)
+from diffsim_ros.sysid.string_model import (BallFFNN, BallLSTM, fit_ball_network,
+                                            fit_cup_model, fit_string, prediction_error,
+                                            string_acceleration, StringModel)
 import pytest
 import torch
 
@@ -259,19 +260,6 @@ def swing_recording(model, seconds, seed):
     return SimpleNamespace(t=t, q=q, qd=qd, qdd=qdd, ball=ball)
 
 
-def prediction_error(model, recording, seconds=1.0):
-    """Return the mean ball position error (m) of 1 s predictions from true ball states."""
-    T = int(round(seconds / DT))
-    with torch.no_grad():
-        p, v, a = model.cup_motion(recording.q, recording.qd, recording.qdd)
-        starts = torch.arange(1, recording.t.shape[0] - T - 1, 250)
-        index = starts[:, None] + torch.arange(T + 1)
-        ball = recording.ball
-        velocity = (ball[starts + 1] - ball[starts - 1]) / (2 * DT)
-        x, _ = model.rollout(ball[starts], velocity, p[index], v[index], a[index], DT)
-    return float((x - ball[index]).norm(dim=-1).mean())
-
-
 @pytest.fixture(scope='module')
 def truth(wam4):
     """Return the hidden string model the fits must recover."""
@@ -295,7 +283,8 @@ def test_fit_string_recovers_length_and_cup_offset(wam4, truth, scale):
     assert losses['rollout'][-1] < losses['rollout'][0]
     assert found['cup_rpy'] == [0.0, 0.0, 0.0]      # unobservable: kept at its start value
     nominal = StringModel(wam4)
-    assert prediction_error(fitted, held_out) < 0.5 * prediction_error(nominal, held_out)
+    fitted_error = prediction_error(fitted, fitted, held_out)['mean_m']
+    assert fitted_error < 0.5 * prediction_error(nominal, nominal, held_out)['mean_m']
 
 
 @pytest.mark.slow
@@ -315,3 +304,16 @@ def test_fit_cup_model_identifies_the_arm_and_the_string(wam4, truth):
         nominal_error = (rnea(wam4, q, qd, qdd) - tau).abs().max()
     assert error < 0.01 * nominal_error
     assert abs(float(string.string_length) - 0.42) < 0.01
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('network', [BallFFNN, BallLSTM])
+def test_black_box_baselines_learn_and_roll_out_like_the_string_model(wam4, truth, network):
+    train = [swing_recording(truth, 8.0, seed) for seed in (30, 31)]
+    held_out = swing_recording(truth, 4.0, seed=32)
+    nominal = StringModel(wam4)
+    untrained = prediction_error(network(), nominal, held_out)['mean_m']
+    trained, losses = fit_ball_network(train, network(), nominal, iterations=150)
+    assert losses['train'][-1] < 0.5 * losses['train'][0]
+    error = prediction_error(trained, nominal, held_out)
+    assert math.isfinite(error['mean_m']) and error['mean_m'] < untrained

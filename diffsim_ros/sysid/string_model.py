@@ -77,8 +77,9 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from .dataset import Trajectory
 from .estimators import fit as fit_arm
-from .filters import savgol_derivative
+from .filters import accelerations_from_velocity, savgol_derivative
 from .losses import Data
 from ..core.kinematics import body_poses, motion_subspaces
 from ..core.model import RobotModel
@@ -472,11 +473,12 @@ class _Samples:
 
 def _geometry_loss(model: StringModel, samples: _Samples) -> Tensor:
     """Stage 1 of :func:`fit_string`: tension-weighted sphere residual (m^2)."""
-    p, _, a = point_motion(samples.motion, model.cup_xyz)
+    p, _, _ = point_motion(samples.motion, model.cup_xyz)
     d = samples.ball - p
     r = d.norm(dim=-1)
     n = (d / r.unsqueeze(-1)).detach()
-    tension = -(n * (samples.ball_acceleration - model.gravity - a.detach())).sum(-1)
+    # The ball's measured acceleration is g - T n where the string pulls (friction is small).
+    tension = -(n * (samples.ball_acceleration - model.gravity)).sum(-1)
     w = torch.sigmoid((tension - TAUT_TENSION) / TAUT_SOFTNESS)
     return (w * (r - model.string_length) ** 2).sum() / w.sum().clamp_min(1.0)
 
@@ -565,29 +567,29 @@ def _copy_model(model: StringModel) -> StringModel:
     return copy
 
 
-def arm_trajectory(run: Any, robot: RobotModel, cutoff_hz: float = 20.0):
+def arm_trajectory(run: Any, robot: RobotModel, cutoff_hz: float = 20.0) -> Trajectory:
     """
     Return a :class:`~diffsim_ros.sysid.dataset.Trajectory` of an arm run for identification.
 
-    :param run: a ``Trajectory`` (returned as is) or any run with ``t``, ``q``, ``qd``,
-        ``tau`` (``qdd`` optional; then differentiated from ``qd``), columns in model order.
+    A run without ``qdd`` gets it from its measured velocities, the torques filtered alike
+    (:func:`~diffsim_ros.sysid.filters.accelerations_from_velocity`).
+
+    :param run: a ``Trajectory`` or any run with ``t``, ``q``, ``qd``, ``tau`` (``qdd``
+        optional), columns in model order.
     :param robot: the arm (joint names, dtype).
-    :param cutoff_hz: smoothing cutoff of ``qdd`` (Hz).
-    :return: the trajectory.
+    :param cutoff_hz: low-pass cutoff of the derivative (Hz).
+    :return: the trajectory, with ``qdd``.
     """
-    from .dataset import Trajectory
-    if isinstance(run, Trajectory):
-        return run
-    dtype = robot.dtype
+    if not isinstance(run, Trajectory):
+        def tensor(name):
+            value = getattr(run, name, None)
+            return None if value is None else torch.as_tensor(value).to(robot.dtype)
 
-    def tensor(value):
-        return torch.as_tensor(value).to(dtype)
-
-    t, q, qd, tau = (tensor(getattr(run, name)) for name in ('t', 'q', 'qd', 'tau'))
-    qdd = getattr(run, 'qdd', None)
-    qdd = savgol_derivative(qd, t, 1, cutoff_hz=cutoff_hz) if qdd is None else tensor(qdd)
-    return Trajectory(t=t, q=q, qd=qd, qdd=qdd.to(dtype), tau=tau,
-                      joint_names=tuple(robot.joint_names), run='arm')
+        run = Trajectory(t=tensor('t'), q=tensor('q'), qd=tensor('qd'), qdd=tensor('qdd'),
+                         tau=tensor('tau'), joint_names=tuple(robot.joint_names), run='arm')
+    if run.qdd is None:
+        run = accelerations_from_velocity(run, cutoff_hz)
+    return run
 
 
 def fit_cup_model(arm_recordings: Data, string_recordings: Sequence[Any], robot: RobotModel,
@@ -815,3 +817,41 @@ def fit_ball_network(recordings: Sequence[Any], network: BallNetwork, cup: Strin
         optimizer.step()
         losses.append(loss.item())
     return network, {'train': losses}
+
+
+def prediction_error(ball_model: nn.Module, cup: StringModel, recording: Any,
+                     seconds: float = 1.0, stride: int = 250,
+                     cutoff_hz: float = 15.0) -> Dict[str, float]:
+    """
+    Return the ball's open-loop prediction error over windows of a recording.
+
+    Each window starts from the measured ball position and its smoothed velocity
+    (:func:`ball_recording`) and runs ``ball_model.rollout`` along the cup motion of ``cup``
+    for ``seconds``; windows start every ``stride`` samples.
+
+    :param ball_model: a :class:`StringModel`, :class:`BallFFNN` or :class:`BallLSTM`.
+    :param cup: the string model whose :meth:`~StringModel.cup_motion` drives the rollout
+        (for a string model, itself).
+    :param recording: a run with ``t``, ``q``, ``qd``, ``ball`` or a :class:`BallRecording`.
+    :param seconds: prediction horizon (s).
+    :param stride: spacing of the windows (samples).
+    :param cutoff_hz: derivative smoothing cutoff (Hz).
+    :return: ``mean_m`` (position error averaged over the horizon and windows, m),
+        ``final_m`` (at the horizon's end, m) and ``windows``.
+    :raises ValueError: the recording is shorter than the horizon.
+    """
+    dtype = cup.cup_xyz.dtype
+    run = recording if isinstance(recording, BallRecording) else \
+        ball_recording(recording, cutoff_hz, dtype)
+    T = int(round(seconds / run.dt))
+    starts = torch.arange(1, run.t.shape[0] - T - 1, stride)
+    if starts.numel() == 0:
+        raise ValueError(f'prediction_error: the recording is shorter than {seconds} s')
+    index = starts[:, None] + torch.arange(T + 1)
+    with torch.no_grad():
+        p, v, a = cup.cup_motion(run.q, run.qd, run.qdd)
+        x, _ = ball_model.rollout(run.ball[starts], run.ball_velocity[starts], p[index],
+                                  v[index], a[index], run.dt)
+        error = (x - run.ball[index]).norm(dim=-1)
+    return {'mean_m': float(error.mean()), 'final_m': float(error[:, -1].mean()),
+            'windows': int(starts.numel())}
