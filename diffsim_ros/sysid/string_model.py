@@ -52,12 +52,16 @@ arm's joint trajectory known:
    ``s_k = -n_k . (xdd_obs,k - g)`` (m/s^2, ``n_k`` with the current estimate):
    ``w_k = sigmoid((s_k - 2) / 0.5)``, and the loss is
    ``sum_k w_k (|x_obs,k - p_theta,k| - l)^2 / sum_k w_k`` (the inequality made an equality
-   where the string is seen to pull). It fixes ``l`` and ``cup_xyz`` from any start.
+   where the string is seen to pull). It brings ``l`` and ``cup_xyz`` onto the data's
+   sphere from far starts (0.5-1.5x in the tests); but small swings show only a small cap
+   of that sphere, along which the anchor's position on the hanging direction and ``l``
+   trade off almost freely: stage 2 (the pendulum's frequency) has to separate them.
 2. Dynamics: multi-step rollouts of ``horizon`` steps from observed ball states, loss
    ``mean |x_pred - x_obs|^2`` plus ``penalty_weight * mean softplus_b(|x_obs - p_theta| -
    l)^2`` with ``softplus_b(z) = log(1 + exp(b z)) / b``, ``b = 1000`` 1/m: the inequality
-   ``|x - p| <= l`` on every observed position as a smooth penalty (it vanishes to within
-   0.7 mm of the sphere). This stage also learns the friction ``c``.
+   ``|x - p| <= l`` on every observed position as a smooth penalty (a ball 1 mm inside
+   costs ``(0.3 mm)^2``, on the sphere ``(ln 2 / b)^2 = (0.7 mm)^2``, 1 mm outside
+   ``(1.3 mm)^2``). This stage also learns the friction ``c``.
 
 What the data cannot tell: ``cup_rpy`` moves only the cup's walls, not the anchor, so the ball
 on its string carries no information on it (it keeps its start value; its gradient is zero);
@@ -566,8 +570,8 @@ def fit_string(recordings: Sequence[Any], model: StringModel, horizon: int = 100
         error, penalty = _rollout_loss(fitted, samples, samples.starts[pick], penalty_weight)
         (error + penalty).backward()
         dynamics.step()
-        losses['rollout'].append(float(error))
-        losses['penalty'].append(float(penalty))
+        losses['rollout'].append(error.item())
+        losses['penalty'].append(penalty.item())
     fitted.cup_rpy.requires_grad_(True)
     losses['seconds'] = [time.perf_counter() - started]
     return fitted, losses
