@@ -161,6 +161,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # the controller's per-tick torch calls are tiny: a second thread only adds contention
     # (the identification data took 1008 s with two threads at load 15, 108 s with one)
     parser.set_defaults(threads=1)
+    parser.epilog = 'This script runs with --threads 1 unless told otherwise.'
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     quick = args.quick
