@@ -46,6 +46,10 @@ from diffsim_ros.sysid import contact_learning as cl
 from diffsim_ros.sysid.object_learning import fit_object, METHODS
 
 HORIZON = 16
+#: The fixed held-out tosses of the default split (``--test-tosses``, ``--validation-tosses``)
+#: and the largest training set it leaves room for (``contact_weights.py --object elbow``
+#: judges on the tosses after it).
+TEST_TOSSES, VALIDATION_TOSSES, LARGEST_TRAINING = 20, 8, 256
 ERROR_KEYS = ('position_m', 'orientation_rad', 'hinge_rad')
 #: Predictor: ``(x0 (W, nq + nv), steps) -> (W, steps, nq)`` configurations.
 Predictor = Callable[[torch.Tensor, int], torch.Tensor]
@@ -217,9 +221,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='seed of the initialisation and the mini-batches')
     parser.add_argument('--split-seed', type=int, default=0,
                         help='seed of the train/validation/test split (keep it fixed)')
-    parser.add_argument('--test-tosses', type=int, default=50, help='held-out test tosses')
-    parser.add_argument('--validation-tosses', type=int, default=16,
-                        help='tosses for early stopping')
+    parser.add_argument('--test-tosses', type=int, default=TEST_TOSSES,
+                        help=f'held-out test tosses (default {TEST_TOSSES})')
+    parser.add_argument('--validation-tosses', type=int, default=VALIDATION_TOSSES,
+                        help=f'tosses for early stopping (default {VALIDATION_TOSSES})')
     parser.add_argument('--steps', type=int, default=400, help='maximum Adam steps')
     parser.add_argument('--horizon', type=int, default=HORIZON,
                         help=f'samples predicted per window (default {HORIZON}, as the paper)')

@@ -218,3 +218,39 @@ def test_elbow_benchmark_runs_quick_as_a_user_would(data_dir, tmp_path):
     # the fit saw none of the test tosses
     assert not set(payload['test_toss_ids']) & set(payload['train_toss_ids'])
     assert '| ccn |' in result.stdout and '| mujoco_nominal |' in result.stdout
+
+
+@pytest.mark.slow
+def test_elbow_weight_search_runs_quick_and_judges_on_tosses_the_elbow_split_leaves(
+        data_dir, tmp_path):
+    # ``contact_weights.py --object elbow --quick``: the elbow's horizon errors (hinge too),
+    # judged on tosses outside the elbow benchmark's training (up to 256), validation and
+    # test tosses.
+    if not (data_dir / 'dair_elbow_toss' / 'elbow_tosses.npz').is_file():
+        pytest.skip(f'elbow tosses not found under {data_dir} (dair_elbow_toss/)')
+    script = REPO_ROOT / 'benchmarks' / 'contact_weights.py'
+    help_text = subprocess.run([sys.executable, str(script), '--help'], check=True,
+                               capture_output=True, text=True, cwd=REPO_ROOT).stdout
+    assert '--object' in help_text and 'elbow' in help_text
+    out = tmp_path / 'weights.json'
+    result = subprocess.run([sys.executable, str(script), '--quick', '--object', 'elbow',
+                             '--threads', '1', '--data', str(data_dir), '--json', str(out)],
+                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    payload = json.loads(out.read_text())
+    assert payload['object'] == 'elbow'
+    assert payload['error_keys'] == ['position_m', 'orientation_rad', 'hinge_rad']
+    assert {(p['w_comp'], p['w_pen']) for p in payload['pairs']} == {(1.0, 10.0), (1.0, 100.0)}
+    for row in payload['runs'] + [payload['nominal']]:
+        assert 0.0 < row['position_m'] < 1.0
+        assert 0.0 < row['orientation_rad'] < math.pi and 0.0 < row['hinge_rad'] < math.pi
+    sys.path.insert(0, str(REPO_ROOT))
+    try:
+        from benchmarks import contact_learning as curves, elbow_learning as bench
+    finally:
+        sys.path.remove(str(REPO_ROOT))
+    train, val, test = curves.split(541, bench.LARGEST_TRAINING, bench.VALIDATION_TOSSES,
+                                    bench.TEST_TOSSES, 0)
+    judged = set(payload['selection_tosses'])
+    assert len(judged) == 4 and not judged & (set(train) | set(val) | set(test))
+    assert '| 1 | 10 |' in result.stdout and 'hinge deg' in result.stdout
