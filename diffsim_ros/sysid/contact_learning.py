@@ -47,6 +47,7 @@ jointly.
 """
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 import functools
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -763,6 +764,11 @@ class ObjectSpec:
         reference of ``volume_error``.
     :ivar true_inertial: the true ``(njoints, 10)`` inertials where known (else None).
     :ivar length: characteristic length [m] of ``inertia_error``.
+    :ivar w_comp: the object's complementarity weight [1/s] for CCN and CCN-R (None:
+        :class:`ViolationWeights`' default, chosen on the cube); set where a search on the
+        object's own held-out tosses chose another (``benchmarks/contact_weights.py
+        --object``).
+    :ivar w_pen: the object's penetration weight [J/m^2], likewise.
     """
 
     name: str
@@ -773,6 +779,8 @@ class ObjectSpec:
     true_vertices: Optional[Tuple[Tensor, ...]]
     true_inertial: Optional[Tensor]
     length: float
+    w_comp: Optional[float] = None
+    w_pen: Optional[float] = None
 
     def __post_init__(self):
         """Check that there is one vertex set per body, in body order, and the masses."""
@@ -793,6 +801,18 @@ class ObjectSpec:
     def masses(self) -> Tuple[float, ...]:
         """Return each body's fixed mass [kg] (the nominal model's), in body order."""
         return tuple(float(m) for m in self.model.inertial.detach().reshape(-1, 10)[:, 0])
+
+    def violation_weights(self, regime: str = 'real') -> 'ViolationWeights':
+        """
+        Return the violation weights CCN learns this object with.
+
+        :param regime: the data regime's weights (:data:`REGIMES`) that the object's own
+            ``w_comp`` / ``w_pen`` (where set) replace.
+        :return: the weights.
+        :raises ValueError: for an unknown regime.
+        """
+        own = {k: getattr(self, k) for k in ('w_comp', 'w_pen') if getattr(self, k) is not None}
+        return dataclasses.replace(regime_weights(regime), **own)
 
 
 def cube_spec(model: RobotModel, half_width: float, friction: float, mass: float,
@@ -930,7 +950,7 @@ def _fit_violation(spec: ObjectSpec, train: Trajectories, validation: Trajectori
                    regime: str = 'real') -> ObjectFit:
     # CCN and CCN-R: the same start, loss and training; CCN-R adds the residual's entries.
     theta0 = start_parameters(spec, seed, perturb)
-    config = TrainConfig(steps=steps, seed=seed, weights=regime_weights(regime))
+    config = TrainConfig(steps=steps, seed=seed, weights=spec.violation_weights(regime))
     start = dict(theta0)
     if residual is not None:
         start.update({_RESIDUAL + k: t.detach() for k, t in residual.named_parameters()})
