@@ -7,6 +7,7 @@ grows when a parameter is wrong), then the elbow benchmark run as a user would (
 without the shared data).
 """
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -192,6 +193,30 @@ def test_fit_ccn_learns_the_elbow_through_fit_object(spec):
     assert summary['volume_error'] == pytest.approx(fit.start['volume_error'], rel=0.5)
     states = fit.predict(torch.cat((q[0][1], v[0][1])).unsqueeze(0), 4, DT)
     assert states.shape == (1, 4, 15)
+
+
+def test_an_objects_own_violation_weights_reach_ccn_through_fit_object(spec):
+    # ObjectSpec.w_comp / w_pen replace the regime's (the cube's defaults) and nothing else;
+    # fit_object's CCN measures its validation loss with them (zero steps: the loss at the
+    # start, the spec itself).
+    plain = dataclasses.replace(spec, w_comp=None, w_pen=None)
+    assert plain.violation_weights() == cl.ViolationWeights()
+    own = dataclasses.replace(spec, w_comp=50.0, w_pen=3.0)
+    sim = own.violation_weights('sim')
+    assert (sim.w_comp, sim.w_pen) == (50.0, 3.0)
+    assert (sim.w_res, sim.w_res_w) == (cl.REGIMES['sim'].w_res, cl.REGIMES['sim'].w_res_w)
+    with pytest.raises(ValueError, match='unknown regime'):
+        own.violation_weights('lab')
+    q, v = _tosses(spec.model, spec.contact, 2, 16, seed=2)
+    data = cl.transitions(q, v)
+    expected = {}
+    for name, weights in (('own', cl.ViolationWeights(w_comp=50.0, w_pen=3.0)),
+                          ('default', cl.ViolationWeights())):
+        expected[name] = float(cl.violation_loss(spec.model, spec.contact, *data, DT,
+                                                 weights).mean())
+    assert expected['own'] > 2 * expected['default']   # the hop's cost, 50x heavier
+    fit = fit_object(own, 'ccn', (q, v), (q, v), DT, steps=0, perturb=False)
+    assert fit.history['validation'][0] == pytest.approx(expected['own'], rel=1e-6)
 
 
 @pytest.mark.slow
