@@ -323,3 +323,32 @@ def test_free_flight_hinge_damping_is_recovered_by_the_centred_rate_not_the_nois
     assert found['slope_centred_se'] < 0.5 * damping
     assert abs(found['slope_centred_rate'] + damping) < 3 * found['slope_centred_se']
     assert found['slope_noisy_rate'] < -2 * damping
+
+
+@pytest.mark.slow
+def test_elbow_diagnosis_runs_quick_as_a_user_would(data_dir, tmp_path):
+    # Slow: a 5-step CCN fit on 4 real tosses, the loss terms and 4 selection tosses' windows.
+    if not (data_dir / 'dair_elbow_toss' / 'elbow_tosses.npz').is_file():
+        pytest.skip(f'elbow tosses not found under {data_dir} (dair_elbow_toss/)')
+    script = REPO_ROOT / 'benchmarks' / 'elbow_diagnosis.py'
+    help_text = subprocess.run([sys.executable, str(script), '--help'], check=True,
+                               capture_output=True, text=True, cwd=REPO_ROOT).stdout
+    assert '--selection-tosses' in help_text and '--quick' in help_text
+    out = tmp_path / 'diagnosis.json'
+    result = subprocess.run([sys.executable, str(script), '--quick', '--threads', '1',
+                             '--data', str(data_dir), '--json', str(out)],
+                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    payload = json.loads(out.read_text())
+    assert payload['hinge_friction']['transitions'] > 0
+    for model in ('nominal', 'ccn'):
+        classes = payload['loss_terms'][model]
+        assert set(classes) == {'free', 'near', 'contact'}
+        total = sum(row['transitions'] for row in classes.values())
+        assert total == payload['train_tosses'] * 119
+        for row in classes.values():
+            parts = sum(row[k] for k in ('prediction', 'complementarity', 'dissipation',
+                                         'penetration'))
+            assert row['loss'] == pytest.approx(parts, rel=1e-6, abs=1e-12)
+    assert set(payload['transplants']) >= {'nominal', 'learned'}
+    assert '| nominal + learned inertia |' in result.stdout
