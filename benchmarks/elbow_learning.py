@@ -6,9 +6,11 @@ samples at 0.0068 s; ``diffsim_ros.io.tosses.load_elbow_tosses``), split as
 ``benchmarks/contact_learning.py`` splits the cube (a permutation from ``--split-seed``: the
 last ``--test-tosses`` held out for every N and seed, the ``--validation-tosses`` before them
 used only for early stopping, the first N for training). CCN learns both links' vertices,
-both links' inertias with each mass held at 0.37 kg, mu and the ground height
-(``diffsim_ros.io.object_urdf.elbow_spec``: the URDF's boxes; start 0.5-1.5x, random box
-inertias, the paper's appendix A.4) through ``sysid.object_learning.fit_object``.
+both links' inertias with each mass held at 0.37 kg and mu, the ground held at the table
+(``diffsim_ros.io.object_urdf.elbow_spec``: the URDF's boxes and the elbow's own violation
+weights; start 0.5-1.5x, random box inertias, the paper's appendix A.4) through
+``sysid.object_learning.fit_object``; ``--methods`` names any of its methods (CCN-R,
+DiffSim ...), each fitted ``--seeds`` times.
 
 On the test tosses, in the same run, three models: the learned one (``core.contact_step`` at
 the recording's dt), and the nominal URDF (boxes, 0.37 kg each, mu 0.3, no restitution)
