@@ -16,7 +16,8 @@ import sys
 from types import SimpleNamespace
 
 from diffsim_ros import core
-from diffsim_ros.io.object_urdf import elbow_spec, object_spec, urdf_object_spec
+from diffsim_ros.io.object_urdf import (elbow_spec, ELBOW_WEIGHTS, object_spec,
+                                        urdf_object_spec)
 from diffsim_ros.robots import object_urdf_path
 from diffsim_ros.sysid import contact_learning as cl
 from diffsim_ros.sysid.object_learning import fit_object
@@ -103,6 +104,18 @@ def test_the_elbow_by_name_is_the_elbow_of_the_tosses():
     spec = object_spec('elbow')
     assert spec.name == 'elbow' and spec.contact.vertex_links == ('elbow_1', 'elbow_2')
     assert spec.half_widths == ((0.05, 0.025, 0.025),) * 2
+
+
+def test_the_elbow_learns_with_its_own_weights_and_the_cube_with_the_defaults(spec):
+    # Chosen per object on each one's held-out tosses (contact_weights.py --object): the
+    # elbow's by name and from its tosses are the same; the cube keeps ViolationWeights'.
+    for elbow in (spec, object_spec('elbow')):
+        weights = elbow.violation_weights()
+        assert (weights.w_comp, weights.w_pen) == (ELBOW_WEIGHTS['w_comp'],
+                                                   ELBOW_WEIGHTS['w_pen'])
+    assert ELBOW_WEIGHTS != {'w_comp': cl.ViolationWeights().w_comp,
+                             'w_pen': cl.ViolationWeights().w_pen}
+    assert object_spec('cube').violation_weights() == cl.ViolationWeights()
 
 
 def test_parameters_map_back_to_the_model_exactly(spec):
