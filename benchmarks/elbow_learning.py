@@ -27,6 +27,7 @@ Errors: position of elbow_1's frame (m), geodesic orientation of elbow_1 (rad), 
 (rad; unwrapped).
 """
 
+import json
 import os
 from pathlib import Path
 import sys
@@ -218,6 +219,37 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
             'runs': runs, 'errors': errors, 'seconds': seconds}
 
 
+def combine(payloads: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """
+    Merge runs of different methods made on the same split (one process per method).
+
+    :param payloads: :func:`run`'s results.
+    :return: one payload: every run and method row, the nominal rows of the first, the CCN
+        weights of the first that fitted a violation-loss method.
+    :raises ValueError: when the runs differ in test tosses, windows or training tosses, or
+        repeat a method.
+    """
+    first = payloads[0]
+    same = ('test_toss_ids', 'train_toss_ids', 'horizon', 'window_stride', 'windows')
+    for other in payloads[1:]:
+        if any(other[key] != first[key] for key in same):
+            raise ValueError('cannot combine runs on different tosses or windows '
+                             f'({", ".join(same)} must agree)')
+    methods = [m for p in payloads for m in p['methods']]
+    if len(set(methods)) != len(methods):
+        raise ValueError(f'methods repeated across the runs: {methods}')
+    violation = [p for p in payloads if set(p['methods']) & {'ccn', 'ccn-r'}]
+    out = dict(first, methods=methods, runs=[r for p in payloads for r in p['runs']],
+               seeds=sorted({s for p in payloads for s in p['seeds']}),
+               violation_weights=(violation or [first])[0]['violation_weights'],
+               combined_from=len(payloads))
+    out['errors'] = {window: dict(rows) for window, rows in first['errors'].items()}
+    for other in payloads[1:]:
+        for window, rows in other['errors'].items():
+            out['errors'][window].update({m: rows[m] for m in other['methods']})
+    return out
+
+
 def _cell(stats: Dict[str, Any], scale: float) -> str:
     # A method's mean over seeds (± the 95 % half-width), or a nominal's mean / median / p90.
     if 'half_width' not in stats:
@@ -289,7 +321,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--methods', '--method', default='ccn',
                         help='comma-separated learning methods, of '
                              f'{", ".join(METHODS)} (sysid.object_learning.METHODS)')
+    parser.add_argument('--combine', metavar='JSON', nargs='+', default=None,
+                        help='merge the --json files of runs on the same split (one per '
+                             'method) into one table instead of running')
     args = parser.parse_args(argv)
+    if args.combine:
+        payload = combine([json.loads(Path(p).read_text(encoding='utf-8'))
+                           for p in args.combine])
+        print(markdown(payload))
+        if args.json:
+            _common.write_json(args.json, payload)
+        return 0
     torch.set_num_threads(args.threads)
     data = _common.data_root(args.data, 'elbow_learning.py')
     methods = [m.strip() for m in args.methods.split(',') if m.strip()]

@@ -365,3 +365,36 @@ def test_elbow_diagnosis_runs_quick_as_a_user_would(data_dir, tmp_path):
             assert row['loss'] == pytest.approx(parts, rel=1e-6, abs=1e-12)
     assert set(payload['transplants']) >= {'nominal', 'learned'}
     assert '| nominal + learned inertia |' in result.stdout
+
+
+def test_runs_of_several_methods_combine_only_on_the_same_tosses():
+    # One process per method, merged into one table (elbow_learning.py --combine): rows and
+    # runs of both, the nominal rows once, the CCN weights of the violation-loss run.
+    sys.path.insert(0, str(REPO_ROOT))
+    try:
+        from benchmarks import elbow_learning as bench
+    finally:
+        sys.path.remove(str(REPO_ROOT))
+    stats = {key: {'mean': 0.01, 'half_width': None} for key in bench.ERROR_KEYS}
+
+    def payload(method, weights):
+        rows = {'ours_nominal': {k: {'mean': 0.006, 'median': 0.006, 'p90': 0.009}
+                                 for k in bench.ERROR_KEYS}, method: stats}
+        return {'test_toss_ids': [3, 1], 'train_toss_ids': [5], 'horizon': 16,
+                'window_stride': 4, 'windows': 2, 'methods': [method], 'seeds': [0],
+                'runs': [{'method': method, 'seed': 0, 'learned': {}, 'start': {}}],
+                'errors': {'horizon': dict(rows), 'full': dict(rows)},
+                'violation_weights': weights, 'train_tosses': 1, 'start_from': 'paper',
+                'test_tosses': 2}
+
+    ccn = payload('ccn', {'w_comp': 10.0, 'w_pen': 100.0})
+    diffsim = payload('diffsim', {'w_comp': 1.0, 'w_pen': 10.0})
+    merged = bench.combine([diffsim, ccn])
+    assert merged['methods'] == ['diffsim', 'ccn'] and len(merged['runs']) == 2
+    assert set(merged['errors']['horizon']) == {'ours_nominal', 'diffsim', 'ccn'}
+    assert merged['violation_weights'] == {'w_comp': 10.0, 'w_pen': 100.0}
+    assert '| ccn | 10 | 0.573 | 0.573 |' in bench.markdown(merged)   # mm, deg, deg
+    with pytest.raises(ValueError, match='different tosses'):
+        bench.combine([ccn, dict(diffsim, test_toss_ids=[3, 2])])
+    with pytest.raises(ValueError, match='repeated'):
+        bench.combine([ccn, ccn])
