@@ -31,9 +31,9 @@ Scaled as the paper's text writes it (:class:`ViolationWeights` also offers the 
 code's ``0.5`` and ``dt`` on dissipation), with the metric ``M^-1`` held constant in the
 gradient (``metric``; measured to change nothing on the real cube, see there), and Table 2's
 weights except ``w_comp`` (1/s: about what Table 2's 1e-3 weighs in ContactNets' form of the
-loss once converted to our units) and ``w_pen`` (10), both chosen on real tosses held out
-for the choice (read :class:`ViolationWeights` for why Table 2's numbers read in SI units
-fail).
+loss once converted to our units) and ``w_pen`` (10), both chosen on real cube tosses held
+out for the choice (read :class:`ViolationWeights` for why Table 2's numbers read in SI units
+fail); an :class:`ObjectSpec` may carry its object's own (the elbow's differ).
 
 Learnable (:func:`object_parameters`), for a floating tree with one vertex set per body (the
 cube: one body, eight vertices; the elbow: two bodies on a hinge): every body's vertices (free
@@ -104,6 +104,9 @@ class ViolationWeights:
     the nominal cube (14.9 mm, 18.8 deg on those tosses): ``w_comp`` 1, ``w_pen`` 10 scored
     1.67 (volume error 0.086, inertia error 0.37-0.39); ``w_pen`` 1: 1.74, 100: 1.86, 1000:
     1.87 (``w_comp`` 1); ``w_comp`` 1e-3: 2.48, 10: 2.17 (``w_pen`` 100, Table 2's).
+    They are the cube's: the same search on the real elbow (``--object elbow``) chose
+    ``w_comp`` 30, ``w_pen`` 1000, which an object's :class:`ObjectSpec` carries
+    (``w_comp`` / ``w_pen``; :meth:`ObjectSpec.violation_weights`).
 
     The authors' code (dair_pll ``calculate_contactnets_loss_terms``, the version with Table
     2's ``w_pred/w_comp/w_diss/w_pen``) scales two terms differently from the paper's text:
