@@ -232,21 +232,28 @@ def test_an_objects_own_violation_weights_reach_ccn_through_fit_object(spec):
     assert fit.history['validation'][0] == pytest.approx(expected['own'], rel=1e-6)
 
 
+def _run_script(name, data_dir, tmp_path, args, help_words):
+    # A benchmark as a user runs it: its --help names help_words, then --quick with args and
+    # --json; skipped without the elbow tosses. Returns the completed process and its JSON.
+    if not (data_dir / 'dair_elbow_toss' / 'elbow_tosses.npz').is_file():
+        pytest.skip(f'elbow tosses not found under {data_dir} (dair_elbow_toss/)')
+    script = REPO_ROOT / 'benchmarks' / name
+    help_text = subprocess.run([sys.executable, str(script), '--help'], check=True,
+                               capture_output=True, text=True, cwd=REPO_ROOT).stdout
+    assert all(word in help_text for word in help_words), help_text
+    out = tmp_path / 'out.json'
+    result = subprocess.run([sys.executable, str(script), '--quick', '--threads', '1',
+                             '--data', str(data_dir), '--json', str(out)] + list(args),
+                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=3600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result, json.loads(out.read_text())
+
+
 @pytest.mark.slow
 def test_elbow_benchmark_runs_quick_as_a_user_would(data_dir, tmp_path):
     # Slow: a few Adam steps of the violation loss on two real tosses and the test rollouts.
-    if not (data_dir / 'dair_elbow_toss' / 'elbow_tosses.npz').is_file():
-        pytest.skip(f'elbow tosses not found under {data_dir} (dair_elbow_toss/)')
-    script = REPO_ROOT / 'benchmarks' / 'elbow_learning.py'
-    help_text = subprocess.run([sys.executable, str(script), '--help'], check=True,
-                               capture_output=True, text=True, cwd=REPO_ROOT).stdout
-    assert '--horizon' in help_text and '--quick' in help_text
-    out = tmp_path / 'elbow.json'
-    result = subprocess.run([sys.executable, str(script), '--quick', '--data', str(data_dir),
-                             '--json', str(out)], capture_output=True, text=True,
-                            cwd=REPO_ROOT, timeout=3600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    payload = json.loads(out.read_text())
+    result, payload = _run_script('elbow_learning.py', data_dir, tmp_path, [],
+                                  ('--horizon', '--quick', '--seeds', '--combine'))
     assert payload['quick'] and payload['horizon'] == 16
     for name in ('ccn', 'ours_nominal', 'mujoco_nominal'):
         for window in ('horizon', 'full'):
@@ -264,18 +271,8 @@ def test_elbow_weight_search_runs_quick_and_judges_on_tosses_the_elbow_split_lea
     # ``contact_weights.py --object elbow --quick``: the elbow's horizon errors (hinge too),
     # judged on tosses outside the elbow benchmark's training (up to 256), validation and
     # test tosses.
-    if not (data_dir / 'dair_elbow_toss' / 'elbow_tosses.npz').is_file():
-        pytest.skip(f'elbow tosses not found under {data_dir} (dair_elbow_toss/)')
-    script = REPO_ROOT / 'benchmarks' / 'contact_weights.py'
-    help_text = subprocess.run([sys.executable, str(script), '--help'], check=True,
-                               capture_output=True, text=True, cwd=REPO_ROOT).stdout
-    assert '--object' in help_text and 'elbow' in help_text
-    out = tmp_path / 'weights.json'
-    result = subprocess.run([sys.executable, str(script), '--quick', '--object', 'elbow',
-                             '--threads', '1', '--data', str(data_dir), '--json', str(out)],
-                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    payload = json.loads(out.read_text())
+    result, payload = _run_script('contact_weights.py', data_dir, tmp_path,
+                                  ['--object', 'elbow'], ('--object', 'elbow'))
     assert payload['object'] == 'elbow'
     assert payload['error_keys'] == ['position_m', 'orientation_rad', 'hinge_rad']
     assert {(p['w_comp'], p['w_pen']) for p in payload['pairs']} == {(1.0, 10.0), (1.0, 100.0)}
@@ -341,18 +338,8 @@ def test_free_flight_hinge_damping_is_recovered_by_the_centred_rate_not_the_nois
 @pytest.mark.slow
 def test_elbow_diagnosis_runs_quick_as_a_user_would(data_dir, tmp_path):
     # Slow: a 5-step CCN fit on 4 real tosses, the loss terms and 4 selection tosses' windows.
-    if not (data_dir / 'dair_elbow_toss' / 'elbow_tosses.npz').is_file():
-        pytest.skip(f'elbow tosses not found under {data_dir} (dair_elbow_toss/)')
-    script = REPO_ROOT / 'benchmarks' / 'elbow_diagnosis.py'
-    help_text = subprocess.run([sys.executable, str(script), '--help'], check=True,
-                               capture_output=True, text=True, cwd=REPO_ROOT).stdout
-    assert '--selection-tosses' in help_text and '--quick' in help_text
-    out = tmp_path / 'diagnosis.json'
-    result = subprocess.run([sys.executable, str(script), '--quick', '--threads', '1',
-                             '--data', str(data_dir), '--json', str(out)],
-                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    payload = json.loads(out.read_text())
+    result, payload = _run_script('elbow_diagnosis.py', data_dir, tmp_path, [],
+                                  ('--selection-tosses', '--quick'))
     assert payload['hinge_friction']['transitions'] > 0
     for model in ('nominal', 'ccn'):
         classes = payload['loss_terms'][model]
