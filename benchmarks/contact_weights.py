@@ -1,38 +1,48 @@
 """
-Choose CCN's violation weights on real cube tosses held out for the choice.
+Choose CCN's violation weights on real tosses of one object held out for the choice.
 
 The violation loss's ``w_comp`` and ``w_pen`` (``sysid.contact_learning.ViolationWeights``)
 are hyperparameters: the paper chose Table 2's by a search on its own data and code, and read
-in our SI units they fail (see ``ViolationWeights``). This is that search, on tosses that
-neither the learning curves' training, validation nor test tosses use: the split of
-``benchmarks/contact_learning.py`` (``--split-seed``, its 50 test and 16 validation tosses and
-up to 256 training tosses) leaves about 250 tosses unused, and the first
-``--selection-tosses`` of them judge. For every pair of the grid ``--w-comp`` x ``--w-pen``
-and every seed, CCN learns from the first ``--train-tosses`` training tosses (perturbed start,
-ground held, early stopping on the validation tosses) and is rolled out on the selection
-tosses from their second sample. Score of a run: its mean position error over our step's with
-the nominal cube plus its mean orientation error over our step's, on the same tosses; a
-pair's score is the mean over seeds; the lowest wins. Volume and inertia errors are printed
-beside, never used to choose.
+in our SI units they fail (see ``ViolationWeights``). This is that search, per object
+(``--object``), on tosses that neither its benchmark's training, validation nor test tosses
+use. The cube: the split of ``benchmarks/contact_learning.py`` (``--split-seed``, its 50 test
+and 16 validation tosses and up to 256 training tosses) leaves about 250 tosses unused. The
+elbow: the split of ``benchmarks/elbow_learning.py`` (its 20 test and 8 validation tosses and
+up to 256 training tosses) leaves 257. The first ``--selection-tosses`` of them judge. For
+every pair of the grid ``--w-comp`` x ``--w-pen`` and every seed, CCN learns from the first
+``--train-tosses`` training tosses (perturbed start, ground held, early stopping on the
+validation tosses) and is rolled out on the selection tosses as the object's benchmark
+measures it: the cube from the second sample to the end (position and orientation errors),
+the elbow over 16-sample horizons from every 4th sample (position, orientation and hinge
+errors). Score of a run: the sum over those errors of its error over our step's with the
+nominal object on the same tosses; a pair's score is the mean over seeds; the lowest wins.
+Volume and inertia errors are printed beside, never used to choose.
 """
 
+from dataclasses import dataclass
 import math
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
 
 try:
-    from benchmarks import _common, contact_learning as curves, tosses as toss_bench
+    from benchmarks import _common, contact_learning as curves, elbow_learning as elbow
+    from benchmarks import tosses as toss_bench
 except ImportError:  # run as ``python benchmarks/contact_weights.py``
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from benchmarks import _common, contact_learning as curves, tosses as toss_bench
+    from benchmarks import _common, contact_learning as curves, elbow_learning as elbow
+    from benchmarks import tosses as toss_bench
 
-from diffsim_ros.io.tosses import CUBE_HALF_WIDTH_M, load_cube_tosses  # noqa: I100
+from diffsim_ros.io.object_urdf import elbow_spec  # noqa: I100
+from diffsim_ros.io.tosses import CUBE_HALF_WIDTH_M, load_cube_tosses, load_elbow_tosses
 from diffsim_ros.sysid import contact_learning as cl
+
+#: The elbow's selection windows start at every 4th sample (as its benchmark's tables).
+ELBOW_WINDOW_STRIDE = 4
 
 
 def selection_indices(n_total: int, n_train: int, n_val: int, n_test: int, n_select: int,
@@ -41,9 +51,9 @@ def selection_indices(n_total: int, n_train: int, n_val: int, n_test: int, n_sel
     Return the tosses the choice is judged on: the split's unused ones, in its order.
 
     :param n_total: number of tosses.
-    :param n_train: the largest training set of the learning curves (256).
-    :param n_val: their validation tosses.
-    :param n_test: their test tosses.
+    :param n_train: the largest training set of the benchmark (256).
+    :param n_val: its validation tosses.
+    :param n_test: its test tosses.
     :param n_select: how many to take.
     :param seed: the split's seed.
     :return: indices disjoint from the split's training, validation and test tosses.
@@ -57,22 +67,37 @@ def selection_indices(n_total: int, n_train: int, n_val: int, n_test: int, n_sel
     return unused[:n_select]
 
 
-def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence[int],
-        n_train: int, n_select: int, steps: int, split_seed: int = 0,
-        log=None) -> Dict[str, Any]:
+@dataclass
+class Judge:
     """
-    Learn CCN for every pair and seed and score it on the selection tosses.
+    One object's tosses, its benchmark's split, and how a learned model is scored.
+
+    :ivar tosses: the object's tosses.
+    :ivar spec: its nominal spec (the start of every fit).
+    :ivar train: the benchmark's training indices (the first N train a fit).
+    :ivar validation: its validation indices (early stopping).
+    :ivar select: the selection tosses (:func:`selection_indices`).
+    :ivar errors: ``(model, contact) -> {error key: mean over selection tosses}``.
+    :ivar nominal: ``errors`` of our contact step with the nominal object.
+    """
+
+    tosses: Any
+    spec: cl.ObjectSpec
+    train: np.ndarray
+    validation: np.ndarray
+    select: np.ndarray
+    errors: Callable[[Any, Any], Dict[str, float]]
+    nominal: Dict[str, float]
+
+
+def cube_judge(data, n_select: int, split_seed: int) -> Judge:
+    """
+    Return the cube's judge: full-length rollouts, nominal with ContactNets' restitution.
 
     :param data: the shared data root.
-    :param w_comps: complementarity weights [1/s].
-    :param w_pens: penetration weights [J/m^2].
-    :param seeds: initialisation seeds.
-    :param n_train: training tosses.
     :param n_select: selection tosses.
-    :param steps: maximum Adam steps per fit.
-    :param split_seed: the learning curves' split seed.
-    :param log: called with a line per fit, or None.
-    :return: the JSON payload (``runs``, ``pairs``, ``chosen``, ``nominal``).
+    :param split_seed: ``benchmarks/contact_learning.py``'s split seed.
+    :return: the judge (errors ``position_m``, ``orientation_rad``).
     """
     tosses = load_cube_tosses(data)
     split = (max(curves.DEFAULT_SIZES), curves.VALIDATION_TOSSES, curves.TEST_TOSSES)
@@ -83,10 +108,74 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
     x0 = torch.stack([torch.cat((tosses.q[i][1], tosses.v[i][1])) for i in select])
     lengths = [len(tosses.q[i]) - 2 for i in select]
     recorded = [tosses.q[i][2:] for i in select]
+
+    def errors(m, c) -> Dict[str, float]:
+        batch = cl.rollout(m, c, x0, max(lengths), tosses.dt)
+        return curves._test_errors([batch[k, :n, :7] for k, n in enumerate(lengths)],
+                                   recorded)
+
     nominal = curves._nominal(tosses, model, spec, x0, lengths, recorded)['ours_nominal']
-    train = cl.transitions([tosses.q[i] for i in train_i[:n_train]],
-                           [tosses.v[i] for i in train_i[:n_train]])
-    validation = cl.transitions([tosses.q[i] for i in val_i], [tosses.v[i] for i in val_i])
+    return Judge(tosses, spec, train_i, val_i, select, errors,
+                 {k: nominal[k] for k in ('position_m', 'orientation_rad')})
+
+
+def elbow_judge(data, n_select: int, split_seed: int) -> Judge:
+    """
+    Return the elbow's judge: 16-sample horizons from every 4th sample, nominal URDF.
+
+    :param data: the shared data root.
+    :param n_select: selection tosses.
+    :param split_seed: ``benchmarks/elbow_learning.py``'s split seed.
+    :return: the judge (errors ``position_m``, ``orientation_rad``, ``hinge_rad``: the
+        mean over tosses of each toss's window mean).
+    """
+    tosses = load_elbow_tosses(data)
+    split = (elbow.LARGEST_TRAINING, elbow.VALIDATION_TOSSES, elbow.TEST_TOSSES)
+    train_i, val_i, _ = curves.split(len(tosses), *split, split_seed)
+    select = selection_indices(len(tosses), *split, n_select, split_seed)
+    spec = elbow_spec(tosses)
+    nq = int(spec.model.nq)
+    windows = elbow.horizon_windows(tosses, select, elbow.HORIZON, ELBOW_WINDOW_STRIDE)
+
+    def errors(m, c) -> Dict[str, float]:
+        rows = elbow.horizon_errors(
+            lambda x0, steps: cl.rollout(m, c, x0, steps, tosses.dt)[..., :nq], tosses,
+            windows, elbow.HORIZON)
+        return {key: row['mean'] for key, row in rows.items()}
+
+    return Judge(tosses, spec, train_i, val_i, select, errors,
+                 errors(spec.model, spec.contact))
+
+
+#: ``--object`` -> its judge.
+JUDGES: Dict[str, Callable[[Any, int, int], Judge]] = {
+    'cube': cube_judge, 'elbow': elbow_judge}
+
+
+def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence[int],
+        n_train: int, n_select: int, steps: int, split_seed: int = 0,
+        log=None, object_name: str = 'cube') -> Dict[str, Any]:
+    """
+    Learn CCN for every pair and seed and score it on the selection tosses.
+
+    :param data: the shared data root.
+    :param w_comps: complementarity weights [1/s].
+    :param w_pens: penetration weights [J/m^2].
+    :param seeds: initialisation seeds.
+    :param n_train: training tosses.
+    :param n_select: selection tosses.
+    :param steps: maximum Adam steps per fit.
+    :param split_seed: the object's benchmark's split seed.
+    :param log: called with a line per fit, or None.
+    :param object_name: a key of :data:`JUDGES`.
+    :return: the JSON payload (``runs``, ``pairs``, ``chosen``, ``nominal``, ``object``).
+    """
+    judge = JUDGES[object_name](data, n_select, split_seed)
+    spec, tosses, keys = judge.spec, judge.tosses, tuple(judge.nominal)
+    train = cl.transitions([tosses.q[i] for i in judge.train[:n_train]],
+                           [tosses.v[i] for i in judge.train[:n_train]])
+    validation = cl.transitions([tosses.q[i] for i in judge.validation],
+                                [tosses.v[i] for i in judge.validation])
     runs = []
     for w_comp in w_comps:
         for w_pen in w_pens:
@@ -98,35 +187,46 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
                     spec.model, spec.contact, theta0, spec.masses, train, validation,
                     tosses.dt, cl.TrainConfig(steps=steps, seed=seed, weights=weights))
                 m, c = cl.object_models(spec.model, spec.contact, theta, spec.masses)
-                batch = cl.rollout(m, c, x0, max(lengths), tosses.dt)
-                row = curves._test_errors([batch[k, :n, :7] for k, n in enumerate(lengths)],
-                                          recorded)
+                row = judge.errors(m, c)
                 summary = cl.physical_summary(spec, m, c)
                 row.update(w_comp=w_comp, w_pen=w_pen, seed=seed,
-                           score=row['position_m'] / nominal['position_m']
-                           + row['orientation_rad'] / nominal['orientation_rad'],
+                           score=sum(row[k] / judge.nominal[k] for k in keys),
                            volume_error=summary['volume_error'],
-                           inertia_error=summary['inertia_error'],
+                           inertia_error=summary.get('inertia_error'),
                            friction=summary['friction'], last_step=history['step'][-1],
                            train_s=time.perf_counter() - start)
                 runs.append(row)
                 if log is not None:
                     log(f'w_comp {w_comp:g} w_pen {w_pen:g} seed {seed}: score '
-                        f'{row["score"]:.3f}, {1e3 * row["position_m"]:.1f} mm, '
-                        f'{math.degrees(row["orientation_rad"]):.1f} deg, volume error '
-                        f'{row["volume_error"]:.3f}')
+                        f'{row["score"]:.3f}, ' + _errors_text(row, keys)
+                        + f', volume error {row["volume_error"]:.3f}')
     pairs = []
     for w_comp in w_comps:
         for w_pen in w_pens:
             mine = [r for r in runs if r['w_comp'] == w_comp and r['w_pen'] == w_pen]
             pairs.append({'w_comp': w_comp, 'w_pen': w_pen,
-                          **{key: float(np.mean([r[key] for r in mine])) for key in
-                             ('score', 'position_m', 'orientation_rad', 'volume_error',
-                              'inertia_error', 'friction')}})
+                          **{key: _mean([r[key] for r in mine]) for key in
+                             ('score', 'volume_error', 'inertia_error', 'friction') + keys}})
     chosen = min(pairs, key=lambda p: p['score'])
-    return {'runs': runs, 'pairs': pairs, 'chosen': chosen, 'nominal': nominal,
-            'train_tosses': n_train, 'selection_tosses': [int(i) for i in select],
+    return {'object': object_name, 'runs': runs, 'pairs': pairs, 'chosen': chosen,
+            'nominal': judge.nominal, 'error_keys': list(keys), 'train_tosses': n_train,
+            'selection_tosses': [int(i) for i in judge.select],
             'seeds': list(seeds), 'steps': steps, 'split_seed': split_seed}
+
+
+def _mean(values) -> Optional[float]:
+    # None where the spec knows no truth for the metric (the elbow's inertia).
+    return None if any(v is None for v in values) else float(np.mean(values))
+
+
+#: Error key -> (label, unit, scale from SI).
+_UNITS = {'position_m': ('position', 'mm', 1e3),
+          'orientation_rad': ('orientation', 'deg', 180 / math.pi),
+          'hinge_rad': ('hinge', 'deg', 180 / math.pi)}
+
+
+def _errors_text(row: Dict[str, Any], keys: Sequence[str]) -> str:
+    return ', '.join(f'{_UNITS[k][0]} {_UNITS[k][2] * row[k]:.1f} {_UNITS[k][1]}' for k in keys)
 
 
 def markdown(payload: Dict[str, Any]) -> str:
@@ -136,19 +236,20 @@ def markdown(payload: Dict[str, Any]) -> str:
     :param payload: :func:`run`'s result.
     :return: the table.
     """
-    nominal = payload['nominal']
-    lines = [f'{len(payload["selection_tosses"])} selection tosses, {payload["train_tosses"]} '
-             f'training tosses, seeds {payload["seeds"]}; our step with the nominal cube '
-             f'{1e3 * nominal["position_m"]:.1f} mm, '
-             f'{math.degrees(nominal["orientation_rad"]):.1f} deg', '',
-             '| w_comp 1/s | w_pen J/m^2 | score | position mm | orientation deg | '
-             'volume err | inertia err | friction |', '|---:|---:|---:|---:|---:|---:|---:|---:|']
+    nominal, keys = payload['nominal'], payload['error_keys']
+    lines = [f'{payload["object"]}: {len(payload["selection_tosses"])} selection tosses, '
+             f'{payload["train_tosses"]} training tosses, seeds {payload["seeds"]}; our step '
+             f'with the nominal {payload["object"]}: ' + _errors_text(nominal, keys), '',
+             '| w_comp 1/s | w_pen J/m^2 | score | '
+             + ' | '.join(f'{_UNITS[k][0]} {_UNITS[k][1]}' for k in keys)
+             + ' | volume err | inertia err | friction |',
+             '|---:|---:|---:|' + '---:|' * (len(keys) + 3)]
     for p in payload['pairs']:
         mark = ' (chosen)' if p == payload['chosen'] else ''
+        inertia = '-' if p['inertia_error'] is None else f'{p["inertia_error"]:.2f}'
         lines.append(f'| {p["w_comp"]:g} | {p["w_pen"]:g} | {p["score"]:.3f}{mark} | '
-                     f'{1e3 * p["position_m"]:.1f} | {math.degrees(p["orientation_rad"]):.1f} | '
-                     f'{p["volume_error"]:.3f} | {p["inertia_error"]:.2f} | '
-                     f'{p["friction"]:.3f} |')
+                     + ' | '.join(f'{_UNITS[k][2] * p[k]:.1f}' for k in keys)
+                     + f' | {p["volume_error"]:.3f} | {inertia} | {p["friction"]:.3f} |')
     return '\n'.join(lines)
 
 
@@ -165,6 +266,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """
     parser = _common.make_parser(__doc__.strip().splitlines()[0])
     parser.add_argument('--data', default=None, help='shared data root (holding INDEX.md)')
+    parser.add_argument('--object', choices=tuple(JUDGES), default='cube',
+                        help="whose weights: the cube's tosses (benchmarks/contact_learning.py's "
+                             "split) or the elbow's (benchmarks/elbow_learning.py's split)")
     parser.add_argument('--w-comp', default='0.001,1,10',
                         help='comma-separated complementarity weights [1/s]')
     parser.add_argument('--w-pen', default='1,10,100,1000',
@@ -172,10 +276,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--seeds', type=int, default=2, help='initialisations per pair')
     parser.add_argument('--train-tosses', type=int, default=64, help='training tosses')
     parser.add_argument('--selection-tosses', type=int, default=100,
-                        help="tosses judged on (the learning curves' split leaves ~250)")
+                        help="tosses judged on (the cube's split leaves ~250, the elbow's 257)")
     parser.add_argument('--steps', type=int, default=1000, help='maximum Adam steps per fit')
     parser.add_argument('--split-seed', type=int, default=0,
-                        help="the learning curves' split seed (keep it fixed)")
+                        help="the object's benchmark's split seed (keep it fixed)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     data = _common.data_root(args.data, 'contact_weights.py')
@@ -184,7 +288,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.train_tosses, args.selection_tosses, args.steps = 2, 4, 5
     payload = run(data, _floats(args.w_comp), _floats(args.w_pen), range(args.seeds),
                   args.train_tosses, args.selection_tosses, args.steps, args.split_seed,
-                  log=lambda line: print(line, flush=True))
+                  log=lambda line: print(line, flush=True), object_name=args.object)
     print()
     print(markdown(payload))
     payload['machine'] = _common.machine_info(('torch', 'scipy'))

@@ -6,9 +6,11 @@ samples at 0.0068 s; ``diffsim_ros.io.tosses.load_elbow_tosses``), split as
 ``benchmarks/contact_learning.py`` splits the cube (a permutation from ``--split-seed``: the
 last ``--test-tosses`` held out for every N and seed, the ``--validation-tosses`` before them
 used only for early stopping, the first N for training). CCN learns both links' vertices,
-both links' inertias with each mass held at 0.37 kg, mu and the ground height
-(``diffsim_ros.io.object_urdf.elbow_spec``: the URDF's boxes; start 0.5-1.5x, random box
-inertias, the paper's appendix A.4) through ``sysid.object_learning.fit_object``.
+both links' inertias with each mass held at 0.37 kg and mu, the ground held at the table
+(``diffsim_ros.io.object_urdf.elbow_spec``: the URDF's boxes and the elbow's own violation
+weights; start 0.5-1.5x, random box inertias, the paper's appendix A.4) through
+``sysid.object_learning.fit_object``; ``--methods`` names any of its methods (CCN-R,
+DiffSim ...), each fitted ``--seeds`` times.
 
 On the test tosses, in the same run, three models: the learned one (``core.contact_step`` at
 the recording's dt), and the nominal URDF (boxes, 0.37 kg each, mu 0.3, no restitution)
@@ -25,6 +27,7 @@ Errors: position of elbow_1's frame (m), geodesic orientation of elbow_1 (rad), 
 (rad; unwrapped).
 """
 
+import json
 import os
 from pathlib import Path
 import sys
@@ -46,6 +49,10 @@ from diffsim_ros.sysid import contact_learning as cl
 from diffsim_ros.sysid.object_learning import fit_object, METHODS
 
 HORIZON = 16
+#: The fixed held-out tosses of the default split (``--test-tosses``, ``--validation-tosses``)
+#: and the largest training set it leaves room for (``contact_weights.py --object elbow``
+#: judges on the tosses after it).
+TEST_TOSSES, VALIDATION_TOSSES, LARGEST_TRAINING = 20, 8, 256
 ERROR_KEYS = ('position_m', 'orientation_rad', 'hinge_rad')
 #: Predictor: ``(x0 (W, nq + nv), steps) -> (W, steps, nq)`` configurations.
 Predictor = Callable[[torch.Tensor, int], torch.Tensor]
@@ -120,82 +127,163 @@ def full_errors(predict: Predictor, tosses: TossSet,
     return {key: toss_bench.summarize(value) for key, value in per_toss.items()}
 
 
-def predictors(fit: cl.ObjectFit, tosses: TossSet) -> Dict[str, Predictor]:
+def nominal_predictors(spec: cl.ObjectSpec, tosses: TossSet) -> Dict[str, Predictor]:
     """
-    Return the three models' predictors: the learned one, the nominal URDF in ours and MuJoCo.
+    Return the nominal URDF's predictors: our contact step and MuJoCo.
 
-    :param fit: the learned elbow.
+    :param spec: the elbow's spec (the URDF: boxes, masses, mu, no restitution).
     :param tosses: the tosses (dt, URDF, nominal friction).
     :return: name -> predictor.
     """
-    spec = fit.spec
     nq = int(spec.model.nq)
     mj_model = toss_bench.mujoco_model(tosses, tosses.dt / toss_bench.CONTACT_SUBSTEPS,
                                        contact=True)
     return {
-        fit.method: lambda x0, steps: fit.predict(x0, steps, tosses.dt)[..., :nq],
         'ours_nominal': lambda x0, steps: cl.rollout(spec.model, spec.contact, x0, steps,
                                                      tosses.dt)[..., :nq],
         'mujoco_nominal': lambda x0, steps: toss_bench.rollout_mujoco(
             mj_model, x0, steps, toss_bench.CONTACT_SUBSTEPS)}
 
 
-def run(data: Path, n_train: int, seed: int, n_val: int, n_test: int, steps: int,
+def _evaluate(predict: Predictor, tosses: TossSet, windows, test_i, horizon: int):
+    return {'horizon': horizon_errors(predict, tosses, windows, horizon),
+            'full': full_errors(predict, tosses, test_i)}
+
+
+def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int, steps: int,
         horizon: int = HORIZON, stride: int = 1, split_seed: int = 0,
         limit: Optional[int] = None, perturb: bool = True,
-        method: str = 'ccn') -> Dict[str, Any]:
+        methods: Sequence[str] = ('ccn',), log=None) -> Dict[str, Any]:
     """
     Learn the elbow from ``n_train`` tosses; evaluate it and the nominal URDF on the test set.
 
-    ``method`` is a key of ``sysid.object_learning.METHODS`` (CCN by default).
+    Every method (keys of ``sysid.object_learning.METHODS``) is fitted once per seed; per
+    method, window and error the mean over seeds of the over-tosses mean, with its 95 %
+    Student-t half-width (``benchmarks/contact_learning.py``'s ``t_interval``).
 
-    :return: the JSON payload (see the module docstring).
+    :return: the JSON payload (see the module docstring): ``runs`` (one per method and seed,
+        its errors' mean / median / p90 over tosses), ``errors`` (per window and model: per
+        method the t-interval over seeds of each error's mean, per nominal row its mean /
+        median / p90 over tosses).
     """
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown:
+        raise ValueError(f'unknown methods {unknown}; valid: {", ".join(METHODS)}')
     tosses = load_elbow_tosses(data, limit=limit)
     train_i, val_i, test_i = cube_bench.split(len(tosses), n_train, n_val, n_test, split_seed)
     spec = elbow_spec(tosses)
     train = ([tosses.q[i] for i in train_i], [tosses.v[i] for i in train_i])
     validation = ([tosses.q[i] for i in val_i], [tosses.v[i] for i in val_i])
-    start = time.perf_counter()
-    fit = fit_object(spec, method, train, validation, tosses.dt, seed=seed, steps=steps,
-                     perturb=perturb)
-    seconds = {'train_s': time.perf_counter() - start}
     windows = horizon_windows(tosses, test_i, horizon, stride)
     errors: Dict[str, Dict[str, Any]] = {'horizon': {}, 'full': {}}
-    for name, predict in predictors(fit, tosses).items():
+    seconds = {}
+    for name, predict in nominal_predictors(spec, tosses).items():
         start = time.perf_counter()
-        errors['horizon'][name] = horizon_errors(predict, tosses, windows, horizon)
-        errors['full'][name] = full_errors(predict, tosses, test_i)
+        for window, rows in _evaluate(predict, tosses, windows, test_i, horizon).items():
+            errors[window][name] = rows
         seconds[f'{name}_rollouts_s'] = time.perf_counter() - start
-    return {'train_tosses': n_train, 'seed': seed, 'split_seed': split_seed,
+    runs = []
+    for method in methods:
+        for seed in seeds:
+            start = time.perf_counter()
+            fit = fit_object(spec, method, train, validation, tosses.dt, seed=seed,
+                             steps=steps, perturb=perturb)
+            train_s = time.perf_counter() - start
+            nq = int(spec.model.nq)
+            row = _evaluate(lambda x0, n: fit.predict(x0, n, tosses.dt)[..., :nq], tosses,
+                            windows, test_i, horizon)
+            runs.append({'method': method, 'seed': int(seed), 'errors': row,
+                         'learned': fit.summary(), 'start': fit.start,
+                         'last_step': int(fit.history['step'][-1]), 'train_s': train_s,
+                         'rollouts_s': time.perf_counter() - start - train_s})
+            if log is not None:
+                log(f'{method} seed {seed}: 16-sample ' + ', '.join(
+                    f'{key} {row["horizon"][key]["mean"]:.4g}' for key in ERROR_KEYS)
+                    + f'; {train_s:.0f} s')
+    for method in methods:
+        mine = [r for r in runs if r['method'] == method]
+        for window in errors:
+            errors[window][method] = {key: cube_bench.t_interval(
+                [r['errors'][window][key]['mean'] for r in mine]) for key in ERROR_KEYS}
+    weights = spec.violation_weights()
+    return {'train_tosses': n_train, 'seeds': [int(s) for s in seeds],
+            'split_seed': split_seed, 'methods': list(methods),
             'validation_tosses': len(val_i), 'test_tosses': len(test_i),
             'train_toss_ids': [int(tosses.toss_ids[i]) for i in train_i],
             'test_toss_ids': [int(tosses.toss_ids[i]) for i in test_i],
             'train_transitions': sum(len(tosses.q[i]) - 2 for i in train_i),
             'dt': tosses.dt, 'horizon': horizon, 'window_stride': stride,
             'windows': len(windows), 'steps': steps,
-            'start_from': 'paper' if perturb else 'nominal', 'method': method,
-            'weights': cl.TrainConfig().weights.__dict__,
-            'learned': fit.summary(), 'start': fit.start, 'history': fit.history,
-            'errors': errors, 'seconds': seconds}
+            'start_from': 'paper' if perturb else 'nominal',
+            'violation_weights': {'w_comp': weights.w_comp, 'w_pen': weights.w_pen},
+            'runs': runs, 'errors': errors, 'seconds': seconds}
+
+
+def combine(payloads: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
+    """
+    Merge runs of different methods made on the same split (one process per method).
+
+    :param payloads: :func:`run`'s results.
+    :return: one payload: every run and method row, the nominal rows of the first, the CCN
+        weights of the first that fitted a violation-loss method.
+    :raises ValueError: when the runs differ in test tosses, windows or training tosses, or
+        repeat a method.
+    """
+    first = payloads[0]
+    same = ('test_toss_ids', 'train_toss_ids', 'horizon', 'window_stride', 'windows')
+    for other in payloads[1:]:
+        if any(other[key] != first[key] for key in same):
+            raise ValueError('cannot combine runs on different tosses or windows '
+                             f'({", ".join(same)} must agree)')
+    methods = [m for p in payloads for m in p['methods']]
+    if len(set(methods)) != len(methods):
+        raise ValueError(f'methods repeated across the runs: {methods}')
+    violation = [p for p in payloads if set(p['methods']) & {'ccn', 'ccn-r'}]
+    out = dict(first, methods=methods, runs=[r for p in payloads for r in p['runs']],
+               seeds=sorted({s for p in payloads for s in p['seeds']}),
+               violation_weights=(violation or [first])[0]['violation_weights'],
+               combined_from=len(payloads))
+    out['errors'] = {window: dict(rows) for window, rows in first['errors'].items()}
+    for other in payloads[1:]:
+        for window, rows in other['errors'].items():
+            out['errors'][window].update({m: rows[m] for m in other['methods']})
+    return out
+
+
+def _cell(stats: Dict[str, Any], scale: float) -> str:
+    # A method's mean over seeds (± the 95 % half-width), or a nominal's mean / median / p90.
+    if 'half_width' not in stats:
+        return ' / '.join(toss_bench._cells(stats, scale))
+    text = _common.fmt_number(stats['mean'] * scale)
+    if stats['half_width'] is not None:
+        text += ' ± ' + _common.fmt_number(stats['half_width'] * scale)
+    return text
 
 
 def markdown(payload: Dict[str, Any]) -> str:
-    """Return the horizon and full-length tables (mm and degrees)."""
-    learned, start = payload['learned'], payload['start']
-    lines = [f'N = {payload["train_tosses"]} training tosses, seed {payload["seed"]}, start '
-             f'{payload["start_from"]}, '
-             f'{payload["test_tosses"]} test tosses ({payload["windows"]} windows of '
-             f'{payload["horizon"]} samples); learned volume error '
-             f'{learned["volume_error"]:.3f} (start {start["volume_error"]:.3f}), friction '
-             f'{learned["friction"]:.3f} (start {start["friction"]:.3f}), ground '
-             f'{1e3 * learned["ground_height_m"]:.1f} mm', '']
+    """Return the horizon and full-length tables (mm and degrees) and the learned numbers."""
+    weights = payload['violation_weights']
+    lines = [f'N = {payload["train_tosses"]} training tosses, seeds {payload["seeds"]}, start '
+             f'{payload["start_from"]}, CCN weights w_comp {weights["w_comp"]:g} w_pen '
+             f'{weights["w_pen"]:g}, {payload["test_tosses"]} test tosses '
+             f'({payload["windows"]} windows of {payload["horizon"]} samples)', '']
+    for run in payload['runs']:
+        learned, start = run['learned'], run['start']
+        if learned:
+            lines.append(f'- {run["method"]} seed {run["seed"]}: volume error '
+                         f'{learned["volume_error"]:.3f} (start {start["volume_error"]:.3f}), '
+                         f'friction {learned["friction"]:.3f} (start {start["friction"]:.3f}), '
+                         f'ground {1e3 * learned["ground_height_m"]:.1f} mm, last step '
+                         f'{run["last_step"]}')
+    lines.append('')
     for window, title in (('horizon', f'{payload["horizon"]}-sample horizon'),
                           ('full', 'full length')):
-        lines += [f'{title}: per-toss mean, then mean / median / p90 over tosses', '',
+        lines += [f'{title}: learned methods, the mean over tosses then mean ± 95 % t '
+                  'half-width over seeds; nominal rows, the per-toss mean then mean / median / '
+                  'p90 over tosses', '',
                   '| model | position mm | orientation deg | hinge deg |', '|---|---|---|---|']
         for name, row in payload['errors'][window].items():
-            cells = [' / '.join(toss_bench._cells(row[key], scale))
+            cells = [_cell(row[key], scale)
                      for key, scale in (('position_m', 1e3), ('orientation_rad', 180 / np.pi),
                                         ('hinge_rad', 180 / np.pi))]
             lines.append(f'| {name} | ' + ' | '.join(cells) + ' |')
@@ -213,13 +301,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = _common.make_parser(__doc__.strip().splitlines()[0])
     parser.add_argument('--data', default=None, help='shared data root (holding INDEX.md)')
     parser.add_argument('--train-tosses', type=int, default=16, help='N training tosses')
-    parser.add_argument('--seed', type=int, default=0,
-                        help='seed of the initialisation and the mini-batches')
+    parser.add_argument('--seeds', type=int, default=1,
+                        help='fits per method, seeds 0 .. K-1 (the initialisation and the '
+                             'mini-batches); with K > 1 the tables give 95 %% t-intervals')
     parser.add_argument('--split-seed', type=int, default=0,
                         help='seed of the train/validation/test split (keep it fixed)')
-    parser.add_argument('--test-tosses', type=int, default=50, help='held-out test tosses')
-    parser.add_argument('--validation-tosses', type=int, default=16,
-                        help='tosses for early stopping')
+    parser.add_argument('--test-tosses', type=int, default=TEST_TOSSES,
+                        help=f'held-out test tosses (default {TEST_TOSSES})')
+    parser.add_argument('--validation-tosses', type=int, default=VALIDATION_TOSSES,
+                        help=f'tosses for early stopping (default {VALIDATION_TOSSES})')
     parser.add_argument('--steps', type=int, default=400, help='maximum Adam steps')
     parser.add_argument('--horizon', type=int, default=HORIZON,
                         help=f'samples predicted per window (default {HORIZON}, as the paper)')
@@ -228,19 +318,36 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--start', choices=('paper', 'nominal'), default='paper',
                         help='paper: 0.5-1.5x the URDF, random box inertias (appendix A.4, '
                              'default); nominal: the URDF itself')
-    parser.add_argument('--method', choices=tuple(METHODS), default='ccn',
-                        help='the learning method (sysid.object_learning.METHODS)')
+    parser.add_argument('--methods', '--method', default='ccn',
+                        help='comma-separated learning methods, of '
+                             f'{", ".join(METHODS)} (sysid.object_learning.METHODS)')
+    parser.add_argument('--combine', metavar='JSON', nargs='+', default=None,
+                        help='merge the --json files of runs on the same split (one per '
+                             'method) into one table instead of running')
     args = parser.parse_args(argv)
+    if args.combine:
+        payload = combine([json.loads(Path(p).read_text(encoding='utf-8'))
+                           for p in args.combine])
+        print(markdown(payload))
+        if args.json:
+            _common.write_json(args.json, payload)
+        return 0
     torch.set_num_threads(args.threads)
     data = _common.data_root(args.data, 'elbow_learning.py')
+    methods = [m.strip() for m in args.methods.split(',') if m.strip()]
+    unknown = [m for m in methods if m not in METHODS]
+    if unknown or not methods:
+        parser.error(f'--methods {args.methods!r}: valid {", ".join(METHODS)}')
+    log = (lambda line: print(line, file=sys.stderr, flush=True))
     if args.quick:
-        payload = run(data, min(args.train_tosses, 2), args.seed, 2, 3, 6, args.horizon,
-                      max(args.window_stride, 8), args.split_seed, limit=40,
-                      perturb=args.start == 'paper', method=args.method)
+        payload = run(data, min(args.train_tosses, 2), range(min(args.seeds, 2)), 2, 3, 6,
+                      args.horizon, max(args.window_stride, 8), args.split_seed, limit=40,
+                      perturb=args.start == 'paper', methods=methods, log=log)
     else:
-        payload = run(data, args.train_tosses, args.seed, args.validation_tosses,
+        payload = run(data, args.train_tosses, range(args.seeds), args.validation_tosses,
                       args.test_tosses, args.steps, args.horizon, args.window_stride,
-                      args.split_seed, perturb=args.start == 'paper', method=args.method)
+                      args.split_seed, perturb=args.start == 'paper', methods=methods,
+                      log=log)
     payload['machine'] = _common.machine_info(('torch', 'mujoco', 'scipy'))
     payload['quick'] = args.quick
     print(markdown(payload))

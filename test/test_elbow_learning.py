@@ -7,6 +7,7 @@ grows when a parameter is wrong), then the elbow benchmark run as a user would (
 without the shared data).
 """
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -15,7 +16,8 @@ import sys
 from types import SimpleNamespace
 
 from diffsim_ros import core
-from diffsim_ros.io.object_urdf import elbow_spec, object_spec, urdf_object_spec
+from diffsim_ros.io.object_urdf import (elbow_spec, ELBOW_WEIGHTS, object_spec,
+                                        urdf_object_spec)
 from diffsim_ros.robots import object_urdf_path
 from diffsim_ros.sysid import contact_learning as cl
 from diffsim_ros.sysid.object_learning import fit_object
@@ -102,6 +104,18 @@ def test_the_elbow_by_name_is_the_elbow_of_the_tosses():
     spec = object_spec('elbow')
     assert spec.name == 'elbow' and spec.contact.vertex_links == ('elbow_1', 'elbow_2')
     assert spec.half_widths == ((0.05, 0.025, 0.025),) * 2
+
+
+def test_the_elbow_learns_with_its_own_weights_and_the_cube_with_the_defaults(spec):
+    # Chosen per object on each one's held-out tosses (contact_weights.py --object): the
+    # elbow's by name and from its tosses are the same; the cube keeps ViolationWeights'.
+    for elbow in (spec, object_spec('elbow')):
+        weights = elbow.violation_weights()
+        assert (weights.w_comp, weights.w_pen) == (ELBOW_WEIGHTS['w_comp'],
+                                                   ELBOW_WEIGHTS['w_pen'])
+    assert ELBOW_WEIGHTS != {'w_comp': cl.ViolationWeights().w_comp,
+                             'w_pen': cl.ViolationWeights().w_pen}
+    assert object_spec('cube').violation_weights() == cl.ViolationWeights()
 
 
 def test_parameters_map_back_to_the_model_exactly(spec):
@@ -194,21 +208,52 @@ def test_fit_ccn_learns_the_elbow_through_fit_object(spec):
     assert states.shape == (1, 4, 15)
 
 
+def test_an_objects_own_violation_weights_reach_ccn_through_fit_object(spec):
+    # ObjectSpec.w_comp / w_pen replace the regime's (the cube's defaults) and nothing else;
+    # fit_object's CCN measures its validation loss with them (zero steps: the loss at the
+    # start, the spec itself).
+    plain = dataclasses.replace(spec, w_comp=None, w_pen=None)
+    assert plain.violation_weights() == cl.ViolationWeights()
+    own = dataclasses.replace(spec, w_comp=50.0, w_pen=3.0)
+    sim = own.violation_weights('sim')
+    assert (sim.w_comp, sim.w_pen) == (50.0, 3.0)
+    assert (sim.w_res, sim.w_res_w) == (cl.REGIMES['sim'].w_res, cl.REGIMES['sim'].w_res_w)
+    with pytest.raises(ValueError, match='unknown regime'):
+        own.violation_weights('lab')
+    q, v = _tosses(spec.model, spec.contact, 2, 16, seed=2)
+    data = cl.transitions(q, v)
+    expected = {}
+    for name, weights in (('own', cl.ViolationWeights(w_comp=50.0, w_pen=3.0)),
+                          ('default', cl.ViolationWeights())):
+        expected[name] = float(cl.violation_loss(spec.model, spec.contact, *data, DT,
+                                                 weights).mean())
+    assert expected['own'] > 2 * expected['default']   # the hop's cost, 50x heavier
+    fit = fit_object(own, 'ccn', (q, v), (q, v), DT, steps=0, perturb=False)
+    assert fit.history['validation'][0] == pytest.approx(expected['own'], rel=1e-6)
+
+
+def _run_script(name, data_dir, tmp_path, args, help_words):
+    # A benchmark as a user runs it: its --help names help_words, then --quick with args and
+    # --json; skipped without the elbow tosses. Returns the completed process and its JSON.
+    if not (data_dir / 'dair_elbow_toss' / 'elbow_tosses.npz').is_file():
+        pytest.skip(f'elbow tosses not found under {data_dir} (dair_elbow_toss/)')
+    script = REPO_ROOT / 'benchmarks' / name
+    help_text = subprocess.run([sys.executable, str(script), '--help'], check=True,
+                               capture_output=True, text=True, cwd=REPO_ROOT).stdout
+    assert all(word in help_text for word in help_words), help_text
+    out = tmp_path / 'out.json'
+    result = subprocess.run([sys.executable, str(script), '--quick', '--threads', '1',
+                             '--data', str(data_dir), '--json', str(out)] + list(args),
+                            capture_output=True, text=True, cwd=REPO_ROOT, timeout=3600)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result, json.loads(out.read_text())
+
+
 @pytest.mark.slow
 def test_elbow_benchmark_runs_quick_as_a_user_would(data_dir, tmp_path):
     # Slow: a few Adam steps of the violation loss on two real tosses and the test rollouts.
-    if not (data_dir / 'dair_elbow_toss' / 'elbow_tosses.npz').is_file():
-        pytest.skip(f'elbow tosses not found under {data_dir} (dair_elbow_toss/)')
-    script = REPO_ROOT / 'benchmarks' / 'elbow_learning.py'
-    help_text = subprocess.run([sys.executable, str(script), '--help'], check=True,
-                               capture_output=True, text=True, cwd=REPO_ROOT).stdout
-    assert '--horizon' in help_text and '--quick' in help_text
-    out = tmp_path / 'elbow.json'
-    result = subprocess.run([sys.executable, str(script), '--quick', '--data', str(data_dir),
-                             '--json', str(out)], capture_output=True, text=True,
-                            cwd=REPO_ROOT, timeout=3600)
-    assert result.returncode == 0, result.stderr[-2000:]
-    payload = json.loads(out.read_text())
+    result, payload = _run_script('elbow_learning.py', data_dir, tmp_path, [],
+                                  ('--horizon', '--quick', '--seeds', '--combine'))
     assert payload['quick'] and payload['horizon'] == 16
     for name in ('ccn', 'ours_nominal', 'mujoco_nominal'):
         for window in ('horizon', 'full'):
@@ -218,3 +263,125 @@ def test_elbow_benchmark_runs_quick_as_a_user_would(data_dir, tmp_path):
     # the fit saw none of the test tosses
     assert not set(payload['test_toss_ids']) & set(payload['train_toss_ids'])
     assert '| ccn |' in result.stdout and '| mujoco_nominal |' in result.stdout
+
+
+@pytest.mark.slow
+def test_elbow_weight_search_runs_quick_and_judges_on_tosses_the_elbow_split_leaves(
+        data_dir, tmp_path):
+    # ``contact_weights.py --object elbow --quick``: the elbow's horizon errors (hinge too),
+    # judged on tosses outside the elbow benchmark's training (up to 256), validation and
+    # test tosses.
+    result, payload = _run_script('contact_weights.py', data_dir, tmp_path,
+                                  ['--object', 'elbow'], ('--object', 'elbow'))
+    assert payload['object'] == 'elbow'
+    assert payload['error_keys'] == ['position_m', 'orientation_rad', 'hinge_rad']
+    assert {(p['w_comp'], p['w_pen']) for p in payload['pairs']} == {(1.0, 10.0), (1.0, 100.0)}
+    for row in payload['runs'] + [payload['nominal']]:
+        assert 0.0 < row['position_m'] < 1.0
+        assert 0.0 < row['orientation_rad'] < math.pi and 0.0 < row['hinge_rad'] < math.pi
+    sys.path.insert(0, str(REPO_ROOT))
+    try:
+        from benchmarks import contact_learning as curves, elbow_learning as bench
+    finally:
+        sys.path.remove(str(REPO_ROOT))
+    train, val, test = curves.split(541, bench.LARGEST_TRAINING, bench.VALIDATION_TOSSES,
+                                    bench.TEST_TOSSES, 0)
+    judged = set(payload['selection_tosses'])
+    assert len(judged) == 4 and not judged & (set(train) | set(val) | set(test))
+    assert '| 1 | 10 |' in result.stdout and 'hinge deg' in result.stdout
+
+
+def test_free_flight_hinge_damping_is_recovered_by_the_centred_rate_not_the_noisy_one(spec):
+    # elbow_diagnosis.hinge_friction on elbows tumbling 1.5 m above the table with a known
+    # viscous hinge damping b (tau = -b rate in the contact step) and hinge angles read with
+    # 1 mrad noise, their rates backward differences as in the recordings: the slope on the
+    # centred rate is -b within its standard error; the slope on the recorded rate reads the
+    # angle noise as several times more damping.
+    sys.path.insert(0, str(REPO_ROOT))
+    try:
+        from benchmarks import elbow_diagnosis
+    finally:
+        sys.path.remove(str(REPO_ROOT))
+    g = torch.Generator().manual_seed(0)
+    n, steps, damping = 8, 60, 0.01
+
+    def uniform(*shape, scale):
+        return (torch.rand(*shape, generator=g, dtype=torch.float64) * 2 - 1) * scale
+
+    quat = torch.randn(n, 4, generator=g, dtype=torch.float64)
+    q = torch.cat((torch.zeros(n, 2, dtype=torch.float64),
+                   torch.full((n, 1), 1.5, dtype=torch.float64),
+                   quat / quat.norm(dim=-1, keepdim=True), torch.zeros(n, 1, dtype=torch.float64)),
+                  -1)
+    v = torch.cat((torch.zeros(n, 2, dtype=torch.float64),
+                   torch.full((n, 1), 2.0, dtype=torch.float64), uniform(n, 3, scale=4.0),
+                   uniform(n, 1, scale=8.0)), -1)
+    qs, vs = [q], [v]
+    for _ in range(steps):
+        tau = torch.zeros_like(v)
+        tau[:, -1] = -damping * v[:, -1]
+        step = core.contact_step(spec.model, q, v, tau, DT, spec.contact)
+        q, v = step.q, step.v
+        qs.append(q)
+        vs.append(v)
+    q, v = torch.stack(qs, 1), torch.stack(vs, 1)
+    q[..., 7] += 1e-3 * torch.randn(q.shape[:2], generator=g, dtype=torch.float64)
+    v[:, 1:, 6] = (q[:, 1:, 7] - q[:, :-1, 7]) / DT
+    tosses = SimpleNamespace(q=list(q), v=list(v), dt=DT)
+    found = elbow_diagnosis.hinge_friction(spec, tosses, range(n))
+    assert found['transitions'] > 300
+    assert found['slope_centred_se'] < 0.5 * damping
+    assert abs(found['slope_centred_rate'] + damping) < 3 * found['slope_centred_se']
+    assert found['slope_noisy_rate'] < -2 * damping
+
+
+@pytest.mark.slow
+def test_elbow_diagnosis_runs_quick_as_a_user_would(data_dir, tmp_path):
+    # Slow: a 5-step CCN fit on 4 real tosses, the loss terms and 4 selection tosses' windows.
+    result, payload = _run_script('elbow_diagnosis.py', data_dir, tmp_path, [],
+                                  ('--selection-tosses', '--quick'))
+    assert payload['hinge_friction']['transitions'] > 0
+    for model in ('nominal', 'ccn'):
+        classes = payload['loss_terms'][model]
+        assert set(classes) == {'free', 'near', 'contact'}
+        total = sum(row['transitions'] for row in classes.values())
+        assert total == payload['train_tosses'] * 119
+        for row in classes.values():
+            parts = sum(row[k] for k in ('prediction', 'complementarity', 'dissipation',
+                                         'penetration'))
+            assert row['loss'] == pytest.approx(parts, rel=1e-6, abs=1e-12)
+    assert set(payload['transplants']) >= {'nominal', 'learned'}
+    assert '| nominal + learned inertia |' in result.stdout
+
+
+def test_runs_of_several_methods_combine_only_on_the_same_tosses():
+    # One process per method, merged into one table (elbow_learning.py --combine): rows and
+    # runs of both, the nominal rows once, the CCN weights of the violation-loss run.
+    sys.path.insert(0, str(REPO_ROOT))
+    try:
+        from benchmarks import elbow_learning as bench
+    finally:
+        sys.path.remove(str(REPO_ROOT))
+    stats = {key: {'mean': 0.01, 'half_width': None} for key in bench.ERROR_KEYS}
+
+    def payload(method, weights):
+        rows = {'ours_nominal': {k: {'mean': 0.006, 'median': 0.006, 'p90': 0.009}
+                                 for k in bench.ERROR_KEYS}, method: stats}
+        return {'test_toss_ids': [3, 1], 'train_toss_ids': [5], 'horizon': 16,
+                'window_stride': 4, 'windows': 2, 'methods': [method], 'seeds': [0],
+                'runs': [{'method': method, 'seed': 0, 'learned': {}, 'start': {}}],
+                'errors': {'horizon': dict(rows), 'full': dict(rows)},
+                'violation_weights': weights, 'train_tosses': 1, 'start_from': 'paper',
+                'test_tosses': 2}
+
+    ccn = payload('ccn', {'w_comp': 10.0, 'w_pen': 100.0})
+    diffsim = payload('diffsim', {'w_comp': 1.0, 'w_pen': 10.0})
+    merged = bench.combine([diffsim, ccn])
+    assert merged['methods'] == ['diffsim', 'ccn'] and len(merged['runs']) == 2
+    assert set(merged['errors']['horizon']) == {'ours_nominal', 'diffsim', 'ccn'}
+    assert merged['violation_weights'] == {'w_comp': 10.0, 'w_pen': 100.0}
+    assert '| ccn | 10 | 0.573 | 0.573 |' in bench.markdown(merged)   # mm, deg, deg
+    with pytest.raises(ValueError, match='different tosses'):
+        bench.combine([ccn, dict(diffsim, test_toss_ids=[3, 2])])
+    with pytest.raises(ValueError, match='repeated'):
+        bench.combine([ccn, ccn])

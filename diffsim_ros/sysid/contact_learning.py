@@ -31,9 +31,9 @@ Scaled as the paper's text writes it (:class:`ViolationWeights` also offers the 
 code's ``0.5`` and ``dt`` on dissipation), with the metric ``M^-1`` held constant in the
 gradient (``metric``; measured to change nothing on the real cube, see there), and Table 2's
 weights except ``w_comp`` (1/s: about what Table 2's 1e-3 weighs in ContactNets' form of the
-loss once converted to our units) and ``w_pen`` (10), both chosen on real tosses held out
-for the choice (read :class:`ViolationWeights` for why Table 2's numbers read in SI units
-fail).
+loss once converted to our units) and ``w_pen`` (10), both chosen on real cube tosses held
+out for the choice (read :class:`ViolationWeights` for why Table 2's numbers read in SI units
+fail); an :class:`ObjectSpec` may carry its object's own (the elbow's differ).
 
 Learnable (:func:`object_parameters`), for a floating tree with one vertex set per body (the
 cube: one body, eight vertices; the elbow: two bodies on a hinge): every body's vertices (free
@@ -47,6 +47,7 @@ jointly.
 """
 
 import copy
+import dataclasses
 from dataclasses import dataclass, field
 import functools
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
@@ -103,6 +104,9 @@ class ViolationWeights:
     the nominal cube (14.9 mm, 18.8 deg on those tosses): ``w_comp`` 1, ``w_pen`` 10 scored
     1.67 (volume error 0.086, inertia error 0.37-0.39); ``w_pen`` 1: 1.74, 100: 1.86, 1000:
     1.87 (``w_comp`` 1); ``w_comp`` 1e-3: 2.48, 10: 2.17 (``w_pen`` 100, Table 2's).
+    They are the cube's: the same search on the real elbow (``--object elbow``) chose
+    ``w_comp`` 30, ``w_pen`` 1000, which an object's :class:`ObjectSpec` carries
+    (``w_comp`` / ``w_pen``; :meth:`ObjectSpec.violation_weights`).
 
     The authors' code (dair_pll ``calculate_contactnets_loss_terms``, the version with Table
     2's ``w_pred/w_comp/w_diss/w_pen``) scales two terms differently from the paper's text:
@@ -763,6 +767,11 @@ class ObjectSpec:
         reference of ``volume_error``.
     :ivar true_inertial: the true ``(njoints, 10)`` inertials where known (else None).
     :ivar length: characteristic length [m] of ``inertia_error``.
+    :ivar w_comp: the object's complementarity weight [1/s] for CCN and CCN-R (None:
+        :class:`ViolationWeights`' default, chosen on the cube); set where a search on the
+        object's own held-out tosses chose another (``benchmarks/contact_weights.py
+        --object``).
+    :ivar w_pen: the object's penetration weight [J/m^2], likewise.
     """
 
     name: str
@@ -773,6 +782,8 @@ class ObjectSpec:
     true_vertices: Optional[Tuple[Tensor, ...]]
     true_inertial: Optional[Tensor]
     length: float
+    w_comp: Optional[float] = None
+    w_pen: Optional[float] = None
 
     def __post_init__(self):
         """Check that there is one vertex set per body, in body order, and the masses."""
@@ -793,6 +804,18 @@ class ObjectSpec:
     def masses(self) -> Tuple[float, ...]:
         """Return each body's fixed mass [kg] (the nominal model's), in body order."""
         return tuple(float(m) for m in self.model.inertial.detach().reshape(-1, 10)[:, 0])
+
+    def violation_weights(self, regime: str = 'real') -> 'ViolationWeights':
+        """
+        Return the violation weights CCN learns this object with.
+
+        :param regime: the data regime's weights (:data:`REGIMES`) that the object's own
+            ``w_comp`` / ``w_pen`` (where set) replace.
+        :return: the weights.
+        :raises ValueError: for an unknown regime.
+        """
+        own = {k: getattr(self, k) for k in ('w_comp', 'w_pen') if getattr(self, k) is not None}
+        return dataclasses.replace(regime_weights(regime), **own)
 
 
 def cube_spec(model: RobotModel, half_width: float, friction: float, mass: float,
@@ -930,7 +953,7 @@ def _fit_violation(spec: ObjectSpec, train: Trajectories, validation: Trajectori
                    regime: str = 'real') -> ObjectFit:
     # CCN and CCN-R: the same start, loss and training; CCN-R adds the residual's entries.
     theta0 = start_parameters(spec, seed, perturb)
-    config = TrainConfig(steps=steps, seed=seed, weights=regime_weights(regime))
+    config = TrainConfig(steps=steps, seed=seed, weights=spec.violation_weights(regime))
     start = dict(theta0)
     if residual is not None:
         start.update({_RESIDUAL + k: t.detach() for k, t in residual.named_parameters()})

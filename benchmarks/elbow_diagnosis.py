@@ -1,0 +1,277 @@
+"""
+Why CCN predicts the real elbow worse than its nominal URDF: three measurements.
+
+On tosses of ``benchmarks/elbow_learning.py``'s split (never its test tosses):
+
+1. **Hinge friction in free flight** (training tosses): per transition ``k`` whose samples
+   ``k-3 .. k+3`` all keep every vertex of the nominal elbow ``--clearance`` above the table,
+   the hinge component of the generalised force the nominal model misses,
+   ``r_h = [M (v_{k+1} - v_free) / dt]_hinge`` (``v_free`` the contact-free step from
+   ``(q_k, v_k)``), regressed on the hinge rate two ways: on the recorded ``v_k`` (a backward
+   difference: its angle noise enters ``v_{k+1} - v_k`` with the opposite sign, so this slope
+   reads noise as damping), and with the centred rate ``(theta_{k+3} - theta_{k-3}) / 6 dt``
+   as instrument (no angle shared with ``v_k`` or ``v_{k+1}``). A viscous hinge damping
+   ``b`` makes ``r_h = -b rate``; the instrumental slope with its standard error is ``-b``.
+2. **The violation loss by term and by transition class** (training tosses), at the nominal
+   URDF and at CCN learned from them (``--seed``, the spec's weights): the prediction,
+   complementarity, dissipation and penetration terms (``sysid.contact_learning``'s
+   definitions, at the inner optimum), split by the nominal elbow's lowest vertex height
+   (free above 2 cm, near 0.5-2 cm, contact below); with each class's share of the
+   gradient of the mean loss with respect to mu (in its softplus coordinate).
+3. **Which learned parameters hurt**: the nominal URDF with one learned group (mu, both
+   inertias, both vertex sets) put in at a time, rolled out over 16-sample horizons on the
+   weight search's selection tosses (``benchmarks/contact_weights.py --object elbow``).
+"""
+
+import math
+import os
+from pathlib import Path
+import sys
+from typing import Any, Dict, Optional, Sequence
+
+import numpy as np
+import torch
+
+try:
+    from benchmarks import _common, contact_weights, elbow_learning as elbow
+except ImportError:  # run as ``python benchmarks/elbow_diagnosis.py``
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from benchmarks import _common, contact_weights, elbow_learning as elbow
+
+from diffsim_ros.core.contact import (contact_kinematics, contact_rows,  # noqa: I100
+                                      free_velocity)
+from diffsim_ros.core.dispatch import crba
+from diffsim_ros.sysid import contact_learning as cl
+from diffsim_ros.sysid.object_learning import fit_object
+
+#: Lowest-vertex heights [m] that split transitions into free / near / contact.
+FREE_M, CONTACT_M = 0.02, 0.005
+#: Samples on each side of a free-flight transition that must be free too (the instrument's).
+REACH = 3
+
+
+def hinge_friction(spec: cl.ObjectSpec, tosses, indices: Sequence[int],
+                   clearance: float = FREE_M) -> Dict[str, float]:
+    """
+    Return the free-flight hinge torque residual's slope against the hinge rate (measure 1).
+
+    :param spec: the nominal elbow.
+    :param tosses: the elbow tosses.
+    :param indices: which tosses.
+    :param clearance: lowest vertex height [m] every sample of a transition's reach keeps.
+    :return: ``transitions``; ``slope_noisy_rate`` and ``slope_centred_rate`` [N m s/rad]
+        with ``slope_centred_se``; ``coulomb_n_m`` (the ``tanh(rate / 0.2)`` coefficient
+        fitted beside a viscous term on the centred rate).
+    """
+    dt = tosses.dt
+    q, v, v_next, rate = [], [], [], []
+    for i in indices:
+        qi, vi = tosses.q[i], tosses.v[i]
+        low = contact_kinematics(spec.model, qi, spec.contact).phi.amin(-1)
+        for k in range(REACH + 1, len(qi) - REACH):
+            if bool(low[k - REACH:k + REACH + 1].min() > clearance):
+                q.append(qi[k])
+                v.append(vi[k])
+                v_next.append(vi[k + 1])
+                rate.append((qi[k + REACH, 7] - qi[k - REACH, 7]) / (2 * REACH * dt))
+    q, v, v_next, rate = (torch.stack(x) for x in (q, v, v_next, rate))
+    _, v_free = free_velocity(spec.model, q, v, torch.zeros_like(v), dt)
+    step = cl.step_velocity(v_next, dt)
+    residual = (crba(spec.model, q) @ ((step - v_free) / dt).unsqueeze(-1)).squeeze(-1)[:, -1]
+    y, z, x = residual.numpy(), rate.numpy(), v[:, -1].numpy()
+    slope = float((z * y).sum() / (z * z).sum())
+    spread = float(np.sqrt(((y - slope * z) ** 2).mean() / (z * z).sum()))
+    design = np.stack((z, np.tanh(z / 0.2)), -1)
+    both = np.linalg.lstsq(design, y, rcond=None)[0]
+    return {'transitions': int(len(y)), 'slope_noisy_rate': float((x * y).sum() / (x * x).sum()),
+            'slope_centred_rate': slope, 'slope_centred_se': spread,
+            'viscous_with_coulomb': float(both[0]), 'coulomb_n_m': float(both[1])}
+
+
+def loss_terms(spec: cl.ObjectSpec, model, contact, data, dt: float,
+               weights: cl.ViolationWeights) -> Dict[str, Dict[str, float]]:
+    """
+    Return the violation loss split by term and transition class (measure 2).
+
+    :param spec: the nominal elbow (its geometry classes the transitions).
+    :param model: the body model evaluated.
+    :param contact: its contact model.
+    :param data: ``(q, v, v_next)`` transitions.
+    :param dt: sample period [s].
+    :param weights: the loss's weights.
+    :return: per class (``free``, ``near``, ``contact``): ``transitions`` and each term's
+        sum over the class over all transitions [J] (``loss``, ``prediction``,
+        ``complementarity``, ``dissipation``, ``penetration``), ``far_impulse`` (normal
+        impulse at vertices more than 1 cm above the table, N s a transition) and
+        ``dloss_dmu`` (the class's part of the mean loss's gradient in softplus^-1 mu).
+    """
+    q, v, v_next = data
+    theta = cl.object_parameters(contact.vertices, float(contact.friction), model.inertial,
+                                 float(contact.ground_height))
+    theta['friction'].requires_grad_(True)
+    m, c = cl.object_models(model, contact, theta, spec.masses)
+    loss, lam = cl.violation_loss(m, c, q, v, v_next, dt, weights, return_impulses=True)
+    with torch.no_grad():
+        step = cl.step_velocity(v_next, dt)
+        frame = contact_kinematics(m, q, c)
+        L, v_free = free_velocity(m, q, v, torch.zeros_like(v), dt)
+        miss = step - v_free - (torch.cholesky_solve(contact_rows(frame).mT, L)
+                                @ lam.flatten(-2).unsqueeze(-1)).squeeze(-1)
+        scale = 0.5 if weights.half_prediction else 1.0
+        terms = {'prediction': scale * (miss.unsqueeze(-2) @ L @ L.mT
+                                        @ miss.unsqueeze(-1)).squeeze(-1).squeeze(-1)}
+        gap = frame.phi + dt * (frame.J_n @ step.unsqueeze(-1)).squeeze(-1)
+        terms['complementarity'] = weights.w_comp * (lam[..., 0] * gap.abs()).sum(-1)
+        slide = (frame.J_t @ step.unsqueeze(-1).unsqueeze(-3)).squeeze(-1)
+        w_diss = weights.w_diss * (dt if weights.dissipation_dt else 1.0)
+        terms['dissipation'] = w_diss * (lam[..., 0] * c.friction * slide.norm(dim=-1)
+                                         + (lam[..., 1:] * slide).sum(-1)).sum(-1)
+        terms['penetration'] = weights.w_pen * (gap.clamp(max=0.0) ** 2).sum(-1)
+        far = (lam[..., 0] * (frame.phi > 0.01)).sum(-1)
+        low = contact_kinematics(spec.model, q, spec.contact).phi.amin(-1)
+    classes = {'free': low > FREE_M, 'near': (low > CONTACT_M) & (low <= FREE_M),
+               'contact': low <= CONTACT_M}
+    n = len(q)
+    out = {}
+    for name, mask in classes.items():
+        grad, = torch.autograd.grad(loss[mask].sum() / n, theta['friction'], retain_graph=True)
+        row = {'transitions': int(mask.sum()), 'loss': float(loss.detach()[mask].sum()) / n,
+               'far_impulse': float(far[mask].sum()) / n, 'dloss_dmu': float(grad)}
+        row.update({k: float(t[mask].sum()) / n for k, t in terms.items()})
+        out[name] = row
+    return out
+
+
+def transplants(spec: cl.ObjectSpec, fit: cl.ObjectFit, tosses, windows
+                ) -> Dict[str, Dict[str, float]]:
+    """
+    Return 16-sample errors of the nominal URDF with one learned group put in (measure 3).
+
+    :param spec: the nominal elbow.
+    :param fit: a CCN fit.
+    :param tosses: the tosses.
+    :param windows: ``(toss, start)`` horizon windows.
+    :return: per variant, the mean over tosses of each error (``elbow_learning``'s keys).
+    """
+    nominal = cl.object_parameters(spec.contact.vertices, float(spec.contact.friction),
+                                   spec.model.inertial)
+    learned = cl.object_parameters(fit.contact.vertices, float(fit.contact.friction),
+                                   fit.model.inertial, float(fit.contact.ground_height))
+    variants = {'nominal': (), 'nominal + learned mu': ('friction',),
+                'nominal + learned inertia': ('inertia',),
+                'nominal + learned vertices': ('vertices',),
+                'learned': ('friction', 'inertia', 'vertices', 'ground_height')}
+    nq = int(spec.model.nq)
+    out = {}
+    for name, keys in variants.items():
+        theta = {k: learned[k] if k in keys else t for k, t in nominal.items()}
+        m, c = cl.object_models(spec.model, spec.contact, theta, spec.masses)
+        rows = elbow.horizon_errors(
+            lambda x0, steps: cl.rollout(m, c, x0, steps, tosses.dt)[..., :nq], tosses,
+            windows, elbow.HORIZON)
+        out[name] = {key: row['mean'] for key, row in rows.items()}
+    return out
+
+
+def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
+        split_seed: int = 0) -> Dict[str, Any]:
+    """
+    Run the three measurements (module docstring).
+
+    :param data: the shared data root.
+    :param n_train: training tosses (the first of the split's).
+    :param seed: CCN's seed.
+    :param steps: CCN's maximum Adam steps.
+    :param n_select: selection tosses judged in measure 3.
+    :param split_seed: the elbow benchmark's split seed.
+    :return: the JSON payload.
+    """
+    judge = contact_weights.elbow_judge(data, n_select, split_seed)
+    spec, tosses = judge.spec, judge.tosses
+    train_i = judge.train[:n_train]
+    train = ([tosses.q[i] for i in train_i], [tosses.v[i] for i in train_i])
+    validation = ([tosses.q[i] for i in judge.validation],
+                  [tosses.v[i] for i in judge.validation])
+    fit = fit_object(spec, 'ccn', train, validation, tosses.dt, seed=seed, steps=steps)
+    transitions = cl.transitions(*train)
+    weights = spec.violation_weights()
+    windows = elbow.horizon_windows(tosses, judge.select, elbow.HORIZON,
+                                    contact_weights.ELBOW_WINDOW_STRIDE)
+    return {'train_tosses': n_train, 'seed': seed, 'steps': steps, 'split_seed': split_seed,
+            'selection_tosses': len(judge.select), 'windows': len(windows),
+            'weights': {'w_comp': weights.w_comp, 'w_pen': weights.w_pen},
+            'learned': fit.summary(),
+            'hinge_friction': hinge_friction(spec, tosses, train_i),
+            'loss_terms': {
+                'nominal': loss_terms(spec, spec.model, spec.contact, transitions, tosses.dt,
+                                      weights),
+                'ccn': loss_terms(spec, fit.model, fit.contact, transitions, tosses.dt,
+                                  weights)},
+            'transplants': transplants(spec, fit, tosses, windows)}
+
+
+def markdown(payload: Dict[str, Any]) -> str:
+    """Return the three measurements as text and tables."""
+    h = payload['hinge_friction']
+    lines = [f'1. Free-flight hinge torque residual against the hinge rate, '
+             f'{h["transitions"]} transitions of {payload["train_tosses"]} training tosses: '
+             f'slope on the recorded v_k {h["slope_noisy_rate"]:.4f} N m s/rad, on the '
+             f'centred rate {h["slope_centred_rate"]:.4f} ± {h["slope_centred_se"]:.4f} '
+             f'(viscous {h["viscous_with_coulomb"]:.4f} with Coulomb '
+             f'{h["coulomb_n_m"]:.4f} N m)', '',
+             f'2. Violation loss per training transition [J] (w_comp '
+             f'{payload["weights"]["w_comp"]:g}, w_pen {payload["weights"]["w_pen"]:g}; CCN '
+             f'seed {payload["seed"]}: mu {payload["learned"]["friction"]:.3f}, volume error '
+             f'{payload["learned"]["volume_error"]:.3f})', '',
+             '| model | class | transitions | loss | prediction | complementarity | '
+             'dissipation | penetration | far normal impulse N s | dloss/dmu |',
+             '|---|---|---:|---:|---:|---:|---:|---:|---:|---:|']
+    for model, classes in payload['loss_terms'].items():
+        for name, row in classes.items():
+            lines.append(f'| {model} | {name} | {row["transitions"]} | ' + ' | '.join(
+                f'{row[k]:.3g}' for k in ('loss', 'prediction', 'complementarity',
+                                          'dissipation', 'penetration', 'far_impulse',
+                                          'dloss_dmu')) + ' |')
+    lines += ['', f'3. 16-sample horizon errors on {payload["selection_tosses"]} selection '
+              f'tosses ({payload["windows"]} windows)', '',
+              '| model | position mm | orientation deg | hinge deg |', '|---|---:|---:|---:|']
+    for name, row in payload['transplants'].items():
+        lines.append(f'| {name} | {1e3 * row["position_m"]:.2f} | '
+                     f'{math.degrees(row["orientation_rad"]):.2f} | '
+                     f'{math.degrees(row["hinge_rad"]):.2f} |')
+    return '\n'.join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """
+    Run the measurements and print them.
+
+    :param argv: command-line arguments (``sys.argv[1:]`` when None).
+    :return: process exit status.
+    """
+    parser = _common.make_parser(__doc__.strip().splitlines()[0])
+    parser.add_argument('--data', default=None, help='shared data root (holding INDEX.md)')
+    parser.add_argument('--train-tosses', type=int, default=64, help='training tosses')
+    parser.add_argument('--seed', type=int, default=0, help="CCN's seed")
+    parser.add_argument('--steps', type=int, default=400, help="CCN's maximum Adam steps")
+    parser.add_argument('--selection-tosses', type=int, default=100,
+                        help='tosses of the weight search judged in measure 3')
+    parser.add_argument('--split-seed', type=int, default=0,
+                        help="the elbow benchmark's split seed (keep it fixed)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    data = _common.data_root(args.data, 'elbow_diagnosis.py')
+    if args.quick:
+        args.train_tosses, args.steps, args.selection_tosses = 4, 5, 4
+    payload = run(data, args.train_tosses, args.seed, args.steps, args.selection_tosses,
+                  args.split_seed)
+    print(markdown(payload))
+    payload['machine'] = _common.machine_info(('torch', 'scipy'))
+    payload['quick'] = args.quick
+    if args.json:
+        _common.write_json(args.json, payload)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
