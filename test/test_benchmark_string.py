@@ -1,6 +1,5 @@
 """
-The string identification benchmark (``benchmarks/string_identification.py``), run as a user
-runs it.
+The string identification benchmark, ``benchmarks/string_identification.py``, as users run it.
 
 On a drawn MuJoCo cup plant the identified string model must predict held-out swings better
 than the catalogue (nominal) model and sit closer to the hidden cup offset; the JSON carries
