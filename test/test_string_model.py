@@ -310,7 +310,7 @@ def test_fit_cup_model_identifies_the_arm_and_the_string(wam4, truth):
         error = (rnea(arm, q, qd, qdd) - tau).abs().max()
         nominal_error = (rnea(wam4, q, qd, qdd) - tau).abs().max()
     assert error < 0.01 * nominal_error
-    assert abs(float(string.string_length) - 0.42) < 0.01
+    assert abs(string.parameters_dict()['string_length'] - 0.42) < 0.01
 
 
 @pytest.mark.slow
