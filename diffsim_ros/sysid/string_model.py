@@ -838,9 +838,9 @@ def fit_ball_network(recordings: Sequence[Any], network: BallNetwork, cup: Strin
     return network, {'train': losses}
 
 
-def prediction_error(ball_model: nn.Module, cup: StringModel, recording: Any,
-                     seconds: float = 1.0, stride: int = 250,
-                     cutoff_hz: float = 15.0) -> Dict[str, float]:
+def ball_prediction_error(ball_model: nn.Module, cup: StringModel, recording: Any,
+                          seconds: float = 1.0, stride: int = 250,
+                          cutoff_hz: float = 15.0) -> Dict[str, float]:
     """
     Return the ball's open-loop prediction error over windows of a recording.
 
@@ -865,7 +865,7 @@ def prediction_error(ball_model: nn.Module, cup: StringModel, recording: Any,
     T = int(round(seconds / run.dt))
     starts = torch.arange(1, run.t.shape[0] - T - 1, stride)
     if starts.numel() == 0:
-        raise ValueError(f'prediction_error: the recording is shorter than {seconds} s')
+        raise ValueError(f'ball_prediction_error: the recording is shorter than {seconds} s')
     index = starts[:, None] + torch.arange(T + 1)
     with torch.no_grad():
         p, v, a = cup.cup_motion(run.q, run.qd, run.qdd)
