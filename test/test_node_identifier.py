@@ -288,7 +288,9 @@ def test_identifier_converges_on_sim_driver_data(executor):
         commands.publish(Float64MultiArray(data=[
             2.0 * math.sin(2 * math.pi * 0.7 * t) + 1.5 * math.sin(2 * math.pi * 1.9 * t + 1)]))
     probe.create_subscription(JointState, 'joint_states', excite, qos_profile_sensor_data)
-    assert wait_for(lambda: node.stats['accepted'] >= 2, timeout=40.0), node.stats
+    # what is learned does not depend on the pace; how long it takes does: at load 14 (two
+    # spin loops beside five engineers' sessions) 40 s saw 2.8 simulated s and no refit
+    assert wait_for(lambda: node.stats['accepted'] >= 2, timeout=240.0), node.stats
     # the model in use is closer to the hidden plant than the nominal one (30 % off), by a
     # clear margin: measured 0.02-0.06 against 0.20, idle and at load ~4 (this quick DiffNEA
     # learns no Coulomb friction)

@@ -20,7 +20,7 @@ The mapping, made explicit:
 
 from dataclasses import dataclass
 import re
-from typing import Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Sequence
 import xml.etree.ElementTree as ET
 
 import mujoco
@@ -83,9 +83,18 @@ def mujoco_urdf(urdf: str) -> str:
     return ET.tostring(root, encoding='unicode')
 
 
+def _robot_dofs(mj_model, links: Sequence[str]) -> int:
+    """Count the degrees of freedom of the joints that move the robot's own links."""
+    bodies = {mujoco.mj_name2id(mj_model, mujoco.mjtObj.mjOBJ_BODY, link) for link in links}
+    ends = list(mj_model.jnt_dofadr[1:]) + [mj_model.nv]
+    return sum(int(end - start) for body, start, end in
+               zip(mj_model.jnt_bodyid, mj_model.jnt_dofadr, ends) if int(body) in bodies)
+
+
 def _index(mj_model, model: RobotModel) -> MujocoIndex:
-    if mj_model.nv != model.n:
-        raise ValueError(f'MuJoCo imported {mj_model.nv} degrees of freedom, the model has '
+    robot_dofs = _robot_dofs(mj_model, model.link_names)
+    if robot_dofs != model.n:
+        raise ValueError(f'MuJoCo imported {robot_dofs} degrees of freedom, the model has '
                          f'{model.n} ({", ".join(model.joint_names)})')
     qpos, dof = [], []
     for name in model.joint_names:
@@ -152,7 +161,9 @@ def _write_inertials(mj_model, model: RobotModel, index: MujocoIndex) -> None:
 def build_mujoco_model(urdf: str, model: RobotModel, timestep: float,
                        integrator: str = 'implicitfast', joint_limits: bool = True,
                        gravity_compensation: bool = False,
-                       extra_damping: Optional[Sequence[float]] = None) -> tuple:
+                       extra_damping: Optional[Sequence[float]] = None,
+                       extend: Optional[Callable[[mujoco.MjSpec], None]] = None,
+                       contacts: bool = False) -> tuple:
     """
     Compile a MuJoCo model of ``urdf`` carrying exactly the parameters of ``model``.
 
@@ -168,6 +179,11 @@ def build_mujoco_model(urdf: str, model: RobotModel, timestep: float,
         ``gravcomp``), as drivers such as libfranka do; they appear in ``qfrc_gravcomp``.
     :param extra_damping: ``(n,)`` damping added on top of ``model.damping`` (e.g. a DC
         motor's back-EMF ``k^2 / R``), N m s/rad or N s/m.
+    :param extend: called with the imported ``mujoco.MjSpec`` before it is compiled, to add
+        bodies that are not part of the robot model (a cup, a ball on a string); their
+        masses, joints and geoms are left as it writes them.
+    :param contacts: keep MuJoCo's contacts on (the robot's links carry no geoms; only what
+        ``extend`` adds can touch).
     :return: ``(mj_model, index)`` with a :class:`MujocoIndex`.
     :raises ValueError: unknown integrator or a URDF that does not match the model.
     """
@@ -177,7 +193,12 @@ def build_mujoco_model(urdf: str, model: RobotModel, timestep: float,
     if model.batch_shape != torch.Size([]):
         raise ValueError(f'build_mujoco_model needs an unbatched model, got batch shape '
                          f'{tuple(model.batch_shape)}')
-    mj_model = mujoco.MjModel.from_xml_string(mujoco_urdf(urdf))
+    if extend is None:
+        mj_model = mujoco.MjModel.from_xml_string(mujoco_urdf(urdf))
+    else:
+        spec = mujoco.MjSpec.from_string(mujoco_urdf(urdf))
+        extend(spec)
+        mj_model = spec.compile()
     index = _index(mj_model, model)
 
     def array(x: torch.Tensor) -> np.ndarray:
@@ -200,10 +221,11 @@ def build_mujoco_model(urdf: str, model: RobotModel, timestep: float,
     mj_model.opt.gravity[:] = array(model.gravity)
     mj_model.opt.timestep = float(timestep)
     mj_model.opt.integrator = INTEGRATORS[integrator]
-    mj_model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
+    if not contacts:
+        mj_model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_CONTACT
     if not joint_limits:
         mj_model.opt.disableflags |= mujoco.mjtDisableBit.mjDSBL_LIMIT
     if gravity_compensation:
-        mj_model.body_gravcomp[:] = 1.0
+        mj_model.body_gravcomp[list(index.bodies.values())] = 1.0
     mujoco.mj_setConst(mj_model, mujoco.MjData(mj_model))
     return mj_model, index

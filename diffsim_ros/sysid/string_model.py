@@ -1,0 +1,621 @@
+"""
+Ball on a string hanging from a cup on a robot arm: the DiffNEA string model and its fit.
+
+Model (DiffNEA, Lutter et al.; the ball-in-a-cup experiment). The arm is the rigid-body chain
+of :mod:`diffsim_ros.core`; the cup frame is a learnable rigid transform ``(cup_xyz,
+cup_rpy)`` from a link of the chain (the WAM-4's ``wam/tool_link``); the string's anchor is
+the cup frame's origin ``p`` with world velocity ``v`` and acceleration ``a``
+(:meth:`StringModel.cup_motion`). The ball is a particle ``x`` of unit mass (the string's
+tension scales with the mass, so ball positions alone do not observe it) under gravity ``g``
+and a viscous friction ``-c xd`` (``c`` in 1/s), held by an inextensible string of length
+``l``: the constraint ``|x - p| <= l``.
+
+Constraint force (derived from the principle of virtual work). Write ``d = x - p``,
+``r = |d|``, ``n = d / r``, ``w = xd - v`` (velocity relative to the anchor) and
+``f0 = g - c xd`` the free acceleration. A taut string does no work on motions that keep
+``r = l``, so its force is along ``n``: ``xdd = f0 - T n`` with tension ``T >= 0``. Keeping
+``r`` at ``l`` needs ``rdd = 0``; with ``rd = n . w`` and ``nd = (w - n (n . w)) / r``,
+
+    rdd = nd . w + n . (xdd - a) = (|w|^2 - (n . w)^2) / r + n . (f0 - a) - T = 0,
+
+    T = (|w|^2 - (n . w)^2) / r + n . (f0 - a),
+
+the centripetal term plus the free acceleration relative to the anchor along the string.
+The string acts only when it is taut and not going slack: ``r >= l - SLACK_TOLERANCE_M`` and
+``n . w >= -SLACK_TOLERANCE_MPS``, and it only pulls: ``T`` is clipped at 0. The tolerances
+(1 um, 1e-4 m/s) keep a ball that sits exactly on the sphere (as the step below leaves it)
+from flickering slack through rounding.
+
+Integration (:meth:`StringModel.rollout`): semi-implicit Euler at the anchor's samples,
+``xd' = xd + dt xdd``, ``x' = x + dt xd'``, then a stabilisation of the length:
+
+- held (the string pulled during the step, ``T > 0``): the ball ends on the sphere,
+  ``x = p' + l n'`` with ``n' = (x' - p') / |x' - p'|`` (a radial correction of
+  ``O(dt^2)``), and its velocity relative to the anchor is the tangential part of
+  ``w + dt (xdd - a)`` at ``n``, carried to ``n'`` by the rotation between them. Keeping the
+  radial part (the centripetal step) and projecting it away at ``n'`` instead would turn a
+  fraction ``dt^2 |w|^2 / l^2`` of it into speed every step: about 20 %/s of energy for a
+  0.4 m pendulum at 500 Hz; with the transport the energy error is that of symplectic Euler
+  (bounded, ``O(dt)``).
+- slack but overshooting (``|x' - p'| > l``, a string snapping taut): the ball is put back on
+  the sphere and loses its outward velocity relative to the anchor (an inelastic jerk).
+
+The closed-form tension thus decides when the string holds and when it goes slack (a ball
+thrown inward or upward faster than the string can pull), and the two corrections keep
+``|x - p| <= l`` exactly.
+
+Fit (:func:`fit_string`; the constraint as a penalty). Two stages on ball positions with the
+arm's joint trajectory known:
+
+1. Geometry: taut samples lie on the sphere ``|x_obs - p_theta| = l``. A sample counts as taut
+   by a smooth rectifier of the string's tension measured from the data,
+   ``s_k = -n_k . (xdd_obs,k - g)`` (m/s^2, ``n_k`` with the current estimate):
+   ``w_k = sigmoid((s_k - 2) / 0.5)``, and the loss is
+   ``sum_k w_k (|x_obs,k - p_theta,k| - l)^2 / sum_k w_k`` (the inequality made an equality
+   where the string is seen to pull). It fixes ``l`` and ``cup_xyz`` from any start.
+2. Dynamics: multi-step rollouts of ``horizon`` steps from observed ball states, loss
+   ``mean |x_pred - x_obs|^2`` plus ``penalty_weight * mean softplus_b(|x_obs - p_theta| -
+   l)^2`` with ``softplus_b(z) = log(1 + exp(b z)) / b``, ``b = 1000`` 1/m: the inequality
+   ``|x - p| <= l`` on every observed position as a smooth penalty (it vanishes to within
+   0.7 mm of the sphere). This stage also learns the friction ``c``.
+
+What the data cannot tell: ``cup_rpy`` moves only the cup's walls, not the anchor, so the ball
+on its string carries no information on it (it keeps its start value; its gradient is zero);
+the ball's mass (see above).
+
+Black-box baselines (:class:`BallFFNN`, :class:`BallLSTM`) predict the ball's acceleration from
+the cup's motion and the ball's state, behind the same :meth:`rollout`; they are trained on
+the same recordings (:func:`fit_ball_network`).
+"""
+
+from dataclasses import dataclass
+import math
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+from torch import nn
+import torch.nn.functional as F
+
+from .estimators import fit as fit_arm
+from .filters import savgol_derivative
+from .losses import Data
+from ..core.kinematics import body_poses, motion_subspaces
+from ..core.model import RobotModel
+from ..core.spatial import motion_cross, rpy_to_matrix, small_matvec
+
+Tensor = torch.Tensor
+
+#: The link the cup is mounted on (the WAM-4's fixed tool frame after its 4th joint).
+CUP_LINK = 'wam/tool_link'
+#: Nominal string length (m), cup translation (m) and rotation (rad, URDF rpy) in CUP_LINK.
+NOMINAL_STRING_LENGTH = 0.40
+NOMINAL_CUP_XYZ = (0.0, 0.0, 0.06)
+NOMINAL_CUP_RPY = (0.0, 0.0, 0.0)
+#: Nominal viscous friction of the ball (1/s): small, for numerical stability as in the paper.
+NOMINAL_FRICTION = 0.01
+GRAVITY = (0.0, 0.0, -9.81)
+SLACK_TOLERANCE_M = 1e-6
+SLACK_TOLERANCE_MPS = 1e-4
+#: Stage 1's taut-sample rectifier: tension threshold and softness (m/s^2).
+TAUT_TENSION = 2.0
+TAUT_SOFTNESS = 0.5
+#: Stage 2's inequality penalty sharpness b (1/m).
+PENALTY_SHARPNESS = 1000.0
+
+
+class LinkMotion:
+    """
+    World motion of one link along a trajectory, independent of the cup transform.
+
+    :param R: link orientation ``(..., 3, 3)``; :param o: link origin ``(..., 3)`` (m);
+    :param omega: angular velocity ``(..., 3)`` (rad/s); :param alpha: angular acceleration;
+    :param v0: ``(..., 3)`` linear velocity and :param a0: linear acceleration of the
+    body-fixed point at the world origin (spatial velocity/acceleration's linear parts).
+    """
+
+    def __init__(self, R: Tensor, o: Tensor, omega: Tensor, v0: Tensor, alpha: Tensor,
+                 a0: Tensor) -> None:
+        """Store the fields (see the class)."""
+        self.R, self.o, self.omega, self.v0, self.alpha, self.a0 = R, o, omega, v0, alpha, a0
+
+
+def link_motion(robot: RobotModel, link: str, q: Tensor, qd: Tensor, qdd: Tensor) -> LinkMotion:
+    """
+    Return the world motion of a link from joint positions, velocities and accelerations.
+
+    Spatial velocities about the world origin, ``V_i = sum_{j <= i} S_j qd_j``, and
+    accelerations ``A = sum_j (S_j qdd_j + (V_j x S_j) qd_j)`` over the link's ancestors
+    (``dS_j/dt = V_j x S_j`` for a joint axis fixed in body j).
+
+    :param robot: fixed-base robot model.
+    :param link: link name.
+    :param q: joint positions ``(..., n)`` (rad).
+    :param qd: joint velocities ``(..., n)``.
+    :param qdd: joint accelerations ``(..., n)``.
+    :return: the link's :class:`LinkMotion`, leading dims of ``q``.
+    """
+    index = robot.link_index(link)
+    body = robot.tree.link_bodies[index]
+    T_world_body = body_poses(robot, q)
+    S = motion_subspaces(robot, T_world_body)
+    ancestors = robot.tree.ancestors.to(q.dtype)
+    V = ancestors @ (S * qd.unsqueeze(-1))
+    A_terms = S * qdd.unsqueeze(-1) + motion_cross(V, S) * qd.unsqueeze(-1)
+    V_body = V[..., body, :]
+    A_body = (ancestors[body].unsqueeze(-1) * A_terms).sum(-2)
+    T_world_link = T_world_body[..., body, :, :] @ robot.tree.T_body_link[index].to(q.dtype)
+    return LinkMotion(T_world_link[..., :3, :3], T_world_link[..., :3, 3], V_body[..., :3],
+                      V_body[..., 3:], A_body[..., :3], A_body[..., 3:])
+
+
+def point_motion(motion: LinkMotion, r_link: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    """
+    Return position, velocity and acceleration of a point fixed in a moving link.
+
+    :param motion: the link's motion.
+    :param r_link: the point in link coordinates ``(3,)`` (m), broadcast.
+    :return: ``(p, v, a)`` world position (m), velocity (m/s), acceleration (m/s^2).
+    """
+    p = motion.o + small_matvec(motion.R, r_link.expand(motion.o.shape))
+    v = motion.v0 + torch.linalg.cross(motion.omega, p)
+    a = motion.a0 + torch.linalg.cross(motion.alpha, p) + torch.linalg.cross(motion.omega, v)
+    return p, v, a
+
+
+def integrate_ball(accel_fn, x0: Tensor, xd0: Tensor, p: Tensor, v: Tensor, a: Tensor,
+                   dt: float, length: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+    """
+    Integrate a ball with semi-implicit Euler along a given anchor motion.
+
+    :param accel_fn: ``(x, xd, p, v, a, k) -> (xdd, held)`` at step ``k`` (``(..., 3)`` each;
+        ``held`` ``(..., 1)`` bool where a string pulls, or None).
+    :param x0: initial ball positions ``(..., 3)`` (m), world.
+    :param xd0: initial ball velocities ``(..., 3)``.
+    :param p: anchor positions ``(..., T, 3)``; :param v: velocities; :param a: accelerations.
+    :param dt: step (s), the anchor's sample interval.
+    :param length: string length for the inextensibility step (see the module), or None.
+    :return: ``(x, xd)`` each ``(..., T, 3)`` with ``x[..., 0, :] = x0``.
+    """
+    shape = torch.broadcast_shapes(x0.shape[:-1], p.shape[:-2])
+    x = x0.expand(shape + (3,))
+    xd = xd0.expand(shape + (3,))
+    xs, xds = [x], [xd]
+    # One unbind instead of a select per step: each select's backward fills a full-size
+    # zero gradient, which made the backward pass quadratic in the horizon.
+    p, v, a = (value.expand(shape + value.shape[-2:]).unbind(-2) for value in (p, v, a))
+    for k in range(len(p) - 1):
+        xdd, held = accel_fn(x, xd, p[k], v[k], a[k], k)
+        xd_next = xd + dt * xdd
+        x_next = x + dt * xd_next
+        if length is not None:
+            x_next, xd_next = _inextensible(x, xd, xdd, x_next, xd_next, p[k], v[k], a[k],
+                                            p[k + 1], v[k + 1], length, held, dt)
+        x, xd = x_next, xd_next
+        xs.append(x)
+        xds.append(xd)
+    return torch.stack(xs, dim=-2), torch.stack(xds, dim=-2)
+
+
+def _inextensible(x: Tensor, xd: Tensor, xdd: Tensor, x_next: Tensor, xd_next: Tensor,
+                  p: Tensor, v: Tensor, a: Tensor, p_next: Tensor, v_next: Tensor,
+                  length: Tensor, held: Tensor, dt: float) -> Tuple[Tensor, Tensor]:
+    """Return the step's end on the sphere where it is held or overshoots (see the module)."""
+    d = x_next - p_next
+    r = d.norm(dim=-1, keepdim=True).clamp_min(1e-9)
+    n_next = d / r
+    over = r > length
+    x_next = torch.where(held | over, p_next + length * n_next, x_next)
+    # Overshoot of a slack string: an inelastic jerk removes the outward relative velocity.
+    radial = ((xd_next - v_next) * n_next).sum(-1, keepdim=True).clamp_min(0.0)
+    jerked = xd_next - radial * n_next
+    # Held: the relative velocity's tangential part, carried from n to n_next by the rotation
+    # between them (R u = u - (n_next . u) (n + n_next) / (1 + n . n_next) for u normal to n).
+    n = x - p
+    n = n / n.norm(dim=-1, keepdim=True).clamp_min(1e-9)
+    u = xd - v + dt * (xdd - a)
+    u = u - n * (n * u).sum(-1, keepdim=True)
+    cos = (n * n_next).sum(-1, keepdim=True).clamp_min(-0.5)
+    u = u - (n_next * u).sum(-1, keepdim=True) / (1.0 + cos) * (n + n_next)
+    xd_next = torch.where(held, v_next + u, torch.where(over, jerked, xd_next))
+    return x_next, xd_next
+
+
+class StringModel(nn.Module):
+    """
+    Cup on a robot link plus a ball on a string; learnable cup transform, length and friction.
+
+    Parameters (all ``torch.nn.Parameter``): ``cup_xyz`` (m) and ``cup_rpy`` (rad) of the cup
+    frame in ``link``; ``log_length`` (``string_length = exp``, m); ``log_friction``
+    (``friction = exp``, 1/s). The robot model is only read (its kinematics up to ``link``).
+
+    :param robot: fixed-base robot model (e.g. ``load_urdf(robots.urdf_path('wam4'))``).
+    :param string_length: l (m), > 0.
+    :param cup_xyz: cup origin (the string's anchor) in ``link`` (m).
+    :param cup_rpy: cup orientation in ``link`` (rad, URDF roll-pitch-yaw).
+    :param friction: ball viscous friction c (1/s), > 0.
+    :param link: the link the cup is fixed to.
+    :param gravity: world gravity (m/s^2).
+    """
+
+    def __init__(self, robot: RobotModel, string_length: float = NOMINAL_STRING_LENGTH,
+                 cup_xyz: Sequence[float] = NOMINAL_CUP_XYZ,
+                 cup_rpy: Sequence[float] = NOMINAL_CUP_RPY,
+                 friction: float = NOMINAL_FRICTION, link: str = CUP_LINK,
+                 gravity: Sequence[float] = GRAVITY) -> None:
+        """Build the model (see the class); raises ValueError on invalid values."""
+        super().__init__()
+        if robot.tree.floating:
+            raise ValueError('StringModel: the robot must have a fixed base')
+        if not string_length > 0 or not friction > 0:
+            raise ValueError(f'StringModel: string_length and friction must be positive, got '
+                             f'{string_length} and {friction}')
+        robot.link_index(link)
+        dtype = robot.tree.axis.dtype
+        self.robot = robot
+        self.link = link
+        self.cup_xyz = nn.Parameter(torch.tensor(cup_xyz, dtype=dtype))
+        self.cup_rpy = nn.Parameter(torch.tensor(cup_rpy, dtype=dtype))
+        self.log_length = nn.Parameter(torch.tensor(math.log(string_length), dtype=dtype))
+        self.log_friction = nn.Parameter(torch.tensor(math.log(friction), dtype=dtype))
+        self.register_buffer('gravity', torch.tensor(gravity, dtype=dtype))
+
+    @property
+    def string_length(self) -> Tensor:
+        """Return the string length l (m), a 0-dim tensor."""
+        return self.log_length.exp()
+
+    @property
+    def friction(self) -> Tensor:
+        """Return the ball's viscous friction c (1/s), a 0-dim tensor."""
+        return self.log_friction.exp()
+
+    def parameters_dict(self) -> Dict[str, Any]:
+        """
+        Return the physical parameters as plain numbers.
+
+        :return: ``string_length`` (m), ``cup_xyz`` (m), ``cup_rpy`` (rad), ``friction`` (1/s).
+        """
+        with torch.no_grad():
+            return {'string_length': float(self.string_length),
+                    'cup_xyz': [float(c) for c in self.cup_xyz],
+                    'cup_rpy': [float(c) for c in self.cup_rpy],
+                    'friction': float(self.friction)}
+
+    def link_motion(self, q: Tensor, qd: Tensor, qdd: Tensor) -> LinkMotion:
+        """
+        Return the cup link's world motion (no learnable parameter enters it).
+
+        :param q: joint positions ``(..., n)``; :param qd: velocities; :param qdd: accelerations.
+        :return: :class:`LinkMotion` with the leading dims of ``q``.
+        """
+        return link_motion(self.robot, self.link, q, qd, qdd)
+
+    def cup_motion(self, q: Tensor, qd: Tensor, qdd: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """
+        Return the world motion of the cup frame's origin (the string's anchor).
+
+        :param q: joint positions ``(..., n)`` (rad), e.g. ``(B, T, 4)``.
+        :param qd: joint velocities ``(..., n)`` (rad/s).
+        :param qdd: joint accelerations ``(..., n)`` (rad/s^2).
+        :return: ``(p, v, a)`` each ``(..., 3)``: world position (m), velocity (m/s) and
+            acceleration (m/s^2), differentiable in ``cup_xyz``.
+        """
+        return point_motion(self.link_motion(q, qd, qdd), self.cup_xyz)
+
+    def cup_frame(self, q: Tensor) -> Tuple[Tensor, Tensor]:
+        """
+        Return the world pose of the cup frame.
+
+        :param q: joint positions ``(..., n)`` (rad).
+        :return: ``(p, R)``: origin ``(..., 3)`` (m) and orientation ``(..., 3, 3)`` (columns:
+            the cup's axes in world; +z out of the opening).
+        """
+        zero = torch.zeros_like(q)
+        motion = self.link_motion(q, zero, zero)
+        p = motion.o + small_matvec(motion.R, self.cup_xyz.expand(motion.o.shape))
+        return p, motion.R @ rpy_to_matrix(self.cup_rpy)
+
+    def ball_acceleration(self, x: Tensor, xd: Tensor, p: Tensor, v: Tensor,
+                          a: Tensor) -> Tensor:
+        """
+        Return the ball's acceleration: gravity, viscous friction and the string's pull.
+
+        :param x: ball positions ``(..., 3)`` (m, world).
+        :param xd: ball velocities ``(..., 3)`` (m/s).
+        :param p: anchor positions ``(..., 3)``; :param v: velocities; :param a: accelerations.
+        :return: ``(..., 3)`` in m/s^2 (the closed-form tension of the module's derivation,
+            zero while the string is slack or going slack).
+        """
+        return string_acceleration(x, xd, p, v, a, self.string_length, self.friction,
+                                   self.gravity)[0]
+
+    def rollout(self, x0: Tensor, xd0: Tensor, p: Tensor, v: Tensor, a: Tensor,
+                dt: float) -> Tuple[Tensor, Tensor]:
+        """
+        Simulate the ball along given anchor motions (semi-implicit Euler, see the module).
+
+        :param x0: initial ball positions ``(B, 3)`` (m, world); any leading dims broadcast.
+        :param xd0: initial ball velocities ``(B, 3)`` (m/s).
+        :param p: anchor positions ``(B, T, 3)`` at the step times; :param v: velocities;
+            :param a: accelerations (from :meth:`cup_motion`).
+        :param dt: time step (s).
+        :return: ``(x, xd)`` each ``(B, T, 3)``; ``x[:, 0] = x0``.
+        """
+        length = self.string_length
+        friction = self.friction
+
+        def accel(x, xd, p_k, v_k, a_k, k):
+            return string_acceleration(x, xd, p_k, v_k, a_k, length, friction, self.gravity)
+
+        return integrate_ball(accel, x0, xd0, p, v, a, dt, length)
+
+
+def string_acceleration(x: Tensor, xd: Tensor, p: Tensor, v: Tensor, a: Tensor, length: Tensor,
+                        friction: Tensor, gravity: Tensor) -> Tuple[Tensor, Tensor]:
+    """
+    Return the acceleration of a ball on a string (the module's closed-form constraint force).
+
+    :param x: ball positions ``(..., 3)`` (m); :param xd: velocities (m/s).
+    :param p: anchor positions ``(..., 3)``; :param v: velocities; :param a: accelerations.
+    :param length: string length l (m), broadcast.
+    :param friction: viscous friction c (1/s), broadcast.
+    :param gravity: ``(3,)`` (m/s^2).
+    :return: ``(xdd, held)``: ``(..., 3)`` (m/s^2) and ``(..., 1)`` bool, True where the
+        string pulls (taut and ``T > 0``).
+    """
+    free = gravity - friction * xd
+    d = x - p
+    r = d.norm(dim=-1, keepdim=True).clamp_min(1e-9)
+    n = d / r
+    w = xd - v
+    radial = (n * w).sum(-1, keepdim=True)
+    tension = ((w * w).sum(-1, keepdim=True) - radial * radial) / r \
+        + (n * (free - a)).sum(-1, keepdim=True)
+    taut = (r >= length - SLACK_TOLERANCE_M) & (radial >= -SLACK_TOLERANCE_MPS)
+    held = taut & (tension > 0)
+    tension = torch.where(held, tension, torch.zeros_like(tension))
+    return free - tension * n, held
+
+
+@dataclass(frozen=True)
+class BallRecording:
+    """
+    One run of the arm swinging the ball: joint states and the ball's measured position.
+
+    :param t: ``(T,)`` times (s), uniform.
+    :param q: ``(T, n)`` joint positions (rad), model order; :param qd: velocities (rad/s);
+    :param qdd: accelerations (rad/s^2).
+    :param ball: ``(T, 3)`` measured ball centre (m, world).
+    :param ball_velocity: ``(T, 3)`` its smoothed derivative (m/s).
+    :param ball_acceleration: ``(T, 3)`` its smoothed second derivative (m/s^2).
+    """
+
+    t: Tensor
+    q: Tensor
+    qd: Tensor
+    qdd: Tensor
+    ball: Tensor
+    ball_velocity: Tensor
+    ball_acceleration: Tensor
+
+    @property
+    def dt(self) -> float:
+        """Return the sample interval (s)."""
+        return float((self.t[-1] - self.t[0]) / (self.t.shape[0] - 1))
+
+
+def ball_recording(run: Any, cutoff_hz: float = 15.0,
+                   dtype: torch.dtype = torch.float64) -> BallRecording:
+    """
+    Return a :class:`BallRecording` from any run with ``t``, ``q``, ``qd`` and ``ball``.
+
+    ``qdd`` is taken from the run when it has one, else differentiated from ``qd``; the
+    ball's velocity and acceleration are Savitzky-Golay derivatives of its positions
+    (:func:`~diffsim_ros.sysid.filters.savgol_derivative`, cutoff ``cutoff_hz``).
+
+    :param run: e.g. a ``CupRecording`` of :mod:`diffsim_ros.sim.cup` (arrays or tensors).
+    :param cutoff_hz: smoothing cutoff of the derivatives (Hz).
+    :param dtype: tensor dtype.
+    :return: the recording.
+    :raises ValueError: a missing field or mismatched lengths.
+    """
+    for name in ('t', 'q', 'qd', 'ball'):
+        if getattr(run, name, None) is None:
+            raise ValueError(f'ball_recording: the run has no {name!r}')
+
+    def tensor(value):
+        return torch.as_tensor(value).to(dtype)
+
+    t, q, qd, ball = (tensor(getattr(run, name)) for name in ('t', 'q', 'qd', 'ball'))
+    if not (q.shape[0] == qd.shape[0] == ball.shape[0] == t.shape[0]) or ball.shape[-1] != 3:
+        raise ValueError(f'ball_recording: lengths differ or ball is not (T, 3): t '
+                         f'{tuple(t.shape)}, q {tuple(q.shape)}, qd {tuple(qd.shape)}, ball '
+                         f'{tuple(ball.shape)}')
+    qdd = getattr(run, 'qdd', None)
+    qdd = savgol_derivative(qd, t, 1, cutoff_hz=cutoff_hz) if qdd is None else tensor(qdd)
+    return BallRecording(t, q, qd, qdd, ball,
+                         savgol_derivative(ball, t, 1, cutoff_hz=cutoff_hz).to(dtype),
+                         savgol_derivative(ball, t, 2, cutoff_hz=cutoff_hz).to(dtype))
+
+
+def _softplus(z: Tensor, sharpness: float) -> Tensor:
+    return F.softplus(z * sharpness) / sharpness
+
+
+class _Samples:
+    """The recordings concatenated in time, with the cup link's motion (no parameter in it)."""
+
+    def __init__(self, model: StringModel, runs: Sequence[BallRecording], horizon: int,
+                 stride: int) -> None:
+        self.dt = runs[0].dt
+        for run in runs:
+            if abs(run.dt - self.dt) > 1e-6 * self.dt:
+                raise ValueError(f'fit_string: recordings have different sample intervals '
+                                 f'({run.dt} s and {self.dt} s)')
+        cat = torch.cat
+        self.ball = cat([run.ball for run in runs])
+        self.ball_velocity = cat([run.ball_velocity for run in runs])
+        self.ball_acceleration = cat([run.ball_acceleration for run in runs])
+        with torch.no_grad():
+            self.motion = model.link_motion(cat([run.q for run in runs]),
+                                            cat([run.qd for run in runs]),
+                                            cat([run.qdd for run in runs]))
+        starts, offset = [], 0
+        for run in runs:
+            T = run.t.shape[0]
+            starts.extend(range(offset, offset + T - horizon, stride))
+            offset += T
+        self.starts = torch.tensor(starts, dtype=torch.long)
+        self.steps = torch.arange(horizon + 1)
+
+
+def _geometry_loss(model: StringModel, samples: _Samples) -> Tensor:
+    """Stage 1 of :func:`fit_string`: tension-weighted sphere residual (m^2)."""
+    p, _, a = point_motion(samples.motion, model.cup_xyz)
+    d = samples.ball - p
+    r = d.norm(dim=-1)
+    n = (d / r.unsqueeze(-1)).detach()
+    tension = -(n * (samples.ball_acceleration - model.gravity - a.detach())).sum(-1)
+    w = torch.sigmoid((tension - TAUT_TENSION) / TAUT_SOFTNESS)
+    return (w * (r - model.string_length) ** 2).sum() / w.sum().clamp_min(1.0)
+
+
+def _rollout_loss(model: StringModel, samples: _Samples, starts: Tensor,
+                  penalty_weight: float) -> Tuple[Tensor, Tensor]:
+    """Stage 2 of :func:`fit_string`: mean squared position error and the penalty (m^2)."""
+    p, v, a = point_motion(samples.motion, model.cup_xyz)
+    index = starts.unsqueeze(-1) + samples.steps
+    x, _ = model.rollout(samples.ball[starts], samples.ball_velocity[starts], p[index],
+                         v[index], a[index], samples.dt)
+    error = ((x - samples.ball[index]) ** 2).sum(-1).mean()
+    excess = (samples.ball - p).norm(dim=-1) - model.string_length
+    penalty = (_softplus(excess, PENALTY_SHARPNESS) ** 2).mean()
+    return error, penalty_weight * penalty
+
+
+def fit_string(recordings: Sequence[Any], model: StringModel, horizon: int = 100,
+               stride: int = 20, batch_windows: int = 128, geometry_iterations: int = 300,
+               iterations: int = 150, penalty_weight: float = 1.0, cutoff_hz: float = 15.0,
+               seed: int = 0) -> Tuple[StringModel, Dict[str, List[float]]]:
+    """
+    Identify string length, cup transform and ball friction from ball positions.
+
+    The two stages and the penalty are the module's "Fit" section; Adam in both, on
+    ``cup_xyz`` (m), ``log_length`` and ``log_friction``; ``cup_rpy`` is not learned (the
+    ball does not observe it). The arm's joint trajectory is taken as known.
+
+    :param recordings: runs with ``t``, ``q``, ``qd`` (``qdd`` optional) and ``ball``
+        (``(T, 3)`` world, m), or :class:`BallRecording` s; one sample interval.
+    :param model: start model (copied, not modified).
+    :param horizon: rollout window of stage 2 (steps).
+    :param stride: spacing of the windows' starts (steps).
+    :param batch_windows: windows drawn per stage-2 iteration.
+    :param geometry_iterations: Adam steps of stage 1.
+    :param iterations: Adam steps of stage 2.
+    :param penalty_weight: weight of the inequality penalty in stage 2.
+    :param cutoff_hz: derivative smoothing cutoff (:func:`ball_recording`).
+    :param seed: seed of the local generator drawing the windows.
+    :return: ``(fitted model, losses)``; losses maps ``'geometry'`` (m^2 per sample),
+        ``'rollout'`` and ``'penalty'`` (m^2 per step) to lists, ``'seconds'`` to the wall
+        time.
+    :raises ValueError: no recording long enough for one window, differing sample intervals.
+    """
+    started = time.perf_counter()
+    fitted = _copy_model(model)
+    dtype = fitted.cup_xyz.dtype
+    runs = [run if isinstance(run, BallRecording) else ball_recording(run, cutoff_hz, dtype)
+            for run in recordings]
+    samples = _Samples(fitted, runs, horizon, stride)
+    if samples.starts.numel() == 0:
+        raise ValueError(f'fit_string: no recording is longer than horizon={horizon} steps')
+    fitted.cup_rpy.requires_grad_(False)
+    losses: Dict[str, List[float]] = {'geometry': [], 'rollout': [], 'penalty': []}
+    geometry = torch.optim.Adam([{'params': [fitted.cup_xyz], 'lr': 2e-3},
+                                 {'params': [fitted.log_length], 'lr': 1e-2}])
+    for _ in range(geometry_iterations):
+        geometry.zero_grad()
+        loss = _geometry_loss(fitted, samples)
+        loss.backward()
+        geometry.step()
+        losses['geometry'].append(loss.item())
+    dynamics = torch.optim.Adam([{'params': [fitted.cup_xyz], 'lr': 3e-4},
+                                 {'params': [fitted.log_length], 'lr': 1e-3},
+                                 {'params': [fitted.log_friction], 'lr': 5e-2}])
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(iterations):
+        pick = torch.randperm(samples.starts.numel(), generator=generator)[:batch_windows]
+        dynamics.zero_grad()
+        error, penalty = _rollout_loss(fitted, samples, samples.starts[pick], penalty_weight)
+        (error + penalty).backward()
+        dynamics.step()
+        losses['rollout'].append(float(error))
+        losses['penalty'].append(float(penalty))
+    fitted.cup_rpy.requires_grad_(True)
+    losses['seconds'] = [time.perf_counter() - started]
+    return fitted, losses
+
+
+def _copy_model(model: StringModel) -> StringModel:
+    """Return an independent copy of a string model (same robot, copied parameters)."""
+    params = model.parameters_dict()
+    copy = StringModel(model.robot, params['string_length'], params['cup_xyz'],
+                       params['cup_rpy'], params['friction'], model.link,
+                       model.gravity.tolist())
+    return copy
+
+
+def arm_trajectory(run: Any, robot: RobotModel, cutoff_hz: float = 20.0):
+    """
+    Return a :class:`~diffsim_ros.sysid.dataset.Trajectory` of an arm run for identification.
+
+    :param run: a ``Trajectory`` (returned as is) or any run with ``t``, ``q``, ``qd``,
+        ``tau`` (``qdd`` optional; then differentiated from ``qd``), columns in model order.
+    :param robot: the arm (joint names, dtype).
+    :param cutoff_hz: smoothing cutoff of ``qdd`` (Hz).
+    :return: the trajectory.
+    """
+    from .dataset import Trajectory
+    if isinstance(run, Trajectory):
+        return run
+    dtype = robot.dtype
+
+    def tensor(value):
+        return torch.as_tensor(value).to(dtype)
+
+    t, q, qd, tau = (tensor(getattr(run, name)) for name in ('t', 'q', 'qd', 'tau'))
+    qdd = getattr(run, 'qdd', None)
+    qdd = savgol_derivative(qd, t, 1, cutoff_hz=cutoff_hz) if qdd is None else tensor(qdd)
+    return Trajectory(t=t, q=q, qd=qd, qdd=qdd.to(dtype), tau=tau,
+                      joint_names=tuple(robot.joint_names), run='arm')
+
+
+def fit_cup_model(arm_recordings: Data, string_recordings: Sequence[Any], robot: RobotModel,
+                  arm_estimator: str = 'diffnea',
+                  arm_config: Optional[Mapping[str, Any]] = None,
+                  start: Optional[StringModel] = None,
+                  **string_options: Any) -> Tuple[RobotModel, StringModel]:
+    """
+    Identify the arm (rigid-body dynamics) and the cup-and-string model, the paper's way.
+
+    The arm by the existing fixed-base identification
+    (:func:`diffsim_ros.sysid.estimators.fit`, ``arm_estimator``) on the high-acceleration
+    sinusoid; the string by :func:`fit_string` on the slow swings, with the catalogue
+    kinematics up to the cup link (the cup transform is learned, the arm's kinematics not).
+
+    :param arm_recordings: arm run(s): ``Trajectory`` s or runs with ``t``, ``q``, ``qd``,
+        ``tau`` (see :func:`arm_trajectory`).
+    :param string_recordings: swing runs with ``t``, ``q``, ``qd``, ``ball``.
+    :param robot: the nominal arm model (e.g. the catalogue WAM-4).
+    :param arm_estimator: estimator name (``'nea'``, ``'diffnea'``...).
+    :param arm_config: its configuration mapping.
+    :param start: the string model to start from (default: nominal values on ``robot``).
+    :param string_options: keyword arguments of :func:`fit_string`.
+    :return: ``(identified arm model, fitted string model)``.
+    """
+    runs = [arm_trajectory(run, robot) for run in
+            (arm_recordings if isinstance(arm_recordings, (list, tuple)) else [arm_recordings])]
+    arm = fit_arm(arm_estimator, robot, runs, config=arm_config).model
+    start = StringModel(robot) if start is None else start
+    string, _ = fit_string(string_recordings, start, **string_options)
+    return arm, string
