@@ -4,11 +4,11 @@ import json
 import math
 import time
 
+from diffsim_ros import robots
 from diffsim_ros.core import load_urdf
 from diffsim_ros.nodes.convert import joint_state_msg, pose_msg
 from diffsim_ros.nodes.identifier import Identifier
 from diffsim_ros.nodes.params import parameter_overrides
-from diffsim_ros import robots
 import numpy as np
 import pytest
 from rclpy.node import Node

@@ -84,7 +84,7 @@ class IdentifierConfig:
         'is then fit on its own data); 0 = never', range=(0.0, 1000000.0)))
     string_topic: str = field(default='', metadata=meta(
         "cup mode (ball in a cup): the ball's geometry_msgs/PoseStamped (world frame, e.g. "
-        "mocap/ball), gated by string_gate.*; the string is refit beside the arm (string.*) "
+        'mocap/ball), gated by string_gate.*; the string is refit beside the arm (string.*) '
         "and joins ~/parameters as string/<name>; '' = no cup"))
     string_length: float = field(default=0.40, metadata=meta(
         "cup mode: the string's nominal length, m (the first fit's start)",
