@@ -108,24 +108,29 @@ def swing_reference(tmp_path, duration=20.0):
 
 @pytest.mark.slow
 def test_the_cup_graph_learns_the_string_while_the_mpc_tracks(executor, tmp_path):
-    path, reference, q0 = swing_reference(tmp_path)
+    path, reference, q0 = swing_reference(tmp_path, duration=25.0)
     topics = {'/mocap/ball': PoseStamped, '/joint_states': JointState,
               '/effort_controller/commands': Float64MultiArray}
     _, inbox = make_probe(executor, topics)
-    # the operator's nominal string is 5 cm off the hidden one (drawn within 1 cm of 0.40 m)
+    # the operator's nominal string is 5 cm off the hidden one (drawn within 1 cm of 0.40 m);
+    # the string's refits as config/wam4_cup.yaml sets them (12 s, then every 10 s), on a
+    # thread and with two bootstrap fits to save time
     identifier = make(executor, Identifier, use_sim_time=True, refit_period=5.0,
                       string_length=0.45,
-                      **{'string.window': 16.0, 'string.min_window': 12.0,
-                         'string.refit_every': 10.0, 'string.iterations': 20,
-                         'string.bootstrap': 2, 'string.execution': 'thread',
+                      **{'string.bootstrap': 2, 'string.execution': 'thread',
                          'diffnea.adam_iterations': 20, 'diffnea.lbfgs_iterations': 0,
                          'refit_process': False})
     mpc = make(executor, MpcNode, use_sim_time=True, reference_file=str(path), native=False)
     assert mpc.ready.wait(120.0)
     driver = make(executor, SimDriver, clock_mode='lockstep', seed=SEED, q0=q0)
     string = identifier.string.engine
-    assert wait_for(lambda: string.counts['accepted'] >= 1, 1200.0), \
-        (identifier.string.log.last, driver.plant.time)
+    # two refits (at 12 s and 22 s of ball data): each starts from the string in use, and
+    # from 5 cm off the fit converges slowly along the length / cup-offset valley (offline on
+    # this run, one fit from 0.45 m: 0.3999 m against 0.3916 m; from 0.40 m: 0.3914 m); the
+    # two refits here: 0.3940 m
+    assert wait_for(lambda: string.counts['accepted'] + string.counts['refused'] >= 2,
+                    1800.0), (identifier.string.log.last, driver.plant.time)
+    assert string.counts['accepted'] >= 1
     driver.stop()
     truth = driver.plant.truth
     learned = string.values()
@@ -134,7 +139,8 @@ def test_the_cup_graph_learns_the_string_while_the_mpc_tracks(executor, tmp_path
     assert abs(learned['string_length'] - truth.string_length) < 0.01, (learned, truth)
     # the mpc tracked the reference by the WAM-4 tracking task's own rule: RMS joint error
     # after its settle_s below its success_rms (0.05 rad), on the nominal arm model under
-    # the hidden one (30 % off) with the ball swinging; measured 0.032 rad
+    # the hidden one (30 % off) with the ball swinging; measured 0.024 rad (the shoulder
+    # yaw, held at 0 by the reference, 0.046 rad)
     states = inbox['/joint_states']
     t = torch.tensor([seconds(s.header.stamp) for s in states], dtype=torch.float64)
     q = torch.tensor([list(s.position) for s in states], dtype=torch.float64)
