@@ -2,7 +2,8 @@
 The ball-in-a-cup plant behind the simulated driver, stepped one driver period per command.
 
 :class:`~diffsim_ros.sim.cup.CupPlant` with the stepping interface of
-:class:`~diffsim_ros.sim.plant.MujocoPlant` that ``nodes/sim_driver.py`` uses.  Each :meth:`CupDriverPlant.step` applies the command (``command_joints`` order, N m, clipped at
+:class:`~diffsim_ros.sim.plant.MujocoPlant` that ``nodes/sim_driver.py`` uses.  Each
+:meth:`CupDriverPlant.step` applies the command (``command_joints`` order, N m, clipped at
 the catalogue's torque limits, held one 2 ms period: :meth:`CupPlant.apply`) and returns the
 :class:`~diffsim_ros.sim.plant.Measurement` of the new tick: joint positions and velocities
 with the configured noise, ``tau_applied`` the torque the hidden actuator gains make of the
