@@ -15,8 +15,10 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, QoSProfile
 from ros_helpers import wait_for
 from std_msgs.msg import String
+from std_srvs.srv import Trigger
 from test_string_online import swing, TRUTH
 import torch
+import yaml
 
 pytest_plugins = ['ros_helpers']
 pytestmark = pytest.mark.ros
@@ -31,7 +33,7 @@ CUP = {'robot': 'wam4', 'string_topic': 'mocap/ball', 'refit_period': 0.5,
        'diffnea.adam_iterations': 5, 'diffnea.lbfgs_iterations': 0}
 
 
-def test_cup_mode_learns_the_string_from_gated_ball_poses(executor):
+def test_cup_mode_learns_the_string_from_gated_ball_poses(executor, tmp_path):
     robot = load_urdf(str(robots.urdf_path('wam4')), dtype=torch.float64)
     t, q, qd, ball = swing(robot, 15.0)
     every = int(round(500.0 / RATE))
@@ -39,7 +41,8 @@ def test_cup_mode_learns_the_string_from_gated_ball_poses(executor):
     node = executor.add_node(Identifier(
         context=executor.executor.context, node_name='identifier',
         parameter_overrides=parameter_overrides(
-            {**CUP, 'joint_states_topic': '/cup_fed/joint_states'})))
+            {**CUP, 'joint_states_topic': '/cup_fed/joint_states',
+             'save_directory': str(tmp_path)})))
     documents = []
     probe = executor.add_node(Node('probe', context=executor.executor.context))
     probe.create_subscription(String, '/identifier/parameters',
@@ -73,3 +76,8 @@ def test_cup_mode_learns_the_string_from_gated_ball_poses(executor):
     assert documents[-1]['string']['heldout_loss'] is not None
     # the arm's part of the document is the robot mode's (no efforts here: no arm refit)
     assert documents[-1]['method'] == 'nominal'
+    # ~/save writes the string in use beside the arm
+    saved = node._on_save(Trigger.Request(), Trigger.Response())
+    assert saved.success, saved.message
+    written = yaml.safe_load(next(tmp_path.glob('*.yaml')).read_text())
+    assert written['parameters']['string/string_length']['value'] == length['value']

@@ -99,3 +99,20 @@ def test_prediction_error_is_zero_for_the_truth_and_not_for_another(robot):
 def test_config_refuses_bad_values(change, message):
     with pytest.raises(ValueError, match=message):
         StringOnlineConfig(**change)
+
+
+def test_a_refit_in_a_child_process_gives_the_same_string(robot):
+    # the production path (config/wam4_cup.yaml: execution process): the job pickles
+    t, q, qd, ball = swing(robot, 13.0)
+    found = {}
+    for execution in ('inline', 'process'):
+        config = StringOnlineConfig(window=13.0, min_window=12.0, geometry_iterations=50,
+                                    iterations=5, bootstrap=2, execution=execution)
+        engine = StringEngine(robot, StringModel(robot), config)
+        for k in range(0, len(t), 5):
+            engine.add_state(t[k], q[k], qd[k])
+            if engine.add_ball(t[k], ball[k]):
+                assert engine.refit().outcome == 'accepted'
+        engine.close()
+        found[execution] = engine.values()
+    assert found['process'] == pytest.approx(found['inline'], rel=1e-9, abs=1e-12)

@@ -405,11 +405,15 @@ class Identifier(Node):
     def _on_save(self, request, response):
         """Write the current URDF and parameters to ``save_directory``."""
         best = self.best
+        document = best.to_dict() if best is not None else {'method': 'nominal'}
+        if self.string is not None:   # cup mode: the string in use beside the arm
+            string = self.string.parameters()
+            document = {**document, 'string': string['string'], 'parameters': {
+                **document.get('parameters', {}), **string['parameters']}}
         try:
             urdf, params = write_identified(
                 self.config.save_directory, self.robot,
-                best.model if best is not None else self.nominal,
-                best.to_dict() if best is not None else {'method': 'nominal'})
+                best.model if best is not None else self.nominal, document)
         except (OSError, ValueError) as error:
             response.success, response.message = False, f'save failed: {error}'
             return response
