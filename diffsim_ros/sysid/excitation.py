@@ -78,7 +78,7 @@ import torch
 from .dataset import Trajectory
 from .nea import base_parameters, BaseParameters, RegressorColumns
 from .result import check_choice, check_positive
-from .sampled import KIND as SAMPLED, SampledTrajectory
+from .sampled import joint_order, KIND as SAMPLED, SampledTrajectory
 from ..core.dispatch import rnea
 from ..core.integrators import joint_friction
 from ..core.model import RobotModel
@@ -312,13 +312,7 @@ class FourierTrajectory:
         :return: the reordered trajectory.
         :raises ValueError: when the joints differ (the message lists both sets).
         """
-        if sorted(joint_names) != sorted(self.joint_names) or \
-                len(set(joint_names)) != len(joint_names):
-            missing = sorted(set(joint_names) - set(self.joint_names))
-            extra = sorted(set(self.joint_names) - set(joint_names))
-            raise ValueError(f'joint names do not match the robot: missing {missing}, '
-                             f'unknown {extra}')
-        index = [self.joint_names.index(j) for j in joint_names]
+        index = joint_order(self.joint_names, joint_names)
         return FourierTrajectory(tuple(joint_names), tuple(self.q0[i] for i in index),
                                  tuple(self.a[i] for i in index),
                                  tuple(self.b[i] for i in index), self.base_frequency_hz)

@@ -35,7 +35,7 @@ import torch
 
 Tensor = torch.Tensor
 
-__all__ = ['KIND', 'SampledTrajectory', 'sampled_document']
+__all__ = ['KIND', 'SampledTrajectory', 'joint_order', 'sampled_document']
 
 #: The ``kind`` of a sampled reference document.
 KIND = 'sampled'
@@ -182,14 +182,25 @@ class SampledTrajectory:
         :return: the reordered trajectory.
         :raises ValueError: when the joints differ (the message lists both sets).
         """
-        if sorted(joint_names) != sorted(self.joint_names) or \
-                len(set(joint_names)) != len(joint_names):
-            missing = sorted(set(joint_names) - set(self.joint_names))
-            extra = sorted(set(self.joint_names) - set(joint_names))
-            raise ValueError(f'joint names do not match the robot: missing {missing}, '
-                             f'unknown {extra}')
-        index = [self.joint_names.index(j) for j in joint_names]
+        index = joint_order(self.joint_names, joint_names)
         return SampledTrajectory(tuple(joint_names), self.rate_hz, self.q[:, index])
+
+
+def joint_order(given: Sequence[str], wanted: Sequence[str]) -> list:
+    """
+    Return where each wanted joint stands among the given ones (both the same set).
+
+    :param given: a trajectory's joints.
+    :param wanted: the same joints in the wanted order (a robot's).
+    :return: ``index`` with ``given[index[k]] == wanted[k]``.
+    :raises ValueError: when the joints differ (the message lists both sets).
+    """
+    if sorted(wanted) != sorted(given) or len(set(wanted)) != len(wanted):
+        missing = sorted(set(wanted) - set(given))
+        extra = sorted(set(given) - set(wanted))
+        raise ValueError(f'joint names do not match the robot: missing {missing}, '
+                         f'unknown {extra}')
+    return [list(given).index(j) for j in wanted]
 
 
 def sampled_document(joint_names: Sequence[str], rate_hz: float, q: Any, robot: str,
