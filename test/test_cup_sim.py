@@ -6,11 +6,11 @@ MuJoCo string (its length when hanging, a dropped ball stays in the cup), the su
 on constructed recordings, and the identification data's promises (no swing-up, no touch).
 """
 
+import json
 import math
-
-import numpy as np
-import pytest
-import torch
+from pathlib import Path
+import subprocess
+import sys
 
 from diffsim_ros.core import forward_kinematics
 from diffsim_ros.sim.cup import (
@@ -19,13 +19,16 @@ from diffsim_ros.sim.cup import (
     identification_recordings, in_cup, NOMINAL_BALL_MASS, NOMINAL_CUP_RPY, NOMINAL_CUP_XYZ,
     nominal_truth, SENSOR_NOISE, SPEED_LIMIT, string_references, tracking_controller)
 from diffsim_ros.sim.parameters import nominal_model
+import numpy as np
+import pytest
+import torch
 
 #: A posture that turns the cup's opening up (checked in the test that uses it).
 CUP_UP = (0.0, 0.5, 0.0, -0.5)
 
 
 def _hold(truth: CupTruth, q0) -> object:
-    """Computed torque on the true arm holding ``q0`` (a constant reference)."""
+    """Return computed torque on the true arm holding ``q0`` (a constant reference)."""
     reference = cosine_reference(q0, [0.0] * 4, [1] * 4, 1.0)
     return tracking_controller(truth.arm_model(), reference.evaluate)
 
@@ -163,7 +166,7 @@ def test_run_refuses_a_bad_controller():
 
 # -- the success rule --------------------------------------------------------------------------
 def _recording(ball_in_cup: np.ndarray, seconds: float = 1.0) -> CupRecording:
-    """A recording with the cup frame turned and moved, the ball given in the cup frame."""
+    """Return a recording with the cup frame turned and moved, the ball given in it."""
     steps = int(round(seconds * 500))
     t = np.arange(steps) / 500.0
     angle = 0.7
@@ -215,8 +218,9 @@ def test_identification_references_are_seeded_and_within_limits():
         assert bool((qdd.abs().amax(0) > 1.0).all())
         for reference in string_references(seed, 0.40):
             q, qd, _ = reference.evaluate(t)
-            assert float(qd.abs().max()) < 0.3     # slow: the ball swings, the arm creeps
-            assert float((q - q[0]).abs().max()) < 0.2
+            # slow: below even the URDF's conservative 0.5 rad/s
+            assert float(qd.abs().max()) < 0.5
+            assert float((q - q[0]).abs().max()) < 0.5      # the cup moves <= 0.2 m
 
 
 def test_identification_recordings_track_and_never_touch_the_cup():
@@ -250,3 +254,21 @@ def test_default_identification_data_is_four_minutes_without_a_touch():
     for recording in strings:
         assert not recording.contact.any()
         assert not _inside(recording.ball_in_cup_frame()).any()
+
+
+def test_benchmark_runs_as_a_user_runs_it(tmp_path):
+    """``benchmarks/cup_sim.py --help`` and ``--quick --seed 3 --json PATH``, as a subprocess."""
+    root = Path(__file__).resolve().parent.parent
+    script = root / 'benchmarks' / 'cup_sim.py'
+    help_text = subprocess.run([sys.executable, str(script), '--help'], check=True,
+                               capture_output=True, text=True, cwd=root).stdout
+    assert '--seed' in help_text and '--json' in help_text
+    out = tmp_path / 'cup.json'
+    result = subprocess.run([sys.executable, str(script), '--quick', '--seed', '3', '--json',
+                             str(out)], capture_output=True, text=True, cwd=root, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    figures = json.loads(out.read_text())
+    assert figures['hanging_error_m']['0.40'] < 2e-3
+    assert figures['drop_in']['in_cup'] and figures['flailing']['diverged'] == 0
+    assert figures['speed']['tracked_sim_s_per_wall_s'] > 0
+    assert 'episodes of 3 s' in result.stdout

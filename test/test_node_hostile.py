@@ -33,7 +33,7 @@ import rclpy
 import rclpy.executors
 import rclpy.parameter
 from rclpy.qos import qos_profile_sensor_data
-from ros_helpers import settled, wait_for
+from ros_helpers import realtime_process, settled, wait_for
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
@@ -257,7 +257,7 @@ class Observer:
 
 def _driver_main(real, stop):
     """Body of the driver: once ``real`` is set, one state at 500 Hz, wall-clock stamps."""
-    _realtime_process()
+    realtime_process()
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node('driver', context=context)
@@ -314,6 +314,7 @@ def hostile(states):
 
 def _hostile_main(states, sent):
     """Body of the hostile process: one context, one publisher, then the messages."""
+    realtime_process()   # the counts below assume its 5 ms pace holds on a loaded machine
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node('peer', context=context)
@@ -502,17 +503,9 @@ def test_case5_a_10khz_burst_leaves_the_500hz_command_rate(launch, observer):
     assert wait_for(lambda: float(robot.latest('command_rate_hz')) >= 0.95 * rate, 5.0)
 
 
-def _realtime_process():
-    """Ask for SCHED_FIFO before any thread exists: DDS threads inherit it (a timely probe)."""
-    try:
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(40))
-    except (AttributeError, OSError):
-        pass
-
-
 def _record_main(done, queue):
     """Body of the recording process: DDS receive times of the commands until ``done``."""
-    _realtime_process()
+    realtime_process()
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node('command_recorder', context=context)
@@ -534,6 +527,9 @@ def _record_main(done, queue):
 
 def _flood_main(seconds, rate_hz, go, window):
     """Body of the flooding process: valid states at ``rate_hz`` for ``seconds`` after ``go``."""
+    # below the recorder and the mpc's threads: at normal priority, at load 15, it sent 14579
+    # states of 20000 in its 2 s
+    realtime_process(30)
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node('flood', context=context)
@@ -719,7 +715,7 @@ def test_case1_text_on_the_model_topic_is_never_opened_as_a_path(launch, observe
     for text in texts:
         publisher.publish(String(data=text))
         time.sleep(0.1)
-    assert wait_for(lambda: robot.latest('models_rejected') == str(len(texts)), 10.0), \
+    assert wait_for(lambda: robot.latest('models_rejected') == str(len(texts)), 60.0), \
         (robot.diagnostics[-1:], mpc.output()[-2000:])
     # commands never stopped: up to 1 s after the last text, no gap of a quarter second
     assert robot.wait_commands(time.time_ns() + 1e9), mpc.output()[-3000:]

@@ -90,6 +90,7 @@ def test_identifier_learns_the_hidden_cube_and_refuses_hostile_poses(executor):
     # before the probe's hold reaches it (and then stops past HOLD_NS): the identifier having
     # caught up alone is no standstill, and hostile poses beside a running rig were refused
     # for other reasons than the ones they carry (0.12-0.36 s last stamps, loaded machine)
+
     def standing():
         next_ns = int(round((tosser.rig.tick + 1) * tosser.rig.period * 1e9))
         return '/probe' in tosser.peers.peers and next_ns > HOLD_NS

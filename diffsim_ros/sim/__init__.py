@@ -11,7 +11,9 @@ simulated ROS driver, so identification is never checked against our own engine.
 
 Modules: :mod:`.parameters` (``TrueParameters``, payload, tool frame), :mod:`.config`
 (``PlantConfig``), :mod:`.builder` (URDF + RobotModel -> MuJoCo), :mod:`.plant`
-(``MujocoPlant``), :mod:`.excitation` (multisine, chirp, Fourier series).
+(``MujocoPlant``), :mod:`.excitation` (multisine, chirp, Fourier series), :mod:`.cup` (the
+WAM-4 with a cup and a ball on a capsule string: ball in a cup's ground truth; import it from
+there).
 """
 
 from .builder import build_mujoco_model, INTEGRATORS

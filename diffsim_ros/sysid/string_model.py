@@ -52,12 +52,16 @@ arm's joint trajectory known:
    ``s_k = -n_k . (xdd_obs,k - g)`` (m/s^2, ``n_k`` with the current estimate):
    ``w_k = sigmoid((s_k - 2) / 0.5)``, and the loss is
    ``sum_k w_k (|x_obs,k - p_theta,k| - l)^2 / sum_k w_k`` (the inequality made an equality
-   where the string is seen to pull). It fixes ``l`` and ``cup_xyz`` from any start.
+   where the string is seen to pull). It brings ``l`` and ``cup_xyz`` onto the data's
+   sphere from far starts (0.5-1.5x in the tests); but small swings show only a small cap
+   of that sphere, along which the anchor's position on the hanging direction and ``l``
+   trade off almost freely: stage 2 (the pendulum's frequency) has to separate them.
 2. Dynamics: multi-step rollouts of ``horizon`` steps from observed ball states, loss
    ``mean |x_pred - x_obs|^2`` plus ``penalty_weight * mean softplus_b(|x_obs - p_theta| -
    l)^2`` with ``softplus_b(z) = log(1 + exp(b z)) / b``, ``b = 1000`` 1/m: the inequality
-   ``|x - p| <= l`` on every observed position as a smooth penalty (it vanishes to within
-   0.7 mm of the sphere). This stage also learns the friction ``c``.
+   ``|x - p| <= l`` on every observed position as a smooth penalty (a ball 1 mm inside
+   costs ``(0.3 mm)^2``, on the sphere ``(ln 2 / b)^2 = (0.7 mm)^2``, 1 mm outside
+   ``(1.3 mm)^2``). This stage also learns the friction ``c``.
 
 What the data cannot tell: ``cup_rpy`` moves only the cup's walls, not the anchor, so the ball
 on its string carries no information on it (it keeps its start value; its gradient is zero);
@@ -77,8 +81,9 @@ import torch
 from torch import nn
 import torch.nn.functional as F
 
+from .dataset import Trajectory
 from .estimators import fit as fit_arm
-from .filters import savgol_derivative
+from .filters import accelerations_from_velocity, savgol_derivative
 from .losses import Data
 from ..core.kinematics import body_poses, motion_subspaces
 from ..core.model import RobotModel
@@ -100,6 +105,8 @@ SLACK_TOLERANCE_MPS = 1e-4
 #: Stage 1's taut-sample rectifier: tension threshold and softness (m/s^2).
 TAUT_TENSION = 2.0
 TAUT_SOFTNESS = 0.5
+#: Samples per piece of :meth:`StringModel.link_motion` (see there).
+LINK_MOTION_CHUNK = 8192
 #: Stage 2's inequality penalty sharpness b (1/m).
 PENALTY_SHARPNESS = 1000.0
 
@@ -289,7 +296,20 @@ class StringModel(nn.Module):
         :param q: joint positions ``(..., n)``; :param qd: velocities; :param qdd: accelerations.
         :return: :class:`LinkMotion` with the leading dims of ``q``.
         """
-        return link_motion(self.robot, self.link, q, qd, qdd)
+        shape = torch.broadcast_shapes(q.shape, qd.shape, qdd.shape)
+        flat = [value.expand(shape).reshape(-1, shape[-1]) for value in (q, qd, qdd)]
+        if flat[0].shape[0] <= LINK_MOTION_CHUNK:
+            return link_motion(self.robot, self.link, q, qd, qdd)
+        # Chunks keep the per-joint 4x4 temporaries in cache: 2.3 M samples (1500 rollouts
+        # of 1500 steps) took 77 s in one piece and about 13 s in chunks (one busy core).
+        parts = [link_motion(self.robot, self.link, *(value[i:i + LINK_MOTION_CHUNK]
+                                                      for value in flat))
+                 for i in range(0, flat[0].shape[0], LINK_MOTION_CHUNK)]
+        fields = ('R', 'o', 'omega', 'v0', 'alpha', 'a0')
+        joined = {name: torch.cat([getattr(part, name) for part in parts]) for name in fields}
+        lead = shape[:-1]
+        return LinkMotion(joined['R'].reshape(lead + (3, 3)),
+                          *(joined[name].reshape(lead + (3,)) for name in fields[1:]))
 
     def cup_motion(self, q: Tensor, qd: Tensor, qdd: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """
@@ -472,11 +492,12 @@ class _Samples:
 
 def _geometry_loss(model: StringModel, samples: _Samples) -> Tensor:
     """Stage 1 of :func:`fit_string`: tension-weighted sphere residual (m^2)."""
-    p, _, a = point_motion(samples.motion, model.cup_xyz)
+    p, _, _ = point_motion(samples.motion, model.cup_xyz)
     d = samples.ball - p
     r = d.norm(dim=-1)
     n = (d / r.unsqueeze(-1)).detach()
-    tension = -(n * (samples.ball_acceleration - model.gravity - a.detach())).sum(-1)
+    # The ball's measured acceleration is g - T n where the string pulls (friction is small).
+    tension = -(n * (samples.ball_acceleration - model.gravity)).sum(-1)
     w = torch.sigmoid((tension - TAUT_TENSION) / TAUT_SOFTNESS)
     return (w * (r - model.string_length) ** 2).sum() / w.sum().clamp_min(1.0)
 
@@ -549,8 +570,8 @@ def fit_string(recordings: Sequence[Any], model: StringModel, horizon: int = 100
         error, penalty = _rollout_loss(fitted, samples, samples.starts[pick], penalty_weight)
         (error + penalty).backward()
         dynamics.step()
-        losses['rollout'].append(float(error))
-        losses['penalty'].append(float(penalty))
+        losses['rollout'].append(error.item())
+        losses['penalty'].append(penalty.item())
     fitted.cup_rpy.requires_grad_(True)
     losses['seconds'] = [time.perf_counter() - started]
     return fitted, losses
@@ -565,29 +586,29 @@ def _copy_model(model: StringModel) -> StringModel:
     return copy
 
 
-def arm_trajectory(run: Any, robot: RobotModel, cutoff_hz: float = 20.0):
+def arm_trajectory(run: Any, robot: RobotModel, cutoff_hz: float = 20.0) -> Trajectory:
     """
     Return a :class:`~diffsim_ros.sysid.dataset.Trajectory` of an arm run for identification.
 
-    :param run: a ``Trajectory`` (returned as is) or any run with ``t``, ``q``, ``qd``,
-        ``tau`` (``qdd`` optional; then differentiated from ``qd``), columns in model order.
+    A run without ``qdd`` gets it from its measured velocities, the torques filtered alike
+    (:func:`~diffsim_ros.sysid.filters.accelerations_from_velocity`).
+
+    :param run: a ``Trajectory`` or any run with ``t``, ``q``, ``qd``, ``tau`` (``qdd``
+        optional), columns in model order.
     :param robot: the arm (joint names, dtype).
-    :param cutoff_hz: smoothing cutoff of ``qdd`` (Hz).
-    :return: the trajectory.
+    :param cutoff_hz: low-pass cutoff of the derivative (Hz).
+    :return: the trajectory, with ``qdd``.
     """
-    from .dataset import Trajectory
-    if isinstance(run, Trajectory):
-        return run
-    dtype = robot.dtype
+    if not isinstance(run, Trajectory):
+        def tensor(name):
+            value = getattr(run, name, None)
+            return None if value is None else torch.as_tensor(value).to(robot.dtype)
 
-    def tensor(value):
-        return torch.as_tensor(value).to(dtype)
-
-    t, q, qd, tau = (tensor(getattr(run, name)) for name in ('t', 'q', 'qd', 'tau'))
-    qdd = getattr(run, 'qdd', None)
-    qdd = savgol_derivative(qd, t, 1, cutoff_hz=cutoff_hz) if qdd is None else tensor(qdd)
-    return Trajectory(t=t, q=q, qd=qd, qdd=qdd.to(dtype), tau=tau,
-                      joint_names=tuple(robot.joint_names), run='arm')
+        run = Trajectory(t=tensor('t'), q=tensor('q'), qd=tensor('qd'), qdd=tensor('qdd'),
+                         tau=tensor('tau'), joint_names=tuple(robot.joint_names), run='arm')
+    if run.qdd is None:
+        run = accelerations_from_velocity(run, cutoff_hz)
+    return run
 
 
 def fit_cup_model(arm_recordings: Data, string_recordings: Sequence[Any], robot: RobotModel,
@@ -619,3 +640,237 @@ def fit_cup_model(arm_recordings: Data, string_recordings: Sequence[Any], robot:
     start = StringModel(robot) if start is None else start
     string, _ = fit_string(string_recordings, start, **string_options)
     return arm, string
+
+
+class BallNetwork(nn.Module):
+    """
+    Black-box ball model: a network maps the cup's motion and the ball's state to ``xdd``.
+
+    Inputs per step, in world axes: ``x - p``, ``xd - v``, ``v``, ``a`` (12 numbers, the
+    cup's task-space motion and the ball's state relative to it), standardised with the
+    training data's mean and spread; the output is de-standardised to m/s^2. No constraint:
+    whatever the network predicts is integrated by the same semi-implicit Euler step as
+    :meth:`StringModel.rollout`, without its length correction.
+    """
+
+    def __init__(self, dtype: torch.dtype = torch.float64) -> None:
+        """Create the standardisation buffers (identity until :func:`fit_ball_network`)."""
+        super().__init__()
+        self.register_buffer('input_mean', torch.zeros(12, dtype=dtype))
+        self.register_buffer('input_std', torch.ones(12, dtype=dtype))
+        self.register_buffer('output_mean', torch.zeros(3, dtype=dtype))
+        self.register_buffer('output_std', torch.ones(3, dtype=dtype))
+
+    def features(self, x: Tensor, xd: Tensor, p: Tensor, v: Tensor, a: Tensor) -> Tensor:
+        """
+        Return the standardised network inputs.
+
+        :param x: ball positions ``(..., 3)`` (m); :param xd: velocities (m/s).
+        :param p: cup positions ``(..., 3)``; :param v: velocities; :param a: accelerations.
+        :return: ``(..., 12)``.
+        """
+        raw = torch.cat((x - p, xd - v, v, a), dim=-1)
+        return (raw - self.input_mean) / self.input_std
+
+    def to_acceleration(self, output: Tensor) -> Tensor:
+        """Return ``output`` (standardised, ``(..., 3)``) in m/s^2."""
+        return output * self.output_std + self.output_mean
+
+
+class BallFFNN(BallNetwork):
+    """
+    Feed-forward network ``xdd = f(x - p, xd - v, v, a)`` (the paper's FF-NN baseline).
+
+    :param hidden: hidden layer widths (tanh).
+    :param dtype: parameter dtype.
+    """
+
+    def __init__(self, hidden: Sequence[int] = (128, 128),
+                 dtype: torch.dtype = torch.float64) -> None:
+        """Build the layers (see the class)."""
+        super().__init__(dtype)
+        layers: List[nn.Module] = []
+        width = 12
+        for size in hidden:
+            layers += [nn.Linear(width, size, dtype=dtype), nn.Tanh()]
+            width = size
+        layers.append(nn.Linear(width, 3, dtype=dtype))
+        self.net = nn.Sequential(*layers)
+
+    def ball_acceleration(self, x: Tensor, xd: Tensor, p: Tensor, v: Tensor,
+                          a: Tensor) -> Tensor:
+        """
+        Return the predicted ball acceleration.
+
+        :param x: ball positions ``(..., 3)`` (m); :param xd: velocities (m/s).
+        :param p: cup positions ``(..., 3)``; :param v: velocities; :param a: accelerations.
+        :return: ``(..., 3)`` (m/s^2).
+        """
+        return self.to_acceleration(self.net(self.features(x, xd, p, v, a)))
+
+    def rollout(self, x0: Tensor, xd0: Tensor, p: Tensor, v: Tensor, a: Tensor,
+                dt: float) -> Tuple[Tensor, Tensor]:
+        """
+        Simulate the ball along given cup motions (as :meth:`StringModel.rollout`).
+
+        :param x0: ``(B, 3)`` (m); :param xd0: ``(B, 3)`` (m/s).
+        :param p: ``(B, T, 3)`` cup positions; :param v: velocities; :param a: accelerations.
+        :param dt: time step (s).
+        :return: ``(x, xd)`` each ``(B, T, 3)``.
+        """
+        def accel(x, xd, p_k, v_k, a_k, k):
+            return self.ball_acceleration(x, xd, p_k, v_k, a_k), None
+
+        return integrate_ball(accel, x0, xd0, p, v, a, dt)
+
+
+class BallLSTM(BallNetwork):
+    """
+    Recurrent network over the same inputs (the paper's LSTM baseline).
+
+    :param hidden: LSTM state size.
+    :param dtype: parameter dtype.
+    """
+
+    def __init__(self, hidden: int = 64, dtype: torch.dtype = torch.float64) -> None:
+        """Build the layers (see the class)."""
+        super().__init__(dtype)
+        self.cell = nn.LSTMCell(12, hidden, dtype=dtype)
+        self.head = nn.Linear(hidden, 3, dtype=dtype)
+
+    def sequence_acceleration(self, x: Tensor, xd: Tensor, p: Tensor, v: Tensor,
+                              a: Tensor) -> Tensor:
+        """
+        Return the accelerations along given sequences (teacher forcing, state from zero).
+
+        :param x: ``(B, T, 3)`` ball positions (m); :param xd: velocities.
+        :param p: ``(B, T, 3)`` cup positions; :param v: velocities; :param a: accelerations.
+        :return: ``(B, T, 3)`` (m/s^2).
+        """
+        features = self.features(x, xd, p, v, a).unbind(-2)
+        state = None
+        out = []
+        for feature in features:
+            state = self.cell(feature, state)
+            out.append(self.head(state[0]))
+        return self.to_acceleration(torch.stack(out, dim=-2))
+
+    def rollout(self, x0: Tensor, xd0: Tensor, p: Tensor, v: Tensor, a: Tensor,
+                dt: float) -> Tuple[Tensor, Tensor]:
+        """
+        Simulate the ball along given cup motions, the LSTM fed its own predictions.
+
+        :param x0: ``(B, 3)`` (m); :param xd0: ``(B, 3)`` (m/s).
+        :param p: ``(B, T, 3)`` cup positions; :param v: velocities; :param a: accelerations.
+        :param dt: time step (s).
+        :return: ``(x, xd)`` each ``(B, T, 3)``.
+        """
+        memory: List[Any] = [None]
+
+        def accel(x, xd, p_k, v_k, a_k, k):
+            feature = self.features(x, xd, p_k, v_k, a_k)
+            flat = feature.reshape(-1, 12)
+            memory[0] = self.cell(flat, memory[0])
+            out = self.head(memory[0][0]).reshape(feature.shape[:-1] + (3,))
+            return self.to_acceleration(out), None
+
+        return integrate_ball(accel, x0, xd0, p, v, a, dt)
+
+
+def fit_ball_network(recordings: Sequence[Any], network: BallNetwork, cup: StringModel,
+                     iterations: int = 2000, lr: float = 3e-3, batch: int = 256,
+                     sequence: int = 50, cutoff_hz: float = 15.0,
+                     seed: int = 0) -> Tuple[BallNetwork, Dict[str, List[float]]]:
+    """
+    Train a black-box ball model on the recordings' ball accelerations.
+
+    The targets are the Savitzky-Golay second derivatives of the measured ball positions;
+    the inputs the measured ball state and the cup motion of ``cup`` (its transform is not
+    learned here: the network has to absorb the difference). Adam on the mean squared
+    standardised acceleration error; the LSTM sees windows of ``sequence`` steps with
+    teacher forcing.
+
+    :param recordings: runs with ``t``, ``q``, ``qd`` and ``ball`` (see :func:`fit_string`).
+    :param network: a :class:`BallFFNN` or :class:`BallLSTM` (trained in place).
+    :param cup: the string model whose :meth:`~StringModel.cup_motion` gives the inputs.
+    :param iterations: Adam steps.
+    :param lr: learning rate.
+    :param batch: samples (FF-NN) or windows (LSTM) per step.
+    :param sequence: LSTM window length (steps).
+    :param cutoff_hz: derivative smoothing cutoff (Hz).
+    :param seed: seed of the local generator (initial weights are PyTorch's).
+    :return: ``(network, {'train': losses})``.
+    """
+    dtype = network.input_mean.dtype
+    runs = [run if isinstance(run, BallRecording) else ball_recording(run, cutoff_hz, dtype)
+            for run in recordings]
+    samples = _Samples(cup, runs, sequence, 1)
+    with torch.no_grad():
+        p, v, a = point_motion(samples.motion, cup.cup_xyz)
+        x, xd, target = samples.ball, samples.ball_velocity, samples.ball_acceleration
+        raw = torch.cat((x - p, xd - v, v, a), dim=-1)
+        network.input_mean.copy_(raw.mean(0))
+        network.input_std.copy_(raw.std(0).clamp_min(1e-6))
+        network.output_mean.copy_(target.mean(0))
+        network.output_std.copy_(target.std(0).clamp_min(1e-6))
+    generator = torch.Generator().manual_seed(seed)
+    optimizer = torch.optim.Adam(network.parameters(), lr=lr)
+    losses: List[float] = []
+    steps = torch.arange(sequence)
+    for _ in range(iterations):
+        optimizer.zero_grad()
+        if isinstance(network, BallLSTM):
+            pick = samples.starts[torch.randint(samples.starts.numel(), (batch,),
+                                                generator=generator)]
+            index = pick[:, None] + steps
+            predicted = network.sequence_acceleration(x[index], xd[index], p[index], v[index],
+                                                      a[index])
+            wanted = target[index]
+        else:
+            index = torch.randint(x.shape[0], (batch,), generator=generator)
+            predicted = network.ball_acceleration(x[index], xd[index], p[index], v[index],
+                                                  a[index])
+            wanted = target[index]
+        loss = (((predicted - wanted) / network.output_std) ** 2).mean()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    return network, {'train': losses}
+
+
+def prediction_error(ball_model: nn.Module, cup: StringModel, recording: Any,
+                     seconds: float = 1.0, stride: int = 250,
+                     cutoff_hz: float = 15.0) -> Dict[str, float]:
+    """
+    Return the ball's open-loop prediction error over windows of a recording.
+
+    Each window starts from the measured ball position and its smoothed velocity
+    (:func:`ball_recording`) and runs ``ball_model.rollout`` along the cup motion of ``cup``
+    for ``seconds``; windows start every ``stride`` samples.
+
+    :param ball_model: a :class:`StringModel`, :class:`BallFFNN` or :class:`BallLSTM`.
+    :param cup: the string model whose :meth:`~StringModel.cup_motion` drives the rollout
+        (for a string model, itself).
+    :param recording: a run with ``t``, ``q``, ``qd``, ``ball`` or a :class:`BallRecording`.
+    :param seconds: prediction horizon (s).
+    :param stride: spacing of the windows (samples).
+    :param cutoff_hz: derivative smoothing cutoff (Hz).
+    :return: ``mean_m`` (position error averaged over the horizon and windows, m),
+        ``final_m`` (at the horizon's end, m) and ``windows``.
+    :raises ValueError: the recording is shorter than the horizon.
+    """
+    dtype = cup.cup_xyz.dtype
+    run = recording if isinstance(recording, BallRecording) else \
+        ball_recording(recording, cutoff_hz, dtype)
+    T = int(round(seconds / run.dt))
+    starts = torch.arange(1, run.t.shape[0] - T - 1, stride)
+    if starts.numel() == 0:
+        raise ValueError(f'prediction_error: the recording is shorter than {seconds} s')
+    index = starts[:, None] + torch.arange(T + 1)
+    with torch.no_grad():
+        p, v, a = cup.cup_motion(run.q, run.qd, run.qdd)
+        x, _ = ball_model.rollout(run.ball[starts], run.ball_velocity[starts], p[index],
+                                  v[index], a[index], run.dt)
+        error = (x - run.ball[index]).norm(dim=-1)
+    return {'mean_m': float(error.mean()), 'final_m': float(error[:, -1].mean()),
+            'windows': int(starts.numel())}
