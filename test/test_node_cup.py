@@ -185,8 +185,8 @@ def test_the_cup_graph_learns_the_string_while_the_mpc_tracks(executor, tmp_path
 
 
 @pytest.mark.slow
-def test_a_swing_up_that_ends_in_the_cup_offline_ends_there_through_the_graph(executor,
-                                                                            tmp_path):
+def test_a_swing_up_that_ends_in_the_cup_offline_ends_there_through_the_graph(
+        executor, tmp_path):
     from benchmarks import ball_in_a_cup as bic
     from diffsim_ros.sim import cup
     from diffsim_ros.sim.parameters import nominal_model
