@@ -121,7 +121,7 @@ def swing_reference(tmp_path, duration=20.0):
 
 @pytest.mark.slow
 def test_the_cup_graph_learns_the_string_while_the_mpc_tracks(executor, tmp_path):
-    path, reference, q0 = swing_reference(tmp_path, duration=25.0)
+    path, reference, q0 = swing_reference(tmp_path, duration=35.0)
     topics = {'/mocap/ball': PoseStamped, '/joint_states': JointState,
               '/effort_controller/commands': Float64MultiArray}
     _, inbox = make_probe(executor, topics)
@@ -137,12 +137,12 @@ def test_the_cup_graph_learns_the_string_while_the_mpc_tracks(executor, tmp_path
     assert mpc.ready.wait(120.0)
     driver = make(executor, SimDriver, clock_mode='lockstep', seed=SEED, q0=q0)
     string = identifier.string.engine
-    # two refits (at 12 s and 22 s of ball data): each starts from the string in use, and
-    # from 5 cm off the fit converges slowly along the length / cup-offset valley (offline on
-    # this run, one fit from 0.45 m: 0.3999 m against 0.3916 m; from 0.40 m: 0.3914 m); the
-    # two refits here: 0.4009 m (9.3 mm: a thin margin), 0.3940 m before the plant's string
-    # damping went from 3e-4 to 1e-3
-    assert wait_for(lambda: string.counts['accepted'] + string.counts['refused'] >= 2,
+    # three refits (at 12, 22 and 32 s of ball data): each starts from the string in use,
+    # and from 5 cm off the fit converges slowly along the length / cup-offset valley the
+    # ball hanging below the cup hardly separates (offline on this run, one fit from 0.45 m:
+    # 0.3999 m against 0.3916 m; from 0.40 m: 0.3914 m).  Here: 0.3994 m after three
+    # refits, 0.4009 m after two (7.8 and 9.3 mm: a thin margin)
+    assert wait_for(lambda: string.counts['accepted'] + string.counts['refused'] >= 3,
                     1800.0), (identifier.string.log.last, driver.plant.time)
     assert string.counts['accepted'] >= 1
     driver.stop()
@@ -153,9 +153,8 @@ def test_the_cup_graph_learns_the_string_while_the_mpc_tracks(executor, tmp_path
     assert abs(learned['string_length'] - truth.string_length) < 0.01, (learned, truth)
     # the mpc tracked the reference by the WAM-4 tracking task's own rule: RMS joint error
     # after its settle_s below its success_rms (0.05 rad), on the nominal arm model under
-    # the hidden one (30 % off) with the ball swinging; measured 0.0175 rad (the shoulder
-    # yaw, held at 0 by the reference, 0.033 rad; 0.024 and 0.046 before the plant's string
-    # damping went from 3e-4 to 1e-3)
+    # the hidden one (30 % off) with the ball swinging; measured 0.0148 rad over 35 s (the
+    # shoulder yaw, held at 0 by the reference, 0.028 rad)
     states = inbox['/joint_states']
     t = torch.tensor([seconds(s.header.stamp) for s in states], dtype=torch.float64)
     q = torch.tensor([list(s.position) for s in states], dtype=torch.float64)
@@ -165,7 +164,8 @@ def test_the_cup_graph_learns_the_string_while_the_mpc_tracks(executor, tmp_path
     rms = float((q - q_ref)[settled].pow(2).mean().sqrt())
     print(f'tracking RMS {rms:.4f} rad per joint '
           f'{(q - q_ref)[settled].pow(2).mean(0).sqrt().tolist()}; string '
-          f'{learned["string_length"]:.4f} m against {truth.string_length:.4f} m')
+          f'{learned["string_length"]:.4f} m against {truth.string_length:.4f} m; '
+          f'{string.counts}')
     assert rms < task.success_rms, rms
     # every command finite and within the drives' limits
     limit = np.array(robots.get('wam4').command_limit)
