@@ -207,7 +207,7 @@ def test_unreadable_or_foreign_reference_files_are_refused(design, model, tmp_pa
     with pytest.raises(ReferenceFileError, match='mapping'):
         load_reference_task(path, ROBOT, model)
     path.write_text('a: [1, 2\n')
-    with pytest.raises(ReferenceFileError, match='excitation file'):
+    with pytest.raises(ReferenceFileError, match='reference file'):
         load_reference_task(path, ROBOT, model)
     path.write_text(yaml.safe_dump(_document(design)))
     with pytest.raises(ReferenceFileError, match='passive'):

@@ -279,3 +279,35 @@ def test_reference_file_is_the_tracked_reference_and_hostile_files_are_refused(
     path.write_text(yaml.safe_dump(document))
     with pytest.raises(ParameterError, match="'reference_file'.*missing"):
         make_mpc(ros_context, robot='wam4', reference_file=str(path), native=False)
+
+
+def test_sampled_swing_up_needs_the_configured_velocity_limits(ros_context, tmp_path):
+    from diffsim_ros.nodes.params import ParameterError
+    from diffsim_ros.sysid.sampled import SampledTrajectory, sampled_document
+    import yaml
+    joints = robots.get('wam4').joint_names
+    # one fast rest-to-rest quintic: 2 rad/s peaks, beyond the URDF's 0.5 and 0.2 rad/s
+    t = torch.arange(0.0, 1.5 + 1e-9, 0.002, dtype=torch.float64)
+    s = (t / 1.5)[:, None]
+    q = torch.tensor([0.0, 0.0, 0.0, 1.2], dtype=torch.float64) + (
+        10 * s ** 3 - 15 * s ** 4 + 6 * s ** 5) * torch.tensor(
+            [1.6, 1.6, -1.6, 1.0], dtype=torch.float64)
+    path = tmp_path / 'swing_up.yaml'
+    path.write_text(yaml.safe_dump(sampled_document(joints, 500.0, q, 'wam4')))
+    with pytest.raises(ParameterError, match="'reference_file'.*velocity limit"):
+        make_mpc(ros_context, robot='wam4', reference_file=str(path), native=False)
+    with pytest.raises(ParameterError, match="'gate.velocity_limits'.*one value per joint"):
+        make_mpc(ros_context, robot='wam4', reference_file=str(path), native=False,
+                 **{'gate.velocity_limits': [3.0, 3.0]})
+    mpc = make_mpc(ros_context, robot='wam4', reference_file=str(path), native=False,
+                   **{'gate.velocity_limits': [3.0, 3.0, 3.0, 3.0]})
+    try:
+        times = torch.linspace(0.0, 2.0, 41, dtype=torch.float64)
+        q_ref, qd_ref, _ = SampledTrajectory(joints, 500.0, q).evaluate(times)
+        assert torch.allclose(mpc.controller.cost.reference_fn(times),
+                              torch.cat((q_ref, qd_ref), -1), atol=1e-12, rtol=0)
+        assert torch.allclose(q_ref[0], q[0]) and torch.allclose(q_ref[-1], q[-1])
+        # the input gate takes the same limits, times its velocity_factor (2)
+        assert mpc.state_gate._speed.tolist() == [6.0] * 4
+    finally:
+        mpc.close()

@@ -83,6 +83,10 @@ def assert_refused(executable: str, arguments, *expected: str) -> str:
     ('sim_driver', ['-p', 'clock_mode:=fast'], ["'clock_mode' = 'fast'", 'lockstep']),
     ('sim_driver', ['-p', 'config_file:=/nonexistent/qube.yaml'],
      ["'config_file' = '/nonexistent/qube.yaml'", 'does not exist']),
+    ('mpc', ['-p', 'robot:=wam4', '-p', 'gate.velocity_limits:=[5.0, 5.0]'],
+     ["'gate.velocity_limits' = [5.0, 5.0]", 'one value per joint']),
+    ('sim_driver', ['-p', 'scene:=cup'], ["scene 'cup'", 'wam4']),
+    ('sim_driver', ['-p', 'robot:=wam4', '-p', 'scene:=basket'], ["'scene' = 'basket'", 'cup']),
 ], ids=lambda value: value if isinstance(value, str) else None)
 def test_a_bad_value_is_one_error_line(executable, arguments, expected):
     assert_refused(executable, ['--ros-args', *arguments], *expected)

@@ -16,6 +16,8 @@ Two kinds of task:
   sin(2 pi k f t + phase_jk)`` (``amplitude`` and ``phase`` with one row of ``K`` harmonics
   per joint); the arms' tasks are its one-harmonic case, and :func:`tracking_task` turns an
   excitation trajectory (``diffsim-excite``) into a task with the robot's tracking settings.
+  A one-shot reference (a swing-up given as samples, :mod:`diffsim_ros.sysid.sampled`) is
+  held whole in :attr:`Task.trajectory` instead: played once, then held at its end.
 
 :func:`make_cost` returns the MPC cost of a task (a quadratic cost with the pendulum angle
 wrapped for the swing-ups, a tracking cost along the reference for the arms) and the task
@@ -81,6 +83,10 @@ class Task:
     :param phase: phase per joint, rad, shaped as ``amplitude``.
     :param settle_s: start of the tracking RMS window, s.
     :param success_rms: largest tracking RMS that counts as success, rad.
+    :param trajectory: a one-shot reference in place of the series (``centre``, ``amplitude``,
+        ``phase`` and ``frequency_hz`` are then unused): an object whose ``evaluate(t)``
+        returns ``(q, qd, qdd)`` in model joint order, such as a
+        :class:`~diffsim_ros.sysid.sampled.SampledTrajectory`; None for the series.
     """
 
     robot: str
@@ -109,6 +115,7 @@ class Task:
     settle_s: float = 0.0
     success_rms: float = 0.05
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    trajectory: Any = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
         """Validate the kind and the lengths, freeze ``extra``."""
@@ -117,11 +124,10 @@ class Task:
         n = len(self.q0)
         if len(self.state_weight) != 2 * n or len(self.terminal_weight) != 2 * n:
             raise ValueError(f'Task {self.robot}: state/terminal weights need {2 * n} entries')
-        if self.kind == TRACKING and not (len(self.centre) == len(self.amplitude)
-                                          == len(self.phase) == n):
+        series = self.kind == TRACKING and self.trajectory is None
+        if series and not (len(self.centre) == len(self.amplitude) == len(self.phase) == n):
             raise ValueError(f'Task {self.robot}: centre, amplitude and phase need {n} entries')
-        if self.kind == TRACKING and _harmonic_shape(self.amplitude) != \
-                _harmonic_shape(self.phase):
+        if series and _harmonic_shape(self.amplitude) != _harmonic_shape(self.phase):
             raise ValueError(f'Task {self.robot}: amplitude and phase need one value per joint '
                              'or rows of the same number of harmonics')
         object.__setattr__(self, 'extra', MappingProxyType(dict(self.extra)))
@@ -307,6 +313,8 @@ def reference(task: Task, t: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
     """
     if task.kind != TRACKING:
         raise ValueError(f'the {task.robot} task is a swing-up; see goal_state')
+    if task.trajectory is not None:
+        return task.trajectory.evaluate(t)
     dtype = t.dtype if t.is_floating_point() else torch.float64
     t = t.to(dtype)[..., None, None]
     centre, amplitude, phase = (torch.tensor(v, dtype=dtype, device=t.device)
@@ -333,7 +341,7 @@ DEFAULT_TRACKING = MappingProxyType({
 
 def tracking_task(robot: str, model: RobotModel, trajectory: Any, duration_s: float) -> Task:
     """
-    Return the tracking task of an excitation trajectory (a Fourier series).
+    Return the tracking task of a reference trajectory: a Fourier series or one-shot samples.
 
     The robot's own tracking task (WAM-4, Panda) lends its MPC settings, weights and gains;
     other robots get :data:`DEFAULT_TRACKING`.  Swing-up robots have passive joints and
@@ -341,9 +349,12 @@ def tracking_task(robot: str, model: RobotModel, trajectory: Any, duration_s: fl
 
     :param robot: catalog robot name.
     :param model: the robot (joint order).
-    :param trajectory: a :class:`~diffsim_ros.sysid.excitation.FourierTrajectory`.
+    :param trajectory: a :class:`~diffsim_ros.sysid.excitation.FourierTrajectory` (the task
+        holds its series) or a :class:`~diffsim_ros.sysid.sampled.SampledTrajectory` (the task
+        holds it as :attr:`Task.trajectory`).
     :param duration_s: episode length, s.
-    :return: the task; its :func:`reference` is the series and its start the series at 0.
+    :return: the task; its :func:`reference` is the trajectory and its start the trajectory
+        at 0.
     :raises ValueError: a swing-up robot, or a trajectory of other joints.
     """
     template = TASKS.get(robot)
@@ -351,11 +362,15 @@ def tracking_task(robot: str, model: RobotModel, trajectory: Any, duration_s: fl
         raise ValueError(f'{robot} has a passive joint ({template.pendulum_joint}): it cannot '
                          'track a trajectory')
     trajectory = trajectory.reorder(model.joint_names)
-    centre, amplitude, phase = trajectory.amplitude_phase()
     q_start, _, _ = trajectory.evaluate(torch.zeros(1, dtype=torch.float64))
-    series = {'centre': centre, 'amplitude': amplitude, 'phase': phase,
-              'frequency_hz': trajectory.base_frequency_hz, 'duration_s': float(duration_s),
-              'q0': tuple(q_start[0].tolist())}
+    series = {'duration_s': float(duration_s), 'q0': tuple(q_start[0].tolist())}
+    if hasattr(trajectory, 'amplitude_phase'):
+        centre, amplitude, phase = trajectory.amplitude_phase()
+        series.update(centre=centre, amplitude=amplitude, phase=phase,
+                      frequency_hz=trajectory.base_frequency_hz, trajectory=None)
+    else:
+        series.update(centre=(), amplitude=(), phase=(), frequency_hz=0.0,
+                      trajectory=trajectory)
     if template is not None:
         return replace(template, **series)
     n, d = model.n, DEFAULT_TRACKING

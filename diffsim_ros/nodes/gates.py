@@ -14,7 +14,8 @@ and refuses it with one reason, counted per reason, logged throttled and reporte
   ``position_margin`` times the joint's travel (joints without finite limits are not
   checked);
 * ``velocity_limit``: a speed above ``velocity_factor`` times the model's velocity limit
-  (``unlimited_velocity`` for joints without a finite limit);
+  (``unlimited_velocity`` for joints without a finite limit; ``velocity_limits`` replaces the
+  description's limits when a configuration gives them, e.g. ``config/wam4_cup.yaml``);
 * ``stamp_back``: a stamp behind the last accepted one (``duplicate_stamp`` for an equal
   stamp where the node needs strictly increasing stamps).
 
@@ -23,13 +24,14 @@ played in a loop, a driver restarting its counter) is accepted under the one rul
 gates, :class:`~diffsim_ros.nodes.timeline.Timeline` (``gate.resync_time``,
 ``gate.resync_messages``), and marked ``restart``: the node then forgets the old timeline.
 
-Limits come from the nominal model the node starts with (the robot description), never from
-an identified model on the wire.  The gate only decides; the node keeps its data.
+Limits come from the nominal model the node starts with (the robot description), or from the
+operator's configuration (``velocity_limits``), never from an identified model on the wire.
+The gate only decides; the node keeps its data.
 """
 
 from dataclasses import dataclass, field
 import math
-from typing import Dict, NamedTuple, Optional, Sequence
+from typing import Dict, NamedTuple, Optional, Sequence, Tuple
 
 import numpy as np
 from sensor_msgs.msg import JointState
@@ -38,7 +40,8 @@ from .convert import joint_state_arrays, MessageError, stamp_to_ns, ThrottledLog
 from .params import meta
 from .timeline import Timeline, TimelineConfig
 
-__all__ = ['StateGateConfig', 'REASONS', 'StateGate', 'StateSample']
+__all__ = ['configured_velocity_limits', 'StateGateConfig', 'REASONS', 'StateGate',
+           'StateSample']
 
 #: Refusal reasons, in the order the gate checks them.
 REASONS = ('invalid', 'future_stamp', 'position_limit', 'velocity_limit', 'duplicate_stamp',
@@ -58,6 +61,10 @@ class StateGateConfig(TimelineConfig):
         'speeds above this multiple of the velocity limit are refused'))
     unlimited_velocity: float = field(default=100.0, metadata=meta(
         'velocity limit (rad/s or m/s) of joints whose description has none'))
+    velocity_limits: Tuple[float, ...] = field(default=(), metadata=meta(
+        "velocity limits (rad/s or m/s) replacing the robot description's, one per joint in "
+        "the robot's joint order; [] = the description's. The mpc checks a reference_file "
+        'against the same limits. Raise them only with a source (config/wam4_cup.yaml)'))
     refusal_hold: float = field(default=5.0, metadata=meta(
         'diagnostics stay WARN this long (s, node clock) after a refused joint_states'))
 
@@ -69,9 +76,31 @@ class StateGateConfig(TimelineConfig):
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0.0):
                 raise ValueError(f'{name} must be finite and > 0, got {value!r}')
+        if not all(math.isfinite(v) and v > 0.0 for v in self.velocity_limits):
+            raise ValueError(f'velocity_limits must be finite and > 0, got '
+                             f'{list(self.velocity_limits)}')
         if not (math.isfinite(self.position_margin) and self.position_margin >= 0.0):
             raise ValueError(f'position_margin must be finite and >= 0, got '
                              f'{self.position_margin!r}')
+
+
+def configured_velocity_limits(config: StateGateConfig, joint_names: Sequence[str],
+                               description) -> Sequence[float]:
+    """
+    Return the velocity limits a node checks: the configured ones, else the description's.
+
+    :param config: the gate's parameters (``velocity_limits``).
+    :param joint_names: the robot's joints, in the order of ``velocity_limits``.
+    :param description: ``(n,)`` the robot description's limits, rad/s or m/s.
+    :return: ``(n,)`` limits.
+    :raises ValueError: ``velocity_limits`` of another length than the joints.
+    """
+    if not config.velocity_limits:
+        return description
+    if len(config.velocity_limits) != len(joint_names):
+        raise ValueError(f'velocity_limits needs one value per joint {list(joint_names)}, got '
+                         f'{list(config.velocity_limits)}')
+    return tuple(config.velocity_limits)
 
 
 class StateSample(NamedTuple):
@@ -100,7 +129,8 @@ class StateGate:
     :param joint_names: the model's joints, in the order of the returned arrays.
     :param lower: ``(n,)`` lower position limits (``-inf``: none).
     :param upper: ``(n,)`` upper position limits (``inf``: none).
-    :param velocity_limit: ``(n,)`` velocity limits (non-finite or <= 0: none).
+    :param velocity_limit: ``(n,)`` velocity limits (non-finite or <= 0: none), replaced by
+        ``config.velocity_limits`` when that is not empty.
     :param config: thresholds.
     :param log: where refusals are counted and logged (throttled), keyed ``<topic>/<reason>``.
     :param topic: the topic name used in log lines.
@@ -123,7 +153,8 @@ class StateGate:
         bounded = np.isfinite(lower) & np.isfinite(upper)
         self._lower = np.where(bounded, lower - margin, -np.inf)
         self._upper = np.where(bounded, upper + margin, np.inf)
-        speed = np.asarray(velocity_limit, dtype=np.float64).reshape(-1)
+        speed = np.asarray(configured_velocity_limits(config, self.joint_names, velocity_limit),
+                           dtype=np.float64).reshape(-1)
         speed = np.where(np.isfinite(speed) & (speed > 0), speed, config.unlimited_velocity)
         self._speed = config.velocity_factor * speed
         self._lead_ns = int(round(config.max_stamp_lead * 1e9))

@@ -32,6 +32,10 @@ Publications:
 * ``/lockstep`` under ``use_sim_time`` only: each refit's due time holds a lockstep
   simulated plant until the refit has finished (:mod:`diffsim_ros.nodes.lockstep`).
 
+Given a ``string_topic`` (cup mode, ball in a cup: ``config/wam4_cup.yaml``), the string the
+ball hangs on is refit beside the arm from the ball's gated poses and joins ``~/parameters``
+(:mod:`~diffsim_ros.nodes.string_identifier`).
+
 Given an ``object`` (``-p object:=cube``, or in the parameter file), the executable runs the
 identifier's object mode instead, which learns a tossed object from its mocap topic
 (:mod:`~diffsim_ros.nodes.object_identifier`).
@@ -63,12 +67,15 @@ from .identifier_config import (complete_estimator, engine_options, IdentifierCo
 from .lockstep import LockstepPeer
 from .model_file import load_model_file
 from .params import declare_config, declare_robot
+from .pose_gate import PoseGateConfig
 from .runtime import configure_interpreter, run_node
+from .string_identifier import StringIdentification
 from .. import robots
 from ..io.urdf_export import model_to_urdf, write_identified
 from ..robots.message import model_message, parameters_message
 from ..sysid.estimators import ESTIMATORS
 from ..sysid.online import Decision, DecisionLog, OnlineEngine
+from ..sysid.string_online import StringOnlineConfig
 
 __all__ = ['DATA_WAIT_S', 'Identifier', 'IdentifierConfig', 'engine_options', 'main']
 
@@ -84,7 +91,8 @@ class Identifier(Node):
     """
 
     PARAMETERS = {'': IdentifierConfig, 'gate.': StateGateConfig,   # and each estimator's
-                  **{f'{e}.': ESTIMATORS[e][1] for e in PHYSICAL_ESTIMATORS}}   # under its name
+                  **{f'{e}.': ESTIMATORS[e][1] for e in PHYSICAL_ESTIMATORS},   # under its name
+                  'string.': StringOnlineConfig, 'string_gate.': PoseGateConfig}   # cup mode
 
     def __init__(self, **kwargs) -> None:
         """Declare parameters, load the nominal model and create the interfaces."""
@@ -107,6 +115,12 @@ class Identifier(Node):
             declare_config(self, StateGateConfig, 'gate.', defaults),
             self.warnings, config.joint_states_topic, require_velocity=False)
         self.messages = {'received': 0, 'decimated': 0}
+        # cup mode: the ball on its string, refit beside the arm (nodes/string_identifier.py)
+        string_config = declare_config(self, StringOnlineConfig, 'string.', defaults)
+        ball_gate = declare_config(self, PoseGateConfig, 'string_gate.', defaults)
+        self.string = StringIdentification(
+            limits, config.string_length, ball_gate, string_config, self.warnings,
+            config.string_topic) if config.string_topic else None
         self._lock = threading.Lock()
         self._timeline = CommandTimeline()   # commands timed on the states' timeline
         # simulated time: commands timed by publication order, and a refit waits until the
@@ -145,6 +159,8 @@ class Identifier(Node):
                                  lambda msg, info: self._on_joint_state(msg, info), stream)
         self.create_subscription(Float64MultiArray, self.command_topic,
                                  lambda msg, info: self._on_command(msg, info), 10)
+        if self.string is not None:
+            self.create_subscription(PoseStamped, config.string_topic, self._on_ball, stream)
         for body in config.mocap_bodies:
             self.create_subscription(PoseStamped, f'{config.mocap_topic_prefix}/{body}',
                                      lambda msg, body=body: self._on_pose(body, msg),
@@ -184,6 +200,8 @@ class Identifier(Node):
         """Empty the window and go back to the nominal model."""
         with self._lock:
             self.engine.reset()   # window and memory emptied, a running fit discarded
+            if self.string is not None:
+                self.string.reset()
             self._timeline.reset()
             self._published.reset()
             self._last_ns = None
@@ -206,6 +224,10 @@ class Identifier(Node):
                 self.engine.restart()   # window emptied, memory forgotten
                 self._timeline.reset()
                 self._published.reset()
+                if self.string is not None:
+                    self.string.restart()
+            if self.string is not None:
+                self.string.add_state(sample.t, sample.q, sample.qd)
             # decimated or not: the newest state times the commands
             self._timeline.state(sample.t, now_ns * 1e-9)
             placed = self._published.state(sample.t, source_ns) if source_ns else []
@@ -252,6 +274,10 @@ class Identifier(Node):
         if not self.engine.window.add_pose(body, t, T):
             self.warnings.warn(f'mocap/{body}', 'dropped: duplicate or out-of-order stamp')
 
+    def _on_ball(self, msg: PoseStamped) -> None:
+        """Cup mode: gate a ball pose and feed the string's window."""
+        self.string.on_pose(msg, self.get_clock().now().nanoseconds)
+
     # -- refits ----------------------------------------------------------------------------
     def _on_refit_timer(self) -> None:
         """Ask the worker for a refit of the data up to now (the simulated due time)."""
@@ -296,6 +322,8 @@ class Identifier(Node):
                 if self._simulated and self._due is not None:
                     self._await_data(self._due)
                 self.refit()
+                if self.string is not None and self.string.refit_due():
+                    self._publish_model()
             self._lockstep.hold_until_next_call(self._refit_timer)   # this one is done
 
     def refit(self) -> bool:
@@ -332,17 +360,23 @@ class Identifier(Node):
             self.description_pub.publish(String(data=model_to_urdf(model)))
         except ValueError as error:
             self.warnings.warn('robot_description', f'not published: {error}')
-        self.parameters_pub.publish(String(data=json.dumps(parameters_message(
-            best, self.log.heldout_loss, self.get_clock().now().nanoseconds * 1e-9,
-            self.stats['accepted']))))
+        document = parameters_message(best, self.log.heldout_loss,
+                                      self.get_clock().now().nanoseconds * 1e-9,
+                                      self.stats['accepted'])
+        if self.string is not None:   # cup mode: the string's entries beside the arm's
+            string = self.string.parameters()
+            document['parameters'].update(string['parameters'])
+            document['string'] = string['string']
+        self.parameters_pub.publish(String(data=json.dumps(document)))
 
     def publish_diagnostics(self) -> None:
         """Publish one ``DiagnosticStatus`` with the refit and window statistics."""
         now_ns = self.get_clock().now().nanoseconds
         warn, message = self.log.last['warn'], self.log.last['status']
-        refused = self.state_gate.status(now_ns)
+        refused = [line for line in (self.state_gate.status(now_ns), self.string.status(now_ns)
+                                     if self.string is not None else None) if line]
         if refused:
-            warn, message = True, f'{message}; {refused}'
+            warn, message = True, '; '.join([message] + refused)
         window = self.engine.window
         values = {**self.stats, 'frozen': self.frozen, 'estimator': self.config.estimator,
                   'window_fill': min(window.span() / self.config.window, 1.0),
@@ -350,7 +384,8 @@ class Identifier(Node):
                   'drops': self.warnings.total, **self.state_gate.values(),
                   'incomplete_refits': self.incomplete_refits,
                   **{f'drops/{key}': count for key, count in self.warnings.drops.items()},
-                  **self.log.values()}
+                  **self.log.values(),
+                  **(self.string.values(now_ns) if self.string is not None else {})}
         status = DiagnosticStatus(
             level=DiagnosticStatus.WARN if warn else DiagnosticStatus.OK,
             name=f'{self.get_name()}: identification', message=message, hardware_id=self.robot,
@@ -370,11 +405,15 @@ class Identifier(Node):
     def _on_save(self, request, response):
         """Write the current URDF and parameters to ``save_directory``."""
         best = self.best
+        document = best.to_dict() if best is not None else {'method': 'nominal'}
+        if self.string is not None:   # cup mode: the string in use beside the arm
+            string = self.string.parameters()
+            document = {**document, 'string': string['string'], 'parameters': {
+                **document.get('parameters', {}), **string['parameters']}}
         try:
             urdf, params = write_identified(
                 self.config.save_directory, self.robot,
-                best.model if best is not None else self.nominal,
-                best.to_dict() if best is not None else {'method': 'nominal'})
+                best.model if best is not None else self.nominal, document)
         except (OSError, ValueError) as error:
             response.success, response.message = False, f'save failed: {error}'
             return response
@@ -393,6 +432,8 @@ class Identifier(Node):
         self._stop.set()
         self._wake.set()
         self.engine.close()
+        if self.string is not None:
+            self.string.close()
         self._worker.join(timeout=30.0)
         super().destroy_node()
 

@@ -82,6 +82,13 @@ class IdentifierConfig:
     memory_max_age: float = field(default=120.0, metadata=meta(
         'memory cells older than this (s) are forgotten (a changed robot, e.g. a new payload, '
         'is then fit on its own data); 0 = never', range=(0.0, 1000000.0)))
+    string_topic: str = field(default='', metadata=meta(
+        "cup mode (ball in a cup): the ball's geometry_msgs/PoseStamped (world frame, e.g. "
+        'mocap/ball), gated by string_gate.*; the string is refit beside the arm (string.*) '
+        "and joins ~/parameters as string/<name>; '' = no cup"))
+    string_length: float = field(default=0.40, metadata=meta(
+        "cup mode: the string's nominal length, m (the first fit's start)",
+        range=(0.01, 10.0)))
     refit_process: bool = field(default=True, metadata=meta(
         'run each fit in a child process, so that it never holds the lock of the '
         'interpreter taking joint_states (False: on a thread of this process)'))

@@ -60,7 +60,7 @@ from std_msgs.msg import Float64MultiArray, String
 from .command_loop import DeadlineLoop, PolledGroup, take_messages
 from .convert import commands_msg, MessageError, ThrottledLogger
 from .diagnostics import diagnostics_msg, with_warnings
-from .gates import StateGate, StateGateConfig
+from .gates import configured_velocity_limits, StateGate, StateGateConfig
 from .lockstep import LockstepPeer
 from .model_file import load_model_file, MODEL_FILE_DESCRIPTION
 from .monitor import MODEL_QOS
@@ -95,9 +95,10 @@ class MpcConfig(ControllerConfig):
     diagnostics_period: float = field(default=1.0, metadata=meta(
         'period of /diagnostics, s', range=(0.0, 3600.0)))
     reference_file: str = field(default='', metadata=meta(
-        'excitation trajectory to track (excitation.yaml of diffsim-excite), set at launch; '
-        "validated at start-up (the robot's joints, finite, within its limits), time 0 at "
-        "the first joint state, repeated with its period; '' = the robot's task"))
+        'reference trajectory to track, set at launch: excitation.yaml of diffsim-excite '
+        '(repeated with its period) or a kind: sampled file (played once, then held at its '
+        "end); validated at start-up (the robot's joints, finite, within its limits and "
+        "gate.velocity_limits), time 0 at the first joint state; '' = the robot's task"))
     model_file: str = field(default='', metadata=meta(MODEL_FILE_DESCRIPTION))
     command_priority: int = field(default=50, metadata=meta(
         'SCHED_FIFO priority of the command thread on the wall clock (1-99, needs rtprio or '
@@ -140,16 +141,24 @@ class MpcNode(Node):
         # lines logged by the executor thread: the command thread never waits on logging
         self._log = ThrottledLogger(self.get_logger(), deferred=True)
         task = None
+        try:
+            speeds = configured_velocity_limits(gate_config, nominal.joint_names,
+                                                nominal.velocity_limit.tolist())
+        except ValueError as error:
+            Node.destroy_node(self)
+            raise ParameterError('gate.velocity_limits', list(gate_config.velocity_limits),
+                                 str(error)) from None
         if config.reference_file:
             try:
-                task = load_reference_task(config.reference_file, robot, nominal)
+                task = load_reference_task(config.reference_file, robot, nominal, speeds)
             except ReferenceFileError as error:
                 Node.destroy_node(self)   # nothing of this node runs yet: release it whole
                 raise ParameterError('reference_file', config.reference_file,
                                      str(error)) from None
+            form = (f'period {1.0 / task.frequency_hz:g} s' if task.trajectory is None
+                    else 'played once, then held at its end')
             self.get_logger().info(f'tracking {config.reference_file} '
-                                   f'({task.duration_s:g} s, period '
-                                   f'{1.0 / task.frequency_hz:g} s)')
+                                   f'({task.duration_s:g} s, {form})')
         self.planner = Planner(info, config, nominal if fit is None else fit.model, self._log,
                                config.stale_timeout, config.plan_timeout, task,
                                None if fit is None else fit.friction)

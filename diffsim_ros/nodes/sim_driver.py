@@ -40,6 +40,16 @@ Clock modes (``clock_mode``):
   ``real_time_factor`` paces the ticks in between; time spent holding for peers is not
   made up afterwards.
 
+Given ``scene: cup`` (``config/wam4_cup.yaml``; robot ``wam4``), the plant is the ball in a
+cup (:class:`~diffsim_ros.sim.cup_driver.CupDriverPlant`): the WAM-4 with a cup on
+``wam/tool_link`` and a ball on a string of ``string_length`` (the hidden truth, string,
+cup transform, ball mass and arm, drawn from ``seed``: :func:`~diffsim_ros.sim.cup.
+draw_truth`), with the same topics, commands, lockstep and clock; the ball's centre is
+the mocap body ``ball`` (``<mocap_topic_prefix>/ball``, identity orientation, world frame,
+at ``mocap_rate_hz``, noise ``ball_noise_std``), and ``~/ball_in_cup`` (``std_msgs/Bool``,
+latched, ten times a second of plant time) says whether the ball has been in the cup for the
+last 0.2 s (:func:`~diffsim_ros.sim.cup.in_cup`).
+
 A bad command (wrong length, NaN/Inf) is dropped with a throttled warning and the last valid
 command stays; after ``command_timeout`` s without a valid command the driver applies zero,
 as a ros2_control forward command controller with a timeout would.
@@ -70,7 +80,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile
 from rosgraph_msgs.msg import Clock as ClockMsg
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray, String
+from std_msgs.msg import Bool, Float64MultiArray, String
 import torch
 import yaml
 
@@ -86,11 +96,14 @@ from ..core.configuration import root_pose_matrix
 from ..io.tosses import CUBE_HALF_WIDTH_M
 from ..robots import object_urdf_path
 from ..sim import MujocoPlant, PlantConfig, TrueParameters
+from ..sim.cup import CupNoise, draw_truth
+from ..sim.cup_driver import CupDriverPlant
 from ..sim.tosser import hidden_box, Tosser
 
 __all__ = ['SimDriver', 'SimDriverConfig', 'TossRig', 'TosserConfig', 'main']
 
 _CLOCK_MODES = ('realtime', 'lockstep')
+_SCENES = ('', 'cup')
 #: Lockstep: wall seconds at most to wait, before the first tick, for the readers the ROS
 #: graph knows of to match the state and clock publishers (a first tick they miss would
 #: leave a controller that is already there without the state it must answer).
@@ -146,11 +159,22 @@ class SimDriverConfig:
                                                            range=(0.0, 100.0)))
     q0: tuple[float, ...] = field(default=(), metadata=meta(
         'initial positions in joint order; empty = home'))
+    scene: str = field(default='', metadata=meta(
+        "'' = the robot alone; 'cup' (wam4 only): a cup on wam/tool_link and a ball on a "
+        'string, hidden truth drawn from seed (sim/cup.py draw_truth), the ball published as '
+        "the mocap body 'ball' and ~/ball_in_cup"))
+    string_length: float = field(default=0.40, metadata=meta(
+        "cup scene: the string's nominal length, m (the hidden one is drawn within 1 cm)",
+        range=(0.12, 2.0)))
+    ball_noise_std: float = field(default=0.0, metadata=meta(
+        "cup scene: the ball's mocap position noise std, m", range=(0.0, 1.0)))
 
     def __post_init__(self) -> None:
         """Validate choices and ranges."""
         if self.clock_mode not in _CLOCK_MODES:
             raise ValueError(f'clock_mode must be one of {_CLOCK_MODES}, got {self.clock_mode!r}')
+        if self.scene not in _SCENES:
+            raise ValueError(f'scene must be one of {_SCENES}, got {self.scene!r}')
         for name in ('real_time_factor', 'command_wait', 'peer_timeout', 'rate_hz',
                      'command_timeout', 'mocap_rate_hz'):
             value = getattr(self, name)
@@ -174,6 +198,23 @@ class SimDriverConfig:
                            actuator_error=self.actuator_error, seed=self.seed,
                            tracked_bodies=self.mocap_bodies or None)
 
+    def plant(self, robot: str):
+        """
+        Return the plant these parameters describe: the robot's, or its cup scene.
+
+        :param robot: catalog robot name.
+        :return: a :class:`~diffsim_ros.sim.MujocoPlant` or a
+            :class:`~diffsim_ros.sim.cup_driver.CupDriverPlant`.
+        :raises ValueError: a cup scene for another robot than ``wam4``.
+        """
+        if self.scene != 'cup':
+            return MujocoPlant(self.plant_config(robot))
+        if robot != 'wam4':
+            raise ValueError(f"scene 'cup' is the WAM-4's (robot wam4), got robot {robot!r}")
+        return CupDriverPlant(draw_truth(self.seed, self.string_length, self.param_error),
+                              CupNoise(self.q_noise_std, self.qd_noise_std,
+                                       self.ball_noise_std), self.seed)
+
 
 class SimDriver(Node):
     """
@@ -189,7 +230,7 @@ class SimDriver(Node):
         self.robot, defaults = declare_robot(self)
         self.config = config = declare_config(self, SimDriverConfig, defaults=defaults)
         self.info = robots.get(self.robot)
-        self.plant = MujocoPlant(config.plant_config(self.robot))
+        self.plant = config.plant(self.robot)
         self.plant.reset(q0=config.q0 or None)
         self.warnings = ThrottledLogger(self.get_logger())
         self._lock = threading.Lock()
@@ -206,6 +247,11 @@ class SimDriver(Node):
         self._mocap_every = max(1, round(self.plant.rate_hz / config.mocap_rate_hz)) \
             if config.mocap_rate_hz > 0 else 0
         self.create_subscription(Float64MultiArray, self.command_topic, self._on_command, 10)
+        # cup scene: the success rule, ten times a second of plant time (latched)
+        self.ball_in_cup_pub = self.create_publisher(Bool, '~/ball_in_cup', QoSProfile(
+            depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)) \
+            if config.scene == 'cup' else None
+        self._in_cup_every = max(1, round(self.plant.rate_hz / 10.0))
         self.lockstep = config.clock_mode == 'lockstep'
         self.clock_pub = self.create_publisher(ClockMsg, '/clock', 10) if self.lockstep else None
         self.peers = PeerWaiter(self, config.peer_timeout, self.warnings.warn) \
@@ -270,6 +316,8 @@ class SimDriver(Node):
             for body, publisher in self.mocap_pubs.items():
                 publisher.publish(pose_msg(measurement.poses[body], self.config.world_frame,
                                            stamp))
+        if self.ball_in_cup_pub is not None and self.plant.tick % self._in_cup_every == 0:
+            self.ball_in_cup_pub.publish(Bool(data=self.plant.in_cup()))
         if self.lockstep:   # after the state: see the module docstring
             self.clock_pub.publish(ClockMsg(clock=stamp))
 

@@ -540,6 +540,15 @@ class CupPlant:
         d = self.mj_data
         return d.xpos[self._cup].copy(), d.xmat[self._cup].reshape(3, 3).copy()
 
+    def joint_state(self) -> Tuple[np.ndarray, np.ndarray]:
+        """
+        Return the arm's true joint state now.
+
+        :return: ``(q (4,) rad, qd (4,) rad/s)`` in :attr:`joint_names` order.
+        """
+        d = self.mj_data
+        return d.qpos[self._index.qpos].copy(), d.qvel[self._index.dof].copy()
+
     def ball_position(self) -> np.ndarray:
         """
         Return the ball's centre now.
@@ -575,7 +584,7 @@ class CupPlant:
         noise = CupNoise() if noise is None else noise
         rng = np.random.default_rng([int(seed), 18])
         self.reset(q0, qd0, string_direction)
-        m, d, qpos, dof = self.mj_model, self.mj_data, self._index.qpos, self._index.dof
+        d, qpos, dof = self.mj_data, self._index.qpos, self._index.dof
         t = np.arange(steps) / RATE_HZ
         q, qd, tau = (np.zeros((steps, 4)) for _ in range(3))
         ball = np.zeros((steps, 3)) if self.has_ball else None
@@ -591,22 +600,37 @@ class CupPlant:
             command = controller(float(t[k]), q[k].copy(), qd[k].copy())
             if isinstance(command, torch.Tensor):
                 command = command.detach().cpu().numpy()
-            u = np.asarray(command, dtype=np.float64)
-            if u.shape != (4,) or not np.isfinite(u).all():
-                raise ValueError(f'the controller must return 4 finite torques for '
-                                 f'{list(self.joint_names)}, got {command!r} at t={t[k]}')
-            tau[k] = np.clip(u, -self.command_limit, self.command_limit)
+            tau[k], contact[k] = self.apply(command, float(t[k]))
             clipped += bool((np.abs(tau[k]) >= self.command_limit - 1e-9).any())
-            d.qfrc_applied[dof] = self._gain * tau[k]
-            for _ in range(self.substeps):
-                mujoco.mj_step(m, d)
-                contact[k] |= d.ncon > 0
-            if d.warning[mujoco.mjtWarning.mjWARN_BADQACC].number:
-                raise RuntimeError(f'MuJoCo diverged at t={t[k]:.3f} s (bad acceleration)')
         return CupRecording(t=t, q=q, qd=qd, tau=tau, ball=ball, cup_pos=cup_pos,
                             cup_rot=cup_rot, joint_names=self.joint_names,
                             contact=contact if self.has_ball else None,
                             saturated=clipped / steps)
+
+    def apply(self, command: Sequence[float], t: float = math.nan) -> Tuple[np.ndarray, bool]:
+        """
+        Apply joint torques for one driver period (the step of :meth:`run` and the driver).
+
+        :param command: ``(4,)`` N m, clipped at :attr:`command_limit`, held for the period.
+        :param t: the time, s, for error messages.
+        :return: ``(tau (4,) applied, whether anything touched during the period)``.
+        :raises ValueError: a non-finite or wrongly shaped torque (nothing is applied).
+        :raises RuntimeError: MuJoCo's integration diverged.
+        """
+        u = np.asarray(command, dtype=np.float64)
+        if u.shape != (4,) or not np.isfinite(u).all():
+            raise ValueError(f'the controller must return 4 finite torques for '
+                             f'{list(self.joint_names)}, got {command!r} at t={t}')
+        tau = np.clip(u, -self.command_limit, self.command_limit)
+        m, d = self.mj_model, self.mj_data
+        d.qfrc_applied[self._index.dof] = self._gain * tau
+        contact = False
+        for _ in range(self.substeps):
+            mujoco.mj_step(m, d)
+            contact |= d.ncon > 0
+        if d.warning[mujoco.mjtWarning.mjWARN_BADQACC].number:
+            raise RuntimeError(f'MuJoCo diverged at t={t:.3f} s (bad acceleration)')
+        return tau, bool(contact)
 
     def __repr__(self) -> str:
         """Return a one-line summary."""

@@ -78,6 +78,7 @@ import torch
 from .dataset import Trajectory
 from .nea import base_parameters, BaseParameters, RegressorColumns
 from .result import check_choice, check_positive
+from .sampled import joint_order, KIND as SAMPLED, SampledTrajectory
 from ..core.dispatch import rnea
 from ..core.integrators import joint_friction
 from ..core.model import RobotModel
@@ -294,6 +295,15 @@ class FourierTrajectory:
                       for ra, rb in zip(self.a, self.b))
         return self.q0, amplitude, phase
 
+    def check_times(self, rate_hz: float) -> Tensor:
+        """
+        Return the times a limit check samples: one period (it holds every state).
+
+        :param rate_hz: rate of the check, Hz.
+        :return: ``(K,)`` float64, s.
+        """
+        return torch.arange(0.0, self.period_s, 1.0 / rate_hz, dtype=torch.float64)
+
     def reorder(self, joint_names: Sequence[str]) -> 'FourierTrajectory':
         """
         Return the same trajectory with its rows in another joint order.
@@ -302,13 +312,7 @@ class FourierTrajectory:
         :return: the reordered trajectory.
         :raises ValueError: when the joints differ (the message lists both sets).
         """
-        if sorted(joint_names) != sorted(self.joint_names) or \
-                len(set(joint_names)) != len(joint_names):
-            missing = sorted(set(joint_names) - set(self.joint_names))
-            extra = sorted(set(self.joint_names) - set(joint_names))
-            raise ValueError(f'joint names do not match the robot: missing {missing}, '
-                             f'unknown {extra}')
-        index = [self.joint_names.index(j) for j in joint_names]
+        index = joint_order(self.joint_names, joint_names)
         return FourierTrajectory(tuple(joint_names), tuple(self.q0[i] for i in index),
                                  tuple(self.a[i] for i in index),
                                  tuple(self.b[i] for i in index), self.base_frequency_hz)
@@ -424,23 +428,34 @@ def trajectory_document(trajectory: FourierTrajectory, robot: str, duration_s: f
 
 
 def trajectory_from_document(document: Any, model: RobotModel, limits: JointLimits,
-                             rate_hz: float) -> Tuple[FourierTrajectory, float]:
+                             rate_hz: float) -> Tuple[Any, float]:
     """
-    Validate an excitation mapping (:func:`trajectory_document`) for a robot.
+    Validate a reference mapping for a robot: an excitation series or a sampled trajectory.
 
-    Refused: anything but a mapping with the series' keys, joints other than the model's
-    (matched by name, any order), values that are not finite numbers, and a trajectory that
-    leaves ``limits`` anywhere on a period sampled at ``rate_hz`` (:func:`limit_check`).
+    A mapping with ``kind: sampled`` is a one-shot :class:`~diffsim_ros.sysid.sampled.
+    SampledTrajectory` (its module docstring gives the form), any other the periodic series of
+    :func:`trajectory_document`.  Refused: anything but a mapping with the form's keys, joints
+    other than the model's (matched by name, any order), values that are not finite numbers,
+    and a trajectory that leaves ``limits`` anywhere on a period (a sampled one: its samples
+    and its hold) sampled at ``rate_hz`` (:func:`limit_check`).
 
     :param document: the parsed file.
     :param model: the robot.
     :param limits: its limits (:func:`excitation_limits`).
     :param rate_hz: rate of the limit check, Hz.
-    :return: ``(trajectory in model joint order, duration_s)``.
+    :return: ``(trajectory in model joint order, duration_s)``: the series' ``duration_s``,
+        or the time of a sampled trajectory's last sample.
     :raises ValueError: the first problem, in one line.
     """
     if not isinstance(document, dict):
         raise ValueError('expected a mapping')
+    if document.get('kind', 'fourier') not in ('fourier', SAMPLED):
+        raise ValueError(f"kind must be 'fourier' (the default) or {SAMPLED!r}, got "
+                         f"{document['kind']!r}")
+    if document.get('kind') == SAMPLED:
+        trajectory = SampledTrajectory.from_document(document).reorder(model.joint_names)
+        _refuse_outside(model, limit_check(model, limits, trajectory, rate_hz))
+        return trajectory, trajectory.duration_s
     missing = [k for k in ('joint_names', 'base_frequency_hz', 'q0', 'a', 'b', 'duration_s')
                if k not in document]
     if missing:
@@ -458,11 +473,15 @@ def trajectory_from_document(document: Any, model: RobotModel, limits: JointLimi
     if isinstance(duration, bool) or not isinstance(duration, (int, float)) or not (
             math.isfinite(duration) and duration > 0):
         raise ValueError(f'duration_s must be a finite number > 0, got {duration!r}')
-    check = limit_check(model, limits, trajectory, rate_hz)
+    _refuse_outside(model, limit_check(model, limits, trajectory, rate_hz))
+    return trajectory, float(duration)
+
+
+def _refuse_outside(model: RobotModel, check: Dict[str, Any]) -> None:
+    """Raise the first violated limit of a :func:`limit_check` as a ValueError."""
     if not check['satisfied']:
         raise ValueError(f'the trajectory leaves the limits of the robot: '
                          f'{_worst(model, check)}')
-    return trajectory, float(duration)
 
 
 def _worst(model: RobotModel, check: Dict[str, Any]) -> str:
@@ -495,16 +514,18 @@ def nominal_torque(model: RobotModel, q: Tensor, qd: Tensor, qdd: Tensor) -> Ten
     return rnea(model, q, qd, qdd) + joint_friction(model, qd)
 
 
-def limit_check(model: RobotModel, limits: JointLimits, trajectory: FourierTrajectory,
+def limit_check(model: RobotModel, limits: JointLimits, trajectory: Any,
                 rate_hz: float) -> Dict[str, Any]:
     """
-    Check a trajectory against limits on one period sampled at ``rate_hz``.
+    Check a trajectory against limits at its ``check_times`` sampled at ``rate_hz``.
 
-    The series is periodic: one period holds every state of any whole number of periods.
+    A series is periodic: one period holds every state of any whole number of periods.  A
+    sampled trajectory is checked over its samples and its hold.
 
     :param model: the robot (joint order; the trajectory is matched by name).
     :param limits: the limits, model joint order.
-    :param trajectory: the trajectory.
+    :param trajectory: a :class:`FourierTrajectory` or a
+        :class:`~diffsim_ros.sysid.sampled.SampledTrajectory`.
     :param rate_hz: sample rate of the check, Hz.
     :return: ``satisfied`` (bool) and per joint (model order) ``position_gap`` (smallest
         distance to a position limit over the period, negative beyond it, rad or m),
@@ -512,7 +533,7 @@ def limit_check(model: RobotModel, limits: JointLimits, trajectory: FourierTraje
     """
     model = model.to(dtype=torch.float64, device='cpu')
     trajectory = trajectory.reorder(model.joint_names)
-    t = torch.arange(0.0, trajectory.period_s, 1.0 / rate_hz, dtype=torch.float64)
+    t = trajectory.check_times(rate_hz)
     with torch.no_grad():
         q, qd, qdd = trajectory.evaluate(t)
         tau = nominal_torque(model, q, qd, qdd)
