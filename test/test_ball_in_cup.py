@@ -18,7 +18,7 @@ from diffsim_ros import robots
 from diffsim_ros.control.ball_in_cup import (BallInCupTask, caught_mask, cup_coordinates,
                                              CupGeometry, dipole_potential,
                                              hermite_upsample, model_episode, policy_search,
-                                             SearchConfig, task_reward)
+                                             SearchConfig, StringEnsemble, task_reward)
 from diffsim_ros.control.promp import ProMP
 from diffsim_ros.core import forward_kinematics, load_urdf
 import pytest
@@ -170,6 +170,37 @@ def test_episode_at_home_keeps_the_ball_hanging_and_batched_equals_loop():
         one = model_episode(task, thetas[i:i + 1], model)
         assert torch.allclose(one.reward, batch.reward[i:i + 1])
         assert torch.allclose(one.ball, batch.ball[i:i + 1])
+
+
+def test_ensemble_members_equal_string_models_at_their_tilt_and_length():
+    """Each member is the string model at its cup tilt and length; the reward is their mean."""
+    from diffsim_ros.sysid.string_model import StringModel
+    task = _task(duration=0.5, hold=0.2)
+    robot = load_urdf(robots.urdf_path('wam4'), dtype=torch.float64)
+    model = StringModel(robot, string_length=0.4)
+    tilts = torch.tensor([[0.0, 0.0, 0.0], [0.3, 0.0, 0.0], [0.0, -0.2, 0.0]],
+                         dtype=torch.float64)
+    offsets = torch.tensor([0.0, 0.01, -0.02], dtype=torch.float64)
+    ensemble = StringEnsemble(model, tilts, offsets)
+    gen = torch.Generator().manual_seed(2)
+    thetas = 0.5 * torch.randn(3, task.promp.dim, dtype=torch.float64, generator=gen)
+    robust = model_episode(task, thetas, ensemble, chunk=2)
+    rewards = []
+    for k in range(3):
+        member = StringModel(robot, string_length=0.4 + float(offsets[k]),
+                             cup_rpy=tilts[k].tolist())
+        one = model_episode(task, thetas, member)
+        rewards.append(one.reward)
+        if k == 0:
+            assert torch.allclose(one.ball, robust.ball)
+    rewards = torch.stack(rewards)
+    # The members see different cups, so the mean is not any one member's reward.
+    assert float((rewards[1:] - rewards[0]).abs().max()) > 1e-3
+    assert torch.allclose(robust.reward, rewards.mean(0))
+    with pytest.raises(ValueError, match='tilts'):
+        StringEnsemble(model, tilts[:, :2], offsets)
+    with pytest.raises(ValueError, match='its own ball model'):
+        model_episode(task, thetas, ensemble, ball_model=model)
 
 
 @pytest.mark.slow
