@@ -18,7 +18,7 @@ from diffsim_ros import robots
 from diffsim_ros.control.ball_in_cup import (BallInCupTask, caught_mask, cup_coordinates,
                                              CupGeometry, dipole_potential,
                                              hermite_upsample, model_episode, policy_search,
-                                             SearchConfig, task_reward)
+                                             SearchConfig, StringEnsemble, task_reward)
 from diffsim_ros.control.promp import ProMP
 from diffsim_ros.core import forward_kinematics, load_urdf
 import pytest
@@ -172,6 +172,37 @@ def test_episode_at_home_keeps_the_ball_hanging_and_batched_equals_loop():
         assert torch.allclose(one.ball, batch.ball[i:i + 1])
 
 
+def test_ensemble_members_equal_string_models_at_their_tilt_and_length():
+    """Each member is the string model at its cup tilt and length; the reward is their mean."""
+    from diffsim_ros.sysid.string_model import StringModel
+    task = _task(duration=0.5, hold=0.2)
+    robot = load_urdf(robots.urdf_path('wam4'), dtype=torch.float64)
+    model = StringModel(robot, string_length=0.4)
+    tilts = torch.tensor([[0.0, 0.0, 0.0], [0.3, 0.0, 0.0], [0.0, -0.2, 0.0]],
+                         dtype=torch.float64)
+    offsets = torch.tensor([0.0, 0.01, -0.02], dtype=torch.float64)
+    ensemble = StringEnsemble(model, tilts, offsets)
+    gen = torch.Generator().manual_seed(2)
+    thetas = 0.5 * torch.randn(3, task.promp.dim, dtype=torch.float64, generator=gen)
+    robust = model_episode(task, thetas, ensemble, chunk=2)
+    rewards = []
+    for k in range(3):
+        member = StringModel(robot, string_length=0.4 + float(offsets[k]),
+                             cup_rpy=tilts[k].tolist())
+        one = model_episode(task, thetas, member)
+        rewards.append(one.reward)
+        if k == 0:
+            assert torch.allclose(one.ball, robust.ball)
+    rewards = torch.stack(rewards)
+    # The members see different cups, so the mean is not any one member's reward.
+    assert float((rewards[1:] - rewards[0]).abs().max()) > 1e-3
+    assert torch.allclose(robust.reward, rewards.mean(0))
+    with pytest.raises(ValueError, match='tilts'):
+        StringEnsemble(model, tilts[:, :2], offsets)
+    with pytest.raises(ValueError, match='its own ball model'):
+        model_episode(task, thetas, ensemble, ball_model=model)
+
+
 @pytest.mark.slow
 def test_policy_search_improves_the_reward_of_every_seed():
     task = _task()
@@ -203,6 +234,27 @@ def test_benchmark_help_lists_the_issue_options():
         assert option in out.stdout
 
 
+def test_benchmark_ensemble_is_symmetric_about_the_model_and_off_at_zero():
+    """``ensemble_for``: the model itself at 0/0, else five members centred on it."""
+    _needs_plant_and_string_model()
+    from diffsim_ros.sysid.string_model import StringModel
+    spec = importlib.util.spec_from_file_location('ball_in_a_cup_bench', BENCHMARK)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    robot = load_urdf(robots.urdf_path('wam4'), dtype=torch.float64)
+    model = StringModel(robot, string_length=0.4)
+    assert bench.ensemble_for(model, 0.0, 0.0) is model
+    ensemble = bench.ensemble_for(model, 0.05, 0.005)
+    assert isinstance(ensemble, StringEnsemble) and ensemble.members == 5
+    lengths = ensemble.string_length.flatten()
+    assert torch.allclose(lengths.mean(), model.string_length.detach())
+    assert torch.allclose((lengths - 0.4).abs().max(), torch.tensor(0.005, dtype=torch.float64))
+    # Mean of the members' cup axes is (nearly) the model's: the tilts are symmetric.
+    z_axes = ensemble.R_link_cup[..., :, 2]
+    assert torch.allclose(z_axes.mean(0)[:2], torch.zeros(2, dtype=torch.float64), atol=1e-12)
+    assert float(torch.acos(z_axes[1:, 2]).min()) == pytest.approx(0.05)
+
+
 @pytest.mark.slow
 def test_benchmark_runs_end_to_end_on_a_small_budget(tmp_path):
     """Identify from short recordings, search briefly, transfer: the JSON has the keys."""
@@ -212,11 +264,13 @@ def test_benchmark_runs_end_to_end_on_a_small_budget(tmp_path):
                           '--json', str(path), '--searches', '2', '--iterations', '2',
                           '--samples', '4', '--repeats', '1', '--models', 'diffnea,nominal',
                           '--arm-seconds', '6', '--string-runs', '1', '--string-seconds', '6',
-                          '--threads', '1'],
+                          '--threads', '1', '--ensemble-tilt-deg', '2.9',
+                          '--ensemble-length-mm', '5'],
                          capture_output=True, text=True, timeout=1800, cwd=ROOT)
     assert out.returncode == 0, out.stderr[-3000:]
     payload = json.loads(path.read_text())
     entry = payload['0.40']
+    assert payload['settings']['ensemble_length_mm'] == 5.0
     assert entry['string_length_error_m'] >= 0.0
     for name in ('diffnea', 'nominal'):
         row = entry[name]

@@ -67,6 +67,16 @@ beyond them cannot be tracked; the rest is left to the tracking controller's fee
 the model's error: with ``f = 1`` and ``w_torque = 1``, 2 of 8 searched swing-ups saturated
 the plant's drives for 16-36 % of the time and missed their reference by 0.5-2.3 rad), and
 ask for a cup that ends upright so a caught ball stays.
+
+Robustness to model error (:class:`StringEnsemble`, DiffNEA's own suggestion): the
+identification cannot see the cup's orientation (it moves the walls, not the string's
+anchor) and leaves millimetres of error on the string's length, so a policy can be searched
+on ``K`` members of the identified model that differ in exactly those (cup tilt, length).
+An ensemble's :meth:`~StringEnsemble.cup_motion`, :meth:`~StringEnsemble.cup_frame` and
+:meth:`~StringEnsemble.rollout` carry a leading member dimension ``(K, B, ...)``;
+:func:`model_episode` then scores each member and returns the *mean* reward over the
+members (what the search optimises and the best 10 are chosen by) and a catch only where
+every member catches.
 """
 
 from dataclasses import dataclass, field
@@ -80,11 +90,13 @@ from .promp import ProMP
 from .reps import Gaussian, reps_update
 from ..core.dispatch import rnea
 from ..core.model import RobotModel
+from ..core.spatial import rpy_to_matrix
+from ..sysid.string_model import integrate_ball, point_motion, string_acceleration
 
 Tensor = torch.Tensor
 
 __all__ = ['BallInCupTask', 'CupGeometry', 'Episode', 'RewardWeights', 'SearchConfig',
-           'SearchResult', 'caught_mask', 'cup_coordinates', 'dipole_potential',
+           'SearchResult', 'StringEnsemble', 'caught_mask', 'cup_coordinates', 'dipole_potential',
            'hermite_upsample', 'model_episode', 'policy_search', 'task_reward']
 
 #: Scale of :func:`dipole_potential`: its largest value is 1.
@@ -339,11 +351,16 @@ def model_episode(task: BallInCupTask, theta: Tensor, kinematics: Any,
 
     :param task: the task.
     :param theta: ProMP parameters ``(B, dim)``.
-    :param kinematics: cup kinematics and string length (module docstring).
+    :param kinematics: cup kinematics and string length (module docstring), or a
+        :class:`StringEnsemble` (then ``ball_model`` must be None).
     :param ball_model: the ball's rollout (module docstring); ``kinematics`` when None.
     :param chunk: samples per kinematics evaluation (bounds the memory of the FK).
-    :return: the episodes.
+    :return: the episodes; for an ensemble the reward is the members' mean, ``caught`` holds
+        where every member catches, and ``ball``/``cup`` are the first member's.
     """
+    ensemble = isinstance(kinematics, StringEnsemble)
+    if ensemble and ball_model is not None:
+        raise ValueError('model_episode: a StringEnsemble is its own ball model')
     ball_model = kinematics if ball_model is None else ball_model
     stride, B = task.kinematics_stride, theta.shape[0]
     with torch.no_grad():
@@ -356,7 +373,9 @@ def model_episode(task: BallInCupTask, theta: Tensor, kinematics: Any,
             Rc = kinematics.cup_frame(qc)[1]
             tau = None if task.arm is None else rnea(task.arm, qc, qdc, qddc)
             parts.append((pc, vc, ac, Rc, tau))
-        pc, vc, ac, Rc = (torch.cat([part[k] for part in parts]) for k in range(4))
+        # The batch is the dim before (T, 3) (an ensemble's members lead).
+        pc, vc, ac = (torch.cat([part[k] for part in parts], -3) for k in range(3))
+        Rc = torch.cat([part[3] for part in parts], -4)
         tau = None if task.arm is None else torch.cat([part[4] for part in parts])
         H = stride * task.dt
         p = hermite_upsample(pc, vc, stride, H)
@@ -364,11 +383,101 @@ def model_episode(task: BallInCupTask, theta: Tensor, kinematics: Any,
         a = hermite_upsample(ac, None, stride, H)
         R = hermite_upsample(Rc.flatten(-2), None, stride, H).unflatten(-1, (3, 3))
         length = torch.as_tensor(kinematics.string_length, dtype=p.dtype)
-        x0 = p[:, 0] - length * p.new_tensor([0.0, 0.0, 1.0])
+        x0 = p[..., 0, :] - length * p.new_tensor([0.0, 0.0, 1.0])
         x, _ = ball_model.rollout(x0, torch.zeros_like(x0), p, v, a, task.dt)
         reward, caught = task_reward(task, q, qd, qdd, cup_coordinates(x, p, R),
-                                     Rc[:, -1, :, 2], tau)
+                                     Rc[..., -1, :, 2], tau)
+        if ensemble:
+            reward, caught = reward.mean(0), caught.all(0)
+            x, p = x[0], p[0]
     return Episode(reward=reward, caught=caught, ball=x, cup=p, q=q)
+
+
+class StringEnsemble:
+    """
+    Members of a string model that differ in cup orientation and string length.
+
+    The members share the identified arm, anchor and friction; each has its own cup rotation
+    (an extra rotation ``rpy_k`` after the model's, in the cup frame) and its own string
+    length ``l + dl_k``.  Outputs carry the member dimension first (module docstring).
+
+    :param model: the identified string model (a
+        :class:`~diffsim_ros.sysid.string_model.StringModel`); only read.
+    :param tilts: extra cup rotations ``(K, 3)``, rad (URDF roll-pitch-yaw).
+    :param length_offsets: string length changes ``(K,)``, m.
+    :raises ValueError: shapes that disagree, or a member with a non-positive length.
+    """
+
+    def __init__(self, model: Any, tilts: Tensor, length_offsets: Tensor) -> None:
+        """Store the members (see the class)."""
+        dtype = model.cup_xyz.dtype
+        tilts = torch.as_tensor(tilts, dtype=dtype)
+        offsets = torch.as_tensor(length_offsets, dtype=dtype)
+        if tilts.dim() != 2 or tilts.shape[-1] != 3 or offsets.shape != tilts.shape[:1]:
+            raise ValueError(f'StringEnsemble: expected tilts (K, 3) and length_offsets (K,), '
+                             f'got {tuple(tilts.shape)} and {tuple(offsets.shape)}')
+        with torch.no_grad():
+            self.model = model
+            self.cup_xyz = model.cup_xyz.detach().clone()
+            self.friction = model.friction.detach().clone()
+            lengths = model.string_length.detach() + offsets
+            if not bool((lengths > 0).all()):
+                raise ValueError(f'StringEnsemble: non-positive string lengths {lengths}')
+            self.lengths = lengths
+            self.R_link_cup = rpy_to_matrix(model.cup_rpy.detach()) @ rpy_to_matrix(tilts)
+
+    @property
+    def members(self) -> int:
+        """Return the number of members ``K``."""
+        return int(self.lengths.numel())
+
+    @property
+    def string_length(self) -> Tensor:
+        """Return the members' string lengths ``(K, 1, 1)``, m (broadcasts on ``(K, B, 3)``)."""
+        return self.lengths[:, None, None]
+
+    def cup_motion(self, q: Tensor, qd: Tensor, qdd: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+        """
+        Return the anchor's world motion, the same for every member.
+
+        :param q: joint positions ``(B, T, n)``, rad; :param qd: rad/s; :param qdd: rad/s^2.
+        :return: ``(p, v, a)`` each ``(K, B, T, 3)``.
+        """
+        p, v, a = point_motion(self.model.link_motion(q, qd, qdd), self.cup_xyz)
+        K = self.members
+        return (p.expand((K,) + p.shape), v.expand((K,) + v.shape), a.expand((K,) + a.shape))
+
+    def cup_frame(self, q: Tensor) -> Tuple[Tensor, Tensor]:
+        """
+        Return each member's cup pose.
+
+        :param q: joint positions ``(B, T, n)``, rad.
+        :return: ``(p, R)``: ``(K, B, T, 3)`` m and ``(K, B, T, 3, 3)`` (cup axes in world).
+        """
+        zero = torch.zeros_like(q)
+        motion = self.model.link_motion(q, zero, zero)
+        p = point_motion(motion, self.cup_xyz)[0]
+        R = motion.R[None] @ self.R_link_cup.reshape((-1,) + (1,) * (q.dim() - 1) + (3, 3))
+        return p.expand((self.members,) + p.shape), R
+
+    def rollout(self, x0: Tensor, xd0: Tensor, p: Tensor, v: Tensor, a: Tensor,
+                dt: float) -> Tuple[Tensor, Tensor]:
+        """
+        Simulate every member's ball (the string model's rollout at the member's length).
+
+        :param x0: initial ball positions ``(K, B, 3)``, m; :param xd0: velocities, m/s.
+        :param p: anchor positions ``(K, B, T, 3)``; :param v: velocities; :param a:
+            accelerations.
+        :param dt: step, s.
+        :return: ``(x, xd)`` each ``(K, B, T, 3)``.
+        """
+        length = self.lengths[:, None, None]
+        gravity = self.model.gravity
+
+        def accel(x, xd, p_k, v_k, a_k, k):
+            return string_acceleration(x, xd, p_k, v_k, a_k, length, self.friction, gravity)
+
+        return integrate_ball(accel, x0, xd0, p, v, a, dt, length)
 
 
 @dataclass(frozen=True)
