@@ -55,7 +55,7 @@ import numpy as np
 import torch
 
 from .builder import build_mujoco_model
-from .parameters import nominal_model, TrueParameters
+from .parameters import finite_vector, nominal_model, TrueParameters
 from .. import robots
 from ..control.baselines import ComputedTorque
 from ..control.dynamics import ModelDynamics
@@ -126,16 +126,6 @@ SPEED_LIMIT = 3.0
 _SOLID, _BALL = 2, 0
 
 
-def _floats(value: Sequence[float], size: int, what: str) -> tuple:
-    try:
-        values = tuple(float(v) for v in value)
-    except (TypeError, ValueError):
-        raise ValueError(f'{what}: expected {size} numbers, got {value!r}') from None
-    if len(values) != size or not all(math.isfinite(v) for v in values):
-        raise ValueError(f'{what}: expected {size} finite numbers, got {value!r}')
-    return values
-
-
 @dataclass(frozen=True)
 class CupTruth:
     """
@@ -170,8 +160,8 @@ class CupTruth:
         if self.string_length <= BALL_RADIUS + CUP_HEIGHT:
             raise ValueError(f'CupTruth.string_length must exceed the cup height plus the ball '
                              f'radius ({CUP_HEIGHT + BALL_RADIUS} m), got {self.string_length}')
-        object.__setattr__(self, 'cup_xyz', _floats(self.cup_xyz, 3, 'CupTruth.cup_xyz'))
-        object.__setattr__(self, 'cup_rpy', _floats(self.cup_rpy, 3, 'CupTruth.cup_rpy'))
+        object.__setattr__(self, 'cup_xyz', finite_vector(self.cup_xyz, 3, 'CupTruth.cup_xyz'))
+        object.__setattr__(self, 'cup_rpy', finite_vector(self.cup_rpy, 3, 'CupTruth.cup_rpy'))
         if isinstance(self.capsules, bool) or not isinstance(self.capsules, int) or \
                 self.capsules < 2:
             raise ValueError(f'CupTruth.capsules must be an int >= 2, got {self.capsules!r}')
@@ -514,11 +504,11 @@ class CupPlant:
         """
         m, d = self.mj_model, self.mj_data
         mujoco.mj_resetData(m, d)
-        d.qpos[self._index.qpos] = _floats(q0, 4, 'q0')
-        d.qvel[self._index.dof] = (0.0,) * 4 if qd0 is None else _floats(qd0, 4, 'qd0')
+        d.qpos[self._index.qpos] = finite_vector(q0, 4, 'q0')
+        d.qvel[self._index.dof] = (0.0,) * 4 if qd0 is None else finite_vector(qd0, 4, 'qd0')
         if self.has_ball:
             mujoco.mj_kinematics(m, d)
-            direction = np.array(_floats(string_direction, 3, 'string_direction'))
+            direction = np.array(finite_vector(string_direction, 3, 'string_direction'))
             if not np.linalg.norm(direction) > 0:
                 raise ValueError('string_direction must not be zero')
             # R_world_first turns the chain's -z onto the direction; the joint holds

@@ -27,7 +27,7 @@ from ..core import inertial_from_mass_com_inertia, load_urdf, mass_com_inertia, 
 from ..core.spatial import homogeneous, rpy_to_matrix, transform_inertial
 
 __all__ = ['Payload', 'ToolOffset', 'TrueParameters', 'add_payload', 'attach_tool',
-           'dataclass_from_dict', 'nominal_model']
+           'dataclass_from_dict', 'finite_vector', 'nominal_model']
 
 Tensor = torch.Tensor
 
@@ -59,7 +59,16 @@ def dataclass_from_dict(cls: type, data: Mapping[str, Any], nested: Optional[dic
     return cls(**kwargs)
 
 
-def _vector(value: Sequence[float], size: int, what: str) -> tuple:
+def finite_vector(value: Sequence[float], size: int, what: str) -> tuple:
+    """
+    Return ``value`` as a tuple of ``size`` finite floats, or raise naming ``what``.
+
+    :param value: the numbers.
+    :param size: how many there must be.
+    :param what: the name in the error.
+    :return: the floats.
+    :raises ValueError: not numbers, not ``size`` of them, or not finite.
+    """
     try:
         values = tuple(float(v) for v in value)
     except (TypeError, ValueError):
@@ -92,8 +101,8 @@ class Payload:
         if not (math.isfinite(float(self.mass)) and float(self.mass) > 0.0):
             raise ValueError(f'Payload.mass must be > 0 kg, got {self.mass!r}')
         object.__setattr__(self, 'mass', float(self.mass))
-        object.__setattr__(self, 'com', _vector(self.com, 3, 'Payload.com'))
-        inertia = _vector(self.inertia, 6, 'Payload.inertia')
+        object.__setattr__(self, 'com', finite_vector(self.com, 3, 'Payload.com'))
+        inertia = finite_vector(self.inertia, 6, 'Payload.inertia')
         ixx, ixy, ixz, iyy, iyz, izz = inertia
         moments = torch.linalg.eigvalsh(torch.tensor(
             [[ixx, ixy, ixz], [ixy, iyy, iyz], [ixz, iyz, izz]], dtype=torch.float64))
@@ -149,8 +158,8 @@ class ToolOffset:
             if not isinstance(getattr(self, key), str) or not getattr(self, key):
                 raise ValueError(f'ToolOffset.{key} must be a non-empty string, '
                                  f'got {getattr(self, key)!r}')
-        object.__setattr__(self, 'xyz', _vector(self.xyz, 3, 'ToolOffset.xyz'))
-        object.__setattr__(self, 'rpy', _vector(self.rpy, 3, 'ToolOffset.rpy'))
+        object.__setattr__(self, 'xyz', finite_vector(self.xyz, 3, 'ToolOffset.xyz'))
+        object.__setattr__(self, 'rpy', finite_vector(self.rpy, 3, 'ToolOffset.rpy'))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> 'ToolOffset':
@@ -264,7 +273,7 @@ def _frozen_map(value: Mapping[str, Any], what: str, size: int = 0,
     out = {}
     for key, item in value.items():
         if size:
-            out[str(key)] = _vector(item, size, f'TrueParameters.{what}[{key!r}]')
+            out[str(key)] = finite_vector(item, size, f'TrueParameters.{what}[{key!r}]')
             continue
         try:
             number = float(item)
