@@ -271,11 +271,11 @@ def test_benchmark_runs_end_to_end_on_a_small_budget(tmp_path):
     payload = json.loads(path.read_text())
     entry = payload['0.40']
     assert payload['settings']['ensemble_length_mm'] == 5.0
-    assert entry['string_length_error_m'] >= 0.0
+    assert math.isfinite(entry['string_length_error_m'])
     for name in ('diffnea', 'nominal'):
         row = entry[name]
         for key in ('transfer_best10', 'transfer_all', 'reward_best10'):
             assert math.isfinite(row[key])
-        assert 0.0 <= row['transfer_all'] <= 1.0
-        assert len(row['per_seed']['success']) == 2
-        assert row['repeatability'] is None or 0.0 <= row['repeatability'] <= 1.0
+        successes = row['per_seed']['success']
+        assert len(successes) == 2   # one entry per search, and the rate is theirs
+        assert row['transfer_all'] == pytest.approx(sum(map(bool, successes)) / 2)
