@@ -56,28 +56,16 @@ except ImportError:  # run as ``python benchmarks/ball_in_a_cup.py``
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from benchmarks import _common
 
-from diffsim_ros import robots  # noqa: I100
-from diffsim_ros.control.ball_in_cup import (BallInCupTask, CupGeometry, policy_search,
-                                             SearchConfig, StringEnsemble)
-from diffsim_ros.control.promp import ProMP
+from diffsim_ros.control.ball_in_cup import (policy_search, SearchConfig,  # noqa: I100
+                                             StringEnsemble)
 from diffsim_ros.core.model import RobotModel
 from diffsim_ros.sim import cup
+# The task and the transfer are shared with diffsim-cup-search (one place: sim.cup_swing).
+from diffsim_ros.sim.cup_swing import (DURATION_S, HOLD_S, HOME, make_task, N_BASIS,
+                                       transfer)
 from diffsim_ros.sim.parameters import nominal_model
 from diffsim_ros.sysid import string_model
 
-#: Start of every swing-up: cup opening tilted 0.6 rad forward so the hanging ball clears
-#: the forearm (the cup's axis is parallel to it), the cup 1.2 m above the base.
-HOME = (0.0, 0.2, 0.0, 0.4)
-#: Movement duration and the rest after it, s (the last 0.2 s of the rest decide success).
-DURATION_S = 2.0
-HOLD_S = 0.5
-#: ProMP basis functions per joint (five are spent on the start/end conditions).
-N_BASIS = 10
-#: Model rollout step and the kinematics grid (20 ms knots): on the nominal string model the
-#: same six searched swing-ups scored the same catches at 2 ms and 4 ms (rewards within
-#: 0.02), and 4 ms halves the search.
-MODEL_DT = 0.004
-KINEMATICS_STRIDE = 5
 LENGTHS = (0.35, 0.40, 0.45)
 MODELS = ('diffnea', 'nominal', 'ffnn', 'lstm')
 #: The black-box rows' ball models, by the class names issue 18 gives them.
@@ -123,51 +111,6 @@ def available_models() -> List[str]:
     """
     return [name for name in MODELS
             if name not in BLACK_BOX or hasattr(string_model, BLACK_BOX[name])]
-
-
-def make_task(arm: RobotModel) -> BallInCupTask:
-    """
-    Return the swing-up task on an arm model (limits and torques from the catalogue).
-
-    :param arm: the arm model the torque penalty uses.
-    :return: the task.
-    """
-    info = robots.get(cup.ROBOT)
-    return BallInCupTask(promp=ProMP(HOME, DURATION_S, N_BASIS),
-                         geometry=CupGeometry(cup.CUP_RADIUS, cup.CUP_HEIGHT, cup.BALL_RADIUS),
-                         q_lower=tuple(arm.lower.tolist()), q_upper=tuple(arm.upper.tolist()),
-                         torque_max=tuple(float(v) for v in info.command_limit), arm=arm,
-                         dt=MODEL_DT, hold=HOLD_S, kinematics_stride=KINEMATICS_STRIDE)
-
-
-def transfer(plant: cup.CupPlant, task: BallInCupTask, arm: RobotModel, theta: torch.Tensor,
-             noise: Optional[cup.CupNoise] = None, seed: int = 0) -> Dict[str, Any]:
-    """
-    Execute a ProMP mean on the MuJoCo plant with computed-torque tracking.
-
-    :param plant: the hidden plant.
-    :param task: the task (ProMP, durations).
-    :param arm: the arm model the tracking controller uses.
-    :param theta: ProMP parameters ``(dim,)``.
-    :param noise: sensor noise (None: noiseless).
-    :param seed: noise seed.
-    :return: ``success`` (bool), ``tracking_error_rad``, ``saturated`` (fraction of periods
-        with a clipped torque), ``final_radial_m`` and ``final_height_m``: the largest radial
-        distance and the height range of the ball's centre in the cup frame over the last
-        ``HOLD_S`` of the run (what ``in_cup`` judges).
-    """
-    reference = task.promp.reference(theta)
-    controller = cup.tracking_controller(arm, reference)
-    seconds = task.promp.duration + task.hold
-    recording = plant.run(controller, HOME, seconds, noise=noise, seed=seed)
-    q_ref, _, _ = reference(torch.as_tensor(recording.t, dtype=torch.float64))
-    error = float(np.abs(recording.q - q_ref.numpy()).max())
-    last = recording.t >= recording.t[-1] - cup.HOLD_S + 1e-9
-    ball = recording.ball_in_cup_frame()[last]
-    return {'success': cup.in_cup(recording), 'tracking_error_rad': error,
-            'saturated': float(recording.saturated),
-            'final_radial_m': float(np.hypot(ball[:, 0], ball[:, 1]).max()),
-            'final_height_m': [float(ball[:, 2].min()), float(ball[:, 2].max())]}
 
 
 def models_for(truth: cup.CupTruth, seed: int, recording: Dict[str, Any]) -> Dict[str, Any]:
