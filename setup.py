@@ -38,6 +38,7 @@ setup(
     python_requires='>=3.10',
     entry_points={
         'console_scripts': [
+            'diffsim-cup-search = diffsim_ros.cup_search:main',
             'diffsim-demo = diffsim_ros.demo:main',
             'diffsim-excite = diffsim_ros.io.excite_cli:main',
             'diffsim-fit = diffsim_ros.io.fit_cli:main',

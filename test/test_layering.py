@@ -4,7 +4,7 @@ Enforce the layer rules of DESIGN.md on the source, without importing it.
 ``core``, ``sysid``, ``robots`` and ``control`` never import rclpy, ROS message/service
 packages, launch or yaml, and every layer imports only layers below it:
 ``core`` < ``sysid`` < ``robots`` < ``control`` < ``io`` < ``sim`` < ``nodes`` <
-``sim_eval`` < ``demo`` (the last two are modules).  The robot catalog
+``cup_search`` < ``sim_eval`` < ``demo`` (the last three are modules).  The robot catalog
 (``robots/catalog.py``, standard library only, reached as ``robots.get`` and the like) may
 be imported from any layer; the torch-based robot interface only from above ``robots``.
 The nodes that run on the robot (all of ``nodes/`` but the simulated driver) import neither
@@ -24,7 +24,8 @@ import pytest
 PACKAGE = 'diffsim_ros'
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / PACKAGE
 #: Layers from the bottom up; a layer may import only the ones before it.
-LAYERS = ('core', 'sysid', 'robots', 'control', 'io', 'sim', 'nodes', 'sim_eval', 'demo')
+LAYERS = ('core', 'sysid', 'robots', 'control', 'io', 'sim', 'nodes', 'cup_search', 'sim_eval',
+          'demo')
 #: Layers that must stay free of ROS and yaml.
 PURE_LAYERS = ('core', 'sysid', 'robots', 'control')
 #: What any layer may use of ``robots``: the standard-library catalog.
