@@ -188,10 +188,12 @@ def _files(path: Path) -> List[Path]:
     return tables
 
 
-def _read_bag(path: Path, args: argparse.Namespace, joints: Sequence[str]) -> List[Trajectory]:
-    from .io.bags import bag_topics, read_bag, read_pose_stream
+def _read_bag(path: Path, args: argparse.Namespace, joints: Sequence[str],
+              poses_seen: set) -> List[Trajectory]:
+    from .io.bags import bag_topics, POSE, read_bag, read_pose_stream
     info = robots.get(ROBOT)
     topics = bag_topics(path)
+    poses_seen.update(name for name, (kind, _) in topics.items() if kind == POSE)
     pose_topics = {}
     if args.ball_topic in topics:
         _, t, rows = read_pose_stream(path, args.ball_topic)
@@ -234,10 +236,11 @@ def load_runs(args: argparse.Namespace, model: RobotModel
     from .io.bags import BagError
     joints = model.joint_names
     runs: List[Trajectory] = []
+    poses_seen: set = set()
     for path in (f for item in args.data for f in _files(item)):
         try:
             if _is_bag(path):
-                runs += _read_bag(path, args, joints)
+                runs += _read_bag(path, args, joints, poses_seen)
             elif path.suffix == '.npz':
                 runs.append(read_npz(path, joint_names=joints))
             elif path.suffix == '.csv':
@@ -260,8 +263,9 @@ def load_runs(args: argparse.Namespace, model: RobotModel
     swings = [run for run in runs if BALL_BODY in run.poses]
     arm = [run for run in runs if BALL_BODY not in run.poses]
     if not swings:
+        found = f'; the bags have PoseStamped topics {sorted(poses_seen)}' if poses_seen else ''
         raise InputError(f'no recording has ball positions (bags: topic {args.ball_topic!r}, '
-                         f'tables: pose {BALL_BODY!r}); the string cannot be fitted')
+                         f'tables: pose {BALL_BODY!r}){found}; the string cannot be fitted')
     return arm, swings
 
 
