@@ -55,7 +55,6 @@ import sys
 import tempfile
 import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
-import warnings
 
 import numpy as np
 import torch
@@ -71,7 +70,8 @@ from .nodes.params import config_path, load_yaml_params
 from .nodes.reference import load_reference_task, ReferenceFileError
 from .robots.message import model_message
 from .sim import cup
-from .sim.cup_swing import BALL_BODY, HOME, make_task, write_recordings
+from .sim.cup_swing import (BALL_BODY, HOME, identification_documents, make_task,
+                            write_recordings)
 from .sysid.dataset import Trajectory
 from .sysid.estimators import fit as fit_arm
 from .sysid.preprocess import resample, uniform_rate
@@ -115,6 +115,9 @@ out (--out DIR):
   report.json     identified vs nominal string, held-out errors of both, every search
 exit status: 0 written; 2 bad arguments or unusable input; 3 no searched swing-up passes
   the mpc's reference check (report.json says why).
+physical WAM: diffsim-cup-search --write-references REFS, track each REFS/*.yaml with the
+  mpc (reference_file:=) and record a bag (/joint_states, /mocap/ball), then
+  diffsim-cup-search BAG... --out DIR.
 no robot: diffsim-cup-search --record-sim DATA (simulated recordings), then
   diffsim-cup-search DATA --out DIR.""")
     parser.add_argument('data', nargs='*', type=Path,
@@ -154,11 +157,17 @@ no robot: diffsim-cup-search --record-sim DATA (simulated recordings), then
     parser.add_argument('--threads', type=int, default=0,
                         help="torch threads (default 0: torch's choice)")
     simulated = parser.add_argument_group(
-        'simulated recordings (no robot): --record-sim DIR writes them and exits')
+        'identification motions: --write-references DIR or --record-sim DIR writes them and '
+        'exits')
+    simulated.add_argument('--write-references', type=Path, default=None, metavar='DIR',
+                           help='write the motions as mpc reference files for a physical WAM: '
+                                'DIR/arm_excitation.yaml (ball off), DIR/swing_<k>.yaml (ball '
+                                'on), for the seed --plant-seed and --string-length')
     simulated.add_argument('--record-sim', type=Path, default=None, metavar='DIR',
-                           help='record the identification runs on the MuJoCo cup into DIR')
+                           help='record the motions on the simulated MuJoCo cup (a hidden plant) '
+                                'into DIR as NPZ tables')
     simulated.add_argument('--plant-seed', type=int, default=0,
-                           help='seed of the hidden simulated plant and its runs')
+                           help='seed of the motions and of the hidden simulated plant')
     simulated.add_argument('--arm-seconds', type=float, default=60.0,
                            help='arm excitation run, s (default 60)')
     simulated.add_argument('--swing-runs', type=int, default=6,
@@ -190,14 +199,15 @@ def _files(path: Path) -> List[Path]:
 
 def _read_bag(path: Path, args: argparse.Namespace, joints: Sequence[str],
               poses_seen: set) -> List[Trajectory]:
-    from .io.bags import bag_topics, POSE, read_bag, read_pose_stream
-    info = robots.get(ROBOT)
+    from .io.bags import bag_topics, POSE, read_pose_stream
     topics = bag_topics(path)
     poses_seen.update(name for name, (kind, _) in topics.items() if kind == POSE)
     pose_topics = {}
-    if args.ball_topic in topics:
+    if args.ball_topic in topics and topics[args.ball_topic][1] > 0:
         _, t, rows = read_pose_stream(path, args.ball_topic)
         bad = ~np.isfinite(rows).all(axis=1)
+        if bad.all():   # the tracker saw no ball: an arm run recorded with the ball off
+            return _read_bag_runs(path, args, joints, {})
         if bad.any():
             first = int(np.argmax(bad))
             raise InputError(f'{path}: {int(bad.sum())} of {len(rows)} ball poses on '
@@ -205,11 +215,16 @@ def _read_bag(path: Path, args: argparse.Namespace, joints: Sequence[str],
                              f'{t[first]:.3f} s: the string fit needs an unbroken ball track; '
                              f'cut the recording where the tracker lost the ball')
         pose_topics = {args.ball_topic: BALL_BODY}
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')
-        return read_bag(path, topic=args.topic, command_topic=args.command_topic,
-                        pose_topics=pose_topics, joint_names=joints,
-                        command_joints=info.command_joints)
+    return _read_bag_runs(path, args, joints, pose_topics)
+
+
+def _read_bag_runs(path: Path, args: argparse.Namespace, joints: Sequence[str],
+                   pose_topics: Dict[str, str]) -> List[Trajectory]:
+    from .io.bags import read_bag
+    info = robots.get(ROBOT)
+    return read_bag(path, topic=args.topic, command_topic=args.command_topic,
+                    pose_topics=pose_topics, joint_names=joints,
+                    command_joints=info.command_joints)
 
 
 def _with_torque(run: Trajectory, model: RobotModel) -> Trajectory:
@@ -566,10 +581,26 @@ def record_simulation(args: argparse.Namespace) -> int:
     return 0
 
 
+def write_references(args: argparse.Namespace) -> int:
+    """Write the identification motions as reference files into ``--write-references``."""
+    directory: Path = args.write_references
+    directory.mkdir(parents=True, exist_ok=True)
+    documents = identification_documents(args.plant_seed, args.string_length,
+                                         args.arm_seconds, args.swing_runs, args.swing_seconds)
+    for name, document in documents.items():
+        (directory / f'{name}.yaml').write_text(yaml.safe_dump(document, sort_keys=False),
+                                                encoding='utf-8')
+    print(f'wrote {", ".join(documents)} (.yaml) to {directory}: track each with the mpc '
+          f'(arm_excitation with the ball taken off), record /joint_states and the ball, then '
+          f'diffsim-cup-search <bags> --out <DIR>')
+    return 0
+
+
 def _check_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    if args.record_sim is not None:
-        if args.data:
-            parser.error('--record-sim records simulated data; give no DATA with it')
+    if args.record_sim is not None or args.write_references is not None:
+        if args.data or (args.record_sim is not None and args.write_references is not None):
+            parser.error('--record-sim and --write-references write identification data or '
+                         'motions; give neither DATA nor the other with it')
         return
     if args.out is None:
         parser.error('--out is required')
@@ -664,6 +695,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         if args.record_sim is not None:
             return record_simulation(args)
+        if args.write_references is not None:
+            return write_references(args)
         return run(args)
     except (InputError, OSError) as error:
         print(f'diffsim-cup-search: error: {error}', file=sys.stderr)

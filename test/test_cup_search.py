@@ -162,6 +162,10 @@ def test_bags_read_as_the_tables_do(recorded, tmp_path):
     bags = []
     for table in tables:
         run = read_npz(table)
+        if not run.poses:   # the ball taken off: the tracker publishes NaN, an arm run still
+            lost = torch.eye(4, dtype=torch.float64).repeat(len(run), 1, 1)
+            lost[:, :3, 3] = float('nan')
+            run = run.replace(poses={'ball': lost})
         bags.append(write_bag(tmp_path / table.stem, run, pose_topics={'ball': '/mocap/ball'},
                               t0_ns=10 ** 18))
     args = SimpleNamespace(ball_topic='/mocap/ball', topic=None, command_topic=None)
@@ -185,7 +189,7 @@ def _swing_table(recorded):
     (['data'], '--out is required'),
     (['data', '--out', 'x', '--validation', '1.0'], '--validation'),
     (['data', '--out', 'x', '--searches', '0'], '--searches'),
-    (['data', '--record-sim', 'y'], 'give no DATA'),
+    (['data', '--record-sim', 'y'], 'give neither DATA'),
 ])
 def test_bad_arguments_exit_2(argv, message, capsys):
     with pytest.raises(SystemExit) as excinfo:
@@ -228,3 +232,22 @@ def test_unusable_input_exits_2_with_one_line(recorded, tmp_path, capsys):
     bad = tmp_path / 'params.yaml'
     bad.write_text('parameters: {}\n')
     fails(['--model', str(bad)], 'holds neither')
+
+
+def test_identification_motions_for_a_physical_wam_are_references_the_mpc_accepts(tmp_path):
+    refs = tmp_path / 'refs'
+    assert main(['--write-references', str(refs), '--plant-seed', '4', '--swing-runs', '2']) == 0
+    model = robots.interface('wam4').nominal_model()
+    names = sorted(path.name for path in refs.glob('*.yaml'))
+    assert names == ['arm_excitation.yaml', 'swing_0.yaml', 'swing_1.yaml']
+    for name in names:
+        task = load_reference_task(refs / name, 'wam4', model, _speed_limits())
+        document = yaml.safe_load((refs / name).read_text())
+        assert task.duration_s == document['duration_s'] == (60.0 if name.startswith('arm')
+                                                              else 30.0)
+        assert document['ball'] == ('off' if name.startswith('arm') else 'on')
+    # the swings are the motions the simulated recordings run: their start is the plant's
+    swing = cup.string_references(4, cup.NOMINAL_STRING_LENGTH, 2)[1]
+    q0, _, _ = swing.evaluate(torch.zeros(1, dtype=torch.float64))
+    document = yaml.safe_load((refs / 'swing_1.yaml').read_text())
+    assert np.allclose(document['q_start'], q0[0].tolist(), atol=1e-12)

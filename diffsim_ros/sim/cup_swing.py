@@ -13,7 +13,10 @@ One place for what ``benchmarks/ball_in_a_cup.py`` and ``diffsim-cup-search`` sh
 - the simulated identification data as files (:func:`write_recordings`): every run of
   ``sim.cup.identification_recordings`` as one NPZ table of :mod:`diffsim_ros.io.tables`
   (``t``, ``q``, ``qd``, ``tau`` of the WAM-4's joints; the swing runs with the ball's measured
-  centre as the pose ``ball``, identity orientation), the layout ``diffsim-cup-search`` reads.
+  centre as the pose ``ball``, identity orientation), the layout ``diffsim-cup-search`` reads;
+- the same identification motions as reference files for a physical WAM
+  (:func:`identification_documents`): the excitation documents of
+  :func:`~diffsim_ros.sysid.excitation.trajectory_document` that the mpc node tracks.
 """
 
 import json
@@ -30,9 +33,11 @@ from ..control.promp import ProMP
 from ..core.model import RobotModel
 from ..io.tables import write_npz
 from ..sysid.dataset import Trajectory
+from ..sysid.excitation import trajectory_document
 
 __all__ = ['BALL_BODY', 'DURATION_S', 'HOLD_S', 'HOME', 'KINEMATICS_STRIDE', 'MODEL_DT',
-           'N_BASIS', 'make_task', 'recording_trajectory', 'transfer', 'write_recordings']
+           'N_BASIS', 'identification_documents', 'make_task', 'recording_trajectory', 'transfer',
+           'write_recordings']
 
 #: Start of every swing-up: cup opening tilted 0.6 rad forward so the hanging ball clears
 #: the forearm (the cup's axis is parallel to it), the cup 1.2 m above the base.
@@ -142,3 +147,31 @@ def write_recordings(directory: Union[str, Path], arm: Sequence[cup.CupRecording
         (directory / 'truth.json').write_text(json.dumps(hidden, indent=1) + '\n',
                                               encoding='utf-8')
     return paths
+
+
+def identification_documents(seed: int, string_length: float = cup.NOMINAL_STRING_LENGTH,
+                             arm_seconds: float = 60.0, swing_runs: int = 6,
+                             swing_seconds: float = 30.0) -> Dict[str, Dict[str, Any]]:
+    """
+    Return the identification motions as mpc reference documents (excitation series).
+
+    The arm's sinusoid (:func:`~diffsim_ros.sim.cup.arm_reference`, to run with the ball
+    taken off) and the slow swings (:func:`~diffsim_ros.sim.cup.string_references`, with the
+    ball on), the same motions :func:`~diffsim_ros.sim.cup.identification_recordings` records
+    on the simulated plant.  Each document's ``q_start`` is where the arm must stand at rest
+    when tracking starts; its ``duration_s`` is one period (the recording's length).
+
+    :param seed: seed of the motions' draw.
+    :param string_length: the measured string length, m (sets the swings' frequencies).
+    :param arm_seconds: the arm run's period, s.
+    :param swing_runs: number of swing runs.
+    :param swing_seconds: each swing run's period, s.
+    :return: ``{'arm_excitation': document, 'swing_0': document, ...}``.
+    """
+    references = {'arm_excitation': (cup.arm_reference(seed, arm_seconds), arm_seconds)}
+    for k, reference in enumerate(cup.string_references(seed, string_length, swing_runs,
+                                                        swing_seconds)):
+        references[f'swing_{k}'] = (reference, swing_seconds)
+    return {name: trajectory_document(reference, cup.ROBOT, seconds,
+                                      {'ball': 'off' if name == 'arm_excitation' else 'on'})
+            for name, (reference, seconds) in references.items()}
