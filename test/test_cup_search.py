@@ -243,8 +243,8 @@ def test_identification_motions_for_a_physical_wam_are_references_the_mpc_accept
     for name in names:
         task = load_reference_task(refs / name, 'wam4', model, _speed_limits())
         document = yaml.safe_load((refs / name).read_text())
-        assert task.duration_s == document['duration_s'] == (60.0 if name.startswith('arm')
-                                                              else 30.0)
+        period = 60.0 if name.startswith('arm') else 30.0
+        assert task.duration_s == document['duration_s'] == period
         assert document['ball'] == ('off' if name.startswith('arm') else 'on')
     # the swings are the motions the simulated recordings run: their start is the plant's
     swing = cup.string_references(4, cup.NOMINAL_STRING_LENGTH, 2)[1]
