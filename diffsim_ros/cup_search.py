@@ -37,7 +37,10 @@ What comes out, in ``--out``:
   ``--model``) and the string as ``parameters: {string/<name>: {value, unit}}``;
 - ``report.json``: the identified string length and cup transform beside the nominal ones,
   held-out errors of both models, every search's seed, model reward, catch in the model and
-  reference check, and which one was written.
+  reference check, and which one was written (with the ball's peak along the cup's axis in
+  the fitted and in the nominal model);
+- ``report.png``: the written swing-up's ball height in the cup frame in the fitted and the
+  nominal model, and every search's mean sample reward per eREPS iteration.
 
 Exit status: 0 when ``swing_up.yaml`` was written; 2 for bad arguments or input that cannot be
 used (one line on stderr); 3 when no search's mean passes the reference check (``report.json``
@@ -61,7 +64,7 @@ import torch
 import yaml
 
 from . import robots
-from .control.ball_in_cup import model_episode, policy_search, SearchConfig
+from .control.ball_in_cup import cup_coordinates, model_episode, policy_search, SearchConfig
 from .core.dispatch import rnea
 from .core.model import RobotModel
 from .io import read_csv, read_npz, TableError
@@ -113,6 +116,7 @@ out (--out DIR):
                   HOME {list(HOME)} when it starts)
   params.yaml     the fitted arm and string (--model DIR reuses them)
   report.json     identified vs nominal string, held-out errors of both, every search
+  report.png      the swing-up's ball in the fitted and nominal models, the searches
 exit status: 0 written; 2 bad arguments or unusable input; 3 no searched swing-up passes
   the mpc's reference check (report.json says why).
 physical WAM: diffsim-cup-search --write-references REFS, track each REFS/*.yaml with the
@@ -550,22 +554,60 @@ def search(args: argparse.Namespace, arm: RobotModel, string: StringModel,
         if refusal is None:
             chosen = document
             break
-    episode = None
-    if chosen is not None:
-        theta = torch.tensor(chosen['promp_theta'], dtype=torch.float64)[None]
-        episode = model_episode(task, theta, string)
     return chosen, records, {'seconds': result.seconds, 'velocity_limits': list(limits),
-                             'model_ball_peak_in_cup_frame_m': None if episode is None else
-                             _peak_height(episode, string, task)}
+                             'history': result.history.tolist()}
 
 
-def _peak_height(episode: Any, string: StringModel, task: Any) -> float:
-    """Return the ball's highest point in the cup frame over the model episode, m."""
-    from .control.ball_in_cup import cup_coordinates
+def ball_heights(task: Any, theta: torch.Tensor, kinematics: StringModel) -> np.ndarray:
+    """
+    Return the ball's height in the cup frame over a model episode of a ProMP mean.
+
+    :param task: the swing-up task.
+    :param theta: ProMP parameters ``(dim,)``.
+    :param kinematics: the string model the episode runs on.
+    :return: ``(T,)`` m along the cup's axis at ``task.times()`` (the anchor at 0, the rim at
+        the cup's height).
+    """
     with torch.no_grad():
-        q = episode.q[0]
-        _, R = string.cup_frame(q)
-        return float(cup_coordinates(episode.ball[0], episode.cup[0], R)[:, 2].max())
+        episode = model_episode(task, theta[None], kinematics)
+        _, R = kinematics.cup_frame(episode.q[0])
+        return cup_coordinates(episode.ball[0], episode.cup[0], R)[:, 2].numpy()
+
+
+def write_figure(path: Path, task: Any, heights: Dict[str, np.ndarray],
+                 history: Sequence[Sequence[float]], chosen: int) -> None:
+    """
+    Plot the written swing-up in the models and the searches' progress.
+
+    :param path: the PNG.
+    :param task: the swing-up task (times).
+    :param heights: ``{'fitted', 'nominal'}`` ball heights in the cup frame, m.
+    :param history: mean sample reward per iteration ``(iterations, searches)``.
+    :param chosen: index of the written search.
+    """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+    figure = Figure(figsize=(10, 4))
+    FigureCanvasAgg(figure)
+    left, right = figure.subplots(1, 2)
+    t = task.times().numpy()
+    for name, z in heights.items():
+        left.plot(t, z, label=f'{name} model')
+    left.axhline(cup.CUP_HEIGHT, color='k', lw=0.8, ls='--', label='rim')
+    left.axhline(0.0, color='k', lw=0.8, label='bottom (anchor)')
+    left.set(xlabel='t [s]', ylabel='ball along the cup axis [m]',
+             title='the written swing-up in the models')
+    left.legend(fontsize=8)
+    values = np.asarray(history, dtype=float)
+    if values.size:
+        for k in range(values.shape[1]):
+            right.plot(values[:, k], lw=2.0 if k == chosen else 0.8,
+                       label='written' if k == chosen else None)
+        right.legend(fontsize=8)
+    right.set(xlabel='eREPS iteration', ylabel='mean sample reward (model)',
+              title=f'{values.shape[-1] if values.size else 0} searches')
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
 
 
 # -- main -----------------------------------------------------------------------------------
@@ -660,15 +702,24 @@ def run(args: argparse.Namespace) -> int:
                         'samples': args.samples, **info}
     reference = out / 'swing_up.yaml'
     if chosen is None:
+        report['search'].pop('history')
         report['written'] = None
         _write_json(out / 'report.json', report)
         print(f'no searched swing-up passes the mpc reference check; see {out}/report.json',
               file=sys.stderr)
         return 3
     reference.write_text(yaml.safe_dump(chosen, sort_keys=False), encoding='utf-8')
+    task = make_task(arm)
+    theta = torch.tensor(chosen['promp_theta'], dtype=torch.float64)
+    heights = {'fitted': ball_heights(task, theta, string),
+               'nominal': ball_heights(task, theta, nominal)}
+    history = report['search'].pop('history')
+    index = [r['seed'] for r in records].index(chosen['search_seed'])
+    write_figure(out / 'report.png', task, heights, history, index)
     report['written'] = {'file': str(reference), 'search_seed': chosen['search_seed'],
                          'model_reward': chosen['model_reward'],
-                         'caught_in_model': chosen['caught_in_model']}
+                         'caught_in_model': chosen['caught_in_model'],
+                         'model_ball_peak_m': {k: float(z.max()) for k, z in heights.items()}}
     _write_json(out / 'report.json', report)
     print(f'wrote {reference} (search seed {chosen["search_seed"]}, model reward '
           f'{chosen["model_reward"]:.3f}, caught in the model: {chosen["caught_in_model"]}), '
