@@ -252,3 +252,20 @@ def test_identification_motions_for_a_physical_wam_are_references_the_mpc_accept
     q0, _, _ = swing.evaluate(torch.zeros(1, dtype=torch.float64))
     document = yaml.safe_load((refs / 'swing_1.yaml').read_text())
     assert np.allclose(document['q_start'], q0[0].tolist(), atol=1e-12)
+
+
+def test_the_identifiers_saved_string_is_used_and_the_arm_fitted(recorded, tmp_path):
+    from diffsim_ros.sysid.string_online import StringResult
+    # what the identifier's ~/save writes in cup mode: string/<name> entries, no arm document
+    values = {'string_length': 0.395, 'cup_x': 0.01, 'cup_y': -0.01, 'cup_z': 0.055,
+              'cup_roll': 0.0, 'cup_pitch': 0.02, 'cup_yaw': 0.0, 'friction': 0.03}
+    entries = StringResult(values).to_dict()['parameters']
+    saved = tmp_path / 'wam4_identified.yaml'
+    saved.write_text(yaml.safe_dump({'method': 'diffnea', 'parameters': {
+        f'string/{name}': entry for name, entry in entries.items()}}))
+    out = tmp_path / 'out'
+    assert main([str(recorded), '--model', str(tmp_path), '--out', str(out), *SEARCH]) == 0
+    report = json.loads((out / 'report.json').read_text())
+    assert report['fitted']['arm'] is True and report['fitted']['string'] is False
+    assert report['string']['identified'] == pytest.approx(values)
+    assert (out / 'swing_up.yaml').is_file()
