@@ -8,7 +8,8 @@ default, publishing ``/clock``), the ``identifier`` in its cup mode (the arm fro
 ``joint_states``, the string from the ball's poses: ``/identifier/parameters`` carries
 ``string/string_length`` and the cup transform with their std) and, with
 ``reference_file:=<swing_up.yaml>`` (a ``kind: sampled`` file; ``diffsim-cup-search`` makes one
-from identification data), the ``mpc`` tracking it with the computed-torque baseline; ``/sim_driver/ball_in_cup`` says whether the ball ended in the cup.
+from identification data), the ``mpc`` tracking it with the computed-torque baseline;
+``/sim_driver/ball_in_cup`` says whether the ball ended in the cup.
 Every node reads ``config/wam4_cup.yaml`` (its joint speed limits and why are there).
 
 On a physical WAM, with its driver publishing ``/joint_states`` and taking
