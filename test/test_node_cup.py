@@ -132,7 +132,8 @@ def test_the_cup_graph_learns_the_string_while_the_mpc_tracks(executor, tmp_path
     identifier = make(executor, Identifier, use_sim_time=True, refit_period=5.0,
                       string_length=0.45,
                       **{'string.bootstrap': 2, 'string.execution': 'thread',
-                         'string.refit_every': 5.0, 'diffnea.adam_iterations': 20, 'diffnea.lbfgs_iterations': 0,
+                         'string.refit_every': 5.0, 'diffnea.adam_iterations': 20,
+                         'diffnea.lbfgs_iterations': 0,
                          'refit_process': False})
     mpc = make(executor, MpcNode, use_sim_time=True, reference_file=str(path), native=False)
     assert mpc.ready.wait(120.0)
