@@ -113,13 +113,16 @@ def available_models() -> List[str]:
             if name not in BLACK_BOX or hasattr(string_model, BLACK_BOX[name])]
 
 
-def models_for(truth: cup.CupTruth, seed: int, recording: Dict[str, Any]) -> Dict[str, Any]:
+def models_for(truth: cup.CupTruth, seed: int, recording: Dict[str, Any],
+               names: Sequence[str] = MODELS) -> Dict[str, Any]:
     """
     Identify the models of one hidden plant from its identification recordings.
 
     :param truth: the hidden plant.
     :param seed: seed of the recordings and the fits.
     :param recording: keyword arguments of ``identification_recordings`` (durations).
+    :param names: the rows wanted; a black-box ball network is trained only when its row is
+        among them (the two networks cost most of a short run's time).
     :return: ``{'models': {name: (arm, kinematics, ball_model)}, 'fit': {...}}``.
     """
     start = time.perf_counter()
@@ -131,7 +134,7 @@ def models_for(truth: cup.CupTruth, seed: int, recording: Dict[str, Any]) -> Dic
     nominal = string_model.StringModel(catalogue, string_length=truth_measured(truth))
     models = {'diffnea': (arm, string, None), 'nominal': (catalogue, nominal, None)}
     for name in available_models():
-        if name in BLACK_BOX:
+        if name in BLACK_BOX and name in names:
             # The ball only: trained on the same swings, fed the identified cup's motion.
             network = getattr(string_model, BLACK_BOX[name])()
             network, _ = string_model.fit_ball_network(string_runs, network, string, seed=seed)
@@ -272,7 +275,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         key = f'{length:.2f}'
         truth = cup.draw_truth(args.seed * 100 + index, length)
         plant = cup.CupPlant(truth)
-        fitted = models_for(truth, args.seed * 100 + index, recording)
+        fitted = models_for(truth, args.seed * 100 + index, recording, names)
         entry: Dict[str, Any] = dict(fitted['fit'])
         for name in sorted(set(MODELS) - set(available_models())):
             entry[name] = {'missing': f'sysid.string_model has no {BLACK_BOX[name]}'}
