@@ -104,13 +104,27 @@ def smooth_trajectories(trajectories: Tuple[Sequence[Tensor], Sequence[Tensor]],
     :param trajectories: ``(q list, v list)``, one ``(T_i, nq)`` / ``(T_i, nv)`` pair each
         (the recorded velocities are replaced).
     :param dt: sample period [s].
-    :param window: odd samples per local fit; 1 returns the trajectories as they are.
+    :param window: odd samples per local fit; 1 returns the trajectories as they are. A
+        trajectory shorter than ``window`` is fitted over the longest odd window it holds
+        (one too short for a fit above ``order`` is kept as recorded).
     :param order: polynomial degree of the local fits.
     :return: ``(q list, v list)``.
-    :raises ValueError: an even window, one not above ``order`` or longer than a trajectory.
+    :raises ValueError: an even window or one not above ``order``.
     """
     qs, vs = trajectories
     if window == 1:
         return list(qs), list(vs)
-    smooth = [smooth_configurations(q, window, order) for q in qs]
-    return smooth, [backward_velocities(q, dt) for q in smooth]
+    if window % 2 == 0 or window <= order:
+        raise ValueError(f'smoothing window {window}: need an odd window above the order '
+                         f'{order}')
+    out_q, out_v = [], []
+    for q, v in zip(qs, vs):
+        fits = min(window, len(q) - 1 + len(q) % 2)
+        if fits <= order:
+            out_q.append(q)
+            out_v.append(v)
+            continue
+        smooth = smooth_configurations(q, fits, order)
+        out_q.append(smooth)
+        out_v.append(backward_velocities(smooth, dt))
+    return out_q, out_v
