@@ -13,9 +13,9 @@ On tosses of ``benchmarks/elbow_learning.py``'s split (never its test tosses):
    as instrument (no angle shared with ``v_k`` or ``v_{k+1}``). A viscous hinge damping
    ``b`` makes ``r_h = -b rate``; the instrumental slope with its standard error is ``-b``.
 2. **The violation loss by term and by transition class** (training tosses), at the nominal
-   URDF and at CCN learned from them (``--seed``, the spec's weights): the prediction,
-   complementarity, dissipation and penetration terms (``sysid.contact_learning``'s
-   definitions, at the inner optimum), split by the nominal elbow's lowest vertex height
+   URDF and at CCN learned from them (``--seed``, the spec's weights and smoothing): the
+   prediction, complementarity, dissipation and penetration terms
+   (``sysid.contact_learning``'s definitions, at the inner optimum), split by the nominal elbow's lowest vertex height
    (free above 2 cm, near 0.5-2 cm, contact below); with each class's share of the
    gradient of the mean loss with respect to mu (in its softplus coordinate).
 3. **Which learned parameters hurt**: the nominal URDF with one learned group (mu, both
@@ -325,7 +325,8 @@ def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
     if noise_only:
         return payload
     fit = fit_object(spec, 'ccn', train, validation, tosses.dt, seed=seed, steps=steps)
-    transitions = cl.transitions(*train)
+    # measure 2 on the transitions CCN learned from (the spec's smoothing applied)
+    transitions = cl.transitions(*smooth_trajectories(train, tosses.dt, spec.smooth_window))
     windows = elbow.horizon_windows(tosses, judge.select, elbow.HORIZON,
                                     contact_weights.ELBOW_WINDOW_STRIDE)
     return {**payload, 'selection_tosses': len(judge.select), 'windows': len(windows),
