@@ -15,9 +15,9 @@ On tosses of ``benchmarks/elbow_learning.py``'s split (never its test tosses):
 2. **The violation loss by term and by transition class** (training tosses), at the nominal
    URDF and at CCN learned from them (``--seed``, the spec's weights and smoothing): the
    prediction, complementarity, dissipation and penetration terms
-   (``sysid.contact_learning``'s definitions, at the inner optimum), split by the nominal elbow's lowest vertex height
-   (free above 2 cm, near 0.5-2 cm, contact below); with each class's share of the
-   gradient of the mean loss with respect to mu (in its softplus coordinate).
+   (``sysid.contact_learning``'s definitions, at the inner optimum), split by the nominal
+   elbow's lowest vertex height (free above 2 cm, near 0.5-2 cm, contact below); with each
+   class's share of the gradient of the mean loss with respect to mu (in its softplus coordinate).
 3. **Which learned parameters hurt**: the nominal URDF with one learned group (mu, both
    inertias, both vertex sets) put in at a time, rolled out over 16-sample horizons on the
    weight search's selection tosses (``benchmarks/contact_weights.py --object elbow``).
