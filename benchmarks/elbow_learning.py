@@ -8,9 +8,13 @@ last ``--test-tosses`` held out for every N and seed, the ``--validation-tosses`
 used only for early stopping, the first N for training). CCN learns both links' vertices,
 both links' inertias with each mass held at 0.37 kg and mu, the ground held at the table
 (``diffsim_ros.io.object_urdf.elbow_spec``: the URDF's boxes and the elbow's own violation
-weights; start 0.5-1.5x, random box inertias, the paper's appendix A.4) through
-``sysid.object_learning.fit_object``; ``--methods`` names any of its methods (CCN-R,
-DiffSim ...), each fitted ``--seeds`` times.
+weights and smoothing window; start 0.5-1.5x, random box inertias, the paper's appendix A.4)
+through ``sysid.object_learning.fit_object``; ``--methods`` names any of its methods (CCN-R,
+DiffSim ...), each fitted ``--seeds`` times. Every method learns from training and validation
+tosses whose poses are smoothed by local quadratic fits and whose velocities are the backward
+differences of those (``sysid.pose_smoothing``, ``--smooth-window``, default the elbow spec's
+``io.object_urdf.ELBOW_SMOOTH_WINDOW``); the test tosses, and every rollout's first state,
+are the recorded ones for every row.
 
 On the test tosses, in the same run, three models: the learned one (``core.contact_step`` at
 the recording's dt), and the nominal URDF (boxes, 0.37 kg each, mu 0.3, no restitution)
