@@ -255,7 +255,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help='--object: nominal friction coefficient (default: cube 0.18; a '
                         'URDF its <gazebo><mu1>, else 0.3)')
     parser.add_argument('--smooth-window', type=number_type(int, 1), default=None,
-                        help="--object: odd samples of the local quadratic fits that the "
+                        help='--object: odd samples of the local quadratic fits that the '
                         "training tosses' poses are smoothed with, velocities then their "
                         'backward differences, for every method (1: as recorded; default: '
                         "the object's own, elbow 7, else 1)")
