@@ -20,6 +20,7 @@ Volume and inertia errors are printed beside, never used to choose.
 """
 
 from dataclasses import dataclass
+import itertools
 import math
 import os
 import sys
@@ -40,6 +41,7 @@ except ImportError:  # run as ``python benchmarks/contact_weights.py``
 from diffsim_ros.io.object_urdf import elbow_spec  # noqa: I100
 from diffsim_ros.io.tosses import CUBE_HALF_WIDTH_M, load_cube_tosses, load_elbow_tosses
 from diffsim_ros.sysid import contact_learning as cl
+from diffsim_ros.sysid.pose_smoothing import smooth_trajectories
 
 #: The elbow's selection windows start at every 4th sample (as its benchmark's tables).
 ELBOW_WINDOW_STRIDE = 4
@@ -154,7 +156,8 @@ JUDGES: Dict[str, Callable[[Any, int, int], Judge]] = {
 
 def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence[int],
         n_train: int, n_select: int, steps: int, split_seed: int = 0,
-        log=None, object_name: str = 'cube') -> Dict[str, Any]:
+        log=None, object_name: str = 'cube',
+        smooth_windows: Sequence[int] = (1,)) -> Dict[str, Any]:
     """
     Learn CCN for every pair and seed and score it on the selection tosses.
 
@@ -168,50 +171,64 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
     :param split_seed: the object's benchmark's split seed.
     :param log: called with a line per fit, or None.
     :param object_name: a key of :data:`JUDGES`.
+    :param smooth_windows: local polynomial windows the training and validation tosses are
+        smoothed with (``sysid.pose_smoothing.smooth_trajectories``; 1: as recorded), a third
+        axis of the grid; the selection tosses are judged as recorded.
     :return: the JSON payload (``runs``, ``pairs``, ``chosen``, ``nominal``, ``object``).
     """
     judge = JUDGES[object_name](data, n_select, split_seed)
-    spec, tosses, keys = judge.spec, judge.tosses, tuple(judge.nominal)
-    train = cl.transitions([tosses.q[i] for i in judge.train[:n_train]],
-                           [tosses.v[i] for i in judge.train[:n_train]])
-    validation = cl.transitions([tosses.q[i] for i in judge.validation],
-                                [tosses.v[i] for i in judge.validation])
+    tosses, keys = judge.tosses, tuple(judge.nominal)
     runs = []
-    for w_comp in w_comps:
-        for w_pen in w_pens:
-            weights = cl.ViolationWeights(w_comp=w_comp, w_pen=w_pen)
-            for seed in seeds:
-                start = time.perf_counter()
-                theta0 = cl.start_parameters(spec, seed, True)
-                theta, history = cl.train_violation(
-                    spec.model, spec.contact, theta0, spec.masses, train, validation,
-                    tosses.dt, cl.TrainConfig(steps=steps, seed=seed, weights=weights))
-                m, c = cl.object_models(spec.model, spec.contact, theta, spec.masses)
-                row = judge.errors(m, c)
-                summary = cl.physical_summary(spec, m, c)
-                row.update(w_comp=w_comp, w_pen=w_pen, seed=seed,
-                           score=sum(row[k] / judge.nominal[k] for k in keys),
-                           volume_error=summary['volume_error'],
-                           inertia_error=summary.get('inertia_error'),
-                           friction=summary['friction'], last_step=history['step'][-1],
-                           train_s=time.perf_counter() - start)
-                runs.append(row)
-                if log is not None:
-                    log(f'w_comp {w_comp:g} w_pen {w_pen:g} seed {seed}: score '
-                        f'{row["score"]:.3f}, ' + _errors_text(row, keys)
-                        + f', volume error {row["volume_error"]:.3f}')
+    for window in smooth_windows:
+        train = cl.transitions(*smooth_trajectories(
+            ([tosses.q[i] for i in judge.train[:n_train]],
+             [tosses.v[i] for i in judge.train[:n_train]]), tosses.dt, window))
+        validation = cl.transitions(*smooth_trajectories(
+            ([tosses.q[i] for i in judge.validation], [tosses.v[i] for i in judge.validation]),
+            tosses.dt, window))
+        for w_comp in w_comps:
+            for w_pen in w_pens:
+                for seed in seeds:
+                    row = _fit_and_score(judge, train, validation, w_comp, w_pen, seed, steps)
+                    row['smooth_window'] = window
+                    runs.append(row)
+                    if log is not None:
+                        log(f'smooth {window} w_comp {w_comp:g} w_pen {w_pen:g} seed {seed}: '
+                            f'score {row["score"]:.3f}, ' + _errors_text(row, keys)
+                            + f', volume error {row["volume_error"]:.3f}, friction '
+                            f'{row["friction"]:.3f}')
     pairs = []
-    for w_comp in w_comps:
-        for w_pen in w_pens:
-            mine = [r for r in runs if r['w_comp'] == w_comp and r['w_pen'] == w_pen]
-            pairs.append({'w_comp': w_comp, 'w_pen': w_pen,
-                          **{key: _mean([r[key] for r in mine]) for key in
-                             ('score', 'volume_error', 'inertia_error', 'friction') + keys}})
+    for window, w_comp, w_pen in itertools.product(smooth_windows, w_comps, w_pens):
+        mine = [r for r in runs if (r['w_comp'], r['w_pen'], r['smooth_window'])
+                == (w_comp, w_pen, window)]
+        pairs.append({'w_comp': w_comp, 'w_pen': w_pen, 'smooth_window': window,
+                      **{key: _mean([r[key] for r in mine]) for key in
+                         ('score', 'volume_error', 'inertia_error', 'friction') + keys}})
     chosen = min(pairs, key=lambda p: p['score'])
     return {'object': object_name, 'runs': runs, 'pairs': pairs, 'chosen': chosen,
             'nominal': judge.nominal, 'error_keys': list(keys), 'train_tosses': n_train,
             'selection_tosses': [int(i) for i in judge.select],
             'seeds': list(seeds), 'steps': steps, 'split_seed': split_seed}
+
+
+def _fit_and_score(judge: Judge, train, validation, w_comp: float, w_pen: float, seed: int,
+                   steps: int) -> Dict[str, Any]:
+    # One CCN fit from the perturbed start, scored on the selection tosses.
+    spec, keys = judge.spec, tuple(judge.nominal)
+    start = time.perf_counter()
+    weights = cl.ViolationWeights(w_comp=w_comp, w_pen=w_pen)
+    theta, history = cl.train_violation(
+        spec.model, spec.contact, cl.start_parameters(spec, seed, True), spec.masses, train,
+        validation, judge.tosses.dt, cl.TrainConfig(steps=steps, seed=seed, weights=weights))
+    m, c = cl.object_models(spec.model, spec.contact, theta, spec.masses)
+    row = judge.errors(m, c)
+    summary = cl.physical_summary(spec, m, c)
+    row.update(w_comp=w_comp, w_pen=w_pen, seed=seed,
+               score=sum(row[k] / judge.nominal[k] for k in keys),
+               volume_error=summary['volume_error'], inertia_error=summary.get('inertia_error'),
+               friction=summary['friction'], last_step=history['step'][-1],
+               train_s=time.perf_counter() - start)
+    return row
 
 
 def _mean(values) -> Optional[float]:
@@ -240,14 +257,15 @@ def markdown(payload: Dict[str, Any]) -> str:
     lines = [f'{payload["object"]}: {len(payload["selection_tosses"])} selection tosses, '
              f'{payload["train_tosses"]} training tosses, seeds {payload["seeds"]}; our step '
              f'with the nominal {payload["object"]}: ' + _errors_text(nominal, keys), '',
-             '| w_comp 1/s | w_pen J/m^2 | score | '
+             '| smooth window | w_comp 1/s | w_pen J/m^2 | score | '
              + ' | '.join(f'{_UNITS[k][0]} {_UNITS[k][1]}' for k in keys)
              + ' | volume err | inertia err | friction |',
-             '|---:|---:|---:|' + '---:|' * (len(keys) + 3)]
+             '|---:|---:|---:|---:|' + '---:|' * (len(keys) + 3)]
     for p in payload['pairs']:
         mark = ' (chosen)' if p == payload['chosen'] else ''
         inertia = '-' if p['inertia_error'] is None else f'{p["inertia_error"]:.2f}'
-        lines.append(f'| {p["w_comp"]:g} | {p["w_pen"]:g} | {p["score"]:.3f}{mark} | '
+        lines.append(f'| {p.get("smooth_window", 1)} | {p["w_comp"]:g} | {p["w_pen"]:g} | '
+                     f'{p["score"]:.3f}{mark} | '
                      + ' | '.join(f'{_UNITS[k][2] * p[k]:.1f}' for k in keys)
                      + f' | {p["volume_error"]:.3f} | {inertia} | {p["friction"]:.3f} |')
     return '\n'.join(lines)
@@ -280,6 +298,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--steps', type=int, default=1000, help='maximum Adam steps per fit')
     parser.add_argument('--split-seed', type=int, default=0,
                         help="the object's benchmark's split seed (keep it fixed)")
+    parser.add_argument('--smooth-windows', default='1',
+                        help='comma-separated odd local polynomial windows the training and '
+                             'validation tosses are smoothed with (1: as recorded); '
+                             'selection tosses are judged as recorded')
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     data = _common.data_root(args.data, 'contact_weights.py')
@@ -288,7 +310,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.train_tosses, args.selection_tosses, args.steps = 2, 4, 5
     payload = run(data, _floats(args.w_comp), _floats(args.w_pen), range(args.seeds),
                   args.train_tosses, args.selection_tosses, args.steps, args.split_seed,
-                  log=lambda line: print(line, flush=True), object_name=args.object)
+                  log=lambda line: print(line, flush=True), object_name=args.object,
+                  smooth_windows=[int(w) for w in _floats(args.smooth_windows)])
     print()
     print(markdown(payload))
     payload['machine'] = _common.machine_info(('torch', 'scipy'))

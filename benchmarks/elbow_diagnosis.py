@@ -13,14 +13,21 @@ On tosses of ``benchmarks/elbow_learning.py``'s split (never its test tosses):
    as instrument (no angle shared with ``v_k`` or ``v_{k+1}``). A viscous hinge damping
    ``b`` makes ``r_h = -b rate``; the instrumental slope with its standard error is ``-b``.
 2. **The violation loss by term and by transition class** (training tosses), at the nominal
-   URDF and at CCN learned from them (``--seed``, the spec's weights): the prediction,
-   complementarity, dissipation and penetration terms (``sysid.contact_learning``'s
-   definitions, at the inner optimum), split by the nominal elbow's lowest vertex height
-   (free above 2 cm, near 0.5-2 cm, contact below); with each class's share of the
-   gradient of the mean loss with respect to mu (in its softplus coordinate).
+   URDF and at CCN learned from them (``--seed``, the spec's weights and smoothing): the
+   prediction, complementarity, dissipation and penetration terms
+   (``sysid.contact_learning``'s definitions, at the inner optimum), split by the nominal
+   elbow's lowest vertex height (free above 2 cm, near 0.5-2 cm, contact below); with each
+   class's share of the gradient of the mean loss with respect to mu (in its softplus coordinate).
 3. **Which learned parameters hurt**: the nominal URDF with one learned group (mu, both
    inertias, both vertex sets) put in at a time, rolled out over 16-sample horizons on the
    weight search's selection tosses (``benchmarks/contact_weights.py --object elbow``).
+4. **Velocity noise read as friction** (training tosses): in free flight (as in 1), the RMS
+   of the recorded poses and velocities about their local polynomial fits
+   (``sysid.pose_smoothing``, ``--smooth-window``); then the friction coefficient that
+   minimises the violation loss of the nominal elbow, everything else held (a grid), on the
+   recorded transitions, on the smoothed ones, and on the nominal elbow's own rollouts from
+   the same first states (mu 0.3 by construction): clean, with pose noise of the measured
+   size and backward-difference velocities as in the recordings, and that smoothed.
 """
 
 import math
@@ -41,13 +48,20 @@ except ImportError:  # run as ``python benchmarks/elbow_diagnosis.py``
 from diffsim_ros.core.contact import (contact_kinematics, contact_rows,  # noqa: I100
                                       free_velocity)
 from diffsim_ros.core.dispatch import crba
+from diffsim_ros.core.spatial import quat_conjugate, quat_exp, quat_log, quat_multiply
 from diffsim_ros.sysid import contact_learning as cl
 from diffsim_ros.sysid.object_learning import fit_object
+from diffsim_ros.sysid.pose_smoothing import (backward_velocities, local_polynomial_weights,
+                                              smooth_trajectories)
 
 #: Lowest-vertex heights [m] that split transitions into free / near / contact.
 FREE_M, CONTACT_M = 0.02, 0.005
 #: Samples on each side of a free-flight transition that must be free too (the instrument's).
 REACH = 3
+#: Friction coefficients of measure 4's grid.
+FRICTION_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
+#: Default window of measure 4's local polynomial fits.
+SMOOTH_WINDOW = 7
 
 
 def hinge_friction(spec: cl.ObjectSpec, tosses, indices: Sequence[int],
@@ -173,10 +187,118 @@ def transplants(spec: cl.ObjectSpec, fit: cl.ObjectFit, tosses, windows
     return out
 
 
-def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
-        split_seed: int = 0) -> Dict[str, Any]:
+def _free_samples(spec: cl.ObjectSpec, q: torch.Tensor, reach: int) -> torch.Tensor:
+    # Samples whose neighbours within ``reach`` keep every vertex FREE_M above the table.
+    low = contact_kinematics(spec.model, q, spec.contact).phi.amin(-1)
+    free = torch.zeros(len(q), dtype=torch.bool)
+    for k in range(reach + 1, len(q) - reach):
+        free[k] = bool(low[k - reach:k + reach + 1].min() > FREE_M)
+    return free
+
+
+def pose_noise(spec: cl.ObjectSpec, trajectories, dt: float, window: int) -> Dict[str, float]:
     """
-    Run the three measurements (module docstring).
+    Return the free-flight RMS of recorded poses and velocities about their local fits.
+
+    :param spec: the nominal elbow (its geometry tells free flight).
+    :param trajectories: ``(q list, v list)`` recorded tosses.
+    :param dt: sample period [s].
+    :param window: samples of the local quadratic fits.
+    :return: ``samples``; ``position_m``, ``orientation_rad`` (per axis), ``hinge_rad``: RMS
+        of pose minus fit, divided by ``sqrt(1 - S_cc)`` (the fit's own share of the noise
+        at its centre) to estimate the noise; ``velocity_linear``, ``velocity_angular``,
+        ``velocity_hinge``: RMS of recorded minus smoothed velocities (m/s, rad/s per axis).
+    """
+    smooth_q, smooth_v = smooth_trajectories(trajectories, dt, window)
+    pose, rot, vel = [], [], []
+    for q, v, sq, sv in zip(*trajectories, smooth_q, smooth_v):
+        free = _free_samples(spec, q, window // 2)
+        pose.append((q - sq)[free][:, [0, 1, 2, 7]])
+        rot.append(quat_log(quat_multiply(quat_conjugate(sq[free, 3:7]), q[free, 3:7])))
+        vel.append((v - sv)[free])
+    pose, rot, vel = torch.cat(pose), torch.cat(rot), torch.cat(vel)
+    centre = 1.0 - local_polynomial_weights(window, window)[window // 2, window // 2]
+
+    def rms(x):
+        return float(x.pow(2).mean().sqrt())
+    return {'samples': int(len(pose)), 'window': window,
+            'position_m': rms(pose[:, :3]) / math.sqrt(centre),
+            'orientation_rad': rms(rot) / math.sqrt(centre),
+            'hinge_rad': rms(pose[:, 3]) / math.sqrt(centre),
+            'velocity_linear': rms(vel[:, :3]), 'velocity_angular': rms(vel[:, 3:6]),
+            'velocity_hinge': rms(vel[:, 6])}
+
+
+def friction_minimum(spec: cl.ObjectSpec, trajectories, dt: float,
+                     weights: cl.ViolationWeights) -> Dict[str, Any]:
+    """
+    Return the violation loss of the nominal elbow over :data:`FRICTION_GRID`.
+
+    :param spec: the nominal elbow (all but mu held).
+    :param trajectories: ``(q list, v list)``.
+    :param dt: sample period [s].
+    :param weights: the loss's weights.
+    :return: ``mu`` (the grid's minimiser) and ``relative`` (the mean loss per grid value
+        over its minimum).
+    """
+    data = cl.transitions(*trajectories)
+    losses = []
+    for mu in FRICTION_GRID:
+        theta = cl.object_parameters(spec.contact.vertices, mu, spec.model.inertial)
+        m, c = cl.object_models(spec.model, spec.contact, theta, spec.masses)
+        with torch.no_grad():
+            losses.append(float(cl.violation_loss(m, c, *data, dt, weights).mean()))
+    best = int(np.argmin(losses))
+    return {'mu': FRICTION_GRID[best], 'relative': [x / losses[best] for x in losses]}
+
+
+def noise_as_friction(spec: cl.ObjectSpec, trajectories, dt: float, window: int,
+                      weights: cl.ViolationWeights, seed: int = 0) -> Dict[str, Any]:
+    """
+    Return measure 4: the recordings' noise and the friction the violation loss reads in.
+
+    :param spec: the nominal elbow.
+    :param trajectories: ``(q list, v list)`` recorded training tosses.
+    :param dt: sample period [s].
+    :param window: samples of the local quadratic fits.
+    :param weights: the violation loss's weights.
+    :param seed: seed of the simulated noise.
+    :return: ``noise`` (:func:`pose_noise`) and ``friction``: per data set (``recorded``,
+        ``smoothed``, ``simulated``, ``simulated_noisy``, ``simulated_noisy_smoothed``) the
+        :func:`friction_minimum`.
+    """
+    noise = pose_noise(spec, trajectories, dt, window)
+    qs, vs = trajectories
+    nq = int(spec.model.nq)
+    x0 = torch.stack([torch.cat((q[1], v[1])) for q, v in zip(qs, vs)])
+    with torch.no_grad():
+        states = cl.rollout(spec.model, spec.contact, x0, max(len(q) for q in qs) - 2, dt)
+    sim_q = [torch.cat((x0[k:k + 1, :nq], states[k, :len(q) - 2, :nq]))
+             for k, q in enumerate(qs)]
+    generator = torch.Generator().manual_seed(seed)
+    noisy = []
+    for q in sim_q:
+        n = torch.randn(len(q), 7, generator=generator, dtype=q.dtype)
+        noisy.append(torch.cat((
+            q[:, :3] + noise['position_m'] * n[:, :3],
+            quat_multiply(q[:, 3:7], quat_exp(noise['orientation_rad'] * n[:, 3:6])),
+            q[:, 7:] + noise['hinge_rad'] * n[:, 6:]), -1))
+    sets = {'recorded': trajectories,
+            'smoothed': smooth_trajectories(trajectories, dt, window),
+            'simulated': (sim_q, [backward_velocities(q, dt) for q in sim_q]),
+            'simulated_noisy': (noisy, [backward_velocities(q, dt) for q in noisy])}
+    sets['simulated_noisy_smoothed'] = smooth_trajectories(sets['simulated_noisy'], dt,
+                                                           window)
+    return {'noise': noise, 'grid': list(FRICTION_GRID),
+            'friction': {name: friction_minimum(spec, data, dt, weights)
+                         for name, data in sets.items()}}
+
+
+def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
+        split_seed: int = 0, smooth_window: int = SMOOTH_WINDOW,
+        noise_only: bool = False) -> Dict[str, Any]:
+    """
+    Run the four measurements (module docstring), or only the fourth.
 
     :param data: the shared data root.
     :param n_train: training tosses (the first of the split's).
@@ -184,6 +306,8 @@ def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
     :param steps: CCN's maximum Adam steps.
     :param n_select: selection tosses judged in measure 3.
     :param split_seed: the elbow benchmark's split seed.
+    :param smooth_window: measure 4's local fit window.
+    :param noise_only: run measure 4 alone (no CCN fit).
     :return: the JSON payload.
     """
     judge = contact_weights.elbow_judge(data, n_select, split_seed)
@@ -192,14 +316,20 @@ def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
     train = ([tosses.q[i] for i in train_i], [tosses.v[i] for i in train_i])
     validation = ([tosses.q[i] for i in judge.validation],
                   [tosses.v[i] for i in judge.validation])
-    fit = fit_object(spec, 'ccn', train, validation, tosses.dt, seed=seed, steps=steps)
-    transitions = cl.transitions(*train)
     weights = spec.violation_weights()
+    payload = {'train_tosses': n_train, 'seed': seed, 'steps': steps,
+               'split_seed': split_seed, 'smooth_window': spec.smooth_window,
+               'weights': {'w_comp': weights.w_comp, 'w_pen': weights.w_pen},
+               'noise_as_friction': noise_as_friction(spec, train, tosses.dt, smooth_window,
+                                                      weights)}
+    if noise_only:
+        return payload
+    fit = fit_object(spec, 'ccn', train, validation, tosses.dt, seed=seed, steps=steps)
+    # measure 2 on the transitions CCN learned from (the spec's smoothing applied)
+    transitions = cl.transitions(*smooth_trajectories(train, tosses.dt, spec.smooth_window))
     windows = elbow.horizon_windows(tosses, judge.select, elbow.HORIZON,
                                     contact_weights.ELBOW_WINDOW_STRIDE)
-    return {'train_tosses': n_train, 'seed': seed, 'steps': steps, 'split_seed': split_seed,
-            'selection_tosses': len(judge.select), 'windows': len(windows),
-            'weights': {'w_comp': weights.w_comp, 'w_pen': weights.w_pen},
+    return {**payload, 'selection_tosses': len(judge.select), 'windows': len(windows),
             'learned': fit.summary(),
             'hinge_friction': hinge_friction(spec, tosses, train_i),
             'loss_terms': {
@@ -211,7 +341,10 @@ def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
 
 
 def markdown(payload: Dict[str, Any]) -> str:
-    """Return the three measurements as text and tables."""
+    """Return the four measurements (or the fourth alone) as text and tables."""
+    lines = [] if 'hinge_friction' in payload else [_noise_markdown(payload)]
+    if lines:
+        return lines[0]
     h = payload['hinge_friction']
     lines = [f'1. Free-flight hinge torque residual against the hinge rate, '
              f'{h["transitions"]} transitions of {payload["train_tosses"]} training tosses: '
@@ -239,6 +372,27 @@ def markdown(payload: Dict[str, Any]) -> str:
         lines.append(f'| {name} | {1e3 * row["position_m"]:.2f} | '
                      f'{math.degrees(row["orientation_rad"]):.2f} | '
                      f'{math.degrees(row["hinge_rad"]):.2f} |')
+    return '\n'.join(lines + ['', _noise_markdown(payload)])
+
+
+def _noise_markdown(payload: Dict[str, Any]) -> str:
+    # Measure 4 as text and a table.
+    four = payload['noise_as_friction']
+    noise = four['noise']
+    lines = [f'4. Free flight ({noise["samples"]} samples of {payload["train_tosses"]} '
+             f'training tosses), about local quadratic fits over {noise["window"]} samples: '
+             f'pose noise {1e3 * noise["position_m"]:.2f} mm, '
+             f'{1e3 * noise["orientation_rad"]:.2f} mrad per axis, hinge '
+             f'{1e3 * noise["hinge_rad"]:.2f} mrad; recorded minus smoothed velocities '
+             f'{noise["velocity_linear"]:.3f} m/s, {noise["velocity_angular"]:.3f} rad/s, '
+             f'hinge {noise["velocity_hinge"]:.3f} rad/s (RMS per axis). Violation loss of the '
+             'nominal elbow against mu (all else held), over its minimum:', '',
+             '| transitions | loss-minimising mu | ' + ' | '.join(
+                 f'mu {mu:g}' for mu in four['grid']) + ' |',
+             '|---|---:|' + '---:|' * len(four['grid'])]
+    for name, row in four['friction'].items():
+        lines.append(f'| {name} | {row["mu"]:g} | '
+                     + ' | '.join(f'{x:.4f}' for x in row['relative']) + ' |')
     return '\n'.join(lines)
 
 
@@ -258,13 +412,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='tosses of the weight search judged in measure 3')
     parser.add_argument('--split-seed', type=int, default=0,
                         help="the elbow benchmark's split seed (keep it fixed)")
+    parser.add_argument('--smooth-window', type=int, default=SMOOTH_WINDOW,
+                        help=f'local fit window of measure 4 (default {SMOOTH_WINDOW})')
+    parser.add_argument('--noise-only', action='store_true',
+                        help='run measure 4 alone (no CCN fit)')
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     data = _common.data_root(args.data, 'elbow_diagnosis.py')
     if args.quick:
         args.train_tosses, args.steps, args.selection_tosses = 4, 5, 4
     payload = run(data, args.train_tosses, args.seed, args.steps, args.selection_tosses,
-                  args.split_seed)
+                  args.split_seed, args.smooth_window, args.noise_only)
     print(markdown(payload))
     payload['machine'] = _common.machine_info(('torch', 'scipy'))
     payload['quick'] = args.quick

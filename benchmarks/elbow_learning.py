@@ -8,9 +8,13 @@ last ``--test-tosses`` held out for every N and seed, the ``--validation-tosses`
 used only for early stopping, the first N for training). CCN learns both links' vertices,
 both links' inertias with each mass held at 0.37 kg and mu, the ground held at the table
 (``diffsim_ros.io.object_urdf.elbow_spec``: the URDF's boxes and the elbow's own violation
-weights; start 0.5-1.5x, random box inertias, the paper's appendix A.4) through
-``sysid.object_learning.fit_object``; ``--methods`` names any of its methods (CCN-R,
-DiffSim ...), each fitted ``--seeds`` times.
+weights and smoothing window; start 0.5-1.5x, random box inertias, the paper's appendix A.4)
+through ``sysid.object_learning.fit_object``; ``--methods`` names any of its methods (CCN-R,
+DiffSim ...), each fitted ``--seeds`` times. Every method learns from training and validation
+tosses whose poses are smoothed by local quadratic fits and whose velocities are the backward
+differences of those (``sysid.pose_smoothing``, ``--smooth-window``, default the elbow spec's
+``io.object_urdf.ELBOW_SMOOTH_WINDOW``); the test tosses, and every rollout's first state,
+are the recorded ones for every row.
 
 On the test tosses, in the same run, three models: the learned one (``core.contact_step`` at
 the recording's dt), and the nominal URDF (boxes, 0.37 kg each, mu 0.3, no restitution)
@@ -27,6 +31,7 @@ Errors: position of elbow_1's frame (m), geodesic orientation of elbow_1 (rad), 
 (rad; unwrapped).
 """
 
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -153,7 +158,8 @@ def _evaluate(predict: Predictor, tosses: TossSet, windows, test_i, horizon: int
 def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int, steps: int,
         horizon: int = HORIZON, stride: int = 1, split_seed: int = 0,
         limit: Optional[int] = None, perturb: bool = True,
-        methods: Sequence[str] = ('ccn',), log=None) -> Dict[str, Any]:
+        methods: Sequence[str] = ('ccn',), log=None,
+        smooth_window: Optional[int] = None) -> Dict[str, Any]:
     """
     Learn the elbow from ``n_train`` tosses; evaluate it and the nominal URDF on the test set.
 
@@ -161,6 +167,9 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
     method, window and error the mean over seeds of the over-tosses mean, with its 95 %
     Student-t half-width (``benchmarks/contact_learning.py``'s ``t_interval``).
 
+    :param smooth_window: the local polynomial window every method's training and validation
+        tosses are smoothed with (``ObjectSpec.smooth_window``; None: the elbow spec's own;
+        the test tosses and every rollout's first state stay as recorded).
     :return: the JSON payload (see the module docstring): ``runs`` (one per method and seed,
         its errors' mean / median / p90 over tosses), ``errors`` (per window and model: per
         method the t-interval over seeds of each error's mean, per nominal row its mean /
@@ -172,6 +181,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
     tosses = load_elbow_tosses(data, limit=limit)
     train_i, val_i, test_i = cube_bench.split(len(tosses), n_train, n_val, n_test, split_seed)
     spec = elbow_spec(tosses)
+    if smooth_window is not None:
+        spec = dataclasses.replace(spec, smooth_window=smooth_window)
     train = ([tosses.q[i] for i in train_i], [tosses.v[i] for i in train_i])
     validation = ([tosses.q[i] for i in val_i], [tosses.v[i] for i in val_i])
     windows = horizon_windows(tosses, test_i, horizon, stride)
@@ -216,7 +227,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
             'windows': len(windows), 'steps': steps,
             'start_from': 'paper' if perturb else 'nominal',
             'violation_weights': {'w_comp': weights.w_comp, 'w_pen': weights.w_pen},
-            'runs': runs, 'errors': errors, 'seconds': seconds}
+            'smooth_window': spec.smooth_window, 'runs': runs, 'errors': errors,
+            'seconds': seconds}
 
 
 def combine(payloads: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
@@ -230,9 +242,10 @@ def combine(payloads: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         repeat a method.
     """
     first = payloads[0]
-    same = ('test_toss_ids', 'train_toss_ids', 'horizon', 'window_stride', 'windows')
+    same = ('test_toss_ids', 'train_toss_ids', 'horizon', 'window_stride', 'windows',
+            'smooth_window')
     for other in payloads[1:]:
-        if any(other[key] != first[key] for key in same):
+        if any(other.get(key, 1) != first.get(key, 1) for key in same):
             raise ValueError('cannot combine runs on different tosses or windows '
                              f'({", ".join(same)} must agree)')
     methods = [m for p in payloads for m in p['methods']]
@@ -263,9 +276,10 @@ def _cell(stats: Dict[str, Any], scale: float) -> str:
 def markdown(payload: Dict[str, Any]) -> str:
     """Return the horizon and full-length tables (mm and degrees) and the learned numbers."""
     weights = payload['violation_weights']
-    lines = [f'N = {payload["train_tosses"]} training tosses, seeds {payload["seeds"]}, start '
-             f'{payload["start_from"]}, CCN weights w_comp {weights["w_comp"]:g} w_pen '
-             f'{weights["w_pen"]:g}, {payload["test_tosses"]} test tosses '
+    lines = [f'N = {payload["train_tosses"]} training tosses, seeds {payload["seeds"]}, '
+             f'start {payload["start_from"]}, CCN weights w_comp {weights["w_comp"]:g} w_pen '
+             f'{weights["w_pen"]:g}, training tosses smoothed over '
+             f'{payload.get("smooth_window", 1)} samples, {payload["test_tosses"]} test tosses '
              f'({payload["windows"]} windows of {payload["horizon"]} samples)', '']
     for run in payload['runs']:
         learned, start = run['learned'], run['start']
@@ -321,6 +335,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--methods', '--method', default='ccn',
                         help='comma-separated learning methods, of '
                              f'{", ".join(METHODS)} (sysid.object_learning.METHODS)')
+    parser.add_argument('--smooth-window', type=int, default=None,
+                        help='odd samples of the local polynomial fits that the training and '
+                             'validation tosses are smoothed with before learning, for every '
+                             "method (1: as recorded; default: the elbow spec's, "
+                             'io.object_urdf.ELBOW_SMOOTH_WINDOW); test tosses stay as recorded')
     parser.add_argument('--combine', metavar='JSON', nargs='+', default=None,
                         help='merge the --json files of runs on the same split (one per '
                              'method) into one table instead of running')
@@ -342,12 +361,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.quick:
         payload = run(data, min(args.train_tosses, 2), range(min(args.seeds, 2)), 2, 3, 6,
                       args.horizon, max(args.window_stride, 8), args.split_seed, limit=40,
-                      perturb=args.start == 'paper', methods=methods, log=log)
+                      perturb=args.start == 'paper', methods=methods, log=log,
+                      smooth_window=args.smooth_window)
     else:
         payload = run(data, args.train_tosses, range(args.seeds), args.validation_tosses,
                       args.test_tosses, args.steps, args.horizon, args.window_stride,
                       args.split_seed, perturb=args.start == 'paper', methods=methods,
-                      log=log)
+                      log=log, smooth_window=args.smooth_window)
     payload['machine'] = _common.machine_info(('torch', 'mujoco', 'scipy'))
     payload['quick'] = args.quick
     print(markdown(payload))

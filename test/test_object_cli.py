@@ -106,7 +106,8 @@ def test_help_of_both_commands():
     """``--help`` documents the object mode and the prediction."""
     fit = _fit('--help')
     assert fit.returncode == 0, fit.stderr
-    for text in ('--object', 'cube|elbow|URDF', 'TransformStamped', '--steps', 'diffsim-predict'):
+    for text in ('--object', 'cube|elbow|URDF', 'TransformStamped', '--steps', 'diffsim-predict',
+                 '--smooth-window'):
         assert text in fit.stdout
     predict = _predict('--help')
     assert predict.returncode == 0, predict.stderr
@@ -231,6 +232,7 @@ def test_fit_and_predict_on_a_pose_bag_and_a_csv(simulated, tmp_path):
     assert fit.returncode == 0, fit.stderr
     metrics = json.loads((out / 'metrics.json').read_text())
     assert metrics['topic'] == '/mocap/cube/pose' and metrics['layout'] == 'poses'
+    assert metrics['smooth_window'] == 1   # the cube's own: its tosses as recorded
     pred = tmp_path / 'bag_pred.npz'
     run = _predict(out, simulated['bag'], '--out', pred)
     assert run.returncode == 0, run.stderr
@@ -250,9 +252,10 @@ def test_fit_and_predict_on_a_pose_bag_and_a_csv(simulated, tmp_path):
         assert np.array_equal(states[offsets[k]:offsets[k] + 2], rows[:2])
     csv_out = tmp_path / 'csv_fit'
     fit = _fit(simulated['csv'], '--object', 'cube', '--steps', '1', '--out', csv_out,
-               '--allow-worse')
+               '--allow-worse', '--smooth-window', '5')
     assert fit.returncode == 0, fit.stderr
-    assert json.loads((csv_out / 'metrics.json').read_text())['layout'] == 'poses'
+    metrics = json.loads((csv_out / 'metrics.json').read_text())
+    assert metrics['layout'] == 'poses' and metrics['smooth_window'] == 5
 
 
 def test_learned_urdf_of_a_box_is_a_box(tmp_path):
@@ -287,6 +290,7 @@ def _good_rows(toss: int, n: int, t0: float = 0.0):
     ('empty', 'is empty (no messages)'),
     ('elbow', 'the object elbow has 8'),
     ('robot-method', 'give --object'),
+    ('smooth-window', 'smooth_window 4 must be odd'),
 ])
 def test_bad_inputs_get_one_line(case, expected, tmp_path, capsys, simulated):
     """Each bad input: exit status 2 and one precise line, before any fit."""
@@ -311,6 +315,8 @@ def test_bad_inputs_get_one_line(case, expected, tmp_path, capsys, simulated):
         BagWriter(data).close()
     elif case == 'elbow':
         data, argv = simulated['csv'], ['--object', 'elbow', '--out', str(tmp_path / 'o')]
+    elif case == 'smooth-window':
+        data, argv = simulated['csv'], argv + ['--smooth-window', '4']
     else:
         data, argv = simulated['csv'], ['--method', 'ccn', '--robot', 'qube', '--out',
                                         str(tmp_path / 'o')]

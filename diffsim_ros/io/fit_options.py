@@ -254,6 +254,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument('--friction', type=number_type(float, 1e-6), default=None,
                         help='--object: nominal friction coefficient (default: cube 0.18; a '
                         'URDF its <gazebo><mu1>, else 0.3)')
+    parser.add_argument('--smooth-window', type=number_type(int, 1), default=None,
+                        help='--object: odd samples of the local quadratic fits that the '
+                        "training tosses' poses are smoothed with, velocities then their "
+                        'backward differences, for every method (1: as recorded; default: '
+                        "the object's own, elbow 7, else 1)")
     parser.add_argument('--rest', type=number_type(float, 1e-6), default=0.2,
                         help='--object: seconds slower than 0.02 m/s that end a toss in a pose '
                         'stream without toss ids (default: %(default)s)')

@@ -14,6 +14,7 @@ held-out position or orientation error is above the nominal object's (``--allow-
 """
 
 import argparse
+import dataclasses
 from pathlib import Path
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -195,6 +196,10 @@ def _modules(fit: ObjectFit) -> Dict[str, Any]:
 def _load(args: argparse.Namespace, progress: Progress):
     with reported(f'--object {args.object}', ValueError, URDFError, OSError):
         spec = object_spec(args.object, args.friction)
+    window = getattr(args, 'smooth_window', None)
+    if window is not None:
+        with reported('--smooth-window', ValueError):
+            spec = dataclasses.replace(spec, smooth_window=window)
     with reported('', ObjectDataError):
         recording = read_tosses(args.data, args.topic, args.rest, args.limit)
     nq = int(spec.model.nq)
@@ -279,7 +284,7 @@ def fit_object_command(args: argparse.Namespace, progress: Progress) -> Dict[str
         write_params_yaml(out / 'params.yaml', header, parameters)
         metrics: Dict[str, Any] = {
             **{k: header[k] for k in ('object', 'method', 'seed', 'data', 'layout', 'dt')},
-            'topic': recording.topic, 'steps': steps,
+            'topic': recording.topic, 'steps': steps, 'smooth_window': spec.smooth_window,
             'tosses': {'train': [recording.toss_ids[i] for i in train_i],
                        'early_stopping': [recording.toss_ids[i] for i in stop_i],
                        'held_out': [recording.toss_ids[i] for i in test_i]},

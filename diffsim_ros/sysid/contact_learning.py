@@ -772,6 +772,11 @@ class ObjectSpec:
         object's own held-out tosses chose another (``benchmarks/contact_weights.py
         --object``).
     :ivar w_pen: the object's penetration weight [J/m^2], likewise.
+    :ivar smooth_window: odd samples of the local polynomial fits that every method's
+        training and validation tosses are smoothed with before learning
+        (:func:`~diffsim_ros.sysid.pose_smoothing.smooth_trajectories`, applied by
+        :func:`~diffsim_ros.sysid.object_learning.fit_object`); 1: the recorded poses and
+        velocities as they are.
     """
 
     name: str
@@ -784,9 +789,13 @@ class ObjectSpec:
     length: float
     w_comp: Optional[float] = None
     w_pen: Optional[float] = None
+    smooth_window: int = 1
 
     def __post_init__(self):
-        """Check that there is one vertex set per body, in body order, and the masses."""
+        """Check the vertex sets (one per body, in body order), masses, smoothing window."""
+        if self.smooth_window < 1 or self.smooth_window % 2 == 0:
+            raise ValueError(f'ObjectSpec {self.name!r}: smooth_window {self.smooth_window} '
+                             'must be odd and >= 1 (1: no smoothing)')
         bodies = tuple(self.model.tree.body_links)
         if tuple(self.contact.vertex_links) != bodies:
             raise ValueError(f'ObjectSpec {self.name!r}: one vertex set per body in body order '

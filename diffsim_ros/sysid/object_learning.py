@@ -13,6 +13,7 @@ from typing import Callable, Dict
 from .contact_baselines import fit_diffsim, fit_diffsim_r, fit_mlp
 from .contact_learning import (fit_ccn, fit_ccn_r, ObjectFit, ObjectSpec, regime_weights,
                                Trajectories)
+from .pose_smoothing import smooth_trajectories
 
 __all__ = ['METHODS', 'fit_object']
 
@@ -33,6 +34,10 @@ def fit_object(spec: ObjectSpec, method: str, train: Trajectories, validation: T
     """
     Learn an object with one of :data:`METHODS`.
 
+    The training and validation tosses are first smoothed with the spec's
+    ``smooth_window`` (:func:`~diffsim_ros.sysid.pose_smoothing.smooth_trajectories`; 1, the
+    default, leaves them as recorded), the same for every method.
+
     :param spec: the nominal object.
     :param method: a key of :data:`METHODS`.
     :param train: training trajectories ``(q list, v list)``.
@@ -51,5 +56,7 @@ def fit_object(spec: ObjectSpec, method: str, train: Trajectories, validation: T
     regime_weights(regime)
     if not len(train[0]):
         raise ValueError('no training trajectory')
+    train = smooth_trajectories(train, dt, spec.smooth_window)
+    validation = smooth_trajectories(validation, dt, spec.smooth_window)
     return METHODS[method](spec, train, validation, dt, seed=seed, steps=steps,
                            perturb=perturb, regime=regime)
