@@ -134,10 +134,12 @@ def make_task(arm: RobotModel) -> BallInCupTask:
     """
     info = robots.get(cup.ROBOT)
     return BallInCupTask(promp=ProMP(HOME, DURATION_S, N_BASIS),
-                         geometry=CupGeometry(cup.CUP_RADIUS, cup.CUP_HEIGHT, cup.BALL_RADIUS),
+                         geometry=CupGeometry(cup.CUP_RADIUS, cup.CUP_HEIGHT, cup.BALL_RADIUS,
+                                              cup.CUP_WALL),
                          q_lower=tuple(arm.lower.tolist()), q_upper=tuple(arm.upper.tolist()),
                          torque_max=tuple(float(v) for v in info.command_limit), arm=arm,
-                         dt=MODEL_DT, hold=HOLD_S, kinematics_stride=KINEMATICS_STRIDE)
+                         dt=MODEL_DT, hold=HOLD_S, kinematics_stride=KINEMATICS_STRIDE,
+                         obstacles=cup.arm_shapes())
 
 
 def transfer(plant: cup.CupPlant, task: BallInCupTask, arm: RobotModel, theta: torch.Tensor,

@@ -23,6 +23,7 @@ Run (development plants only; never a plant the benchmark reports on)::
     python benchmarks/cup_divergence.py --quick        # a smoke run, about a minute
 """
 
+import dataclasses
 import os
 import sys
 import time
@@ -165,10 +166,7 @@ def fine_task(task: BallInCupTask, dt: float) -> BallInCupTask:
     :return: the task.
     """
     stride = int(round(task.dt * task.kinematics_stride / dt))
-    return BallInCupTask(promp=task.promp, geometry=task.geometry, q_lower=task.q_lower,
-                         q_upper=task.q_upper, torque_max=task.torque_max, arm=task.arm,
-                         dt=dt, hold=task.hold, kinematics_stride=stride,
-                         weights=task.weights)
+    return dataclasses.replace(task, dt=dt, kinematics_stride=stride)
 
 
 def diagnose(seed: int, searches: int, config: SearchConfig,
