@@ -20,11 +20,14 @@ Per string length (0.35, 0.40, 0.45 m; ``--quick``: 0.40 only):
 
 4. Policy search on each model: eREPS over a ProMP (:mod:`diffsim_ros.control.ball_in_cup`),
    ``--searches`` independent seeds drawn from ``--seed``, the arm exactly tracking the
-   ProMP in the model.  With ``--ensemble-tilt-deg A --ensemble-length-mm L`` the search on
-   the string-model rows (``diffnea``, ``nominal``) is robust: each sample is scored by the
-   mean reward over five members of the model (:func:`ensemble_for`: the cup tilted ``+-A``
-   about its x and y axes, which the data cannot see, the string ``+-L`` longer), and the
-   best 10 are chosen by that mean.  Off by default: at A = 2.89, L = 5 it did not raise the
+   ProMP in the model; an episode whose ball touches the arm (``sim.cup.arm_shapes``, the
+   plant's contact shapes) or the cup from outside ends there as a failure (the plant's ball
+   hit the upper arm in most swing-ups searched without this rule:
+   ``benchmarks/cup_divergence.py``).  With ``--ensemble-tilt-deg A
+   --ensemble-length-mm L`` the search on the string-model rows (``diffnea``, ``nominal``)
+   is robust: each sample is scored by the mean reward over five members of the model
+   (:func:`ensemble_for`: the cup tilted ``+-A`` about its x and y axes, which the data
+   cannot see, the string ``+-L`` longer), and the best 10 are chosen by that mean.  Off by default: at A = 2.89, L = 5 it did not raise the
    transfer rate (benchmarks/README.md).  The black-box rows search on their network alone.
 5. Transfer: each search's mean trajectory executed on the hidden plant by
    ``ComputedTorque`` (``sim.cup.tracking_controller``) on that row's arm model; success is
@@ -37,7 +40,9 @@ Per string length (0.35, 0.40, 0.45 m; ``--quick``: 0.40 only):
 JSON (``--json``): per length (``"0.40"``) and model: ``transfer_best10``,
 ``transfer_all``, ``repeatability``, ``reward_best10`` (mean model reward of the best 10),
 ``caught_in_model`` (fraction of searches whose mean catches the ball in its own model),
-``tracking_error_rad`` (median over transfers of the largest joint error); per length
+``tracking_error_rad`` (median over transfers of the largest joint error), ``per_seed``
+(model reward, catch, plant success, where the plant's ball ended, when it first touched
+anything and the arm); per length
 ``string_length_error_m``, ``cup_offset_error_m``; timings and the machine.
 """
 
@@ -57,9 +62,10 @@ except ImportError:  # run as ``python benchmarks/ball_in_a_cup.py``
     from benchmarks import _common
 
 from diffsim_ros import robots  # noqa: I100
-from diffsim_ros.control.ball_in_cup import (BallInCupTask, CupGeometry, policy_search,
-                                             SearchConfig, StringEnsemble)
+from diffsim_ros.control.ball_in_cup import (arm_contact, BallInCupTask, CupGeometry,
+                                             policy_search, SearchConfig, StringEnsemble)
 from diffsim_ros.control.promp import ProMP
+from diffsim_ros.core.kinematics import forward_kinematics
 from diffsim_ros.core.model import RobotModel
 from diffsim_ros.sim import cup
 from diffsim_ros.sim.parameters import nominal_model
@@ -156,7 +162,9 @@ def transfer(plant: cup.CupPlant, task: BallInCupTask, arm: RobotModel, theta: t
     :return: ``success`` (bool), ``tracking_error_rad``, ``saturated`` (fraction of periods
         with a clipped torque), ``final_radial_m`` and ``final_height_m``: the largest radial
         distance and the height range of the ball's centre in the cup frame over the last
-        ``HOLD_S`` of the run (what ``in_cup`` judges).
+        ``HOLD_S`` of the run (what ``in_cup`` judges), ``first_contact_s``: when the plant's
+        ball first touched anything (None: never), ``arm_contact_s``: when it first touched the
+        arm (``arm_contact`` on the recorded ball; None: never).
     """
     reference = task.promp.reference(theta)
     controller = cup.tracking_controller(arm, reference)
@@ -166,10 +174,29 @@ def transfer(plant: cup.CupPlant, task: BallInCupTask, arm: RobotModel, theta: t
     error = float(np.abs(recording.q - q_ref.numpy()).max())
     last = recording.t >= recording.t[-1] - cup.HOLD_S + 1e-9
     ball = recording.ball_in_cup_frame()[last]
+    touched = arm_contact(torch.from_numpy(recording.ball), shape_poses(task, recording.q),
+                          task.obstacles, task.geometry.ball_radius).numpy()
     return {'success': cup.in_cup(recording), 'tracking_error_rad': error,
+            'first_contact_s': (float(recording.t[recording.contact.argmax()])
+                                if recording.contact.any() else None),
+            'arm_contact_s': float(recording.t[touched.argmax()]) if touched.any() else None,
             'saturated': float(recording.saturated),
             'final_radial_m': float(np.hypot(ball[:, 0], ball[:, 1]).max()),
             'final_height_m': [float(ball[:, 2].min()), float(ball[:, 2].max())]}
+
+
+def shape_poses(task: BallInCupTask, q: np.ndarray) -> torch.Tensor:
+    """
+    Return the world poses of the links that carry the task's contact shapes.
+
+    :param task: the task (its ``arm`` and ``obstacles``).
+    :param q: joint positions ``(T, n)``, rad.
+    :return: ``(T, S, 4, 4)``, one pose per shape.
+    """
+    index = torch.tensor([task.arm.link_index(shape.link) for shape in task.obstacles],
+                         dtype=torch.long)
+    return forward_kinematics(task.arm, torch.as_tensor(q, dtype=torch.float64)).index_select(
+        -3, index)
 
 
 def models_for(truth: cup.CupTruth, seed: int, recording: Dict[str, Any]) -> Dict[str, Any]:
@@ -258,6 +285,8 @@ def evaluate_model(plant: cup.CupPlant, arm: RobotModel, kinematics: Any, ball_m
         'per_seed': {'seed': list(seeds), 'reward': result.reward.tolist(),
                      'caught': result.caught.tolist(), 'success': success,
                      'final_radial_m': [run['final_radial_m'] for run in runs],
+                     'first_contact_s': [run['first_contact_s'] for run in runs],
+                     'arm_contact_s': [run['arm_contact_s'] for run in runs],
                      'final_height_m': [run['final_height_m'] for run in runs]},
     }
 

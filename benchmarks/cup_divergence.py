@@ -213,7 +213,7 @@ def diagnose(seed: int, searches: int, config: SearchConfig,
                        'contact_s': float(rec.contact.sum() * dt_plant),
                        'first_contact_s': (float(rec.t[np.argmax(rec.contact)])
                                            if rec.contact.any() else None),
-                       'touched': sorted(set(body for _, body in logs[name])),
+                       'touched': sorted({body for _, body in logs[name]}),
                        'slack_share': float(np.mean(truth.string_length - distance > 5e-3)),
                        'model': errors(t_model, episode.ball[0].numpy(), rec.t, rec.ball),
                        'model_1ms': errors(fine_task(task, 0.001).times().numpy(),
@@ -255,7 +255,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     variants = [v for v in args.variants.split(',') if v]
-    unknown = sorted(set(v for name in variants for v in name.split('+')) - set(VARIANTS))
+    unknown = sorted({v for name in variants for v in name.split('+')} - set(VARIANTS))
     if unknown:
         parser.error(f'unknown variants {unknown}; valid: {", ".join(VARIANTS)}')
     searches, iterations = (2, 5) if args.quick else (args.searches, args.iterations)
@@ -274,7 +274,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 continue
             print(f'  {name}: success {f["success"]}, tracking {f["tracking_error_rad"]:.4f} '
                   f'rad, ball contact {f["contact_s"]:.3f} s (first '
-                  f'{f["first_contact_s"]}: {",".join(f["touched"])}), slack share {f["slack_share"]:.2f}')
+                  f'{f["first_contact_s"]}: {",".join(f["touched"])}), '
+                  f'slack share {f["slack_share"]:.2f}')
             print(_line('model (4 ms) vs plant', f['model']))
             print(_line('model (1 ms) vs plant', f['model_1ms']))
             if 'replay' in f:

@@ -1,6 +1,7 @@
 """
-The ball's contacts with the arm: the model-side check against MuJoCo, and the diagnosis
-script ``benchmarks/cup_divergence.py`` as a user runs it.
+Ball contacts: the model-side check against MuJoCo, and ``benchmarks/cup_divergence.py``.
+
+The diagnosis script is run as a user runs it.
 
 The plant's ball collides with the arm's URDF shapes (``sim.cup.arm_shapes``); the policy
 search's episodes end where the model's ball touches the same shapes

@@ -57,7 +57,16 @@ exactly that (a ball passing up through the bottom scores the dipole's peak): a 
 the cup's volume (``|r_xy| < rho``, ``-rho_b < r_z < h``) that is neither entered nor
 caught scores ``psi~_t = -1``.  The peak term rewards getting the ball
 above the cup at least once (the way to a catch; the mean alone favours a ball swinging at
-the cup's height, where ``psi = 0``).
+the cup's height, where ``psi = 0``).  A catch is the model-side success; on the
+MuJoCo ground truth the walls decide (``in_cup`` of :mod:`diffsim_ros.sim.cup`).  The
+penalties keep the arm near home and within its joint limits (margin ``m``), bound joint
+speeds and accelerations, keep the inverse-dynamics torque of the arm model,
+``tau = RNEA(q, qd, qdd)`` on the kinematics grid ``t'`` (below), inside a fraction ``f``
+of the drives' command limits ``tau_max`` (the plant clips at the limits, so a trajectory
+beyond them cannot be tracked; the rest is left to the tracking controller's feedback and
+the model's error: with ``f = 1`` and ``w_torque = 1``, 2 of 8 searched swing-ups saturated
+the plant's drives for 16-36 % of the time and missed their reference by 0.5-2.3 rad), and
+ask for a cup that ends upright so a caught ball stays.
 
 Nor has the string model the arm or the cup's outside, and the ball of the searched
 swing-ups went straight through them: along the same arm motion, the MuJoCo plant's ball hit
@@ -71,16 +80,7 @@ is caught.  It touches the arm when its centre comes within ``rho_b`` of one of
 the plant collides with; :func:`arm_contact`), and the cup when it is not entered and its
 centre comes within ``rho_b`` of the cup's solid: in the cup frame's ``(|r_xy|, r_z)`` the
 union of the bottom ``[0, rho + w] x [-w, 0]`` and the wall ``[rho, rho + w] x [0, h]``
-(``w`` the wall's thickness; :func:`cup_contact`), which covers its rim.  A catch is the model-side success; on the
-MuJoCo ground truth the walls decide (``in_cup`` of :mod:`diffsim_ros.sim.cup`).  The
-penalties keep the arm near home and within its joint limits (margin ``m``), bound joint
-speeds and accelerations, keep the inverse-dynamics torque of the arm model,
-``tau = RNEA(q, qd, qdd)`` on the kinematics grid ``t'`` (below), inside a fraction ``f``
-of the drives' command limits ``tau_max`` (the plant clips at the limits, so a trajectory
-beyond them cannot be tracked; the rest is left to the tracking controller's feedback and
-the model's error: with ``f = 1`` and ``w_torque = 1``, 2 of 8 searched swing-ups saturated
-the plant's drives for 16-36 % of the time and missed their reference by 0.5-2.3 rad), and
-ask for a cup that ends upright so a caught ball stays.
+(``w`` the wall's thickness; :func:`cup_contact`), which covers its rim.
 
 Robustness to model error (:class:`StringEnsemble`, DiffNEA's own suggestion): the
 identification cannot see the cup's orientation (it moves the walls, not the string's
