@@ -28,7 +28,8 @@ Per string length (0.35, 0.40, 0.45 m; ``--quick``: 0.40 only):
    is robust: each sample is scored by the mean reward over five members of the model
    (:func:`ensemble_for`: the cup tilted ``+-A`` about its x and y axes, which the data
    cannot see, the string ``+-L`` longer), and the best 10 are chosen by that mean.  Off by
-   default: at A = 2.89, L = 5 it did not raise the transfer rate (benchmarks/README.md).  The black-box rows search on their network alone.
+   default: at A = 2.89, L = 5 it did not raise the transfer rate (benchmarks/README.md).
+   The black-box rows search on their network alone.
 5. Transfer: each search's mean trajectory executed on the hidden plant by
    ``ComputedTorque`` (``sim.cup.tracking_controller``) on that row's arm model; success is
    ``sim.cup.in_cup`` (the ball inside for the last 0.2 s).  Best 10 = the 10 searches with
