@@ -218,6 +218,32 @@ def test_a_touch_ends_the_episode_and_cancels_the_catch():
                            path[:1], up[:1])
     assert torch.allclose(reward[0], clean[0])
     assert float(reward[1]) < float(reward[0]) - 1.0
+    # At home, at rest, the cup upright: no penalty, the reward is mean + max of psi~.
+    psi = dipole_potential(path[0], GEOMETRY)
+    k = T // 4
+    expected = (psi[:k].sum() - (T - k)) / T + psi[:k].max()
+    assert float(reward[1]) == pytest.approx(float(expected), abs=1e-12)
+
+
+def test_a_ball_meeting_the_rim_keeps_its_score_there():
+    """Down beside the axis onto the rim: psi holds its rim value, and nothing is caught."""
+    task = _task(duration=0.5, hold=0.2)
+    T = task.times().numel()
+    rim = GEOMETRY.radius + 0.002
+    z = torch.linspace(0.3, -0.2, T, dtype=torch.float64)
+    path = torch.stack((torch.full_like(z, rim), torch.zeros_like(z), z), -1)[None]
+    q = torch.tensor(HOME, dtype=torch.float64).expand(1, T, 4)
+    up = torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64)
+    zero = torch.zeros_like(q)
+    reward, caught = task_reward(task, q, zero, zero, path, up)
+    # The wall here is a thin shell (GEOMETRY.wall = 0): the ball meets its top at
+    # z = h + sqrt(rho_b^2 - 0.002^2).
+    meets = GEOMETRY.height + (0.02 ** 2 - 0.002 ** 2) ** 0.5
+    first = int((path[0, :, 2] < meets).int().argmax())
+    psi = dipole_potential(path[0], GEOMETRY)
+    held = torch.cat((psi[:first], psi[first].expand(T - first)))
+    assert not bool(caught[0]) and float(psi[first]) > 0.0
+    assert float(reward[0]) == pytest.approx(float(held.mean() + held.max()), abs=1e-12)
 
 
 def test_episode_at_home_keeps_the_ball_hanging_and_batched_equals_loop():
@@ -344,3 +370,7 @@ def test_benchmark_runs_end_to_end_on_a_small_budget(tmp_path):
         successes = row['per_seed']['success']
         assert len(successes) == 2   # one entry per search, and the rate is theirs
         assert row['transfer_all'] == pytest.approx(sum(map(bool, successes)) / 2)
+        # Where the model's check sees the plant's ball on the arm, MuJoCo saw a contact.
+        per_seed = row['per_seed']
+        for first, arm in zip(per_seed['first_contact_s'], per_seed['arm_contact_s']):
+            assert arm is None or (first is not None and first <= arm + 0.002)

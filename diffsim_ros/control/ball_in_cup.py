@@ -73,9 +73,14 @@ swing-ups went straight through them: along the same arm motion, the MuJoCo plan
 the upper arm 0.75-0.85 s into 10 of 12 swing-ups searched on the plant's own (oracle)
 string model, after which the two balls were 20-45 cm apart at 1 s, against 2-4 cm with the
 plant's ball contacts switched off (``benchmarks/cup_divergence.py``).  What a ball does
-after such a hit the model cannot say, so a hit ends the episode as a failure: from the
-first step the ball *touches* the arm or the cup from outside on, ``psi~_t = -1`` and nothing
-is caught.  It touches the arm when its centre comes within ``rho_b`` of one of
+after such a hit the model cannot say, so a hit ends the episode: from the first step the
+ball *touches* the arm or the cup from outside on, nothing is caught and ``psi~_t`` keeps the
+value of that step: -1 for the arm (the ball bounces off it: a failure), ``psi`` where the
+ball met the cup (a ball that meets the rim from above scores like a near miss above the
+cup, one that meets its bottom from below like a ball below it; with -1 for these too, the
+first development run's best 10 by model reward transferred 0 of 10 where 10 of its 30
+searches succeeded on the plant: near misses at the rim ranked below balls that never came
+near the cup).  It touches the arm when its centre comes within ``rho_b`` of one of
 ``task.obstacles`` (the links' contact shapes, spheres and finite cylinders, the same shapes
 the plant collides with; :func:`arm_contact`), and the cup when it is not entered and its
 centre comes within ``rho_b`` of the cup's solid: in the cup frame's ``(|r_xy|, r_z)`` the
@@ -387,14 +392,17 @@ def task_reward(task: BallInCupTask, q: Tensor, qd: Tensor, qdd: Tensor, r_cup: 
     z = r_cup[..., 2]
     inside = (r_cup[..., :2].norm(dim=-1) < geometry.radius) & (z > -geometry.ball_radius) & (
         z < geometry.height)
+    psi = torch.where(inside & ~entered, -torch.ones_like(z), dipole_potential(r_cup, geometry))
     touch = cup_contact(r_cup, geometry) & ~entered
     if arm_touch is not None:
+        # An arm touch scores -1 where it happens; a cup touch its dipole value.
+        psi = torch.where(arm_touch, -torch.ones_like(z), psi)
         touch = touch | arm_touch
     hit = torch.cummax(touch.to(torch.uint8), -1)[0].bool()
+    first = touch.to(torch.uint8).argmax(-1, keepdim=True)
     caught = caught & ~hit
-    psi = torch.where(inside & ~entered, -torch.ones_like(z), dipole_potential(r_cup, geometry))
     psi = torch.where(caught, torch.ones_like(z), psi)
-    psi = torch.where(hit, -torch.ones_like(z), psi)
+    psi = torch.where(hit, psi.gather(-1, first).expand_as(psi), psi)
     home = q.new_tensor(task.promp.q_home)
     lower, upper = q.new_tensor(task.q_lower), q.new_tensor(task.q_upper)
     violation = (torch.relu(q - (upper - w.limit_margin))
