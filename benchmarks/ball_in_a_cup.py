@@ -42,8 +42,8 @@ JSON (``--json``): per length (``"0.40"``) and model: ``transfer_best10``,
 ``transfer_all``, ``repeatability``, ``reward_best10`` (mean model reward of the best 10),
 ``caught_in_model`` (fraction of searches whose mean catches the ball in its own model),
 ``tracking_error_rad`` (median over transfers of the largest joint error), ``per_seed``
-(model reward, catch, plant success, where the plant's ball ended, when it first touched
-anything and the arm); per length
+(model reward, catch, plant success, the searched ProMP mean, where the plant's ball
+ended, when it first touched anything and the arm); per length
 ``string_length_error_m``, ``cup_offset_error_m``; timings and the machine.
 """
 
@@ -286,6 +286,7 @@ def evaluate_model(plant: cup.CupPlant, arm: RobotModel, kinematics: Any, ball_m
         'per_seed': {'seed': list(seeds), 'reward': result.reward.tolist(),
                      'caught': result.caught.tolist(), 'success': success,
                      'final_radial_m': [run['final_radial_m'] for run in runs],
+                     'theta': result.distribution.mean.tolist(),
                      'first_contact_s': [run['first_contact_s'] for run in runs],
                      'arm_contact_s': [run['arm_contact_s'] for run in runs],
                      'final_height_m': [run['final_height_m'] for run in runs]},
