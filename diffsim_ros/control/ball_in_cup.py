@@ -69,10 +69,12 @@ the plant's drives for 16-36 % of the time and missed their reference by 0.5-2.3
 ask for a cup that ends upright so a caught ball stays.
 
 Nor has the string model the arm or the cup's outside, and the ball of the searched
-swing-ups went straight through them: along the same arm motion, the MuJoCo plant's ball hit
-the upper arm 0.75-0.85 s into 10 of 12 swing-ups searched on the plant's own (oracle)
-string model, after which the two balls were 20-45 cm apart at 1 s, against 2-4 cm with the
-plant's ball contacts switched off (``benchmarks/cup_divergence.py``).  What a ball does
+swing-ups went straight through them: along the same arm motion, the MuJoCo plant's ball
+touched the arm 0.75-0.85 s into 9 of 12 swing-ups searched on the plant's own (oracle)
+string model (the upper arm in the 5 of them whose contacts were named), and every one of
+the 12 touched the arm or the cup before 1.7 s; after the touch at 0.75-0.85 s the two balls
+were 8-45 cm apart at 1 s, against 1.6-3.5 cm with the plant's ball contacts switched off
+(``benchmarks/cup_divergence.py``).  What a ball does
 after such a hit the model cannot say, so a hit ends the episode: from the first step the
 ball *touches* the arm or the cup from outside on, nothing is caught and ``psi~_t`` keeps the
 value of that step: -1 for the arm (the ball bounces off it: a failure), ``psi`` where the
