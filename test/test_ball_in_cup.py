@@ -218,15 +218,17 @@ def test_a_touch_ends_the_episode_and_cancels_the_catch():
                            path[:1], up[:1])
     assert torch.allclose(reward[0], clean[0])
     assert float(reward[1]) < float(reward[0]) - 1.0
-    # At home, at rest, the cup upright: no penalty, the reward is mean + max of psi~.
+    # At home, at rest, the cup upright: no penalty; the touch comes before the ball
+    # crosses the rim plane, so the aim term is 0.
     psi = dipole_potential(path[0], GEOMETRY)
     k = T // 4
-    expected = (psi[:k].sum() - (T - k)) / T + psi[:k].max()
+    assert float(path[0, k, 2]) > GEOMETRY.height
+    expected = (psi[:k].sum() - (T - k)) / T
     assert float(reward[1]) == pytest.approx(float(expected), abs=1e-12)
 
 
-def test_a_ball_meeting_the_rim_keeps_its_score_there():
-    """Down beside the axis onto the rim: psi holds its rim value, and nothing is caught."""
+def test_a_ball_meeting_the_rim_scores_minus_one_after_and_its_aim_where_it_crossed():
+    """Down beside the axis onto the rim: -1 from the touch, the aim at the crossing."""
     task = _task(duration=0.5, hold=0.2)
     T = task.times().numel()
     rim = GEOMETRY.radius + 0.002
@@ -241,9 +243,16 @@ def test_a_ball_meeting_the_rim_keeps_its_score_there():
     meets = GEOMETRY.height + (0.02 ** 2 - 0.002 ** 2) ** 0.5
     first = int((path[0, :, 2] < meets).int().argmax())
     psi = dipole_potential(path[0], GEOMETRY)
-    held = torch.cat((psi[:first], psi[first].expand(T - first)))
-    assert not bool(caught[0]) and float(psi[first]) > 0.0
-    assert float(reward[0]) == pytest.approx(float(held.mean() + held.max()), abs=1e-12)
+    crossing = int((path[0, :, 2] < GEOMETRY.height).int().argmax())
+    expected = (psi[:first].sum() - (T - first)) / T + psi[crossing]
+    assert not bool(caught[0]) and 0 < first < crossing
+    # psi just below the rim plane 2 mm outside the rim: d = (0.047, 0, z - h / 2), delta = h.
+    h = GEOMETRY.height
+    dz = float(path[0, crossing, 2]) - h / 2
+    assert dz == pytest.approx(h / 2, abs=2e-3)
+    assert float(psi[crossing]) == pytest.approx(
+        1.5 * math.sqrt(3.0) * h ** 2 * dz / (0.047 ** 2 + dz ** 2 + h ** 2) ** 1.5, abs=1e-12)
+    assert float(reward[0]) == pytest.approx(float(expected), abs=1e-12)
 
 
 def test_episode_at_home_keeps_the_ball_hanging_and_batched_equals_loop():
