@@ -65,8 +65,8 @@ outside it (the mean alone favours a ball swinging at the cup's height, where
 the 10 searches the model ranked highest transferred 0 of 10 where 10 of its 30 searches
 succeeded on the plant, and on the oracle model of plant 2 the swing-up ranked highest
 passed over the opening and came down through the rim plane 39 cm from the axis.  A catch
-is the model-side success; on the MuJoCo ground truth the walls decide (``in_cup`` of :mod:`diffsim_ros.sim.cup`).  The
-penalties keep the arm near home and within its joint limits (margin ``m``), bound joint
+is the model-side success; on the MuJoCo ground truth the walls decide (``in_cup`` of
+:mod:`diffsim_ros.sim.cup`).  The penalties keep the arm near home and within its joint limits (margin ``m``), bound joint
 speeds and accelerations, keep the inverse-dynamics torque of the arm model,
 ``tau = RNEA(q, qd, qdd)`` on the kinematics grid ``t'`` (below), inside a fraction ``f``
 of the drives' command limits ``tau_max`` (the plant clips at the limits, so a trajectory
