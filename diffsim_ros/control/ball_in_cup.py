@@ -45,35 +45,35 @@ so it pulls the ball up and onto the cup's axis from anywhere.  The string model
 walls, so a ball that enters the cup falls through its bottom in the model; the episode
 therefore treats the cup as absorbing.  The ball *entered* when its centre crossed the rim
 plane ``r_z = h`` downward inside the opening, ``|r_xy| < rho - rho_b``; it stays entered
-while it is in the cup's *shaft*, ``|r_xy| < rho`` and ``r_z < h`` (a centre beyond
-``rho - rho_b`` touches the wall, which the real cup would stop; beyond ``rho`` the ball
-would be half through it); it is *caught* once an entered ball reaches the bottom
-(``r_z <= rho_b``); from then on ``psi~_t = 1`` (``psi~_t = psi(r_t)`` before).  (The first
-criterion, the rim crossing alone, accepted balls that crossed the opening at 2 m/s
-sideways: 10 of 30 searches caught in the model and 0 of those 10 stayed in the MuJoCo cup,
-they hit the wall and bounced out.)  Without walls the model also lets the ball into the
-cup through its bottom or side, which the ground truth forbids, and the policy search found
-exactly that (a ball passing up through the bottom scores the dipole's peak): a ball inside
-the cup's volume (``|r_xy| < rho``, ``-rho_b < r_z < h``) that is neither entered nor
-caught scores ``psi~_t = -1``.  The aim term rewards bringing the ball down into the cup's
-opening: ``aim`` is the largest ``psi(r_t)`` at a step where the ball's centre has just
-crossed the rim plane downward (``r_z`` from ``>= h`` to ``< h``) before any arm touch
-(below), 0 without one; ``psi`` there is 0.93 on the axis, 0.75 at the rim and falls off
-outside it (the mean alone favours a ball swinging at the cup's height, where
-``psi = 0``).  It replaces ``max_t psi~_t``, the dipole's peak along the episode, which paid
-0.8-0.9 for a ball that merely passed over the opening sideways: on development plant 1
-the 10 searches the model ranked highest transferred 0 of 10 where 10 of its 30 searches
-succeeded on the plant, and on the oracle model of plant 2 the swing-up ranked highest
-passed over the opening and came down through the rim plane 39 cm from the axis.  A catch
-is the model-side success; on the MuJoCo ground truth the walls decide (``in_cup`` of
-:mod:`diffsim_ros.sim.cup`).  The penalties keep the arm near home and within its joint limits (margin ``m``), bound joint
-speeds and accelerations, keep the inverse-dynamics torque of the arm model,
-``tau = RNEA(q, qd, qdd)`` on the kinematics grid ``t'`` (below), inside a fraction ``f``
-of the drives' command limits ``tau_max`` (the plant clips at the limits, so a trajectory
-beyond them cannot be tracked; the rest is left to the tracking controller's feedback and
-the model's error: with ``f = 1`` and ``w_torque = 1``, 2 of 8 searched swing-ups saturated
-the plant's drives for 16-36 % of the time and missed their reference by 0.5-2.3 rad), and
-ask for a cup that ends upright so a caught ball stays.
+while it is in the cup's *shaft*, ``|r_xy| < rho`` and ``r_z < h`` (a centre beyond ``rho -
+rho_b`` touches the wall, which the real cup would stop; beyond ``rho`` the ball would be
+half through it); it is *caught* once an entered ball reaches the bottom (``r_z <= rho_b``);
+from then on ``psi~_t = 1`` (``psi~_t = psi(r_t)`` before).  (The first criterion, the rim
+crossing alone, accepted balls that crossed the opening at 2 m/s sideways: 10 of 30 searches
+caught in the model and 0 of those 10 stayed in the MuJoCo cup, they hit the wall and
+bounced out.)  Without walls the model also lets the ball into the cup through its bottom or
+side, which the ground truth forbids, and the policy search found exactly that (a ball
+passing up through the bottom scores the dipole's peak): a ball inside the cup's volume
+(``|r_xy| < rho``, ``-rho_b < r_z < h``) that is neither entered nor caught scores ``psi~_t
+= -1``.  The aim term rewards bringing the ball down into the cup's opening: ``aim`` is the
+largest ``psi(r_t)`` at a step where the ball's centre has just crossed the rim plane
+downward (``r_z`` from ``>= h`` to ``< h``) before any arm touch (below), 0 without one;
+``psi`` there is 0.93 on the axis, 0.75 at the rim and falls off outside it (the mean alone
+favours a ball swinging at the cup's height, where ``psi = 0``).  It replaces ``max_t
+psi~_t``, the dipole's peak along the episode, which paid 0.8-0.9 for a ball that merely
+passed over the opening sideways: on development plant 1 the 10 searches the model ranked
+highest transferred 0 of 10 where 10 of its 30 searches succeeded on the plant, and on the
+oracle model of plant 2 the swing-up ranked highest passed over the opening and came down
+through the rim plane 39 cm from the axis.  A catch is the model-side success; on the MuJoCo
+ground truth the walls decide (``in_cup`` of :mod:`diffsim_ros.sim.cup`).  The penalties keep
+the arm near home and within its joint limits (margin ``m``), bound joint speeds and
+accelerations, keep the inverse-dynamics torque of the arm model, ``tau = RNEA(q, qd, qdd)``
+on the kinematics grid ``t'`` (below), inside a fraction ``f`` of the drives' command limits
+``tau_max`` (the plant clips at the limits, so a trajectory beyond them cannot be tracked;
+the rest is left to the tracking controller's feedback and the model's error: with ``f = 1``
+and ``w_torque = 1``, 2 of 8 searched swing-ups saturated the plant's drives for 16-36 % of
+the time and missed their reference by 0.5-2.3 rad), and ask for a cup that ends upright so
+a caught ball stays.
 
 Nor has the string model the arm or the cup's outside, and the ball of the searched
 swing-ups went straight through them: along the same arm motion, the MuJoCo plant's ball
