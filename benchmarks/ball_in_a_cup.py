@@ -20,12 +20,16 @@ Per string length (0.35, 0.40, 0.45 m; ``--quick``: 0.40 only):
 
 4. Policy search on each model: eREPS over a ProMP (:mod:`diffsim_ros.control.ball_in_cup`),
    ``--searches`` independent seeds drawn from ``--seed``, the arm exactly tracking the
-   ProMP in the model.  With ``--ensemble-tilt-deg A --ensemble-length-mm L`` the search on
-   the string-model rows (``diffnea``, ``nominal``) is robust: each sample is scored by the
-   mean reward over five members of the model (:func:`ensemble_for`: the cup tilted ``+-A``
-   about its x and y axes, which the data cannot see, the string ``+-L`` longer), and the
-   best 10 are chosen by that mean.  Off by default: at A = 2.89, L = 5 it did not raise the
-   transfer rate (benchmarks/README.md).  The black-box rows search on their network alone.
+   ProMP in the model; an episode whose ball touches the arm (``sim.cup.arm_shapes``, the
+   plant's contact shapes) or the cup from outside ends there as a failure (the plant's ball
+   hit the upper arm in most swing-ups searched without this rule:
+   ``benchmarks/cup_divergence.py``).  With ``--ensemble-tilt-deg A
+   --ensemble-length-mm L`` the search on the string-model rows (``diffnea``, ``nominal``)
+   is robust: each sample is scored by the mean reward over five members of the model
+   (:func:`ensemble_for`: the cup tilted ``+-A`` about its x and y axes, which the data
+   cannot see, the string ``+-L`` longer), and the best 10 are chosen by that mean.  Off by
+   default: at A = 2.89, L = 5 it did not raise the transfer rate (benchmarks/README.md).
+   The black-box rows search on their network alone.
 5. Transfer: each search's mean trajectory executed on the hidden plant by
    ``ComputedTorque`` (``sim.cup.tracking_controller``) on that row's arm model; success is
    ``sim.cup.in_cup`` (the ball inside for the last 0.2 s).  Best 10 = the 10 searches with
@@ -37,7 +41,9 @@ Per string length (0.35, 0.40, 0.45 m; ``--quick``: 0.40 only):
 JSON (``--json``): per length (``"0.40"``) and model: ``transfer_best10``,
 ``transfer_all``, ``repeatability``, ``reward_best10`` (mean model reward of the best 10),
 ``caught_in_model`` (fraction of searches whose mean catches the ball in its own model),
-``tracking_error_rad`` (median over transfers of the largest joint error); per length
+``tracking_error_rad`` (median over transfers of the largest joint error), ``per_seed``
+(model reward, catch, plant success, the searched ProMP mean, where the plant's ball
+ended, when it first touched anything and the arm); per length
 ``string_length_error_m``, ``cup_offset_error_m``; timings and the machine.
 """
 
@@ -202,6 +208,9 @@ def evaluate_model(plant: cup.CupPlant, arm: RobotModel, kinematics: Any, ball_m
         'per_seed': {'seed': list(seeds), 'reward': result.reward.tolist(),
                      'caught': result.caught.tolist(), 'success': success,
                      'final_radial_m': [run['final_radial_m'] for run in runs],
+                     'theta': result.distribution.mean.tolist(),
+                     'first_contact_s': [run['first_contact_s'] for run in runs],
+                     'arm_contact_s': [run['arm_contact_s'] for run in runs],
                      'final_height_m': [run['final_height_m'] for run in runs]},
     }
 

@@ -15,10 +15,11 @@ import subprocess
 import sys
 
 from diffsim_ros import robots
-from diffsim_ros.control.ball_in_cup import (BallInCupTask, caught_mask, cup_coordinates,
-                                             CupGeometry, dipole_potential,
-                                             hermite_upsample, model_episode, policy_search,
-                                             SearchConfig, StringEnsemble, task_reward)
+from diffsim_ros.control.ball_in_cup import (arm_contact, BallInCupTask, caught_mask,
+                                             cup_contact, cup_coordinates, CupGeometry,
+                                             dipole_potential, hermite_upsample, LinkShape,
+                                             model_episode, policy_search, SearchConfig,
+                                             StringEnsemble, task_reward)
 from diffsim_ros.control.promp import ProMP
 from diffsim_ros.core import forward_kinematics, load_urdf
 import pytest
@@ -155,6 +156,105 @@ def test_reward_scores_a_catch_from_above_and_punishes_a_ball_through_the_bottom
     assert float(reward[0]) > 1.0 > 0.0 > float(reward[1])
 
 
+def test_cup_contact_against_hand_computed_distances():
+    """Outside the wall, on the rim, below the bottom: touching within the ball's radius."""
+    geometry = CupGeometry(radius=0.045, height=0.09, ball_radius=0.02, wall=0.005)
+    outer, e = 0.045 + 0.005 + 0.02, 1e-4
+    points = torch.tensor([
+        [outer - e, 0.0, 0.05],            # beside the wall, just touching
+        [outer + e, 0.0, 0.05],            # just clear
+        [0.0, 0.0, -0.005 - 0.02 + e],     # below the bottom, just touching
+        [0.0, 0.0, -0.005 - 0.02 - e],     # just clear
+        [0.0475, 0.0, 0.09 + 0.02 - e],    # on the rim
+        [0.0, 0.0, 0.09 + 0.001],          # above the opening's centre
+        [0.0, 0.0, 0.02 - e],              # resting on the bottom inside (entered balls are
+        [0.0, 0.0, 0.05],                  # exempt in the reward), floating in the middle
+        # diagonal from the rim's outer corner: distance sqrt(2) 0.0141 < 0.02
+        [outer - 0.02 + 0.0141, 0.0, 0.09 + 0.0141],
+        [outer - 0.02 + 0.0142 * 1.01, 0.0, 0.09 + 0.0142 * 1.01],
+    ], dtype=torch.float64)
+    assert cup_contact(points, geometry).tolist() == [True, False, True, False, True, False,
+                                                      True, False, True, False]
+
+
+def test_arm_contact_against_hand_computed_distances():
+    """A cylinder along a rotated axis and a sphere, at a moved link pose."""
+    shapes = (LinkShape('a', 'cylinder', 0.04, 0.25, (0.1, 0.0, 0.0), (0.0, math.pi / 2, 0.0)),
+              LinkShape('b', 'sphere', 0.06, 0.0, (0.0, 0.0, 0.0)))
+    T = torch.eye(4, dtype=torch.float64).repeat(2, 1, 1)
+    T[:, :3, 3] = torch.tensor([0.0, 0.0, 1.0])
+    T[1, :3, 3] = torch.tensor([0.0, 2.0, 0.0])
+    # The cylinder's axis runs along world x through (0.1, 0, 1), from x = -0.15 to 0.35.
+    e = 1e-4
+    x = torch.tensor([
+        [0.1, 0.06 - e, 1.0], [0.1, 0.06 + e, 1.0],          # beside the axis
+        [0.37 - e, 0.0, 1.0], [0.37 + e, 0.0, 1.0],          # past the end cap
+        [0.36, 0.0, 1.05], [0.365, 0.0, 1.055],              # at the rim: sqrt(2) 0.01 < 0.02
+        [0.0, 2.0 + 0.08 - e, 0.0], [0.0, 2.08 + e, 0.0],    # the sphere
+    ], dtype=torch.float64)
+    assert arm_contact(x, T, shapes, 0.02).tolist() == [True, False, True, False, True, False,
+                                                        True, False]
+    assert not bool(arm_contact(x, T, (), 0.02).any())
+    with pytest.raises(ValueError, match='sphere or cylinder'):
+        LinkShape('a', 'box', 0.1)
+
+
+def test_a_touch_ends_the_episode_and_cancels_the_catch():
+    """The same catch from above, once clean and once touching the arm on the way."""
+    task = _task(duration=0.5, hold=0.2)
+    T = task.times().numel()
+    z_down = torch.linspace(0.3, 0.0, T, dtype=torch.float64)
+    zero = torch.zeros(T, dtype=torch.float64)
+    path = torch.stack((zero, zero, z_down), -1).expand(2, T, 3)
+    q = torch.tensor(HOME, dtype=torch.float64).expand(2, T, 4)
+    up = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64).expand(2, 3)
+    touch = torch.zeros(2, T, dtype=torch.bool)
+    touch[1, T // 4] = True
+    reward, caught = task_reward(task, q, torch.zeros_like(q), torch.zeros_like(q), path, up,
+                                 arm_touch=touch)
+    assert caught.tolist() == [True, False]
+    # From the touch on psi = -1: the mean term falls by the share of the steps after it.
+    clean, _ = task_reward(task, q[:1], torch.zeros_like(q[:1]), torch.zeros_like(q[:1]),
+                           path[:1], up[:1])
+    assert torch.allclose(reward[0], clean[0])
+    assert float(reward[1]) < float(reward[0]) - 1.0
+    # At home, at rest, the cup upright: no penalty; the touch comes before the ball
+    # crosses the rim plane, so the aim term is 0.
+    psi = dipole_potential(path[0], GEOMETRY)
+    k = T // 4
+    assert float(path[0, k, 2]) > GEOMETRY.height
+    expected = (psi[:k].sum() - (T - k)) / T
+    assert float(reward[1]) == pytest.approx(float(expected), abs=1e-12)
+
+
+def test_a_ball_meeting_the_rim_scores_minus_one_after_and_its_aim_where_it_crossed():
+    """Down beside the axis onto the rim: -1 from the touch, the aim at the crossing."""
+    task = _task(duration=0.5, hold=0.2)
+    T = task.times().numel()
+    rim = GEOMETRY.radius + 0.002
+    z = torch.linspace(0.3, -0.2, T, dtype=torch.float64)
+    path = torch.stack((torch.full_like(z, rim), torch.zeros_like(z), z), -1)[None]
+    q = torch.tensor(HOME, dtype=torch.float64).expand(1, T, 4)
+    up = torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64)
+    zero = torch.zeros_like(q)
+    reward, caught = task_reward(task, q, zero, zero, path, up)
+    # The wall here is a thin shell (GEOMETRY.wall = 0): the ball meets its top at
+    # z = h + sqrt(rho_b^2 - 0.002^2).
+    meets = GEOMETRY.height + (0.02 ** 2 - 0.002 ** 2) ** 0.5
+    first = int((path[0, :, 2] < meets).int().argmax())
+    psi = dipole_potential(path[0], GEOMETRY)
+    crossing = int((path[0, :, 2] < GEOMETRY.height).int().argmax())
+    expected = (psi[:first].sum() - (T - first)) / T + psi[crossing]
+    assert not bool(caught[0]) and 0 < first < crossing
+    # psi just below the rim plane 2 mm outside the rim: d = (0.047, 0, z - h / 2), delta = h.
+    h = GEOMETRY.height
+    dz = float(path[0, crossing, 2]) - h / 2
+    assert dz == pytest.approx(h / 2, abs=2e-3)
+    assert float(psi[crossing]) == pytest.approx(
+        1.5 * math.sqrt(3.0) * h ** 2 * dz / (0.047 ** 2 + dz ** 2 + h ** 2) ** 1.5, abs=1e-12)
+    assert float(reward[0]) == pytest.approx(float(expected), abs=1e-12)
+
+
 def test_episode_at_home_keeps_the_ball_hanging_and_batched_equals_loop():
     task = _task(duration=0.5, hold=0.2)
     model = LocalStringModel()
@@ -279,3 +379,7 @@ def test_benchmark_runs_end_to_end_on_a_small_budget(tmp_path):
         successes = row['per_seed']['success']
         assert len(successes) == 2   # one entry per search, and the rate is theirs
         assert row['transfer_all'] == pytest.approx(sum(map(bool, successes)) / 2)
+        # Where the model's check sees the plant's ball on the arm, MuJoCo saw a contact.
+        per_seed = row['per_seed']
+        for first, arm in zip(per_seed['first_contact_s'], per_seed['arm_contact_s']):
+            assert arm is None or (first is not None and first <= arm + 0.002)

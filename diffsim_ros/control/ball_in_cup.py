@@ -27,7 +27,7 @@ Reward (one number per episode; ``r_t = R_t^T (x_t - p_t)`` the ball's centre in
 frame, ``h`` the cup's height, ``rho`` its inner radius, ``rho_b`` the ball's radius, means
 over the ``T`` steps of the episode)::
 
-    R = mean_t psi~_t + w_peak max_t psi~_t - w_home mean_t |q_t - q_home|^2
+    R = mean_t psi~_t + w_peak aim - w_home mean_t |q_t - q_home|^2
         - w_limit mean_t |relu(q_t - (q_upper - m)) + relu((q_lower + m) - q_t)|^2
         - w_velocity mean_t |relu(|qd_t| - qd_max)|^2
         - w_acceleration mean_t |relu(|qdd_t| - qdd_max)|^2
@@ -45,28 +45,55 @@ so it pulls the ball up and onto the cup's axis from anywhere.  The string model
 walls, so a ball that enters the cup falls through its bottom in the model; the episode
 therefore treats the cup as absorbing.  The ball *entered* when its centre crossed the rim
 plane ``r_z = h`` downward inside the opening, ``|r_xy| < rho - rho_b``; it stays entered
-while it is in the cup's *shaft*, ``|r_xy| < rho`` and ``r_z < h`` (a centre beyond
-``rho - rho_b`` touches the wall, which the real cup would stop; beyond ``rho`` the ball
-would be half through it); it is *caught* once an entered ball reaches the bottom
-(``r_z <= rho_b``); from then on ``psi~_t = 1`` (``psi~_t = psi(r_t)`` before).  (The first
-criterion, the rim crossing alone, accepted balls that crossed the opening at 2 m/s
-sideways: 10 of 30 searches caught in the model and 0 of those 10 stayed in the MuJoCo cup,
-they hit the wall and bounced out.)  Without walls the model also lets the ball into the
-cup through its bottom or side, which the ground truth forbids, and the policy search found
-exactly that (a ball passing up through the bottom scores the dipole's peak): a ball inside
-the cup's volume (``|r_xy| < rho``, ``-rho_b < r_z < h``) that is neither entered nor
-caught scores ``psi~_t = -1``.  The peak term rewards getting the ball
-above the cup at least once (the way to a catch; the mean alone favours a ball swinging at
-the cup's height, where ``psi = 0``).  A catch is the model-side success; on the
-MuJoCo ground truth the walls decide (``in_cup`` of :mod:`diffsim_ros.sim.cup`).  The
-penalties keep the arm near home and within its joint limits (margin ``m``), bound joint
-speeds and accelerations, keep the inverse-dynamics torque of the arm model,
-``tau = RNEA(q, qd, qdd)`` on the kinematics grid ``t'`` (below), inside a fraction ``f``
-of the drives' command limits ``tau_max`` (the plant clips at the limits, so a trajectory
-beyond them cannot be tracked; the rest is left to the tracking controller's feedback and
-the model's error: with ``f = 1`` and ``w_torque = 1``, 2 of 8 searched swing-ups saturated
-the plant's drives for 16-36 % of the time and missed their reference by 0.5-2.3 rad), and
-ask for a cup that ends upright so a caught ball stays.
+while it is in the cup's *shaft*, ``|r_xy| < rho`` and ``r_z < h`` (a centre beyond ``rho -
+rho_b`` touches the wall, which the real cup would stop; beyond ``rho`` the ball would be
+half through it); it is *caught* once an entered ball reaches the bottom (``r_z <= rho_b``);
+from then on ``psi~_t = 1`` (``psi~_t = psi(r_t)`` before).  (The first criterion, the rim
+crossing alone, accepted balls that crossed the opening at 2 m/s sideways: 10 of 30 searches
+caught in the model and 0 of those 10 stayed in the MuJoCo cup, they hit the wall and
+bounced out.)  Without walls the model also lets the ball into the cup through its bottom or
+side, which the ground truth forbids, and the policy search found exactly that (a ball
+passing up through the bottom scores the dipole's peak): a ball inside the cup's volume
+(``|r_xy| < rho``, ``-rho_b < r_z < h``) that is neither entered nor caught scores ``psi~_t
+= -1``.  The aim term rewards bringing the ball down into the cup's opening: ``aim`` is the
+largest ``psi(r_t)`` at a step where the ball's centre has just crossed the rim plane
+downward (``r_z`` from ``>= h`` to ``< h``) before any arm touch (below), 0 without one;
+``psi`` there is 0.93 on the axis, 0.75 at the rim and falls off outside it (the mean alone
+favours a ball swinging at the cup's height, where ``psi = 0``).  It replaces ``max_t
+psi~_t``, the dipole's peak along the episode, which paid 0.8-0.9 for a ball that merely
+passed over the opening sideways: on development plant 1 the 10 searches the model ranked
+highest transferred 0 of 10 where 10 of its 30 searches succeeded on the plant, and on the
+oracle model of plant 2 the swing-up ranked highest passed over the opening and came down
+through the rim plane 39 cm from the axis.  A catch is the model-side success; on the MuJoCo
+ground truth the walls decide (``in_cup`` of :mod:`diffsim_ros.sim.cup`).  The penalties keep
+the arm near home and within its joint limits (margin ``m``), bound joint speeds and
+accelerations, keep the inverse-dynamics torque of the arm model, ``tau = RNEA(q, qd, qdd)``
+on the kinematics grid ``t'`` (below), inside a fraction ``f`` of the drives' command limits
+``tau_max`` (the plant clips at the limits, so a trajectory beyond them cannot be tracked;
+the rest is left to the tracking controller's feedback and the model's error: with ``f = 1``
+and ``w_torque = 1``, 2 of 8 searched swing-ups saturated the plant's drives for 16-36 % of
+the time and missed their reference by 0.5-2.3 rad), and ask for a cup that ends upright so
+a caught ball stays.
+
+Nor has the string model the arm or the cup's outside, and the ball of the searched
+swing-ups went straight through them: along the same arm motion, the MuJoCo plant's ball
+touched the arm 0.75-0.85 s into 9 of 12 swing-ups searched on the plant's own (oracle)
+string model (the upper arm in the 5 of them whose contacts were named), and every one of
+the 12 touched the arm or the cup before 1.7 s; after the touch at 0.75-0.85 s the two balls
+were 8-45 cm apart at 1 s, against 1.6-3.5 cm with the plant's ball contacts switched off
+(``benchmarks/cup_divergence.py``).  What a ball does
+after such a hit the model cannot say, so a hit ends the episode as a failure: from the
+first step the ball *touches* the arm or the cup from outside on, ``psi~_t = -1`` and
+nothing is caught (the aim term still credits a ball that meets the rim on its way down
+into the opening: on the plant such balls sometimes go in).  Holding ``psi`` at the value
+where the ball met the cup instead paid a touch of the rim from above almost like a catch,
+and the searches on the oracle model of plant 2 converged on rim touches (6 of 8; 1 of 8
+succeeded on the plant).  It touches the arm when its centre comes within ``rho_b`` of one of
+``task.obstacles`` (the links' contact shapes, spheres and finite cylinders, the same shapes
+the plant collides with; :func:`arm_contact`), and the cup when it is not entered and its
+centre comes within ``rho_b`` of the cup's solid: in the cup frame's ``(|r_xy|, r_z)`` the
+union of the bottom ``[0, rho + w] x [-w, 0]`` and the wall ``[rho, rho + w] x [0, h]``
+(``w`` the wall's thickness; :func:`cup_contact`), which covers its rim.
 
 Robustness to model error (:class:`StringEnsemble`, DiffNEA's own suggestion): the
 identification cannot see the cup's orientation (it moves the walls, not the string's
@@ -89,15 +116,17 @@ import torch
 from .promp import ProMP
 from .reps import Gaussian, reps_update
 from ..core.dispatch import rnea
+from ..core.kinematics import forward_kinematics
 from ..core.model import RobotModel
 from ..core.spatial import rpy_to_matrix
 from ..sysid.string_model import integrate_ball, point_motion, string_acceleration
 
 Tensor = torch.Tensor
 
-__all__ = ['BallInCupTask', 'CupGeometry', 'Episode', 'RewardWeights', 'SearchConfig',
-           'SearchResult', 'StringEnsemble', 'caught_mask', 'cup_coordinates', 'dipole_potential',
-           'hermite_upsample', 'model_episode', 'policy_search', 'task_reward']
+__all__ = ['BallInCupTask', 'CupGeometry', 'Episode', 'LinkShape', 'RewardWeights',
+           'SearchConfig', 'SearchResult', 'StringEnsemble', 'arm_contact', 'caught_mask',
+           'cup_contact', 'cup_coordinates', 'dipole_potential', 'hermite_upsample',
+           'model_episode', 'policy_search', 'task_reward']
 
 #: Scale of :func:`dipole_potential`: its largest value is 1.
 DIPOLE_SCALE = 1.5 * math.sqrt(3.0)
@@ -111,11 +140,42 @@ class CupGeometry:
     :param radius: inner radius of the cup, m.
     :param height: height of the cup along its +z, m.
     :param ball_radius: radius of the ball, m.
+    :param wall: thickness of the cup's wall and bottom, m (0: a thin shell).
     """
 
     radius: float
     height: float
     ball_radius: float
+    wall: float = 0.0
+
+
+@dataclass(frozen=True)
+class LinkShape:
+    """
+    A contact shape of an arm link (what the ball must not touch).
+
+    :param link: the link's name in the arm model.
+    :param kind: ``'sphere'`` or ``'cylinder'`` (axis along the shape frame's z).
+    :param radius: m.
+    :param half_length: half the cylinder's length, m (ignored for a sphere).
+    :param xyz: the shape frame's origin in the link, m (URDF ``origin``).
+    :param rpy: its rotation in the link, rad (URDF roll-pitch-yaw).
+    """
+
+    link: str
+    kind: str
+    radius: float
+    half_length: float = 0.0
+    xyz: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+    rpy: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def __post_init__(self) -> None:
+        """Check the kind and the sizes."""
+        if self.kind not in ('sphere', 'cylinder'):
+            raise ValueError(f'LinkShape.kind must be sphere or cylinder, got {self.kind!r}')
+        if not (self.radius > 0 and self.half_length >= 0):
+            raise ValueError(f'LinkShape: radius must be > 0 and half_length >= 0, got '
+                             f'{self.radius}, {self.half_length}')
 
 
 @dataclass(frozen=True)
@@ -123,7 +183,7 @@ class RewardWeights:
     """
     Weights and bounds of the reward's penalties (module docstring).
 
-    :param peak: ``w_peak``.
+    :param peak: ``w_peak``, the weight of the aim term.
     :param home: ``w_home``, 1/rad^2.
     :param limit: ``w_limit``, 1/rad^2.
     :param limit_margin: ``m``, rad.
@@ -167,6 +227,8 @@ class BallInCupTask:
     :param arm: the arm model whose inverse dynamics the torque penalty uses (None: no
         torque penalty).
     :param weights: the reward's penalties.
+    :param obstacles: the arm's contact shapes the ball must not touch (module docstring;
+        needs ``arm`` for their kinematics; empty: the ball may pass through the arm).
     """
 
     promp: ProMP
@@ -179,6 +241,7 @@ class BallInCupTask:
     hold: float = 0.5
     kinematics_stride: int = 10
     weights: RewardWeights = field(default_factory=RewardWeights)
+    obstacles: Tuple[LinkShape, ...] = ()
 
     def __post_init__(self) -> None:
         """Check that the kinematics grid fits the episode."""
@@ -192,6 +255,10 @@ class BallInCupTask:
                 raise ValueError(f'{name}: expected {n} values, got {getattr(self, name)}')
         if self.arm is not None and len(self.torque_max) != n:
             raise ValueError(f'torque_max: expected {n} values, got {self.torque_max}')
+        if self.obstacles and self.arm is None:
+            raise ValueError('obstacles need the arm model (arm=None)')
+        for shape in self.obstacles:
+            self.arm.link_index(shape.link)
 
     def times(self, dtype: torch.dtype = torch.float64) -> Tensor:
         """
@@ -257,8 +324,64 @@ def caught_mask(r_cup: Tensor, geometry: CupGeometry) -> Tuple[Tensor, Tensor]:
     return entered, torch.cummax(bottom.to(torch.uint8), -1)[0].bool()
 
 
+def _box_distance(u: Tensor, v: Tensor, u0: float, u1: float, v0: Any, v1: Any) -> Tensor:
+    """Return the distance of points ``(u, v)`` from the rectangles ``[u0, u1] x [v0, v1]``."""
+    du = torch.relu(u0 - u) + torch.relu(u - u1)
+    dv = torch.relu(v0 - v) + torch.relu(v - v1)
+    return torch.sqrt(du * du + dv * dv)
+
+
+def cup_contact(r_cup: Tensor, geometry: CupGeometry) -> Tensor:
+    """
+    Return where the ball touches the cup's solid (bottom, wall, rim), from in- or outside.
+
+    :param r_cup: ball centres in the cup frame ``(..., 3)``, m.
+    :param geometry: the cup.
+    :return: ``(...)`` bool: the centre lies within ``rho_b`` of the solid (module docstring).
+    """
+    rho, h, w = geometry.radius, geometry.height, geometry.wall
+    radial = r_cup[..., :2].norm(dim=-1)
+    z = r_cup[..., 2]
+    distance = torch.minimum(_box_distance(radial, z, 0.0, rho + w, -w, 0.0),
+                             _box_distance(radial, z, rho, rho + w, 0.0, h))
+    return distance < geometry.ball_radius
+
+
+def arm_contact(x: Tensor, T_world_link: Tensor, shapes: Sequence[LinkShape],
+                ball_radius: float) -> Tensor:
+    """
+    Return where the ball touches one of the arm's contact shapes.
+
+    :param x: ball centres ``(..., 3)``, world, m.
+    :param T_world_link: the shapes' link poses ``(..., S, 4, 4)``, one per shape in
+        ``shapes`` order (leading dims broadcast against ``x``'s).
+    :param shapes: the ``S`` shapes.
+    :param ball_radius: m.
+    :return: ``(...)`` bool: the centre lies within ``ball_radius`` of a shape (the exact
+        distance to a sphere or to a finite solid cylinder).
+    """
+    if not shapes:
+        return torch.zeros(x.shape[:-1], dtype=torch.bool, device=x.device)
+    dtype = T_world_link.dtype
+    xyz = torch.tensor([s.xyz for s in shapes], dtype=dtype)
+    R_link_shape = rpy_to_matrix(torch.tensor([s.rpy for s in shapes], dtype=dtype))
+    R = T_world_link[..., :3, :3]
+    centre = (R @ xyz[:, :, None])[..., 0] + T_world_link[..., :3, 3]
+    axis = (R @ R_link_shape[:, :, 2:])[..., 0]
+    radius = x.new_tensor([s.radius for s in shapes])
+    half = x.new_tensor([s.half_length for s in shapes])
+    sphere = torch.tensor([s.kind == 'sphere' for s in shapes])
+    d = x[..., None, :] - centre
+    along = (d * axis).sum(-1)
+    across = (d - along[..., None] * axis).norm(dim=-1)
+    cylinder = _box_distance(across, along, 0.0, radius, -half, half)
+    ball = torch.relu(d.norm(dim=-1) - radius)
+    return (torch.where(sphere, ball, cylinder) < ball_radius).any(-1)
+
+
 def task_reward(task: BallInCupTask, q: Tensor, qd: Tensor, qdd: Tensor, r_cup: Tensor,
-                z_cup_final: Tensor, tau: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
+                z_cup_final: Tensor, tau: Optional[Tensor] = None,
+                arm_touch: Optional[Tensor] = None) -> Tuple[Tensor, Tensor]:
     """
     Return the episode reward of the module docstring and whether the ball was caught.
 
@@ -268,6 +391,8 @@ def task_reward(task: BallInCupTask, q: Tensor, qd: Tensor, qdd: Tensor, r_cup: 
     :param z_cup_final: the cup's +z axis in world at the end ``(..., 3)``.
     :param tau: the arm's inverse-dynamics torques on the kinematics grid ``(..., T', n)``,
         N m (None: no torque term).
+    :param arm_touch: ``(..., T)`` bool, the ball touches the arm (:func:`arm_contact`;
+        None: never).
     :return: ``(reward (...), caught (...) bool)``.
     """
     w, geometry = task.weights, task.geometry
@@ -275,8 +400,20 @@ def task_reward(task: BallInCupTask, q: Tensor, qd: Tensor, qdd: Tensor, r_cup: 
     z = r_cup[..., 2]
     inside = (r_cup[..., :2].norm(dim=-1) < geometry.radius) & (z > -geometry.ball_radius) & (
         z < geometry.height)
-    psi = torch.where(inside & ~entered, -torch.ones_like(z), dipole_potential(r_cup, geometry))
+    raw = dipole_potential(r_cup, geometry)
+    psi = torch.where(inside & ~entered, -torch.ones_like(z), raw)
+    touch = cup_contact(r_cup, geometry) & ~entered
+    arm_hit = torch.zeros_like(touch)
+    if arm_touch is not None:
+        touch = touch | arm_touch
+        arm_hit = torch.cummax(arm_touch.to(torch.uint8), -1)[0].bool()
+    hit = torch.cummax(touch.to(torch.uint8), -1)[0].bool()
+    caught = caught & ~hit
     psi = torch.where(caught, torch.ones_like(z), psi)
+    psi = torch.where(hit, -torch.ones_like(z), psi)
+    down = (z[..., :-1] >= geometry.height) & (z[..., 1:] < geometry.height)
+    down = torch.cat((torch.zeros_like(down[..., :1]), down), -1) & ~arm_hit
+    aim = torch.where(down, raw, torch.zeros_like(raw)).amax(-1)
     home = q.new_tensor(task.promp.q_home)
     lower, upper = q.new_tensor(task.q_lower), q.new_tensor(task.q_upper)
     violation = (torch.relu(q - (upper - w.limit_margin))
@@ -292,7 +429,7 @@ def task_reward(task: BallInCupTask, q: Tensor, qd: Tensor, qdd: Tensor, r_cup: 
         limit = q.new_tensor(task.torque_max)
         over = torch.relu(tau.abs() - w.torque_fraction * limit) / limit
         penalty = penalty + w.torque * (over ** 2).sum(-1).mean(-1)
-    return psi.mean(-1) + w.peak * psi.amax(-1) - penalty, caught[..., -1]
+    return psi.mean(-1) + w.peak * aim - penalty, caught[..., -1]
 
 
 def hermite_upsample(y: Tensor, dy: Optional[Tensor], stride: int, H: float) -> Tensor:
@@ -372,7 +509,11 @@ def model_episode(task: BallInCupTask, theta: Tensor, kinematics: Any,
             pc, vc, ac = kinematics.cup_motion(qc, qdc, qddc)
             Rc = kinematics.cup_frame(qc)[1]
             tau = None if task.arm is None else rnea(task.arm, qc, qdc, qddc)
-            parts.append((pc, vc, ac, Rc, tau))
+            links = None
+            if task.obstacles:
+                index = torch.tensor([task.arm.link_index(s.link) for s in task.obstacles])
+                links = forward_kinematics(task.arm, qc).index_select(-3, index)
+            parts.append((pc, vc, ac, Rc, tau, links))
         # The batch is the dim before (T, 3) (an ensemble's members lead).
         pc, vc, ac = (torch.cat([part[k] for part in parts], -3) for k in range(3))
         Rc = torch.cat([part[3] for part in parts], -4)
@@ -385,8 +526,15 @@ def model_episode(task: BallInCupTask, theta: Tensor, kinematics: Any,
         length = torch.as_tensor(kinematics.string_length, dtype=p.dtype)
         x0 = p[..., 0, :] - length * p.new_tensor([0.0, 0.0, 1.0])
         x, _ = ball_model.rollout(x0, torch.zeros_like(x0), p, v, a, task.dt)
+        arm_touch = None
+        if task.obstacles:
+            # The shapes' link poses carried linearly to the rollout's steps, like R.
+            links = torch.cat([part[5] for part in parts])
+            fine = hermite_upsample(links.flatten(-3), None, stride, H)
+            arm_touch = arm_contact(x, fine.unflatten(-1, links.shape[-3:]), task.obstacles,
+                                    task.geometry.ball_radius)
         reward, caught = task_reward(task, q, qd, qdd, cup_coordinates(x, p, R),
-                                     Rc[..., -1, :, 2], tau)
+                                     Rc[..., -1, :, 2], tau, arm_touch)
         if ensemble:
             reward, caught = reward.mean(0), caught.all(0)
             x, p = x[0], p[0]

@@ -57,6 +57,7 @@ import torch
 from .builder import build_mujoco_model
 from .parameters import finite_vector, nominal_model, TrueParameters
 from .. import robots
+from ..control.ball_in_cup import LinkShape
 from ..control.baselines import ComputedTorque
 from ..control.dynamics import ModelDynamics
 from ..core import RobotModel
@@ -69,7 +70,8 @@ __all__ = [
     'CUP_RADIUS', 'CUP_WALL', 'CUP_WALL_SEGMENTS', 'CupNoise', 'CupPlant', 'CupRecording',
     'CupTruth', 'HOLD_S', 'IDENTIFICATION_POSTURE', 'NOMINAL_BALL_MASS', 'NOMINAL_CUP_RPY',
     'NOMINAL_CUP_XYZ', 'NOMINAL_STRING_LENGTH', 'RATE_HZ', 'ROBOT', 'SENSOR_NOISE',
-    'SPEED_LIMIT', 'STRING_DAMPING', 'TIMESTEP', 'arm_reference', 'cosine_reference',
+    'SPEED_LIMIT', 'STRING_DAMPING', 'TIMESTEP', 'arm_reference', 'arm_shapes',
+    'cosine_reference',
     'draw_truth', 'identification_recordings', 'in_cup', 'nominal_truth', 'string_references',
     'tracking_controller',
 ]
@@ -334,34 +336,50 @@ def in_cup(recording: CupRecording, hold_s: float = HOLD_S) -> bool:
 
 
 # -- the MuJoCo model ------------------------------------------------------------------------
-def _solid_geoms_from_visuals(spec: mujoco.MjSpec, urdf: str) -> None:
-    """Give the arm's links their URDF visual shapes as contact geoms (massless)."""
-    root = ET.fromstring(urdf.strip().encode())   # bytes: an XML declaration is allowed
+def arm_shapes(urdf: Optional[str] = None) -> Tuple[LinkShape, ...]:
+    """
+    Return the arm's contact shapes: its URDF visual spheres and cylinders.
+
+    The plant's ball collides with exactly these (:class:`CupPlant`), and the policy search's
+    episodes end where the model's ball touches them (``control.ball_in_cup``).
+
+    :param urdf: URDF text (None: the catalogue WAM-4's).
+    :return: one :class:`~diffsim_ros.control.ball_in_cup.LinkShape` per visual.
+    :raises ValueError: a visual of another kind (box, mesh), which neither side models.
+    """
+    root = ET.fromstring((robots.urdf_string(ROBOT) if urdf is None else urdf).strip().encode())
+    shapes = []
     for link in root.findall('link'):
         for visual in link.findall('visual'):
-            shape = visual.find('geometry')
             origin = visual.find('origin')
-            xyz = [float(v) for v in (origin.get('xyz', '0 0 0') if origin is not None
-                                      else '0 0 0').split()]
-            rpy = [float(v) for v in (origin.get('rpy', '0 0 0') if origin is not None
-                                      else '0 0 0').split()]
-            quat = np.zeros(4)
-            R = rpy_to_matrix(torch.tensor(rpy, dtype=torch.float64)).numpy()
-            mujoco.mju_mat2Quat(quat, R.reshape(9))
-            child = shape[0]
+            xyz, rpy = ((tuple(float(v) for v in origin.get(key, '0 0 0').split())
+                         if origin is not None else (0.0, 0.0, 0.0)) for key in ('xyz', 'rpy'))
+            child = visual.find('geometry')[0]
             if child.tag == 'sphere':
-                kind, size = mujoco.mjtGeom.mjGEOM_SPHERE, [float(child.get('radius')), 0, 0]
+                shapes.append(LinkShape(link.get('name'), 'sphere', float(child.get('radius')),
+                                        0.0, xyz, rpy))
             elif child.tag == 'cylinder':
-                kind = mujoco.mjtGeom.mjGEOM_CYLINDER
-                size = [float(child.get('radius')), 0.5 * float(child.get('length')), 0]
-            elif child.tag == 'box':
-                kind = mujoco.mjtGeom.mjGEOM_BOX
-                size = [0.5 * float(v) for v in child.get('size').split()]
+                shapes.append(LinkShape(link.get('name'), 'cylinder',
+                                        float(child.get('radius')),
+                                        0.5 * float(child.get('length')), xyz, rpy))
             else:
-                continue
-            spec.body(link.get('name')).add_geom(
-                type=kind, size=size, pos=xyz, quat=quat, contype=_SOLID, conaffinity=0,
-                mass=0.0, density=0.0, solref=list(CONTACT_SOLREF))
+                raise ValueError(f'arm_shapes: link {link.get("name")!r} has a {child.tag} '
+                                 'visual; only spheres and cylinders are contact shapes')
+    return tuple(shapes)
+
+
+def _solid_geoms_from_visuals(spec: mujoco.MjSpec, urdf: str) -> None:
+    """Give the arm's links their contact shapes (:func:`arm_shapes`) as massless geoms."""
+    for shape in arm_shapes(urdf):
+        quat = np.zeros(4)
+        R = rpy_to_matrix(torch.tensor(shape.rpy, dtype=torch.float64)).numpy()
+        mujoco.mju_mat2Quat(quat, R.reshape(9))
+        kind = (mujoco.mjtGeom.mjGEOM_SPHERE if shape.kind == 'sphere'
+                else mujoco.mjtGeom.mjGEOM_CYLINDER)
+        spec.body(shape.link).add_geom(
+            type=kind, size=[shape.radius, shape.half_length, 0], pos=list(shape.xyz),
+            quat=quat, contype=_SOLID, conaffinity=0, mass=0.0, density=0.0,
+            solref=list(CONTACT_SOLREF))
 
 
 def _add_cup(parent, truth: CupTruth):

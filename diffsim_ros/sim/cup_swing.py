@@ -28,16 +28,17 @@ import torch
 
 from . import cup
 from .. import robots
-from ..control.ball_in_cup import BallInCupTask, CupGeometry
+from ..control.ball_in_cup import arm_contact, BallInCupTask, CupGeometry
 from ..control.promp import ProMP
+from ..core.kinematics import forward_kinematics
 from ..core.model import RobotModel
 from ..io.tables import write_npz
 from ..sysid.dataset import Trajectory
 from ..sysid.excitation import trajectory_document
 
 __all__ = ['BALL_BODY', 'DURATION_S', 'HOLD_S', 'HOME', 'KINEMATICS_STRIDE', 'MODEL_DT',
-           'N_BASIS', 'identification_documents', 'make_task', 'recording_trajectory', 'transfer',
-           'write_recordings']
+           'N_BASIS', 'identification_documents', 'make_task', 'recording_trajectory',
+           'shape_poses', 'transfer', 'write_recordings']
 
 #: Start of every swing-up: cup opening tilted 0.6 rad forward so the hanging ball clears
 #: the forearm (the cup's axis is parallel to it), the cup 1.2 m above the base.
@@ -65,10 +66,12 @@ def make_task(arm: RobotModel) -> BallInCupTask:
     """
     info = robots.get(cup.ROBOT)
     return BallInCupTask(promp=ProMP(HOME, DURATION_S, N_BASIS),
-                         geometry=CupGeometry(cup.CUP_RADIUS, cup.CUP_HEIGHT, cup.BALL_RADIUS),
+                         geometry=CupGeometry(cup.CUP_RADIUS, cup.CUP_HEIGHT, cup.BALL_RADIUS,
+                                              cup.CUP_WALL),
                          q_lower=tuple(arm.lower.tolist()), q_upper=tuple(arm.upper.tolist()),
                          torque_max=tuple(float(v) for v in info.command_limit), arm=arm,
-                         dt=MODEL_DT, hold=HOLD_S, kinematics_stride=KINEMATICS_STRIDE)
+                         dt=MODEL_DT, hold=HOLD_S, kinematics_stride=KINEMATICS_STRIDE,
+                         obstacles=cup.arm_shapes())
 
 
 def transfer(plant: cup.CupPlant, task: BallInCupTask, arm: RobotModel, theta: torch.Tensor,
@@ -85,7 +88,9 @@ def transfer(plant: cup.CupPlant, task: BallInCupTask, arm: RobotModel, theta: t
     :return: ``success`` (bool), ``tracking_error_rad``, ``saturated`` (fraction of periods
         with a clipped torque), ``final_radial_m`` and ``final_height_m``: the largest radial
         distance and the height range of the ball's centre in the cup frame over the last
-        ``HOLD_S`` of the run (what ``in_cup`` judges), and ``recording`` (the run).
+        ``HOLD_S`` of the run (what ``in_cup`` judges), ``first_contact_s``: when the plant's
+        ball first touched anything (None: never), ``arm_contact_s``: when it first touched the
+        arm (``arm_contact`` on the recorded ball; None: never), and ``recording`` (the run).
     """
     reference = task.promp.reference(theta)
     controller = cup.tracking_controller(arm, reference)
@@ -95,11 +100,30 @@ def transfer(plant: cup.CupPlant, task: BallInCupTask, arm: RobotModel, theta: t
     error = float(np.abs(recording.q - q_ref.numpy()).max())
     last = recording.t >= recording.t[-1] - cup.HOLD_S + 1e-9
     ball = recording.ball_in_cup_frame()[last]
+    touched = arm_contact(torch.from_numpy(recording.ball), shape_poses(task, recording.q),
+                          task.obstacles, task.geometry.ball_radius).numpy()
     return {'success': cup.in_cup(recording), 'tracking_error_rad': error,
+            'first_contact_s': (float(recording.t[recording.contact.argmax()])
+                                if recording.contact.any() else None),
+            'arm_contact_s': float(recording.t[touched.argmax()]) if touched.any() else None,
             'saturated': float(recording.saturated),
             'final_radial_m': float(np.hypot(ball[:, 0], ball[:, 1]).max()),
             'final_height_m': [float(ball[:, 2].min()), float(ball[:, 2].max())],
             'recording': recording}
+
+
+def shape_poses(task: BallInCupTask, q: np.ndarray) -> torch.Tensor:
+    """
+    Return the world poses of the links that carry the task's contact shapes.
+
+    :param task: the task (its ``arm`` and ``obstacles``).
+    :param q: joint positions ``(T, n)``, rad.
+    :return: ``(T, S, 4, 4)``, one pose per shape.
+    """
+    index = torch.tensor([task.arm.link_index(shape.link) for shape in task.obstacles],
+                         dtype=torch.long)
+    return forward_kinematics(task.arm, torch.as_tensor(q, dtype=torch.float64)).index_select(
+        -3, index)
 
 
 def recording_trajectory(recording: cup.CupRecording, run: str) -> Trajectory:
