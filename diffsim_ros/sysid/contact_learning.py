@@ -777,6 +777,10 @@ class ObjectSpec:
         (:func:`~diffsim_ros.sysid.pose_smoothing.smooth_trajectories`, applied by
         :func:`~diffsim_ros.sysid.object_learning.fit_object`); 1: the recorded poses and
         velocities as they are.
+    :ivar impact_jump: rise of a contact candidate's normal velocity [m/s] near the ground
+        that ends a smoothing segment (impacts found with this nominal geometry,
+        :func:`~diffsim_ros.sysid.pose_smoothing.impact_samples`); None: smoothing windows
+        span impacts.
     """
 
     name: str
@@ -790,12 +794,16 @@ class ObjectSpec:
     w_comp: Optional[float] = None
     w_pen: Optional[float] = None
     smooth_window: int = 1
+    impact_jump: Optional[float] = None
 
     def __post_init__(self):
         """Check the vertex sets (one per body, in body order), masses, smoothing window."""
         if self.smooth_window < 1 or self.smooth_window % 2 == 0:
             raise ValueError(f'ObjectSpec {self.name!r}: smooth_window {self.smooth_window} '
                              'must be odd and >= 1 (1: no smoothing)')
+        if self.impact_jump is not None and not self.impact_jump > 0:
+            raise ValueError(f'ObjectSpec {self.name!r}: impact_jump {self.impact_jump} must '
+                             'be > 0 m/s (None: smoothing spans impacts)')
         bodies = tuple(self.model.tree.body_links)
         if tuple(self.contact.vertex_links) != bodies:
             raise ValueError(f'ObjectSpec {self.name!r}: one vertex set per body in body order '
