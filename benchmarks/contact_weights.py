@@ -159,7 +159,8 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
         n_train: int, n_select: int, steps: int, split_seed: int = 0,
         log=None, object_name: str = 'cube',
         smooth_windows: Sequence[int] = (1,),
-        impact_jumps: Sequence[Optional[float]] = (None,)) -> Dict[str, Any]:
+        impact_jumps: Sequence[Optional[float]] = (None,),
+        shape: Optional[str] = None) -> Dict[str, Any]:
     """
     Learn CCN for every pair and seed and score it on the selection tosses.
 
@@ -178,13 +179,15 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
         axis of the grid; the selection tosses are judged as recorded.
     :param impact_jumps: ``ObjectSpec.impact_jump`` values (None: windows span impacts), a
         fourth axis.
+    :param shape: ``ObjectSpec.shape`` CCN learns (None: the object's own).
     :return: the JSON payload (``runs``, ``pairs``, ``chosen``, ``nominal``, ``object``).
     """
     judge = JUDGES[object_name](data, n_select, split_seed)
     tosses, keys = judge.tosses, tuple(judge.nominal)
     runs = []
     for window, impact_jump in itertools.product(smooth_windows, impact_jumps):
-        spec = dataclasses.replace(judge.spec, smooth_window=window, impact_jump=impact_jump)
+        spec = dataclasses.replace(judge.spec, smooth_window=window, impact_jump=impact_jump,
+                                   shape=shape or judge.spec.shape)
         train = cl.transitions(*smooth_for_learning(
             spec, ([tosses.q[i] for i in judge.train[:n_train]],
                    [tosses.v[i] for i in judge.train[:n_train]]), tosses.dt))
@@ -194,7 +197,8 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
         for w_comp in w_comps:
             for w_pen in w_pens:
                 for seed in seeds:
-                    row = _fit_and_score(judge, train, validation, w_comp, w_pen, seed, steps)
+                    row = _fit_and_score(judge, spec, train, validation, w_comp, w_pen, seed,
+                                         steps)
                     row['smooth_window'] = window
                     row['impact_jump'] = impact_jump
                     runs.append(row)
@@ -217,18 +221,20 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
     return {'object': object_name, 'runs': runs, 'pairs': pairs, 'chosen': chosen,
             'nominal': judge.nominal, 'error_keys': list(keys), 'train_tosses': n_train,
             'selection_tosses': [int(i) for i in judge.select],
-            'seeds': list(seeds), 'steps': steps, 'split_seed': split_seed}
+            'seeds': list(seeds), 'steps': steps, 'split_seed': split_seed,
+            'shape': shape or judge.spec.shape}
 
 
-def _fit_and_score(judge: Judge, train, validation, w_comp: float, w_pen: float, seed: int,
-                   steps: int) -> Dict[str, Any]:
+def _fit_and_score(judge: Judge, spec: cl.ObjectSpec, train, validation, w_comp: float,
+                   w_pen: float, seed: int, steps: int) -> Dict[str, Any]:
     # One CCN fit from the perturbed start, scored on the selection tosses.
-    spec, keys = judge.spec, tuple(judge.nominal)
+    keys = tuple(judge.nominal)
     start = time.perf_counter()
     weights = cl.ViolationWeights(w_comp=w_comp, w_pen=w_pen)
+    theta0, learn = cl.violation_start(spec, seed, True)
     theta, history = cl.train_violation(
-        spec.model, spec.contact, cl.start_parameters(spec, seed, True), spec.masses, train,
-        validation, judge.tosses.dt, cl.TrainConfig(steps=steps, seed=seed, weights=weights))
+        spec.model, spec.contact, theta0, spec.masses, train, validation, judge.tosses.dt,
+        cl.TrainConfig(steps=steps, seed=seed, weights=weights, learn=learn))
     m, c = cl.object_models(spec.model, spec.contact, theta, spec.masses)
     row = judge.errors(m, c)
     summary = cl.physical_summary(spec, m, c)
@@ -313,6 +319,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='comma-separated odd local polynomial windows the training and '
                              'validation tosses are smoothed with (1: as recorded); '
                              'selection tosses are judged as recorded')
+    parser.add_argument('--shape', choices=cl.SHAPES, default=None,
+                        help='how CCN learns the geometry (ObjectSpec.shape; default the '
+                             "object's own)")
     parser.add_argument('--impact-jumps', default='none',
                         help="comma-separated ObjectSpec.impact_jump values [m/s] ('none': "
                              'smoothing windows span impacts)')
@@ -327,7 +336,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   log=lambda line: print(line, flush=True), object_name=args.object,
                   smooth_windows=[int(w) for w in _floats(args.smooth_windows)],
                   impact_jumps=[None if x.strip() == 'none' else float(x)
-                                for x in args.impact_jumps.split(',') if x.strip()])
+                                for x in args.impact_jumps.split(',') if x.strip()],
+                  shape=args.shape)
     print()
     print(markdown(payload))
     payload['machine'] = _common.machine_info(('torch', 'scipy'))
