@@ -42,6 +42,8 @@ def test_box_parameters_reproduce_the_nominal_corners_and_gradcheck(spec):
 
 
 def test_spec_refuses_an_unknown_shape_and_boxes_of_non_box_vertices(spec):
+    assert spec.shape == 'boxes'   # the elbow's own (io.object_urdf.ELBOW_SHAPE)
+    spec = dataclasses.replace(spec, shape='vertices')
     assert dataclasses.replace(spec, shape='boxes').shape == 'boxes'
     with pytest.raises(ValueError, match='unknown shape'):
         dataclasses.replace(spec, shape='hull')
@@ -64,7 +66,9 @@ def test_ccn_learns_boxes_from_a_box_start_through_fit_object(spec):
     assert bool((ratio >= 0.5).all() and (ratio <= 1.5).all())
     assert not torch.allclose(ratio, torch.ones_like(ratio))
     # friction and inertia are drawn as with free vertices
-    free, _ = cl.violation_start(spec, seed=3, perturb=True)
+    free, learn_free = cl.violation_start(dataclasses.replace(spec, shape='vertices'), seed=3,
+                                          perturb=True)
+    assert learn_free == cl.LEARNED and 'box' not in free
     torch.testing.assert_close(theta['friction'], free['friction'])
     torch.testing.assert_close(theta['inertia'], free['inertia'])
     # a few steps on a toss onto the table: the learned shape is still two boxes, moved
