@@ -292,7 +292,10 @@ def test_elbow_weight_search_runs_quick_and_judges_on_tosses_the_elbow_split_lea
                                     bench.TEST_TOSSES, 0)
     judged = set(payload['selection_tosses'])
     assert len(judged) == 4 and not judged & (set(train) | set(val) | set(test))
-    assert '| 1 | 1 | 10 |' in result.stdout and 'hinge deg' in result.stdout
+    assert '| 1 | - | 1 | 10 |' in result.stdout and 'hinge deg' in result.stdout
+    # smoothing spans impacts unless --impact-jumps says otherwise; the shape is the elbow's
+    assert {p['impact_jump'] for p in payload['pairs']} == {None}
+    assert payload['shape'] == 'boxes'
 
 
 def test_free_flight_hinge_damping_is_recovered_by_the_centred_rate_not_the_noisy_one(spec):
