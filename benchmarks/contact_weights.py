@@ -19,6 +19,7 @@ nominal object on the same tosses; a pair's score is the mean over seeds; the lo
 Volume and inertia errors are printed beside, never used to choose.
 """
 
+import dataclasses
 from dataclasses import dataclass
 import itertools
 import math
@@ -41,7 +42,7 @@ except ImportError:  # run as ``python benchmarks/contact_weights.py``
 from diffsim_ros.io.object_urdf import elbow_spec  # noqa: I100
 from diffsim_ros.io.tosses import CUBE_HALF_WIDTH_M, load_cube_tosses, load_elbow_tosses
 from diffsim_ros.sysid import contact_learning as cl
-from diffsim_ros.sysid.pose_smoothing import smooth_trajectories
+from diffsim_ros.sysid.object_learning import smooth_for_learning
 
 #: The elbow's selection windows start at every 4th sample (as its benchmark's tables).
 ELBOW_WINDOW_STRIDE = 4
@@ -157,7 +158,9 @@ JUDGES: Dict[str, Callable[[Any, int, int], Judge]] = {
 def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence[int],
         n_train: int, n_select: int, steps: int, split_seed: int = 0,
         log=None, object_name: str = 'cube',
-        smooth_windows: Sequence[int] = (1,)) -> Dict[str, Any]:
+        smooth_windows: Sequence[int] = (1,),
+        impact_jumps: Sequence[Optional[float]] = (None,),
+        shape: Optional[str] = None) -> Dict[str, Any]:
     """
     Learn CCN for every pair and seed and score it on the selection tosses.
 
@@ -172,54 +175,66 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
     :param log: called with a line per fit, or None.
     :param object_name: a key of :data:`JUDGES`.
     :param smooth_windows: local polynomial windows the training and validation tosses are
-        smoothed with (``sysid.pose_smoothing.smooth_trajectories``; 1: as recorded), a third
+        smoothed with (``sysid.object_learning.smooth_for_learning``; 1: as recorded), a third
         axis of the grid; the selection tosses are judged as recorded.
+    :param impact_jumps: ``ObjectSpec.impact_jump`` values (None: windows span impacts), a
+        fourth axis.
+    :param shape: ``ObjectSpec.shape`` CCN learns (None: the object's own).
     :return: the JSON payload (``runs``, ``pairs``, ``chosen``, ``nominal``, ``object``).
     """
     judge = JUDGES[object_name](data, n_select, split_seed)
     tosses, keys = judge.tosses, tuple(judge.nominal)
     runs = []
-    for window in smooth_windows:
-        train = cl.transitions(*smooth_trajectories(
-            ([tosses.q[i] for i in judge.train[:n_train]],
-             [tosses.v[i] for i in judge.train[:n_train]]), tosses.dt, window))
-        validation = cl.transitions(*smooth_trajectories(
-            ([tosses.q[i] for i in judge.validation], [tosses.v[i] for i in judge.validation]),
-            tosses.dt, window))
+    for window, impact_jump in itertools.product(smooth_windows, impact_jumps):
+        spec = dataclasses.replace(judge.spec, smooth_window=window, impact_jump=impact_jump,
+                                   shape=shape or judge.spec.shape)
+        train = cl.transitions(*smooth_for_learning(
+            spec, ([tosses.q[i] for i in judge.train[:n_train]],
+                   [tosses.v[i] for i in judge.train[:n_train]]), tosses.dt))
+        validation = cl.transitions(*smooth_for_learning(
+            spec, ([tosses.q[i] for i in judge.validation],
+                   [tosses.v[i] for i in judge.validation]), tosses.dt))
         for w_comp in w_comps:
             for w_pen in w_pens:
                 for seed in seeds:
-                    row = _fit_and_score(judge, train, validation, w_comp, w_pen, seed, steps)
+                    row = _fit_and_score(judge, spec, train, validation, w_comp, w_pen, seed,
+                                         steps)
                     row['smooth_window'] = window
+                    row['impact_jump'] = impact_jump
                     runs.append(row)
                     if log is not None:
-                        log(f'smooth {window} w_comp {w_comp:g} w_pen {w_pen:g} seed {seed}: '
+                        log(f'smooth {window} impact jump {impact_jump} w_comp {w_comp:g} '
+                            f'w_pen {w_pen:g} seed {seed}: '
                             f'score {row["score"]:.3f}, ' + _errors_text(row, keys)
                             + f', volume error {row["volume_error"]:.3f}, friction '
                             f'{row["friction"]:.3f}')
     pairs = []
-    for window, w_comp, w_pen in itertools.product(smooth_windows, w_comps, w_pens):
-        mine = [r for r in runs if (r['w_comp'], r['w_pen'], r['smooth_window'])
-                == (w_comp, w_pen, window)]
+    for window, impact_jump, w_comp, w_pen in itertools.product(smooth_windows, impact_jumps,
+                                                                w_comps, w_pens):
+        mine = [r for r in runs if (r['w_comp'], r['w_pen'], r['smooth_window'],
+                                    r['impact_jump']) == (w_comp, w_pen, window, impact_jump)]
         pairs.append({'w_comp': w_comp, 'w_pen': w_pen, 'smooth_window': window,
+                      'impact_jump': impact_jump,
                       **{key: _mean([r[key] for r in mine]) for key in
                          ('score', 'volume_error', 'inertia_error', 'friction') + keys}})
     chosen = min(pairs, key=lambda p: p['score'])
     return {'object': object_name, 'runs': runs, 'pairs': pairs, 'chosen': chosen,
             'nominal': judge.nominal, 'error_keys': list(keys), 'train_tosses': n_train,
             'selection_tosses': [int(i) for i in judge.select],
-            'seeds': list(seeds), 'steps': steps, 'split_seed': split_seed}
+            'seeds': list(seeds), 'steps': steps, 'split_seed': split_seed,
+            'shape': shape or judge.spec.shape}
 
 
-def _fit_and_score(judge: Judge, train, validation, w_comp: float, w_pen: float, seed: int,
-                   steps: int) -> Dict[str, Any]:
+def _fit_and_score(judge: Judge, spec: cl.ObjectSpec, train, validation, w_comp: float,
+                   w_pen: float, seed: int, steps: int) -> Dict[str, Any]:
     # One CCN fit from the perturbed start, scored on the selection tosses.
-    spec, keys = judge.spec, tuple(judge.nominal)
+    keys = tuple(judge.nominal)
     start = time.perf_counter()
     weights = cl.ViolationWeights(w_comp=w_comp, w_pen=w_pen)
+    theta0, learn = cl.violation_start(spec, seed, True)
     theta, history = cl.train_violation(
-        spec.model, spec.contact, cl.start_parameters(spec, seed, True), spec.masses, train,
-        validation, judge.tosses.dt, cl.TrainConfig(steps=steps, seed=seed, weights=weights))
+        spec.model, spec.contact, theta0, spec.masses, train, validation, judge.tosses.dt,
+        cl.TrainConfig(steps=steps, seed=seed, weights=weights, learn=learn))
     m, c = cl.object_models(spec.model, spec.contact, theta, spec.masses)
     row = judge.errors(m, c)
     summary = cl.physical_summary(spec, m, c)
@@ -257,14 +272,16 @@ def markdown(payload: Dict[str, Any]) -> str:
     lines = [f'{payload["object"]}: {len(payload["selection_tosses"])} selection tosses, '
              f'{payload["train_tosses"]} training tosses, seeds {payload["seeds"]}; our step '
              f'with the nominal {payload["object"]}: ' + _errors_text(nominal, keys), '',
-             '| smooth window | w_comp 1/s | w_pen J/m^2 | score | '
+             '| smooth window | impact jump m/s | w_comp 1/s | w_pen J/m^2 | score | '
              + ' | '.join(f'{_UNITS[k][0]} {_UNITS[k][1]}' for k in keys)
              + ' | volume err | inertia err | friction |',
-             '|---:|---:|---:|---:|' + '---:|' * (len(keys) + 3)]
+             '|---:|---:|---:|---:|---:|' + '---:|' * (len(keys) + 3)]
     for p in payload['pairs']:
         mark = ' (chosen)' if p == payload['chosen'] else ''
         inertia = '-' if p['inertia_error'] is None else f'{p["inertia_error"]:.2f}'
-        lines.append(f'| {p.get("smooth_window", 1)} | {p["w_comp"]:g} | {p["w_pen"]:g} | '
+        jump = p.get('impact_jump')
+        lines.append(f'| {p.get("smooth_window", 1)} | {"-" if jump is None else f"{jump:g}"} '
+                     f'| {p["w_comp"]:g} | {p["w_pen"]:g} | '
                      f'{p["score"]:.3f}{mark} | '
                      + ' | '.join(f'{_UNITS[k][2] * p[k]:.1f}' for k in keys)
                      + f' | {p["volume_error"]:.3f} | {inertia} | {p["friction"]:.3f} |')
@@ -302,6 +319,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='comma-separated odd local polynomial windows the training and '
                              'validation tosses are smoothed with (1: as recorded); '
                              'selection tosses are judged as recorded')
+    parser.add_argument('--shape', choices=cl.SHAPES, default=None,
+                        help='how CCN learns the geometry (ObjectSpec.shape; default the '
+                             "object's own)")
+    parser.add_argument('--impact-jumps', default='none',
+                        help="comma-separated ObjectSpec.impact_jump values [m/s] ('none': "
+                             'smoothing windows span impacts)')
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     data = _common.data_root(args.data, 'contact_weights.py')
@@ -311,7 +334,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     payload = run(data, _floats(args.w_comp), _floats(args.w_pen), range(args.seeds),
                   args.train_tosses, args.selection_tosses, args.steps, args.split_seed,
                   log=lambda line: print(line, flush=True), object_name=args.object,
-                  smooth_windows=[int(w) for w in _floats(args.smooth_windows)])
+                  smooth_windows=[int(w) for w in _floats(args.smooth_windows)],
+                  impact_jumps=[None if x.strip() == 'none' else float(x)
+                                for x in args.impact_jumps.split(',') if x.strip()],
+                  shape=args.shape)
     print()
     print(markdown(payload))
     payload['machine'] = _common.machine_info(('torch', 'scipy'))

@@ -1,5 +1,5 @@
 """
-Why CCN predicts the real elbow worse than its nominal URDF: three measurements.
+Why CCN predicts the real elbow worse than its nominal URDF: five measurements.
 
 On tosses of ``benchmarks/elbow_learning.py``'s split (never its test tosses):
 
@@ -28,8 +28,14 @@ On tosses of ``benchmarks/elbow_learning.py``'s split (never its test tosses):
    recorded transitions, on the smoothed ones, and on the nominal elbow's own rollouts from
    the same first states (mu 0.3 by construction): clean, with pose noise of the measured
    size and backward-difference velocities as in the recordings, and that smoothed.
+5. **What pulls the corners** (training tosses): at the nominal elbow, the derivative of each
+   term of the violation loss, by transition class as in 2, when both boxes scale about their
+   centroids, and the loss's derivative in the ground's height; on the recorded transitions,
+   on the spec's smoothing (windows spanning impacts) and on smoothing between impacts
+   (``ObjectSpec.impact_jump``, ``--impact-jump``): is it the smoother that moves them?
 """
 
+import dataclasses
 import math
 import os
 from pathlib import Path
@@ -50,9 +56,9 @@ from diffsim_ros.core.contact import (contact_kinematics, contact_rows,  # noqa:
 from diffsim_ros.core.dispatch import crba
 from diffsim_ros.core.spatial import quat_conjugate, quat_exp, quat_log, quat_multiply
 from diffsim_ros.sysid import contact_learning as cl
-from diffsim_ros.sysid.object_learning import fit_object
-from diffsim_ros.sysid.pose_smoothing import (backward_velocities, local_polynomial_weights,
-                                              smooth_trajectories)
+from diffsim_ros.sysid.object_learning import fit_object, smooth_for_learning
+from diffsim_ros.sysid.pose_smoothing import (backward_velocities, impact_samples,
+                                              local_polynomial_weights, smooth_trajectories)
 
 #: Lowest-vertex heights [m] that split transitions into free / near / contact.
 FREE_M, CONTACT_M = 0.02, 0.005
@@ -62,6 +68,10 @@ REACH = 3
 FRICTION_GRID = (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.8, 1.0)
 #: Default window of measure 4's local polynomial fits.
 SMOOTH_WINDOW = 7
+#: Measure 5's impact threshold [m/s]: three times the RMS (0.17 m/s) of the statistic
+#: ``max_i (u_ik - u_i(k-1)) + g dt`` (``sysid.pose_smoothing.impact_samples``) in free flight
+#: on the 64 training tosses, i.e. its noise.
+IMPACT_JUMP = 0.5
 
 
 def hinge_friction(spec: cl.ObjectSpec, tosses, indices: Sequence[int],
@@ -126,25 +136,10 @@ def loss_terms(spec: cl.ObjectSpec, model, contact, data, dt: float,
     m, c = cl.object_models(model, contact, theta, spec.masses)
     loss, lam = cl.violation_loss(m, c, q, v, v_next, dt, weights, return_impulses=True)
     with torch.no_grad():
-        step = cl.step_velocity(v_next, dt)
+        terms = _terms(m, c, data, lam, dt, weights)
         frame = contact_kinematics(m, q, c)
-        L, v_free = free_velocity(m, q, v, torch.zeros_like(v), dt)
-        miss = step - v_free - (torch.cholesky_solve(contact_rows(frame).mT, L)
-                                @ lam.flatten(-2).unsqueeze(-1)).squeeze(-1)
-        scale = 0.5 if weights.half_prediction else 1.0
-        terms = {'prediction': scale * (miss.unsqueeze(-2) @ L @ L.mT
-                                        @ miss.unsqueeze(-1)).squeeze(-1).squeeze(-1)}
-        gap = frame.phi + dt * (frame.J_n @ step.unsqueeze(-1)).squeeze(-1)
-        terms['complementarity'] = weights.w_comp * (lam[..., 0] * gap.abs()).sum(-1)
-        slide = (frame.J_t @ step.unsqueeze(-1).unsqueeze(-3)).squeeze(-1)
-        w_diss = weights.w_diss * (dt if weights.dissipation_dt else 1.0)
-        terms['dissipation'] = w_diss * (lam[..., 0] * c.friction * slide.norm(dim=-1)
-                                         + (lam[..., 1:] * slide).sum(-1)).sum(-1)
-        terms['penetration'] = weights.w_pen * (gap.clamp(max=0.0) ** 2).sum(-1)
         far = (lam[..., 0] * (frame.phi > 0.01)).sum(-1)
-        low = contact_kinematics(spec.model, q, spec.contact).phi.amin(-1)
-    classes = {'free': low > FREE_M, 'near': (low > CONTACT_M) & (low <= FREE_M),
-               'contact': low <= CONTACT_M}
+    classes = _classes(spec, q)
     n = len(q)
     out = {}
     for name, mask in classes.items():
@@ -154,6 +149,105 @@ def loss_terms(spec: cl.ObjectSpec, model, contact, data, dt: float,
         row.update({k: float(t[mask].sum()) / n for k, t in terms.items()})
         out[name] = row
     return out
+
+
+def _classes(spec: cl.ObjectSpec, q: torch.Tensor) -> Dict[str, torch.Tensor]:
+    # Transitions by the nominal elbow's lowest vertex height at q_k.
+    with torch.no_grad():
+        low = contact_kinematics(spec.model, q, spec.contact).phi.amin(-1)
+    return {'free': low > FREE_M, 'near': (low > CONTACT_M) & (low <= FREE_M),
+            'contact': low <= CONTACT_M}
+
+
+def _terms(model, contact, data, lam: torch.Tensor, dt: float,
+           weights: cl.ViolationWeights) -> Dict[str, torch.Tensor]:
+    # The violation loss's terms per transition at the impulses ``lam`` (its inner optimum):
+    # sum to the loss; differentiable in the models, so at fixed ``lam`` their gradients sum
+    # to the loss's (envelope theorem).
+    q, v, v_next = data
+    step = cl.step_velocity(v_next, dt)
+    frame = contact_kinematics(model, q, contact)
+    L, v_free = free_velocity(model, q, v, torch.zeros_like(v), dt)
+    miss = step - v_free - (torch.cholesky_solve(contact_rows(frame).mT, L)
+                            @ lam.flatten(-2).unsqueeze(-1)).squeeze(-1)
+    scale = 0.5 if weights.half_prediction else 1.0
+    terms = {'prediction': scale * (miss.unsqueeze(-2) @ L @ L.mT
+                                    @ miss.unsqueeze(-1)).squeeze(-1).squeeze(-1)}
+    gap = frame.phi + dt * (frame.J_n @ step.unsqueeze(-1)).squeeze(-1)
+    terms['complementarity'] = weights.w_comp * (lam[..., 0] * gap.abs()).sum(-1)
+    slide = (frame.J_t @ step.unsqueeze(-1).unsqueeze(-3)).squeeze(-1)
+    w_diss = weights.w_diss * (dt if weights.dissipation_dt else 1.0)
+    terms['dissipation'] = w_diss * (lam[..., 0] * contact.friction * slide.norm(dim=-1)
+                                     + (lam[..., 1:] * slide).sum(-1)).sum(-1)
+    terms['penetration'] = weights.w_pen * (gap.clamp(max=0.0) ** 2).sum(-1)
+    return terms
+
+
+def vertex_pull(spec: cl.ObjectSpec, trajectories, dt: float,
+                weights: cl.ViolationWeights) -> Dict[str, Dict[str, Dict[str, float]]]:
+    """
+    Return which transitions and terms pull the nominal elbow's corners, and which way (measure 5).
+
+    Each link's vertices scaled about their centroid by ``1 + s``; the derivative in ``s`` at
+    0 of each term's sum over a transition class over all transitions (at the impulses of the
+    inner optimum, so the terms' derivatives add up to the mean loss's): negative, the loss
+    falls as the boxes grow. Beside it the loss's derivative in the ground's height ``z``
+    [m] (positive up): what moving every corner down by as much would do.
+
+    :param spec: the nominal elbow (its geometry classes the transitions).
+    :param trajectories: ``(q list, v list)``.
+    :param dt: sample period [s].
+    :param weights: the loss's weights.
+    :return: per class (``free``, ``near``, ``contact``, ``all``): ``transitions``, per
+        term (and ``loss``) ``d/ds`` [J per unit scale] and ``loss_dz`` [J/m].
+    """
+    data = cl.transitions(*trajectories)
+    grow = torch.zeros((), dtype=data[0].dtype, requires_grad=True)
+    sets = [vs + grow * (vs - vs.mean(-2, keepdim=True)) for vs in spec.contact.vertices]
+    theta = cl.object_parameters(sets, float(spec.contact.friction), spec.model.inertial)
+    theta['ground_height'].requires_grad_(True)
+    m, c = cl.object_models(spec.model, spec.contact, theta, spec.masses)
+    _, lam = cl.violation_loss(m, c, *data, dt, weights, return_impulses=True)
+    terms = _terms(m, c, data, lam, dt, weights)
+    terms['loss'] = sum(terms.values())
+    classes = _classes(spec, data[0])
+    classes['all'] = torch.ones_like(classes['free'])
+    n, out = len(data[0]), {}
+    for name, mask in classes.items():
+        row = {'transitions': int(mask.sum())}
+        for term, values in terms.items():
+            grad, = torch.autograd.grad(values[mask].sum() / n, grow, retain_graph=True)
+            row[term] = float(grad)
+        grad, = torch.autograd.grad(terms['loss'][mask].sum() / n, theta['ground_height'],
+                                    retain_graph=True)
+        row['loss_dz'] = float(grad) / cl.LENGTH_SCALE
+        out[name] = row
+    return out
+
+
+def vertex_pulls(spec: cl.ObjectSpec, trajectories, dt: float, weights: cl.ViolationWeights,
+                 impact_jump: float) -> Dict[str, Any]:
+    """
+    Return :func:`vertex_pull` on recorded, smoothed and impact-aware smoothed transitions.
+
+    :param spec: the nominal elbow (its ``smooth_window``).
+    :param trajectories: ``(q list, v list)`` recorded tosses.
+    :param dt: sample period [s].
+    :param weights: the loss's weights.
+    :param impact_jump: ``ObjectSpec.impact_jump`` of the impact-aware smoothing [m/s].
+    :return: ``impact_jump``, ``impacts`` (found per toss, mean) and per data set the pull.
+    """
+    spanning = dataclasses.replace(spec, impact_jump=None)
+    aware = dataclasses.replace(spec, impact_jump=impact_jump)
+    impacts = [len(impact_samples(spec.model, spec.contact, q, dt, impact_jump))
+               for q in trajectories[0]]
+    sets = {'recorded': trajectories,
+            f'smoothed ({spec.smooth_window}), spanning impacts':
+                smooth_for_learning(spanning, trajectories, dt),
+            f'smoothed ({spec.smooth_window}), between impacts':
+                smooth_for_learning(aware, trajectories, dt)}
+    return {'impact_jump': impact_jump, 'impacts_per_toss': float(np.mean(impacts)),
+            'pull': {name: vertex_pull(spec, data, dt, weights) for name, data in sets.items()}}
 
 
 def transplants(spec: cl.ObjectSpec, fit: cl.ObjectFit, tosses, windows
@@ -296,9 +390,10 @@ def noise_as_friction(spec: cl.ObjectSpec, trajectories, dt: float, window: int,
 
 def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
         split_seed: int = 0, smooth_window: int = SMOOTH_WINDOW,
-        noise_only: bool = False) -> Dict[str, Any]:
+        noise_only: bool = False, impact_jump: float = IMPACT_JUMP,
+        pull_only: bool = False) -> Dict[str, Any]:
     """
-    Run the four measurements (module docstring), or only the fourth.
+    Run the five measurements (module docstring), only the fourth, or only the fifth.
 
     :param data: the shared data root.
     :param n_train: training tosses (the first of the split's).
@@ -308,6 +403,8 @@ def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
     :param split_seed: the elbow benchmark's split seed.
     :param smooth_window: measure 4's local fit window.
     :param noise_only: run measure 4 alone (no CCN fit).
+    :param impact_jump: measure 5's ``ObjectSpec.impact_jump`` [m/s].
+    :param pull_only: run measure 5 alone (no CCN fit).
     :return: the JSON payload.
     """
     judge = contact_weights.elbow_judge(data, n_select, split_seed)
@@ -319,9 +416,13 @@ def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
     weights = spec.violation_weights()
     payload = {'train_tosses': n_train, 'seed': seed, 'steps': steps,
                'split_seed': split_seed, 'smooth_window': spec.smooth_window,
-               'weights': {'w_comp': weights.w_comp, 'w_pen': weights.w_pen},
-               'noise_as_friction': noise_as_friction(spec, train, tosses.dt, smooth_window,
-                                                      weights)}
+               'weights': {'w_comp': weights.w_comp, 'w_pen': weights.w_pen}}
+    if not noise_only:
+        payload['vertex_pull'] = vertex_pulls(spec, train, tosses.dt, weights, impact_jump)
+    if pull_only:
+        return payload
+    payload['noise_as_friction'] = noise_as_friction(spec, train, tosses.dt, smooth_window,
+                                                     weights)
     if noise_only:
         return payload
     fit = fit_object(spec, 'ccn', train, validation, tosses.dt, seed=seed, steps=steps)
@@ -341,10 +442,11 @@ def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
 
 
 def markdown(payload: Dict[str, Any]) -> str:
-    """Return the four measurements (or the fourth alone) as text and tables."""
-    lines = [] if 'hinge_friction' in payload else [_noise_markdown(payload)]
-    if lines:
-        return lines[0]
+    """Return the measurements run as text and tables."""
+    if 'hinge_friction' not in payload:
+        return '\n\n'.join(part(payload) for key, part in (
+            ('noise_as_friction', _noise_markdown), ('vertex_pull', _pull_markdown))
+            if key in payload)
     h = payload['hinge_friction']
     lines = [f'1. Free-flight hinge torque residual against the hinge rate, '
              f'{h["transitions"]} transitions of {payload["train_tosses"]} training tosses: '
@@ -372,7 +474,27 @@ def markdown(payload: Dict[str, Any]) -> str:
         lines.append(f'| {name} | {1e3 * row["position_m"]:.2f} | '
                      f'{math.degrees(row["orientation_rad"]):.2f} | '
                      f'{math.degrees(row["hinge_rad"]):.2f} |')
-    return '\n'.join(lines + ['', _noise_markdown(payload)])
+    return '\n'.join(lines + ['', _noise_markdown(payload), '', _pull_markdown(payload)])
+
+
+def _pull_markdown(payload: Dict[str, Any]) -> str:
+    # Measure 5 as text and a table.
+    five = payload['vertex_pull']
+    terms = ('prediction', 'complementarity', 'dissipation', 'penetration', 'loss')
+    lines = ["5. Pull on the nominal elbow's corners: d/ds of each term (sum over the class "
+             f'/ all {payload["train_tosses"]} training tosses transitions, J) when both boxes '
+             'scale by 1 + s about their centroids (negative: the loss falls as they grow), '
+             "and the loss's d/dz in the ground's height (J/m); impact-aware smoothing "
+             f'with impact_jump {five["impact_jump"]:g} m/s found '
+             f'{five["impacts_per_toss"]:.1f} impacts a toss', '',
+             '| transitions | class | n | ' + ' | '.join(terms) + ' | loss d/dz |',
+             '|---|---|---:|' + '---:|' * (len(terms) + 1)]
+    for name, classes in five['pull'].items():
+        for cls, row in classes.items():
+            lines.append(f'| {name} | {cls} | {row["transitions"]} | '
+                         + ' | '.join(f'{row[t]:.2e}' for t in terms)
+                         + f' | {row["loss_dz"]:.3g} |')
+    return '\n'.join(lines)
 
 
 def _noise_markdown(payload: Dict[str, Any]) -> str:
@@ -416,13 +538,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help=f'local fit window of measure 4 (default {SMOOTH_WINDOW})')
     parser.add_argument('--noise-only', action='store_true',
                         help='run measure 4 alone (no CCN fit)')
+    parser.add_argument('--pull-only', action='store_true',
+                        help='run measure 5 alone (no CCN fit)')
+    parser.add_argument('--impact-jump', type=float, default=IMPACT_JUMP,
+                        help='measure 5: ObjectSpec.impact_jump of the impact-aware smoothing '
+                             f'[m/s] (default {IMPACT_JUMP:g})')
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     data = _common.data_root(args.data, 'elbow_diagnosis.py')
     if args.quick:
         args.train_tosses, args.steps, args.selection_tosses = 4, 5, 4
     payload = run(data, args.train_tosses, args.seed, args.steps, args.selection_tosses,
-                  args.split_seed, args.smooth_window, args.noise_only)
+                  args.split_seed, args.smooth_window, args.noise_only, args.impact_jump,
+                  args.pull_only)
     print(markdown(payload))
     payload['machine'] = _common.machine_info(('torch', 'scipy'))
     payload['quick'] = args.quick

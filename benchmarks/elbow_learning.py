@@ -159,7 +159,7 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         horizon: int = HORIZON, stride: int = 1, split_seed: int = 0,
         limit: Optional[int] = None, perturb: bool = True,
         methods: Sequence[str] = ('ccn',), log=None,
-        smooth_window: Optional[int] = None) -> Dict[str, Any]:
+        smooth_window: Optional[int] = None, shape: Optional[str] = None) -> Dict[str, Any]:
     """
     Learn the elbow from ``n_train`` tosses; evaluate it and the nominal URDF on the test set.
 
@@ -170,6 +170,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
     :param smooth_window: the local polynomial window every method's training and validation
         tosses are smoothed with (``ObjectSpec.smooth_window``; None: the elbow spec's own;
         the test tosses and every rollout's first state stay as recorded).
+    :param shape: how CCN and CCN-R learn the geometry (``ObjectSpec.shape``; None: the
+        elbow spec's own).
     :return: the JSON payload (see the module docstring): ``runs`` (one per method and seed,
         its errors' mean / median / p90 over tosses), ``errors`` (per window and model: per
         method the t-interval over seeds of each error's mean, per nominal row its mean /
@@ -183,6 +185,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
     spec = elbow_spec(tosses)
     if smooth_window is not None:
         spec = dataclasses.replace(spec, smooth_window=smooth_window)
+    if shape is not None:
+        spec = dataclasses.replace(spec, shape=shape)
     train = ([tosses.q[i] for i in train_i], [tosses.v[i] for i in train_i])
     validation = ([tosses.q[i] for i in val_i], [tosses.v[i] for i in val_i])
     windows = horizon_windows(tosses, test_i, horizon, stride)
@@ -227,8 +231,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
             'windows': len(windows), 'steps': steps,
             'start_from': 'paper' if perturb else 'nominal',
             'violation_weights': {'w_comp': weights.w_comp, 'w_pen': weights.w_pen},
-            'smooth_window': spec.smooth_window, 'runs': runs, 'errors': errors,
-            'seconds': seconds}
+            'smooth_window': spec.smooth_window, 'shape': spec.shape, 'runs': runs,
+            'errors': errors, 'seconds': seconds}
 
 
 def combine(payloads: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
@@ -340,6 +344,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                              'validation tosses are smoothed with before learning, for every '
                              "method (1: as recorded; default: the elbow spec's, "
                              'io.object_urdf.ELBOW_SMOOTH_WINDOW); test tosses stay as recorded')
+    parser.add_argument('--shape', choices=cl.SHAPES, default=None,
+                        help='how CCN and CCN-R learn the geometry: every corner free '
+                             "('vertices') or each link's box ('boxes'); default the elbow "
+                             "spec's (ObjectSpec.shape)")
     parser.add_argument('--combine', metavar='JSON', nargs='+', default=None,
                         help='merge the --json files of runs on the same split (one per '
                              'method) into one table instead of running')
@@ -362,12 +370,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         payload = run(data, min(args.train_tosses, 2), range(min(args.seeds, 2)), 2, 3, 6,
                       args.horizon, max(args.window_stride, 8), args.split_seed, limit=40,
                       perturb=args.start == 'paper', methods=methods, log=log,
-                      smooth_window=args.smooth_window)
+                      smooth_window=args.smooth_window, shape=args.shape)
     else:
         payload = run(data, args.train_tosses, range(args.seeds), args.validation_tosses,
                       args.test_tosses, args.steps, args.horizon, args.window_stride,
                       args.split_seed, perturb=args.start == 'paper', methods=methods,
-                      log=log, smooth_window=args.smooth_window)
+                      log=log, smooth_window=args.smooth_window, shape=args.shape)
     payload['machine'] = _common.machine_info(('torch', 'mujoco', 'scipy'))
     payload['quick'] = args.quick
     print(markdown(payload))

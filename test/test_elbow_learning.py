@@ -292,7 +292,10 @@ def test_elbow_weight_search_runs_quick_and_judges_on_tosses_the_elbow_split_lea
                                     bench.TEST_TOSSES, 0)
     judged = set(payload['selection_tosses'])
     assert len(judged) == 4 and not judged & (set(train) | set(val) | set(test))
-    assert '| 1 | 1 | 10 |' in result.stdout and 'hinge deg' in result.stdout
+    assert '| 1 | - | 1 | 10 |' in result.stdout and 'hinge deg' in result.stdout
+    # smoothing spans impacts unless --impact-jumps says otherwise; the shape is the elbow's
+    assert {p['impact_jump'] for p in payload['pairs']} == {None}
+    assert payload['shape'] == 'boxes'
 
 
 def test_free_flight_hinge_damping_is_recovered_by_the_centred_rate_not_the_noisy_one(spec):
@@ -366,6 +369,31 @@ def test_elbow_diagnosis_runs_quick_as_a_user_would(data_dir, tmp_path):
         assert min(row['relative']) == 1.0 and len(row['relative']) == len(four['grid'])
     assert 0.0 < four['noise']['position_m'] < 0.01 and four['noise']['samples'] > 0
     assert '| simulated_noisy |' in result.stdout
+    _check_vertex_pull(payload, result.stdout)
+
+
+def _check_vertex_pull(payload, stdout):
+    # measure 5: the terms' derivatives add up to the loss's (envelope theorem at the inner
+    # optimum) and the classes to all transitions, on every data set
+    five = payload['vertex_pull']
+    assert len(five['pull']) == 3 and five['impacts_per_toss'] > 0
+    for classes in five['pull'].values():
+        assert classes['all']['transitions'] == payload['train_tosses'] * 119
+        for row in classes.values():
+            parts = sum(row[k] for k in ('prediction', 'complementarity', 'dissipation',
+                                         'penetration'))
+            assert row['loss'] == pytest.approx(parts, rel=1e-9, abs=1e-15)
+        for key in ('loss', 'loss_dz', 'transitions'):
+            assert classes['all'][key] == pytest.approx(
+                sum(classes[c][key] for c in ('free', 'near', 'contact')), rel=1e-9, abs=1e-15)
+    assert '| recorded | contact |' in stdout
+
+
+def test_elbow_diagnosis_pull_only_runs_as_a_user_would(data_dir, tmp_path):
+    result, payload = _run_script('elbow_diagnosis.py', data_dir, tmp_path, ['--pull-only'],
+                                  ('--pull-only', '--impact-jump'))
+    assert 'noise_as_friction' not in payload and 'loss_terms' not in payload
+    _check_vertex_pull(payload, result.stdout)
 
 
 def test_runs_of_several_methods_combine_only_on_the_same_tosses():

@@ -4,20 +4,24 @@ Velocities from local polynomial fits of recorded poses (``sysid.pose_smoothing`
 Identities (the fits reproduce polynomials of their degree; backward differences invert the
 semi-implicit step the contact model and the violation loss use), the smoother against the
 analytic velocities of a noisy simulated tumble, and the object spec's window reaching every
-learning method through ``fit_object``.
+learning method through ``fit_object``; on a synthetic bounce whose impact sample and velocity
+jump are known, impacts found where they are and kept at their sample by the segment-wise fits
+(and blurred by fits that span them).
 """
 
 import dataclasses
 from types import SimpleNamespace
 
 from diffsim_ros.core.configuration import semi_implicit_update
+from diffsim_ros.core.contact import contact_kinematics
 from diffsim_ros.core.spatial import (quat_conjugate, quat_exp, quat_multiply,
                                       quat_rotate)
 from diffsim_ros.io.object_urdf import elbow_spec
 from diffsim_ros.robots import object_urdf_path
 from diffsim_ros.sysid import object_learning
-from diffsim_ros.sysid.pose_smoothing import (backward_velocities, local_polynomial_weights,
-                                              smooth_configurations, smooth_trajectories)
+from diffsim_ros.sysid.pose_smoothing import (backward_velocities, impact_samples,
+                                              local_polynomial_weights, smooth_configurations,
+                                              smooth_trajectories)
 import numpy as np
 import pytest
 import torch
@@ -157,3 +161,85 @@ def test_short_trajectories_are_fitted_over_what_they_hold():
     assert torch.equal(v_two, v[:2])
     with pytest.raises(ValueError, match='odd window'):
         smooth_trajectories(([q], [v]), DT, 6)
+
+
+def _bounce(spec, n=T, impact=20, restitution=0.5):
+    # The elbow falling flat (hinge held) onto the table, its lowest corners reaching it
+    # exactly at sample ``impact``, where the vertical velocity flips to ``-restitution``
+    # times itself: positions are quadratic on either side of the impact, so a fit that does
+    # not span it reproduces them, and the backward-difference velocity jumps at
+    # ``impact + 1`` (``v_impact`` is the last pre-impact one).
+    t = (torch.arange(n, dtype=torch.float64) - impact) * DT
+    g, fall = 9.81, 1.5   # m/s^2, m/s at the impact
+    before = -fall * t - 0.5 * g * t ** 2
+    after = restitution * fall * t - 0.5 * g * t ** 2
+    z = torch.where(t <= 0, before, after)
+    q = torch.zeros(n, 8, dtype=torch.float64)
+    q[:, 0] = 0.4 * t
+    q[:, 6] = 1.0
+    lowest = contact_kinematics(spec.model, q[:1], spec.contact).phi.amin()
+    q[:, 2] = z - lowest
+    return q, (1 + restitution) * fall
+
+
+def test_impacts_are_found_at_the_sample_the_velocity_jumps(spec):
+    q, _ = _bounce(spec)
+    assert impact_samples(spec.model, spec.contact, q, DT, jump=0.5) == [21]
+    # high above the table the same jump is no impact
+    high = q.clone()
+    high[:, 2] += 0.2
+    assert impact_samples(spec.model, spec.contact, high, DT, jump=0.5) == []
+
+
+def test_smoothing_keeps_an_impacts_velocity_jump_at_its_sample_only_with_breaks(spec):
+    q, jump = _bounce(spec)
+    v = backward_velocities(q, DT)
+    assert float(v[21, 2] - v[20, 2]) == pytest.approx(jump - 9.81 * DT, abs=1e-9)
+    breaks = [impact_samples(spec.model, spec.contact, q, DT, jump=0.5)]
+    (aware,), (v_aware,) = smooth_trajectories(([q], [v]), DT, 7, breaks=breaks)
+    # noise free and quadratic on either side: the fits reproduce the recording exactly
+    torch.testing.assert_close(aware, q, rtol=0, atol=1e-9)
+    torch.testing.assert_close(v_aware, v, rtol=0, atol=1e-6)
+    # the fits across the impact soften it: the toss slows before its corners reach the
+    # table (samples 18-20 are free flight) and the bounce ends after sample 21
+    (_,), (v_blur,) = smooth_trajectories(([q], [v]), DT, 7)
+    rise = v_blur[1:, 2] - v[1:, 2] - (v_blur[:-1, 2] - v[:-1, 2])
+    assert (v_blur[18:21, 2] - v[18:21, 2]).abs().max() > 0.1
+    assert float(v_blur[21, 2] - v_blur[20, 2]) < 0.6 * float(v[21, 2] - v[20, 2])
+    assert rise.abs().max() > 0.3
+    # with mocap-like noise (0.4 mm, 4 mrad, 7.5 mrad hinge) the jump stays at sample 21
+    g = torch.Generator().manual_seed(3)
+    n = torch.randn(T, 7, generator=g, dtype=torch.float64)
+    noisy = torch.cat((q[:, :3] + 4e-4 * n[:, :3],
+                       quat_multiply(q[:, 3:7], quat_exp(4e-3 * n[:, 3:6])),
+                       q[:, 7:] + 7.5e-3 * n[:, 6:]), -1)
+    found = impact_samples(spec.model, spec.contact, noisy, DT, jump=0.5)
+    assert 21 in found
+    (_,), (v_noisy,) = smooth_trajectories(([noisy], [v]), DT, 7, breaks=[found])
+    change = v_noisy[1:, 2] - v_noisy[:-1, 2]
+    assert int(change.argmax()) + 1 == 21
+    assert float(change[20]) == pytest.approx(jump - 9.81 * DT, abs=0.3)
+    (_,), (v_noisy_blur,) = smooth_trajectories(([noisy], [v]), DT, 7)
+    assert float(v_noisy_blur[21, 2] - v_noisy_blur[20, 2]) < 0.6 * (jump - 9.81 * DT)
+    with pytest.raises(ValueError, match='break lists'):
+        smooth_trajectories(([q], [v]), DT, 7, breaks=[])
+
+
+def test_the_specs_impact_jump_breaks_the_smoothing_in_fit_object(spec, monkeypatch):
+    q, _ = _bounce(spec)
+    v = backward_velocities(q, DT)
+    seen = {}
+
+    def capture(spec_, train, validation, dt, **kwargs):
+        seen['train'] = train
+        return 'fit'
+
+    monkeypatch.setitem(object_learning.METHODS, 'ccn', capture)
+    aware = dataclasses.replace(spec, smooth_window=7, impact_jump=0.5)
+    object_learning.fit_object(aware, 'ccn', ([q], [v]), ([q], [v]), DT)
+    torch.testing.assert_close(seen['train'][1][0], v, rtol=0, atol=1e-6)
+    spanning = dataclasses.replace(spec, smooth_window=7, impact_jump=None)
+    object_learning.fit_object(spanning, 'ccn', ([q], [v]), ([q], [v]), DT)
+    assert (seen['train'][1][0] - v).abs().max() > 0.1
+    with pytest.raises(ValueError, match='impact_jump'):
+        dataclasses.replace(spec, impact_jump=0.0)

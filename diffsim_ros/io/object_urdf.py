@@ -31,7 +31,7 @@ from ..robots import object_urdf_path
 from ..sysid import contact_learning
 
 __all__ = ['object_spec', 'urdf_object_spec', 'elbow_spec', 'read_object_urdf', 'learned_urdf',
-           'hull_obj', 'OBJECT_NAMES', 'ELBOW_LENGTH_M', 'ELBOW_WEIGHTS',
+           'hull_obj', 'OBJECT_NAMES', 'ELBOW_LENGTH_M', 'ELBOW_WEIGHTS', 'ELBOW_SHAPE',
            'ELBOW_SMOOTH_WINDOW', 'DEFAULT_FRICTION']
 
 #: Objects known by name (``--object``); anything else is a URDF path.
@@ -62,6 +62,16 @@ ELBOW_WEIGHTS = {'w_comp': 3.0, 'w_pen': 100.0}
 #: unused tosses, at the weights then in use (30 and 1000): 7 scored 3.45, 5 3.47, 9 3.50,
 #: 1 (as recorded) 3.77; the weights above were then chosen at 7.
 ELBOW_SMOOTH_WINDOW = 7
+#: How CCN and CCN-R learn the elbow's geometry (``ObjectSpec.shape``): each link's box
+#: (centre and half extents) instead of its eight free corners. Chosen by
+#: ``benchmarks/contact_weights.py --object elbow --smooth-windows 7 --shape boxes`` on the
+#: same 100 unused tosses (seeds 0 and 1, :data:`ELBOW_WEIGHTS`): boxes 2.939, free corners
+#: 3.046 (the nominal 3); the weights re-searched with boxes (``w_comp`` 1, 3, 10 x ``w_pen``
+#: 10, 100, 1000) stay at 3 and 100 (runner-up 10 and 1000, 2.975). The violation loss pulls
+#: the nominal corners outward on recorded tosses as much as on smoothed ones
+#: (``benchmarks/elbow_diagnosis.py --pull-only``); free corners follow each transition's
+#: pull, a box only the common one.
+ELBOW_SHAPE = 'boxes'
 
 
 def _floats(text: Optional[str], n: int, default: float, what: str) -> np.ndarray:
@@ -229,8 +239,9 @@ def elbow_spec(tosses) -> contact_learning.ObjectSpec:
     The boxes (0.10 x 0.05 x 0.05 m, the second centred 3.5 cm past the hinge) are the true
     shapes (the paper's geometry error is against them); the URDF inertias are the authors'
     nominal values, not a measurement (SOURCE.md), so no inertia truth is given. CCN learns
-    it with the elbow's own violation weights (:data:`ELBOW_WEIGHTS`), every method from
-    tosses smoothed over :data:`ELBOW_SMOOTH_WINDOW` samples.
+    it with the elbow's own violation weights (:data:`ELBOW_WEIGHTS`) and shape
+    parameterisation (:data:`ELBOW_SHAPE`), every method from tosses smoothed over
+    :data:`ELBOW_SMOOTH_WINDOW` samples.
 
     :param tosses: the elbow :class:`~diffsim_ros.io.tosses.TossSet` (its URDF and friction).
     :return: the spec, named ``'elbow'``.
@@ -244,7 +255,7 @@ def _elbow(path, friction: float, dtype: torch.dtype) -> contact_learning.Object
     return dataclasses.replace(
         urdf_object_spec(path, friction, name='elbow', known_geometry=True,
                          length=ELBOW_LENGTH_M, dtype=dtype), **ELBOW_WEIGHTS,
-        smooth_window=ELBOW_SMOOTH_WINDOW)
+        smooth_window=ELBOW_SMOOTH_WINDOW, shape=ELBOW_SHAPE)
 
 
 def _xyz(values) -> str:

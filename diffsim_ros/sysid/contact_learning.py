@@ -71,7 +71,8 @@ __all__ = ['ViolationWeights', 'TrainConfig', 'violation_loss', 'step_velocity',
            'rollout', 'rollout_errors', 'volume_error', 'inertia_error', 'LENGTH_SCALE',
            'ObjectSpec', 'ObjectFit', 'cube_spec', 'fit_ccn', 'fit_ccn_r', 'Trajectories',
            'start_parameters', 'REGIMES', 'regime_weights', 'LEARNED',
-           'ResidualNetwork']
+           'ResidualNetwork', 'box_parameters', 'box_corners', 'SHAPES',
+           'violation_start']
 
 #: Unit [m] in which vertices and ground height are learned.
 LENGTH_SCALE = 0.05
@@ -310,15 +311,58 @@ def object_models(model: RobotModel, contact: ContactModel, theta: Dict[str, Ten
     pi = _LOG_CHOLESKY.to_inertial(torch.cat((alpha.unsqueeze(-1),
                                               theta['inertia'].reshape(n, 9)), -1))
     sizes = [int(v.shape[-2]) for v in contact.vertices]
+    if 'box' in theta:
+        vertices = tuple(box_corners(theta['box']) * LENGTH_SCALE)
+    else:
+        vertices = torch.split(theta['vertices'] * LENGTH_SCALE, sizes, dim=-2)
     new_model = model.replace(inertial=pi.reshape(model.inertial.shape))
     new_contact = ContactModel(
         friction=_softplus(theta['friction']), restitution=contact.restitution,
         stiffness=contact.stiffness, damping=contact.damping,
         slip_velocity=contact.slip_velocity,
         ground_height=theta['ground_height'] * LENGTH_SCALE, ground_tilt=contact.ground_tilt,
-        vertex_links=contact.vertex_links,
-        vertices=torch.split(theta['vertices'] * LENGTH_SCALE, sizes, dim=-2))
+        vertex_links=contact.vertex_links, vertices=vertices)
     return new_model, new_contact
+
+
+#: Corner signs of :func:`box_corners`, in ``core.contact.box_vertices``' order.
+_BOX_SIGNS = ((-1, -1, -1), (-1, -1, 1), (-1, 1, -1), (-1, 1, 1), (1, -1, -1), (1, -1, 1),
+              (1, 1, -1), (1, 1, 1))
+
+
+def box_parameters(vertices) -> Tensor:
+    """
+    Return the box parameterisation of axis-aligned box vertex sets (``ObjectSpec.shape``).
+
+    :param vertices: one ``(8, 3)`` set per body [m, body frame], each the corners of a box
+        whose edges are along the body's axes.
+    :return: ``(nsets, 6)``: each box's centre (in ``LENGTH_SCALE``) and the logs of its
+        half extents (in ``LENGTH_SCALE``).
+    """
+    sets = torch.stack(_vertex_sets(vertices))
+    low, high = sets.amin(-2), sets.amax(-2)
+    return torch.cat((0.5 * (low + high) / LENGTH_SCALE,
+                      torch.log(0.5 * (high - low) / LENGTH_SCALE)), -1)
+
+
+def box_corners(box: Tensor) -> Tensor:
+    """
+    Return the corners of boxes given by :func:`box_parameters` (differentiably).
+
+    :param box: ``(nsets, 6)`` centres and log half extents, in ``LENGTH_SCALE``.
+    :return: ``(nsets, 8, 3)`` corners in ``LENGTH_SCALE``.
+    """
+    signs = torch.tensor(_BOX_SIGNS, dtype=box.dtype, device=box.device)
+    return box[..., None, :3] + signs * torch.exp(box[..., None, 3:])
+
+
+def _is_box(vertices: Tensor) -> bool:
+    # An (8, 3) set whose corners are those of its axis-aligned bounding box.
+    if vertices.shape != (8, 3):
+        return False
+    corners = box_corners(box_parameters((vertices.detach(),)))[0] * LENGTH_SCALE
+    gap = (vertices.detach()[:, None] - corners[None]).norm(dim=-1).amin(-1)
+    return bool(gap.max() < 1e-9 + 1e-9 * float(vertices.abs().max()))
 
 
 def _random_rotation(generator: torch.Generator, dtype) -> Tensor:
@@ -751,6 +795,10 @@ def learned_summary(model: RobotModel, contact: ContactModel, true_vertices=None
 Trajectories = Tuple[Sequence[Tensor], Sequence[Tensor]]
 
 
+#: ``ObjectSpec.shape`` values.
+SHAPES = ('vertices', 'boxes')
+
+
 @dataclass(frozen=True)
 class ObjectSpec:
     """
@@ -777,6 +825,14 @@ class ObjectSpec:
         (:func:`~diffsim_ros.sysid.pose_smoothing.smooth_trajectories`, applied by
         :func:`~diffsim_ros.sysid.object_learning.fit_object`); 1: the recorded poses and
         velocities as they are.
+    :ivar shape: how CCN and CCN-R learn the geometry: ``'vertices'`` (every corner free, the
+        paper's) or ``'boxes'`` (each body's axis-aligned box: centre and half extents,
+        :func:`box_parameters`; every vertex set must be such a box; the start draws each
+        half extent 0.5-1.5x the nominal, the rest as with vertices).
+    :ivar impact_jump: rise of a contact candidate's normal velocity [m/s] near the ground
+        that ends a smoothing segment (impacts found with this nominal geometry,
+        :func:`~diffsim_ros.sysid.pose_smoothing.impact_samples`); None: smoothing windows
+        span impacts.
     """
 
     name: str
@@ -790,12 +846,23 @@ class ObjectSpec:
     w_comp: Optional[float] = None
     w_pen: Optional[float] = None
     smooth_window: int = 1
+    impact_jump: Optional[float] = None
+    shape: str = 'vertices'
 
     def __post_init__(self):
         """Check the vertex sets (one per body, in body order), masses, smoothing window."""
         if self.smooth_window < 1 or self.smooth_window % 2 == 0:
             raise ValueError(f'ObjectSpec {self.name!r}: smooth_window {self.smooth_window} '
                              'must be odd and >= 1 (1: no smoothing)')
+        if self.impact_jump is not None and not self.impact_jump > 0:
+            raise ValueError(f'ObjectSpec {self.name!r}: impact_jump {self.impact_jump} must '
+                             'be > 0 m/s (None: smoothing spans impacts)')
+        if self.shape not in SHAPES:
+            raise ValueError(f'ObjectSpec {self.name!r}: unknown shape {self.shape!r}; valid: '
+                             f'{", ".join(SHAPES)}')
+        if self.shape == 'boxes' and not all(_is_box(v) for v in self.contact.vertices):
+            raise ValueError(f'ObjectSpec {self.name!r}: shape "boxes" needs every vertex '
+                             'set to be the 8 corners of an axis-aligned box')
         bodies = tuple(self.model.tree.body_links)
         if tuple(self.contact.vertex_links) != bodies:
             raise ValueError(f'ObjectSpec {self.name!r}: one vertex set per body in body order '
@@ -961,8 +1028,9 @@ def _fit_violation(spec: ObjectSpec, train: Trajectories, validation: Trajectori
                    residual: Optional[ResidualNetwork] = None,
                    regime: str = 'real') -> ObjectFit:
     # CCN and CCN-R: the same start, loss and training; CCN-R adds the residual's entries.
-    theta0 = start_parameters(spec, seed, perturb)
-    config = TrainConfig(steps=steps, seed=seed, weights=spec.violation_weights(regime))
+    theta0, learn = violation_start(spec, seed, perturb)
+    config = TrainConfig(steps=steps, seed=seed, weights=spec.violation_weights(regime),
+                         learn=learn)
     start = dict(theta0)
     if residual is not None:
         start.update({_RESIDUAL + k: t.detach() for k, t in residual.named_parameters()})
@@ -981,6 +1049,34 @@ def _fit_violation(spec: ObjectSpec, train: Trajectories, validation: Trajectori
         fit.predictor = functools.partial(_rollout_with, model, contact, learned)
         fit.extra['residual'] = learned
     return fit
+
+
+def violation_start(spec: ObjectSpec, seed: int,
+                    perturb: bool) -> Tuple[Dict[str, Tensor], Tuple[str, ...]]:
+    """
+    Return CCN's start parameters and the entries it learns, by the spec's ``shape``.
+
+    ``'vertices'``: :func:`start_parameters` and :data:`LEARNED`. ``'boxes'``: the same with
+    the vertices replaced by ``'box'`` (:func:`box_parameters`), the nominal boxes with each
+    half extent scaled 0.5-1.5x (a generator of its own, so friction and inertia are drawn as
+    with free vertices).
+
+    :param spec: the object.
+    :param seed: seed of the draw.
+    :param perturb: draw instead of starting at the spec.
+    :return: ``(theta, learn)`` for :func:`train_violation`.
+    """
+    theta = start_parameters(spec, seed, perturb)
+    if spec.shape == 'vertices':
+        return theta, LEARNED
+    box = box_parameters(spec.contact.vertices)
+    if perturb:
+        generator = torch.Generator().manual_seed(10_000 + seed)
+        scale = 0.5 + torch.rand(box.shape[0], 3, generator=generator, dtype=box.dtype)
+        box = torch.cat((box[:, :3], box[:, 3:] + torch.log(scale)), -1)
+    out = {k: t for k, t in theta.items() if k != 'vertices'}
+    out['box'] = box
+    return out, tuple('box' if k == 'vertices' else k for k in LEARNED)
 
 
 def _rollout_with(model, contact, residual, x0, steps, dt):

@@ -8,14 +8,14 @@ what it learned (``summary``). The command line, the benchmarks and the identifi
 through :func:`fit_object`, so a method added to :data:`METHODS` reaches all of them.
 """
 
-from typing import Callable, Dict
+from typing import Callable, Dict, Tuple
 
 from .contact_baselines import fit_diffsim, fit_diffsim_r, fit_mlp
 from .contact_learning import (fit_ccn, fit_ccn_r, ObjectFit, ObjectSpec, regime_weights,
                                Trajectories)
-from .pose_smoothing import smooth_trajectories
+from .pose_smoothing import impact_samples, smooth_trajectories
 
-__all__ = ['METHODS', 'fit_object']
+__all__ = ['METHODS', 'fit_object', 'smooth_for_learning']
 
 #: Method name -> ``fit(spec, train, validation, dt, seed=..., steps=..., perturb=...,
 #: regime=...)``.
@@ -28,6 +28,27 @@ METHODS: Dict[str, Callable[..., ObjectFit]] = {
 }
 
 
+def smooth_for_learning(spec: ObjectSpec, trajectories: Trajectories,
+                        dt: float) -> Tuple[list, list]:
+    """
+    Return trajectories smoothed as the spec says every method learns from them.
+
+    Local polynomial fits over ``spec.smooth_window`` samples; where ``spec.impact_jump`` is
+    set, no window spans an impact found in the recorded poses with the spec's nominal
+    geometry (:func:`~diffsim_ros.sysid.pose_smoothing.impact_samples`).
+
+    :param spec: the nominal object.
+    :param trajectories: ``(q list, v list)`` as recorded.
+    :param dt: sample period [s].
+    :return: ``(q list, v list)`` smoothed.
+    """
+    breaks = None
+    if spec.impact_jump is not None and spec.smooth_window > 1:
+        breaks = [impact_samples(spec.model, spec.contact, q, dt, spec.impact_jump)
+                  for q in trajectories[0]]
+    return smooth_trajectories(trajectories, dt, spec.smooth_window, breaks=breaks)
+
+
 def fit_object(spec: ObjectSpec, method: str, train: Trajectories, validation: Trajectories,
                dt: float, seed: int = 0, steps: int = 400, perturb: bool = True,
                regime: str = 'real') -> ObjectFit:
@@ -35,8 +56,8 @@ def fit_object(spec: ObjectSpec, method: str, train: Trajectories, validation: T
     Learn an object with one of :data:`METHODS`.
 
     The training and validation tosses are first smoothed with the spec's
-    ``smooth_window`` (:func:`~diffsim_ros.sysid.pose_smoothing.smooth_trajectories`; 1, the
-    default, leaves them as recorded), the same for every method.
+    ``smooth_window`` (:func:`smooth_for_learning`; 1, the default, leaves them as
+    recorded), the same for every method.
 
     :param spec: the nominal object.
     :param method: a key of :data:`METHODS`.
@@ -56,7 +77,7 @@ def fit_object(spec: ObjectSpec, method: str, train: Trajectories, validation: T
     regime_weights(regime)
     if not len(train[0]):
         raise ValueError('no training trajectory')
-    train = smooth_trajectories(train, dt, spec.smooth_window)
-    validation = smooth_trajectories(validation, dt, spec.smooth_window)
+    train = smooth_for_learning(spec, train, dt)
+    validation = smooth_for_learning(spec, validation, dt)
     return METHODS[method](spec, train, validation, dt, seed=seed, steps=steps,
                            perturb=perturb, regime=regime)
