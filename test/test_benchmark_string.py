@@ -21,7 +21,8 @@ SCRIPT = ROOT / 'benchmarks' / 'string_identification.py'
 def test_help_names_the_options():
     out = subprocess.run([sys.executable, str(SCRIPT), '--help'], capture_output=True,
                          text=True, timeout=300, check=True).stdout
-    for option in ('--seed', '--json', '--quick', '--string-length', '--arm-estimator'):
+    for option in ('--seed', '--json', '--quick', '--string-length', '--arm-estimator',
+                   '--swing-ups', '--swing-up-iterations'):
         assert option in out
 
 
