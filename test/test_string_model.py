@@ -316,18 +316,16 @@ def test_fit_string_recovers_length_and_cup_offset(wam4, truth, scale):
 @pytest.mark.slow
 def test_fit_string_identifies_the_damping_of_long_swings(wam4):
     # A string that dissipates as the MuJoCo plant's does (about 0.16 1/s), started from the
-    # paper's small nominal friction: stage 2's 0.2 s windows alone cannot see the decay.
+    # paper's small nominal friction, on a short budget (an online refit's): the damping
+    # stage's one batched pass over 1.5 s windows must find it.
     damped = StringModel(wam4, string_length=0.42, cup_xyz=(0.02, -0.015, 0.075),
                          friction=0.16)
     train = [swing_recording(damped, 10.0, seed) for seed in (13, 14)]
     start = StringModel(wam4, string_length=0.42, cup_xyz=(0.02, -0.015, 0.075),
                         friction=0.01)
-    short, _ = fit_string(train, start, geometry_iterations=20, iterations=30,
-                          damping_seconds=0.0)
     fitted, losses = fit_string(train, start, geometry_iterations=20, iterations=30)
     assert len(losses['damping']) == len(string_model.DAMPING_GRID)
     assert abs(fitted.parameters_dict()['friction'] / 0.16 - 1.0) < 0.15
-    assert abs(short.parameters_dict()['friction'] / 0.16 - 1.0) > 0.3
 
 
 @pytest.mark.slow
