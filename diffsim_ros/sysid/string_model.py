@@ -71,10 +71,11 @@ arm's joint trajectory known:
    l)^2`` with ``softplus_b(z) = log(1 + exp(b z)) / b``, ``b = 1000`` 1/m: the inequality
    ``|x - p| <= l`` on every observed position as a smooth penalty (a ball 1 mm inside
    costs ``(0.3 mm)^2``, on the sphere ``(ln 2 / b)^2 = (0.7 mm)^2``, 1 mm outside
-   ``(1.3 mm)^2``). This stage also moves the friction ``c``, but cannot identify it: over
-   its 0.2 s windows a decay of 0.16 1/s moves a swinging ball by about a millimetre, less
-   than what the geometry's residual errors do (stage 2 left 0.014-0.018 1/s on plants whose
-   string dissipates about 0.16 1/s).
+   ``(1.3 mm)^2``). This stage also moves the friction ``c``, but weakly: over its 0.2 s
+   windows the whole range of ``c`` moves the error by about 0.1 mm, so each Adam step in
+   ``log c`` is about a sign, and what it reaches depends on the step budget (20 steps left
+   0.014-0.018 1/s on plants whose string dissipates about 0.16 1/s; 150 reached 0.16 on
+   development plant 2; an online refit runs 60).
 3. Damping: ``c`` alone on long windows (``damping_seconds``, default 1.5 s: several swings,
    where the decay shows in the amplitude) from observed ball states: the mean squared
    position error of :meth:`StringModel.rollout` over ``damping_windows`` evenly spaced
