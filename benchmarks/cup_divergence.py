@@ -16,10 +16,15 @@ damping, its mass, the ball's contacts with the cup and the arm).  Printed per s
 variant: the ball position error against the plant at 0.25, 0.5, 1.0, 1.5, 2.0 and 2.5 s,
 the first time it exceeds 2 cm, whether the plant succeeded and the model caught, the
 plant ball's contact periods, and the plant's slack (``l - |ball - anchor|`` > 5 mm) share.
+``--replay-friction C ...`` adds replays (c) of the oracle string with the ball friction
+``C`` (1/s, on the velocity relative to the anchor) instead of the nominal one: e.g. 0.16, what
+the plant's string dissipates and ``fit_string``'s damping stage identifies.
 
 Run (development plants only; never a plant the benchmark reports on)::
 
     python benchmarks/cup_divergence.py --seed 1 --searches 6 --json div.json
+    python benchmarks/cup_divergence.py --seed 2 --searches 8 --variants plant \
+        --replay-friction 0.16 --json div.json
     python benchmarks/cup_divergence.py --quick        # a smoke run, about a minute
 """
 
@@ -170,7 +175,8 @@ def fine_task(task: BallInCupTask, dt: float) -> BallInCupTask:
 
 
 def diagnose(seed: int, searches: int, config: SearchConfig,
-             variants: Sequence[str] = VARIANTS) -> Dict[str, Any]:
+             variants: Sequence[str] = VARIANTS,
+             replay_frictions: Sequence[float] = ()) -> Dict[str, Any]:
     """
     Search swing-ups on the oracle model of plant ``seed`` and compare model and plant.
 
@@ -178,6 +184,7 @@ def diagnose(seed: int, searches: int, config: SearchConfig,
     :param searches: policy searches (one swing-up each).
     :param config: eREPS settings.
     :param variants: plant variants to run.
+    :param replay_frictions: extra replays on the plant's run with these frictions (1/s).
     :return: per swing-up and variant the figures of the module docstring.
     """
     truth = cup.draw_truth(seed * 100, 0.40)
@@ -222,6 +229,12 @@ def diagnose(seed: int, searches: int, config: SearchConfig,
                 figures['replay'] = errors(rec.t, replay(model, rec, dt_plant), rec.t, rec.ball)
                 figures['arm_only'] = errors(t_model, episode.ball[0].numpy(), rec.t,
                                              replay(model, rec, dt_plant))
+                for c in replay_frictions:
+                    damped = oracle_model(truth)
+                    with torch.no_grad():
+                        damped.log_friction.fill_(float(np.log(c)))
+                    figures[f'replay_friction_{c:g}'] = errors(
+                        rec.t, replay(damped, rec, dt_plant), rec.t, rec.ball)
             row[name] = figures
         out.append(row)
     return {'seed': seed, 'truth_length_m': truth.string_length, 'swing_ups': out,
@@ -252,8 +265,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='eREPS updates per search')
     parser.add_argument('--variants', default=','.join(VARIANTS),
                         help=f'plant variants among {",".join(VARIANTS)}')
+    parser.add_argument('--replay-friction', type=float, nargs='*', default=[],
+                        help='also replay the oracle string with these ball frictions (1/s, '
+                        'relative to the anchor), e.g. 0.16')
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    if not all(c > 0 for c in args.replay_friction):
+        parser.error('--replay-friction values must be positive')
     variants = [v for v in args.variants.split(',') if v]
     unknown = sorted({v for name in variants for v in name.split('+')} - set(VARIANTS))
     if unknown:
@@ -261,7 +279,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     searches, iterations = (2, 5) if args.quick else (args.searches, args.iterations)
     start = time.perf_counter()
     report = diagnose(args.seed, searches, SearchConfig(iterations=iterations),
-                      variants)
+                      variants, args.replay_friction)
     print(f'plant seed {args.seed}, true length {report["truth_length_m"]:.4f} m; ball error '
           f'(cm) at {", ".join(f"{s:g}" for s in CHECK_TIMES)} s')
     for i, row in enumerate(report['swing_ups']):
@@ -281,6 +299,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if 'replay' in f:
                 print(_line('replay vs plant', f['replay']))
                 print(_line('model vs replay (arm)', f['arm_only']))
+                for c in args.replay_friction:
+                    print(_line(f'replay c={c:g} vs plant', f[f'replay_friction_{c:g}']))
     report['total_s'] = time.perf_counter() - start
     report['machine'] = _common.machine_info(('torch', 'mujoco'))
     if args.json:

@@ -74,7 +74,8 @@ def test_a_swing_beside_the_arm_touches_nothing_in_either():
 def test_help_names_the_options():
     out = subprocess.run([sys.executable, str(SCRIPT), '--help'], capture_output=True,
                          text=True, timeout=300, check=True).stdout
-    for option in ('--seed', '--json', '--quick', '--searches', '--variants'):
+    for option in ('--seed', '--json', '--quick', '--searches', '--variants',
+                   '--replay-friction'):
         assert option in out
 
 
@@ -85,7 +86,8 @@ def test_quick_run_compares_model_replay_and_plant(tmp_path):
     path = tmp_path / 'div.json'
     env = dict(os.environ, OMP_NUM_THREADS='1')
     subprocess.run([sys.executable, str(SCRIPT), '--quick', '--seed', '2', '--threads', '1',
-                    '--variants', 'plant,no_ball_contact', '--json', str(path)], check=True,
+                    '--variants', 'plant,no_ball_contact', '--replay-friction', '0.16',
+                    '--json', str(path)], check=True,
                    timeout=1800, env=env, cwd=ROOT)
     report = json.loads(path.read_text())
     assert len(report['swing_ups']) == 2
@@ -94,5 +96,6 @@ def test_quick_run_compares_model_replay_and_plant(tmp_path):
         # 0.25 s in, the oracle model's ball is within 1 cm of the plant's.
         assert plant['model']['at'][0] < 0.01
         assert plant['replay']['at'][0] < 0.01
+        assert plant['replay_friction_0.16']['at'][0] < 0.01
         assert row['no_ball_contact']['contact_s'] == 0.0
         assert row['no_ball_contact']['touched'] == []

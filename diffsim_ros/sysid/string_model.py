@@ -7,12 +7,22 @@ cup_rpy)`` from a link of the chain (the WAM-4's ``wam/tool_link``); the string'
 the cup frame's origin ``p`` with world velocity ``v`` and acceleration ``a``
 (:meth:`StringModel.cup_motion`). The ball is a particle ``x`` of unit mass (the string's
 tension scales with the mass, so ball positions alone do not observe it) under gravity ``g``
-and a viscous friction ``-c xd`` (``c`` in 1/s), held by an inextensible string of length
-``l``: the constraint ``|x - p| <= l``.
+and a viscous friction ``-c (xd - v)`` (``c`` in 1/s) on its velocity relative to the anchor,
+held by an inextensible string of length ``l``: the constraint ``|x - p| <= l``.
+
+Why relative: the paper adds "a small viscous friction for numerical stability" (its nominal
+value, :data:`NOMINAL_FRICTION`, is our start); but what a string dissipates is its own
+bending, which moves with the cup: the MuJoCo plant's string (:mod:`diffsim_ros.sim.cup`)
+damps the rotation of each capsule joint relative to its parent, 1e-3 N m s/rad, about
+``b / (m l^2)`` = 0.25 1/s on a 25 g ball at 0.40 m (measured: a 20 degree swing keeps 11.4
+after 7 s, about 0.16 1/s). On the absolute velocity the same ``c`` would brake a ball that
+the cup merely carries (a swing-up moves the cup at 1-3 m/s), which the plant's string does
+not. Rotation of the cup about the anchor is not in it (the first capsule joint damps that
+too; the string's bending spreads it, left unmodelled).
 
 Constraint force (derived from the principle of virtual work). Write ``d = x - p``,
 ``r = |d|``, ``n = d / r``, ``w = xd - v`` (velocity relative to the anchor) and
-``f0 = g - c xd`` the free acceleration. A taut string does no work on motions that keep
+``f0 = g - c w`` the free acceleration. A taut string does no work on motions that keep
 ``r = l``, so its force is along ``n``: ``xdd = f0 - T n`` with tension ``T >= 0``. Keeping
 ``r`` at ``l`` needs ``rdd = 0``; with ``rd = n . w`` and ``nd = (w - n (n . w)) / r``,
 
@@ -61,7 +71,18 @@ arm's joint trajectory known:
    l)^2`` with ``softplus_b(z) = log(1 + exp(b z)) / b``, ``b = 1000`` 1/m: the inequality
    ``|x - p| <= l`` on every observed position as a smooth penalty (a ball 1 mm inside
    costs ``(0.3 mm)^2``, on the sphere ``(ln 2 / b)^2 = (0.7 mm)^2``, 1 mm outside
-   ``(1.3 mm)^2``). This stage also learns the friction ``c``.
+   ``(1.3 mm)^2``). This stage also moves the friction ``c``, but weakly: over its 0.2 s
+   windows the whole range of ``c`` moves the error by about 0.1 mm, so each Adam step in
+   ``log c`` is about a sign, and what it reaches depends on the step budget (20 steps left
+   0.014-0.018 1/s on plants whose string dissipates about 0.16 1/s; 150 reached 0.16 on
+   development plant 2; an online refit runs 60).
+3. Damping: ``c`` alone on long windows (``damping_seconds``, default 1.5 s: several swings,
+   where the decay shows in the amplitude) from observed ball states: the mean squared
+   position error of :meth:`StringModel.rollout` over ``damping_windows`` evenly spaced
+   windows is evaluated, without gradients, at :data:`DAMPING_GRID` values of ``c`` in one
+   batched rollout, and ``c`` is the vertex of the parabola in ``log c`` through the best one
+   and its neighbours. One forward pass: affordable online. Skipped (``c`` of stage 2 kept)
+   when no recording is as long as a window.
 
 What the data cannot tell: ``cup_rpy`` moves only the cup's walls, not the anchor, so the ball
 on its string carries no information on it (it keeps its start value; its gradient is zero);
@@ -99,6 +120,8 @@ NOMINAL_CUP_XYZ = (0.0, 0.0, 0.06)
 NOMINAL_CUP_RPY = (0.0, 0.0, 0.0)
 #: Nominal viscous friction of the ball (1/s): small, for numerical stability as in the paper.
 NOMINAL_FRICTION = 0.01
+#: Stage 3's candidate frictions (1/s): a log grid (see the module's "Fit").
+DAMPING_GRID = tuple(float(c) for c in torch.logspace(-3, 0, 13, dtype=torch.float64))
 GRAVITY = (0.0, 0.0, -9.81)
 SLACK_TOLERANCE_M = 1e-6
 SLACK_TOLERANCE_MPS = 1e-4
@@ -240,7 +263,7 @@ class StringModel(nn.Module):
     :param string_length: l (m), > 0.
     :param cup_xyz: cup origin (the string's anchor) in ``link`` (m).
     :param cup_rpy: cup orientation in ``link`` (rad, URDF roll-pitch-yaw).
-    :param friction: ball viscous friction c (1/s), > 0.
+    :param friction: the ball's viscous friction c (1/s) relative to the anchor, > 0.
     :param link: the link the cup is fixed to.
     :param gravity: world gravity (m/s^2).
     """
@@ -339,7 +362,7 @@ class StringModel(nn.Module):
     def ball_acceleration(self, x: Tensor, xd: Tensor, p: Tensor, v: Tensor,
                           a: Tensor) -> Tensor:
         """
-        Return the ball's acceleration: gravity, viscous friction and the string's pull.
+        Return the ball's acceleration: gravity, friction relative to the anchor, the pull.
 
         :param x: ball positions ``(..., 3)`` (m, world).
         :param xd: ball velocities ``(..., 3)`` (m/s).
@@ -379,16 +402,16 @@ def string_acceleration(x: Tensor, xd: Tensor, p: Tensor, v: Tensor, a: Tensor, 
     :param x: ball positions ``(..., 3)`` (m); :param xd: velocities (m/s).
     :param p: anchor positions ``(..., 3)``; :param v: velocities; :param a: accelerations.
     :param length: string length l (m), broadcast.
-    :param friction: viscous friction c (1/s), broadcast.
+    :param friction: viscous friction c (1/s) on ``xd - v``, broadcast.
     :param gravity: ``(3,)`` (m/s^2).
     :return: ``(xdd, held)``: ``(..., 3)`` (m/s^2) and ``(..., 1)`` bool, True where the
         string pulls (taut and ``T > 0``).
     """
-    free = gravity - friction * xd
+    w = xd - v
+    free = gravity - friction * w
     d = x - p
     r = d.norm(dim=-1, keepdim=True).clamp_min(1e-9)
     n = d / r
-    w = xd - v
     radial = (n * w).sum(-1, keepdim=True)
     tension = ((w * w).sum(-1, keepdim=True) - radial * radial) / r \
         + (n * (free - a)).sum(-1, keepdim=True)
@@ -481,13 +504,17 @@ class _Samples:
             self.motion = model.link_motion(cat([run.q for run in runs]),
                                             cat([run.qd for run in runs]),
                                             cat([run.qdd for run in runs]))
+        self.lengths = [run.t.shape[0] for run in runs]
+        self.starts = self.windows(horizon, stride)
+        self.steps = torch.arange(horizon + 1)
+
+    def windows(self, horizon: int, stride: int) -> Tensor:
+        """Return the starts of all windows of ``horizon`` steps within one run."""
         starts, offset = [], 0
-        for run in runs:
-            T = run.t.shape[0]
+        for T in self.lengths:
             starts.extend(range(offset, offset + T - horizon, stride))
             offset += T
-        self.starts = torch.tensor(starts, dtype=torch.long)
-        self.steps = torch.arange(horizon + 1)
+        return torch.tensor(starts, dtype=torch.long)
 
 
 def _geometry_loss(model: StringModel, samples: _Samples) -> Tensor:
@@ -515,16 +542,60 @@ def _rollout_loss(model: StringModel, samples: _Samples, starts: Tensor,
     return error, penalty_weight * penalty
 
 
+def _damping_stage(model: StringModel, samples: _Samples, seconds: float,
+                   windows: int) -> Optional[List[float]]:
+    """
+    Stage 3 of :func:`fit_string`: set the friction from long windows (see the module).
+
+    :return: the mean squared error (m^2) per :data:`DAMPING_GRID` value, or None (skipped).
+    """
+    horizon = int(round(seconds / samples.dt))
+    starts = samples.windows(horizon, 1)
+    if horizon < 2 or starts.numel() == 0 or windows < 1:
+        return None
+    pick = torch.linspace(0, starts.numel() - 1, min(windows, starts.numel()))
+    starts = starts[pick.round().long()]
+    dtype = model.cup_xyz.dtype
+    grid = torch.tensor(DAMPING_GRID, dtype=dtype)
+    with torch.no_grad():
+        p, v, a = point_motion(samples.motion, model.cup_xyz)
+        index = starts.unsqueeze(-1) + torch.arange(horizon + 1)
+        length = model.string_length
+        friction = grid.reshape(-1, 1, 1)
+
+        def accel(x, xd, p_k, v_k, a_k, k):
+            return string_acceleration(x, xd, p_k, v_k, a_k, length, friction, model.gravity)
+
+        x0 = samples.ball[starts].expand(grid.numel(), -1, -1)
+        xd0 = samples.ball_velocity[starts].expand(grid.numel(), -1, -1)
+        x, _ = integrate_ball(accel, x0, xd0, p[index], v[index], a[index], samples.dt,
+                              length)
+        error = ((x - samples.ball[index]) ** 2).sum(-1).mean((-2, -1))
+        best = int(error.argmin())
+        log_c = float(grid[best].log())
+        if 0 < best < grid.numel() - 1:
+            # Vertex of the parabola through the best value and its neighbours (equal steps).
+            e0, e1, e2 = (float(e) for e in error[best - 1:best + 2])
+            step = float(grid[1].log() - grid[0].log())
+            curvature = e0 - 2.0 * e1 + e2
+            if curvature > 0:
+                log_c += 0.5 * step * (e0 - e2) / curvature
+        model.log_friction.fill_(log_c)
+    return error.tolist()
+
+
 def fit_string(recordings: Sequence[Any], model: StringModel, horizon: int = 100,
                stride: int = 20, batch_windows: int = 128, geometry_iterations: int = 300,
                iterations: int = 150, penalty_weight: float = 1.0, cutoff_hz: float = 15.0,
-               seed: int = 0) -> Tuple[StringModel, Dict[str, List[float]]]:
+               seed: int = 0, damping_seconds: float = 1.5,
+               damping_windows: int = 48) -> Tuple[StringModel, Dict[str, List[float]]]:
     """
     Identify string length, cup transform and ball friction from ball positions.
 
-    The two stages and the penalty are the module's "Fit" section; Adam in both, on
-    ``cup_xyz`` (m), ``log_length`` and ``log_friction``; ``cup_rpy`` is not learned (the
-    ball does not observe it). The arm's joint trajectory is taken as known.
+    The three stages and the penalty are the module's "Fit" section; Adam in the first two,
+    on ``cup_xyz`` (m), ``log_length`` and ``log_friction``, a batched line search on
+    ``log_friction`` in the third; ``cup_rpy`` is not learned (the ball does not observe
+    it). The arm's joint trajectory is taken as known.
 
     :param recordings: runs with ``t``, ``q``, ``qd`` (``qdd`` optional) and ``ball``
         (``(T, 3)`` world, m), or :class:`BallRecording` s; one sample interval.
@@ -537,9 +608,12 @@ def fit_string(recordings: Sequence[Any], model: StringModel, horizon: int = 100
     :param penalty_weight: weight of the inequality penalty in stage 2.
     :param cutoff_hz: derivative smoothing cutoff (:func:`ball_recording`).
     :param seed: seed of the local generator drawing the windows.
+    :param damping_seconds: window of stage 3 (s); 0 skips the stage.
+    :param damping_windows: windows of stage 3 (evenly spaced over the recordings).
     :return: ``(fitted model, losses)``; losses maps ``'geometry'`` (m^2 per sample),
-        ``'rollout'`` and ``'penalty'`` (m^2 per step) to lists, ``'seconds'`` to the wall
-        time.
+        ``'rollout'`` and ``'penalty'`` (m^2 per step) to lists, ``'damping'`` to stage 3's
+        error per :data:`DAMPING_GRID` value (m^2 per step; empty when skipped),
+        ``'seconds'`` to the wall time.
     :raises ValueError: no recording long enough for one window, differing sample intervals.
     """
     started = time.perf_counter()
@@ -572,6 +646,9 @@ def fit_string(recordings: Sequence[Any], model: StringModel, horizon: int = 100
         dynamics.step()
         losses['rollout'].append(error.item())
         losses['penalty'].append(penalty.item())
+    damping = _damping_stage(fitted, samples, damping_seconds, damping_windows) \
+        if damping_seconds > 0 else None
+    losses['damping'] = damping or []
     fitted.cup_rpy.requires_grad_(True)
     losses['seconds'] = [time.perf_counter() - started]
     return fitted, losses
