@@ -142,8 +142,8 @@ def test_the_cup_graph_learns_the_string_while_the_mpc_tracks(executor, tmp_path
     # three refits (at 12, 17 and 22 s of ball data): each starts from the string in use,
     # and from 5 cm off the fit converges slowly along the length / cup-offset valley the
     # ball hanging below the cup hardly separates (offline on this run, one fit from 0.45 m:
-    # 0.3999 m against 0.3916 m; from 0.40 m: 0.3914 m).  Here: 0.3991 m after three
-    # refits (7.5 mm; 0.3994 m with refits at 12, 22 and 32 s)
+    # 0.3999 m against 0.3916 m; from 0.40 m: 0.3914 m).  Here: 0.3993 m after three
+    # refits (7.7 mm; 0.3994 m with refits at 12, 22 and 32 s, before the damping stage)
     assert wait_for(lambda: string.counts['accepted'] + string.counts['refused'] >= 3,
                     1800.0), (identifier.string.log.last, driver.plant.time)
     assert string.counts['accepted'] >= 1
