@@ -162,11 +162,12 @@ def data_root(given: Optional[str], script: str) -> Path:
     return root
 
 
-def make_parser(description: str) -> argparse.ArgumentParser:
+def make_parser(description: str, threads: int = 2) -> argparse.ArgumentParser:
     """
     Return an argument parser with the options every benchmark script shares.
 
     :param description: the script's one-line description for ``--help``.
+    :param threads: default of ``--threads``.
     :return: parser with ``--quick``, ``--json PATH`` and ``--threads N``.
     """
     parser = argparse.ArgumentParser(description=description)
@@ -174,8 +175,9 @@ def make_parser(description: str) -> argparse.ArgumentParser:
                         help='fewer sizes and repeats; finishes in under a minute')
     parser.add_argument('--json', metavar='PATH', default=None,
                         help='write every figure and the machine description to PATH')
-    parser.add_argument('--threads', type=int, default=2,
-                        help='intra-op threads for torch and native parallel calls (default 2)')
+    parser.add_argument('--threads', type=int, default=threads,
+                        help=f'intra-op threads for torch and native parallel calls '
+                        f'(default {threads})')
     return parser
 
 

@@ -265,10 +265,10 @@ def _probed_identifier_class():
             self.call_s = np.full(RING, np.nan)
             super().__init__(**kwargs)
 
-        def _on_joint_state(self, msg) -> None:
+        def _on_joint_state(self, msg, info=None) -> None:
             start = time.perf_counter()
             before = self._last_ns
-            super()._on_joint_state(msg)
+            super()._on_joint_state(msg, info)
             end = time.perf_counter()
             probe = self.probe
             self.call_s[probe['received'] % RING] = end - start
@@ -478,13 +478,17 @@ def run_latency(domain: int, controller: str, samples: int, warmup: float) -> Di
 
 def main(argv=None) -> int:
     """Run both measurements, print the tables and Target lines, write the JSON."""
-    parser = _common.make_parser(__doc__.strip().splitlines()[0])
+    from diffsim_ros.nodes.runtime import NODE_TORCH_THREADS
+    parser = _common.make_parser(__doc__.strip().splitlines()[0], threads=NODE_TORCH_THREADS)
     parser.add_argument('--duration', type=float, default=None,
                         help='seconds of 1 kHz ingest (default 600, --quick 20)')
     parser.add_argument('--latency-samples', type=int, default=None,
                         help='joint states measured per controller (default 3000, --quick 1500)')
     args = parser.parse_args(argv)
     import torch
+    # The nodes take their torch threads from OMP_NUM_THREADS (nodes/runtime.py); the
+    # default is what a node runs with when the user sets nothing.
+    os.environ['OMP_NUM_THREADS'] = str(args.threads)
     torch.set_num_threads(args.threads)
     duration = args.duration or (20.0 if args.quick else 600.0)
     samples = args.latency_samples or (1500 if args.quick else 3000)

@@ -284,3 +284,34 @@ def test_a_malformed_config_file_is_refused(ros_context, tmp_path, text):
             declare_robot(node)
     finally:
         node.destroy_node()
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2,
+                    reason='torch starts on one thread on a one-core machine: nothing to set')
+@pytest.mark.parametrize('omp, expected', [(None, 1), ('2', 2)])
+def test_a_node_process_runs_torch_on_one_thread_unless_omp_num_threads_chooses(omp, expected):
+    # The mpc node in a fresh process, as ros2 run starts it (torch's own default there is
+    # one thread per core); a user's OMP_NUM_THREADS is obeyed.
+    script = ('import rclpy, torch\n'
+              'from diffsim_ros.nodes.mpc import MpcNode\n'
+              'print("before", torch.get_num_threads())\n'
+              'rclpy.init()\n'
+              'node = MpcNode()\n'
+              'print("after", torch.get_num_threads())\n'
+              'node.destroy_node()\n'
+              'rclpy.shutdown()\n')
+    env = {k: v for k, v in os.environ.items() if k != 'OMP_NUM_THREADS'}
+    if omp is not None:
+        env['OMP_NUM_THREADS'] = omp
+    env.update(PYTHONPATH=os.pathsep.join(
+        [str(REPO)] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]),
+        ROS_DOMAIN_ID=str(domain_id_for(os.getpid())),
+        ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST')
+    done = subprocess.run([sys.executable, '-c', script], env=env, cwd=REPO,
+                          capture_output=True, text=True, timeout=HANG_S)
+    assert done.returncode == 0, done.stdout + done.stderr
+    counts = dict(line.split() for line in done.stdout.splitlines()
+                  if line.startswith(('before', 'after')))
+    if omp is None:
+        assert int(counts['before']) >= 2, done.stdout   # torch's default: one a core
+    assert int(counts['after']) == expected, done.stdout

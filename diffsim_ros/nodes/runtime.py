@@ -14,9 +14,17 @@ while another thread holds it waits up to 5 ms, once per torch call.  A baseline
 few hundred small torch calls then took 0.5-3.4 s in the mpc node instead of 6-8 ms
 (test/test_node_mpc.py measured it).  A 0.2 ms interval removes that convoy at a
 negligible switching cost.
+
+The same callbacks run torch on one intra-op thread (:data:`NODE_TORCH_THREADS`) unless
+``OMP_NUM_THREADS`` chooses a number.  The solves and refits are small: a second thread buys
+nothing on a quiet machine and, on a busy one, waits at every parallel region for a time
+slice.  With two threads beside two busy processes on 2 cores, the MPC solves of
+``benchmarks/control.py --quick`` (native backend) took a median of 1.1-80 ms instead of
+0.5-0.7 ms with one thread (the node's Qube solve 11-48 ms instead of 1.6-1.9 ms).
 """
 
 import inspect
+import os
 import re
 import sys
 import threading
@@ -30,15 +38,18 @@ from rclpy.executors import ExternalShutdownException, SingleThreadedExecutor
 from rclpy.impl.implementation_singleton import rclpy_implementation as _rclpy
 from rclpy.node import Node
 from rclpy.utilities import remove_ros_args
+import torch
 import yaml
 
 from .params import describe_parameters, executable_name, parameter_sections
 
-__all__ = ['START_UP_ERRORS', 'SWITCH_INTERVAL_S', 'configure_interpreter', 'node_usage',
-           'run_node']
+__all__ = ['NODE_TORCH_THREADS', 'START_UP_ERRORS', 'SWITCH_INTERVAL_S', 'configure_interpreter',
+           'node_usage', 'run_node']
 
 #: GIL switch interval the nodes need, s (CPython's default is 0.005).
 SWITCH_INTERVAL_S = 2e-4
+#: torch intra-op threads of a node's process when ``OMP_NUM_THREADS`` is not set.
+NODE_TORCH_THREADS = 1
 
 #: Errors a node's constructor raises for what it was given (parameters, files, names of
 #: links or joints that do not exist): reported as one line.  Anything else is a bug and
@@ -51,9 +62,17 @@ EXIT_START_UP_ERROR, EXIT_USAGE = 1, 2
 
 
 def configure_interpreter() -> None:
-    """Shorten the GIL switch interval to :data:`SWITCH_INTERVAL_S` (never lengthen it)."""
+    """
+    Set the interpreter up for torch in callbacks (see the module).
+
+    Shortens the GIL switch interval to :data:`SWITCH_INTERVAL_S` (never lengthens it) and,
+    unless ``OMP_NUM_THREADS`` is set, runs torch on :data:`NODE_TORCH_THREADS` intra-op
+    threads.
+    """
     if sys.getswitchinterval() > SWITCH_INTERVAL_S:
         sys.setswitchinterval(SWITCH_INTERVAL_S)
+    if not os.environ.get('OMP_NUM_THREADS') and torch.get_num_threads() != NODE_TORCH_THREADS:
+        torch.set_num_threads(NODE_TORCH_THREADS)
 
 
 def _summary(node_cls) -> str:
