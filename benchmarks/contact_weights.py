@@ -160,7 +160,8 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
         log=None, object_name: str = 'cube',
         smooth_windows: Sequence[int] = (1,),
         impact_jumps: Sequence[Optional[float]] = (None,),
-        shape: Optional[str] = None) -> Dict[str, Any]:
+        shape: Optional[str] = None,
+        mass_split: Optional[bool] = None) -> Dict[str, Any]:
     """
     Learn CCN for every pair and seed and score it on the selection tosses.
 
@@ -180,14 +181,18 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
     :param impact_jumps: ``ObjectSpec.impact_jump`` values (None: windows span impacts), a
         fourth axis.
     :param shape: ``ObjectSpec.shape`` CCN learns (None: the object's own).
+    :param mass_split: ``ObjectSpec.mass_split``, whether CCN learns how the mass splits
+        between the bodies (None: the object's own).
     :return: the JSON payload (``runs``, ``pairs``, ``chosen``, ``nominal``, ``object``).
     """
     judge = JUDGES[object_name](data, n_select, split_seed)
     tosses, keys = judge.tosses, tuple(judge.nominal)
     runs = []
     for window, impact_jump in itertools.product(smooth_windows, impact_jumps):
-        spec = dataclasses.replace(judge.spec, smooth_window=window, impact_jump=impact_jump,
-                                   shape=shape or judge.spec.shape)
+        spec = dataclasses.replace(
+            judge.spec, smooth_window=window, impact_jump=impact_jump,
+            shape=shape or judge.spec.shape,
+            mass_split=judge.spec.mass_split if mass_split is None else mass_split)
         train = cl.transitions(*smooth_for_learning(
             spec, ([tosses.q[i] for i in judge.train[:n_train]],
                    [tosses.v[i] for i in judge.train[:n_train]]), tosses.dt))
@@ -207,7 +212,9 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
                             f'w_pen {w_pen:g} seed {seed}: '
                             f'score {row["score"]:.3f}, ' + _errors_text(row, keys)
                             + f', volume error {row["volume_error"]:.3f}, friction '
-                            f'{row["friction"]:.3f}')
+                            f'{row["friction"]:.3f}, masses '
+                            + ' / '.join(f'{m:.3f}' for m in row['masses'])
+                            + f' kg, validation loss {row["validation_loss"]:.4e}')
     pairs = []
     for window, impact_jump, w_comp, w_pen in itertools.product(smooth_windows, impact_jumps,
                                                                 w_comps, w_pens):
@@ -222,7 +229,8 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
             'nominal': judge.nominal, 'error_keys': list(keys), 'train_tosses': n_train,
             'selection_tosses': [int(i) for i in judge.select],
             'seeds': list(seeds), 'steps': steps, 'split_seed': split_seed,
-            'shape': shape or judge.spec.shape}
+            'shape': shape or judge.spec.shape,
+            'mass_split': judge.spec.mass_split if mass_split is None else mass_split}
 
 
 def _fit_and_score(judge: Judge, spec: cl.ObjectSpec, train, validation, w_comp: float,
@@ -242,6 +250,8 @@ def _fit_and_score(judge: Judge, spec: cl.ObjectSpec, train, validation, w_comp:
                score=sum(row[k] / judge.nominal[k] for k in keys),
                volume_error=summary['volume_error'], inertia_error=summary.get('inertia_error'),
                friction=summary['friction'], last_step=history['step'][-1],
+               masses=m.inertial.detach().reshape(-1, 10)[:, 0].tolist(),
+               validation_loss=min(history['validation']),
                train_s=time.perf_counter() - start)
     return row
 
@@ -322,6 +332,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--shape', choices=cl.SHAPES, default=None,
                         help='how CCN learns the geometry (ObjectSpec.shape; default the '
                              "object's own)")
+    parser.add_argument('--mass-split', choices=('fixed', 'learned'), default=None,
+                        help='whether CCN learns how the total mass splits between the bodies '
+                             "(ObjectSpec.mass_split; default the object's own)")
     parser.add_argument('--impact-jumps', default='none',
                         help="comma-separated ObjectSpec.impact_jump values [m/s] ('none': "
                              'smoothing windows span impacts)')
@@ -337,7 +350,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   smooth_windows=[int(w) for w in _floats(args.smooth_windows)],
                   impact_jumps=[None if x.strip() == 'none' else float(x)
                                 for x in args.impact_jumps.split(',') if x.strip()],
-                  shape=args.shape)
+                  shape=args.shape,
+                  mass_split=None if args.mass_split is None else args.mass_split == 'learned')
     print()
     print(markdown(payload))
     payload['machine'] = _common.machine_info(('torch', 'scipy'))

@@ -40,7 +40,7 @@ import math
 import os
 from pathlib import Path
 import sys
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -281,6 +281,79 @@ def transplants(spec: cl.ObjectSpec, fit: cl.ObjectFit, tosses, windows
     return out
 
 
+def link_inertias(model) -> List[Dict[str, Any]]:
+    """
+    Return each link's mass, CoM and principal moments about its CoM (measure 6).
+
+    :param model: an elbow model (its ``inertial`` rows: ``[m, m c, Ixx, Ixy, Ixz, Iyy, Iyz,
+        Izz]`` about the link's origin, docs/conventions.md).
+    :return: per link ``mass_kg``, ``com_m`` (3, link frame), ``principal_kg_m2`` (ascending)
+        and ``inertia_com_kg_m2`` (the 3x3 about the CoM, link axes).
+    """
+    out = []
+    for row in model.inertial.detach().reshape(-1, 10).to(torch.float64):
+        m, c = float(row[0]), row[1:4] / row[0]
+        i = row[4:]
+        origin = torch.stack((torch.stack((i[0], i[1], i[2])), torch.stack((i[1], i[3], i[4])),
+                              torch.stack((i[2], i[4], i[5]))))
+        com = origin - m * (c.dot(c) * torch.eye(3, dtype=row.dtype) - torch.outer(c, c))
+        out.append({'mass_kg': m, 'com_m': c.tolist(),
+                    'principal_kg_m2': torch.linalg.eigvalsh(com).tolist(),
+                    'inertia_com_kg_m2': com.tolist()})
+    return out
+
+
+#: Measure 6's groups: name -> the parameter entry and, for per-link entries, the link index.
+GROUPS = {'mu': ('friction', None), 'box 1': ('box', 0), 'box 2': ('box', 1),
+          'inertia 1': ('inertia', 0), 'inertia 2': ('inertia', 1)}
+
+
+def seed_groups(spec: cl.ObjectSpec, fit: cl.ObjectFit, tosses, windows
+                ) -> Dict[str, Dict[str, float]]:
+    """
+    Return 16-sample errors of a CCN fit with one learned group put back to the nominal one.
+
+    The converse of measure 3 (:func:`transplants`): which of a seed's learned groups costs
+    its hinge error (the groups of :data:`GROUPS`: mu, each link's box, each link's inertia
+    and CoM).
+
+    :param spec: the nominal elbow (``shape`` ``'boxes'``).
+    :param fit: a CCN fit of it.
+    :param tosses: the tosses.
+    :param windows: ``(toss, start)`` horizon windows (never test tosses).
+    :return: per variant (``learned``, ``nominal``, ``learned, nominal <group>``), the mean
+        over tosses of each error.
+    """
+    def parameters(model, contact):
+        theta = cl.object_parameters(contact.vertices, float(contact.friction),
+                                     model.inertial)
+        theta['box'] = cl.box_parameters(contact.vertices)
+        return theta
+
+    nominal, learned = parameters(spec.model, spec.contact), parameters(fit.model, fit.contact)
+    variants = {'learned': None, 'nominal': 'all', **{f'learned, nominal {g}': g
+                                                      for g in GROUPS}}
+    nq = int(spec.model.nq)
+    out = {}
+    for name, group in variants.items():
+        theta = {k: t.clone() for k, t in (nominal if group == 'all' else learned).items()}
+        if group not in (None, 'all'):
+            key, link = GROUPS[group]
+            if link is None:
+                theta[key] = nominal[key].clone()
+            elif key == 'box':
+                theta[key][link] = nominal[key][link]
+            else:
+                theta[key][9 * link:9 * (link + 1)] = nominal[key][9 * link:9 * (link + 1)]
+        del theta['vertices']
+        m, c = cl.object_models(spec.model, spec.contact, theta, spec.masses)
+        rows = elbow.horizon_errors(
+            lambda x0, steps: cl.rollout(m, c, x0, steps, tosses.dt)[..., :nq], tosses,
+            windows, elbow.HORIZON)
+        out[name] = {key: row['mean'] for key, row in rows.items()}
+    return out
+
+
 def _free_samples(spec: cl.ObjectSpec, q: torch.Tensor, reach: int) -> torch.Tensor:
     # Samples whose neighbours within ``reach`` keep every vertex FREE_M above the table.
     low = contact_kinematics(spec.model, q, spec.contact).phi.amin(-1)
@@ -391,9 +464,10 @@ def noise_as_friction(spec: cl.ObjectSpec, trajectories, dt: float, window: int,
 def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
         split_seed: int = 0, smooth_window: int = SMOOTH_WINDOW,
         noise_only: bool = False, impact_jump: float = IMPACT_JUMP,
-        pull_only: bool = False) -> Dict[str, Any]:
+        pull_only: bool = False,
+        group_seeds: Optional[Sequence[int]] = None) -> Dict[str, Any]:
     """
-    Run the five measurements (module docstring), only the fourth, or only the fifth.
+    Run the five measurements (module docstring), only the fourth, the fifth or the sixth.
 
     :param data: the shared data root.
     :param n_train: training tosses (the first of the split's).
@@ -405,6 +479,7 @@ def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
     :param noise_only: run measure 4 alone (no CCN fit).
     :param impact_jump: measure 5's ``ObjectSpec.impact_jump`` [m/s].
     :param pull_only: run measure 5 alone (no CCN fit).
+    :param group_seeds: run measure 6 alone, one CCN fit per seed.
     :return: the JSON payload.
     """
     judge = contact_weights.elbow_judge(data, n_select, split_seed)
@@ -417,6 +492,20 @@ def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
     payload = {'train_tosses': n_train, 'seed': seed, 'steps': steps,
                'split_seed': split_seed, 'smooth_window': spec.smooth_window,
                'weights': {'w_comp': weights.w_comp, 'w_pen': weights.w_pen}}
+    if group_seeds is not None:
+        windows = elbow.horizon_windows(tosses, judge.select, elbow.HORIZON,
+                                        contact_weights.ELBOW_WINDOW_STRIDE)
+        payload.update(selection_tosses=len(judge.select), windows=len(windows), seeds=[])
+        for seed in group_seeds:
+            fit = fit_object(spec, 'ccn', train, validation, tosses.dt, seed=seed, steps=steps)
+            summary = fit.summary()
+            payload['seeds'].append({
+                'seed': int(seed), 'validation_loss': min(fit.history['validation']),
+                'last_step': int(fit.history['step'][-1]), 'friction': summary['friction'],
+                'volume_error': summary['volume_error'], 'links': link_inertias(fit.model),
+                'groups': seed_groups(spec, fit, tosses, windows)})
+        payload['nominal_links'] = link_inertias(spec.model)
+        return payload
     if not noise_only:
         payload['vertex_pull'] = vertex_pulls(spec, train, tosses.dt, weights, impact_jump)
     if pull_only:
@@ -443,6 +532,8 @@ def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
 
 def markdown(payload: Dict[str, Any]) -> str:
     """Return the measurements run as text and tables."""
+    if 'seeds' in payload:
+        return _groups_markdown(payload)
     if 'hinge_friction' not in payload:
         return '\n\n'.join(part(payload) for key, part in (
             ('noise_as_friction', _noise_markdown), ('vertex_pull', _pull_markdown))
@@ -475,6 +566,31 @@ def markdown(payload: Dict[str, Any]) -> str:
                      f'{math.degrees(row["orientation_rad"]):.2f} | '
                      f'{math.degrees(row["hinge_rad"]):.2f} |')
     return '\n'.join(lines + ['', _noise_markdown(payload), '', _pull_markdown(payload)])
+
+
+def _groups_markdown(payload: Dict[str, Any]) -> str:
+    # Measure 6 as text and a table.
+    lines = [f'6. CCN seeds ({payload["train_tosses"]} training tosses) on '
+             f'{payload["selection_tosses"]} selection tosses ({payload["windows"]} windows): '
+             'the learned elbow with one group put back to the nominal', '',
+             '| seed | validation loss J | model | position mm | orientation deg | hinge deg |',
+             '|---:|---:|---|---:|---:|---:|']
+    for run in payload['seeds']:
+        for name, row in run['groups'].items():
+            lines.append(f'| {run["seed"]} | {run["validation_loss"]:.4e} | {name} | '
+                         f'{1e3 * row["position_m"]:.2f} | '
+                         f'{math.degrees(row["orientation_rad"]):.2f} | '
+                         f'{math.degrees(row["hinge_rad"]):.2f} |')
+    lines += ['', '| seed | link | CoM mm (link frame) | principal moments 1e-4 kg m^2 |',
+              '|---|---|---|---|']
+    rows = [('nominal', payload['nominal_links'])] + [
+        (str(r['seed']), r['links']) for r in payload['seeds']]
+    for name, links in rows:
+        for k, link in enumerate(links):
+            lines.append(f'| {name} | {k + 1} | '
+                         + ', '.join(f'{1e3 * x:.1f}' for x in link['com_m']) + ' | '
+                         + ', '.join(f'{1e4 * x:.2f}' for x in link['principal_kg_m2']) + ' |')
+    return '\n'.join(lines)
 
 
 def _pull_markdown(payload: Dict[str, Any]) -> str:
@@ -540,6 +656,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='run measure 4 alone (no CCN fit)')
     parser.add_argument('--pull-only', action='store_true',
                         help='run measure 5 alone (no CCN fit)')
+    parser.add_argument('--group-seeds', default=None,
+                        help='run measure 6 alone: comma-separated CCN seeds, each fitted and '
+                             'rolled out with one learned group at a time put back to the '
+                             'nominal one')
     parser.add_argument('--impact-jump', type=float, default=IMPACT_JUMP,
                         help='measure 5: ObjectSpec.impact_jump of the impact-aware smoothing '
                              f'[m/s] (default {IMPACT_JUMP:g})')
@@ -550,7 +670,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.train_tosses, args.steps, args.selection_tosses = 4, 5, 4
     payload = run(data, args.train_tosses, args.seed, args.steps, args.selection_tosses,
                   args.split_seed, args.smooth_window, args.noise_only, args.impact_jump,
-                  args.pull_only)
+                  args.pull_only,
+                  None if args.group_seeds is None else
+                  [int(x) for x in args.group_seeds.split(',') if x.strip()])
     print(markdown(payload))
     payload['machine'] = _common.machine_info(('torch', 'scipy'))
     payload['quick'] = args.quick

@@ -159,7 +159,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         horizon: int = HORIZON, stride: int = 1, split_seed: int = 0,
         limit: Optional[int] = None, perturb: bool = True,
         methods: Sequence[str] = ('ccn',), log=None,
-        smooth_window: Optional[int] = None, shape: Optional[str] = None) -> Dict[str, Any]:
+        smooth_window: Optional[int] = None, shape: Optional[str] = None,
+        mass_split: Optional[bool] = None) -> Dict[str, Any]:
     """
     Learn the elbow from ``n_train`` tosses; evaluate it and the nominal URDF on the test set.
 
@@ -172,6 +173,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         the test tosses and every rollout's first state stay as recorded).
     :param shape: how CCN and CCN-R learn the geometry (``ObjectSpec.shape``; None: the
         elbow spec's own).
+    :param mass_split: whether CCN and CCN-R learn how the total mass splits between the
+        links (``ObjectSpec.mass_split``; None: the elbow spec's own).
     :return: the JSON payload (see the module docstring): ``runs`` (one per method and seed,
         its errors' mean / median / p90 over tosses), ``errors`` (per window and model: per
         method the t-interval over seeds of each error's mean, per nominal row its mean /
@@ -187,6 +190,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         spec = dataclasses.replace(spec, smooth_window=smooth_window)
     if shape is not None:
         spec = dataclasses.replace(spec, shape=shape)
+    if mass_split is not None:
+        spec = dataclasses.replace(spec, mass_split=mass_split)
     train = ([tosses.q[i] for i in train_i], [tosses.v[i] for i in train_i])
     validation = ([tosses.q[i] for i in val_i], [tosses.v[i] for i in val_i])
     windows = horizon_windows(tosses, test_i, horizon, stride)
@@ -210,6 +215,7 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
             runs.append({'method': method, 'seed': int(seed), 'errors': row,
                          'learned': fit.summary(), 'start': fit.start,
                          'last_step': int(fit.history['step'][-1]), 'train_s': train_s,
+                         'validation_loss': min(fit.history['validation']),
                          'rollouts_s': time.perf_counter() - start - train_s})
             if log is not None:
                 log(f'{method} seed {seed}: 16-sample ' + ', '.join(
@@ -231,7 +237,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
             'windows': len(windows), 'steps': steps,
             'start_from': 'paper' if perturb else 'nominal',
             'violation_weights': {'w_comp': weights.w_comp, 'w_pen': weights.w_pen},
-            'smooth_window': spec.smooth_window, 'shape': spec.shape, 'runs': runs,
+            'smooth_window': spec.smooth_window, 'shape': spec.shape,
+            'mass_split': spec.mass_split, 'runs': runs,
             'errors': errors, 'seconds': seconds}
 
 
@@ -291,8 +298,9 @@ def markdown(payload: Dict[str, Any]) -> str:
             lines.append(f'- {run["method"]} seed {run["seed"]}: volume error '
                          f'{learned["volume_error"]:.3f} (start {start["volume_error"]:.3f}), '
                          f'friction {learned["friction"]:.3f} (start {start["friction"]:.3f}), '
-                         f'ground {1e3 * learned["ground_height_m"]:.1f} mm, last step '
-                         f'{run["last_step"]}')
+                         f'ground {1e3 * learned["ground_height_m"]:.1f} mm, masses '
+                         + ' / '.join(f'{m:.3f}' for m in learned['inertial'][::10])
+                         + f' kg, last step {run["last_step"]}')
     lines.append('')
     for window, title in (('horizon', f'{payload["horizon"]}-sample horizon'),
                           ('full', 'full length')):
@@ -348,6 +356,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='how CCN and CCN-R learn the geometry: every corner free '
                              "('vertices') or each link's box ('boxes'); default the elbow "
                              "spec's (ObjectSpec.shape)")
+    parser.add_argument('--mass-split', choices=('fixed', 'learned'), default=None,
+                        help='whether CCN and CCN-R learn how the total mass splits between '
+                             "the links (default the elbow spec's, ObjectSpec.mass_split)")
     parser.add_argument('--combine', metavar='JSON', nargs='+', default=None,
                         help='merge the --json files of runs on the same split (one per '
                              'method) into one table instead of running')
@@ -366,16 +377,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if unknown or not methods:
         parser.error(f'--methods {args.methods!r}: valid {", ".join(METHODS)}')
     log = (lambda line: print(line, file=sys.stderr, flush=True))
+    split = None if args.mass_split is None else args.mass_split == 'learned'
     if args.quick:
         payload = run(data, min(args.train_tosses, 2), range(min(args.seeds, 2)), 2, 3, 6,
                       args.horizon, max(args.window_stride, 8), args.split_seed, limit=40,
                       perturb=args.start == 'paper', methods=methods, log=log,
-                      smooth_window=args.smooth_window, shape=args.shape)
+                      smooth_window=args.smooth_window, shape=args.shape,
+                      mass_split=split)
     else:
         payload = run(data, args.train_tosses, range(args.seeds), args.validation_tosses,
                       args.test_tosses, args.steps, args.horizon, args.window_stride,
                       args.split_seed, perturb=args.start == 'paper', methods=methods,
-                      log=log, smooth_window=args.smooth_window, shape=args.shape)
+                      log=log, smooth_window=args.smooth_window, shape=args.shape,
+                      mass_split=split)
     payload['machine'] = _common.machine_info(('torch', 'mujoco', 'scipy'))
     payload['quick'] = args.quick
     print(markdown(payload))

@@ -265,6 +265,35 @@ def test_fit_object_refuses_unknown_methods_and_empty_training_sets():
         fit_object(spec, 'ccn', ([], []), (q, v), DT)
 
 
+def test_fit_object_restarts_keep_the_start_with_the_lowest_validation_loss(monkeypatch):
+    # A constructed method whose validation loss is a known function of the seed it is given:
+    # K restarts fit seeds s, s + stride, ... and return the lowest one's fit; one restart is
+    # the seed itself, as before the option.
+    from diffsim_ros.sysid import object_learning as ol
+    model, _ = _cube()
+    spec = cl.cube_spec(model, HALF, 0.3, MASS)
+    q, v = _tosses(model, spec.contact, 2, 10, seed=0)
+    losses = {3: 5.0, 1003: 2.0, 2003: 7.0, 3003: 2.5}
+    seeds = []
+
+    def method(spec, train, validation, dt, seed, steps, perturb, regime):
+        seeds.append(seed)
+        return cl.ObjectFit(method='made', spec=spec, model=None, contact=None,
+                            history={'step': [0, 5], 'validation': [9.0, losses[seed]]},
+                            extra={'seed': seed})
+    monkeypatch.setitem(ol.METHODS, 'made', method)
+    fit = ol.fit_object(spec, 'made', (q, v), (q, v), DT, seed=3, restarts=4)
+    assert seeds == [3, 1003, 2003, 3003] and ol.RESTART_SEED_STRIDE == 1000
+    assert fit.extra['seed'] == 1003
+    assert fit.extra['restarts'] == [{'seed': k, 'validation_loss': x}
+                                     for k, x in losses.items()]
+    seeds.clear()
+    fit = ol.fit_object(spec, 'made', (q, v), (q, v), DT, seed=3)
+    assert seeds == [3] and fit.extra == {'seed': 3}
+    with pytest.raises(ValueError, match='restarts 0'):
+        ol.fit_object(spec, 'made', (q, v), (q, v), DT, restarts=0)
+
+
 def test_fit_object_without_steps_returns_the_spec_and_predicts_its_tosses():
     # Zero optimiser steps from the unperturbed start: the parameters survive the round trip
     # through the unconstrained parameterization, and predict() replays the generating step.

@@ -427,3 +427,75 @@ def test_runs_of_several_methods_combine_only_on_the_same_tosses():
         bench.combine([ccn, dict(diffsim, test_toss_ids=[3, 2])])
     with pytest.raises(ValueError, match='repeated'):
         bench.combine([ccn, ccn])
+
+
+def _split_model(spec, split):
+    # The nominal elbow's parameters with a given mass split (log m_2 / m_1).
+    theta = cl.object_parameters(spec.contact.vertices, 0.3, spec.model.inertial)
+    theta['mass_split'] = torch.tensor([split], dtype=torch.float64)
+    return theta
+
+
+def test_a_learned_mass_split_keeps_the_total_mass_and_each_com_and_is_differentiable(spec):
+    # ObjectSpec.mass_split: the split moves mass between the links, never the total; each
+    # link's CoM stays and its inertia scales with its mass (the paper's "proportionally").
+    nominal, _ = cl.object_models(spec.model, spec.contact, _split_model(spec, 0.0),
+                                  spec.masses)
+    torch.testing.assert_close(nominal.inertial, spec.model.inertial, rtol=1e-12, atol=1e-15)
+    for split in (-2.0, -0.3, 0.7, 3.0):
+        model, _ = cl.object_models(spec.model, spec.contact, _split_model(spec, split),
+                                    spec.masses)
+        masses = model.inertial[:, 0]
+        assert float(masses.sum()) == pytest.approx(spec.mass, rel=1e-14)
+        assert float(torch.log(masses[1] / masses[0])) == pytest.approx(split, rel=1e-12)
+        ratio = (masses / nominal.inertial[:, 0]).unsqueeze(-1)
+        torch.testing.assert_close(model.inertial, nominal.inertial * ratio, rtol=1e-12,
+                                   atol=1e-15)
+    split = torch.tensor([0.4], dtype=torch.float64, requires_grad=True)
+
+    def inertials(s):
+        theta = dict(_split_model(spec, 0.0), mass_split=s)
+        return cl.object_models(spec.model, spec.contact, theta, spec.masses)[0].inertial
+
+    assert torch.autograd.gradcheck(inertials, (split,))
+    torch.testing.assert_close(cl.mass_shares(cl.mass_split_parameters([0.2, 0.6])),
+                               torch.tensor([0.25, 0.75], dtype=torch.float64))
+
+
+def test_the_mass_split_start_draws_each_mass_and_leaves_the_other_draws(spec):
+    # Appendix A.4 step 3 (each link's mass 0.5-1.5x, the total kept) from a generator of its
+    # own: friction, inertia and boxes start where they start without the split.
+    split = dataclasses.replace(spec, mass_split=True)
+    for seed in range(3):
+        theta, learn = cl.violation_start(split, seed, True)
+        plain, plain_learn = cl.violation_start(spec, seed, True)
+        assert learn == plain_learn + ('mass_split',)
+        for key, value in plain.items():
+            torch.testing.assert_close(theta[key], value)
+        model, _ = cl.object_models(split.model, split.contact, theta, split.masses)
+        masses = model.inertial[:, 0]
+        assert float(masses.sum()) == pytest.approx(spec.mass, rel=1e-14)
+        assert abs(float(theta['mass_split'])) > 1e-3
+        assert 1 / 3 < float(masses[1] / masses[0]) < 3
+    theta, _ = cl.violation_start(split, 0, False)
+    assert float(theta['mass_split']) == 0.0
+    with pytest.raises(ValueError, match='two bodies'):
+        dataclasses.replace(object_spec('cube'), mass_split=True)
+
+
+def test_ccn_recovers_the_mass_split_the_tosses_were_made_with(spec):
+    # Tosses of an elbow whose second link carries 0.45 of its 0.74 kg (each link's inertia
+    # scaled with its mass): from the equal split, the violation loss finds the truth's split
+    # (log 0.45 / 0.29 = 0.44) with everything else at the truth.
+    truth = 0.44
+    true_model, _ = cl.object_models(spec.model, spec.contact, _split_model(spec, truth),
+                                     spec.masses)
+    q, v = _tosses(true_model, spec.contact, 6, 24, seed=3)
+    theta = _split_model(spec, 0.0)
+    config = cl.TrainConfig(steps=150, learn=('mass_split',), lr=2e-2, lr_final=2e-2,
+                            eval_every=150, weights=spec.violation_weights())
+    learned, history = cl.train_violation(spec.model, spec.contact, theta, spec.masses,
+                                          cl.transitions(q[:4], v[:4]),
+                                          cl.transitions(q[4:], v[4:]), DT, config)
+    assert history['validation'][-1] < history['validation'][0]
+    assert float(learned['mass_split']) == pytest.approx(truth, abs=0.03)

@@ -15,7 +15,7 @@ from .contact_learning import (fit_ccn, fit_ccn_r, ObjectFit, ObjectSpec, regime
                                Trajectories)
 from .pose_smoothing import impact_samples, smooth_trajectories
 
-__all__ = ['METHODS', 'fit_object', 'smooth_for_learning']
+__all__ = ['METHODS', 'fit_object', 'smooth_for_learning', 'RESTART_SEED_STRIDE']
 
 #: Method name -> ``fit(spec, train, validation, dt, seed=..., steps=..., perturb=...,
 #: regime=...)``.
@@ -26,6 +26,12 @@ METHODS: Dict[str, Callable[..., ObjectFit]] = {
     'diffsim-r': fit_diffsim_r,
     'mlp': fit_mlp,
 }
+
+
+#: Seed offset between the starts of :func:`fit_object`'s restarts: start ``r`` of seed ``s``
+#: is drawn with seed ``s + RESTART_SEED_STRIDE * r`` (start 0 is seed ``s`` itself), apart
+#: from the seeds a benchmark runs (0 .. K-1).
+RESTART_SEED_STRIDE = 1000
 
 
 def smooth_for_learning(spec: ObjectSpec, trajectories: Trajectories,
@@ -51,13 +57,18 @@ def smooth_for_learning(spec: ObjectSpec, trajectories: Trajectories,
 
 def fit_object(spec: ObjectSpec, method: str, train: Trajectories, validation: Trajectories,
                dt: float, seed: int = 0, steps: int = 400, perturb: bool = True,
-               regime: str = 'real') -> ObjectFit:
+               regime: str = 'real', restarts: int = 1) -> ObjectFit:
     """
     Learn an object with one of :data:`METHODS`.
 
     The training and validation tosses are first smoothed with the spec's
     ``smooth_window`` (:func:`smooth_for_learning`; 1, the default, leaves them as
-    recorded), the same for every method.
+    recorded), the same for every method. With ``restarts`` K > 1 the method is fitted from
+    K starts (seeds ``seed + RESTART_SEED_STRIDE * r``, :data:`RESTART_SEED_STRIDE`) and the
+    fit with the lowest validation loss (the least of its history's ``validation``, the
+    method's own loss on the validation tosses) is returned: a guard against a start that
+    ends in a poor local optimum, at K times the cost. Its ``extra['restarts']`` lists every
+    start's ``seed`` and ``validation_loss``.
 
     :param spec: the nominal object.
     :param method: a key of :data:`METHODS`.
@@ -69,15 +80,29 @@ def fit_object(spec: ObjectSpec, method: str, train: Trajectories, validation: T
     :param perturb: start 0.5-1.5x the spec (the paper's protocol) instead of at it.
     :param regime: Table 2's weights for real data (``'real'``, the default) or simulated
         data (``'sim'``): the residual methods' regularisation (``contact_learning.REGIMES``).
+    :param restarts: starts to fit, keeping the lowest validation loss (1: ``seed`` alone).
     :return: the learned object.
-    :raises ValueError: for an unknown method or regime, or no training trajectory.
+    :raises ValueError: for an unknown method or regime, no training trajectory, or
+        ``restarts`` below 1.
     """
     if method not in METHODS:
         raise ValueError(f'unknown method {method!r}; valid: {", ".join(METHODS)}')
     regime_weights(regime)
     if not len(train[0]):
         raise ValueError('no training trajectory')
+    if restarts < 1:
+        raise ValueError(f'restarts {restarts}: at least 1')
     train = smooth_for_learning(spec, train, dt)
     validation = smooth_for_learning(spec, validation, dt)
-    return METHODS[method](spec, train, validation, dt, seed=seed, steps=steps,
-                           perturb=perturb, regime=regime)
+    fits = []
+    for r in range(restarts):
+        fit = METHODS[method](spec, train, validation, dt,
+                              seed=seed + RESTART_SEED_STRIDE * r, steps=steps,
+                              perturb=perturb, regime=regime)
+        fits.append((min(fit.history['validation']), r, fit))
+    if restarts == 1:
+        return fits[0][2]
+    best = min(fits, key=lambda item: item[:2])[2]
+    best.extra['restarts'] = [{'seed': seed + RESTART_SEED_STRIDE * r, 'validation_loss': loss}
+                              for loss, r, _ in fits]
+    return best
