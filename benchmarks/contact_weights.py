@@ -42,7 +42,7 @@ except ImportError:  # run as ``python benchmarks/contact_weights.py``
 from diffsim_ros.io.object_urdf import elbow_spec  # noqa: I100
 from diffsim_ros.io.tosses import CUBE_HALF_WIDTH_M, load_cube_tosses, load_elbow_tosses
 from diffsim_ros.sysid import contact_learning as cl
-from diffsim_ros.sysid.object_learning import smooth_for_learning
+from diffsim_ros.sysid.object_learning import fit_object
 
 #: The elbow's selection windows start at every 4th sample (as its benchmark's tables).
 ELBOW_WINDOW_STRIDE = 4
@@ -161,7 +161,7 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
         smooth_windows: Sequence[int] = (1,),
         impact_jumps: Sequence[Optional[float]] = (None,),
         shape: Optional[str] = None,
-        mass_split: Optional[bool] = None) -> Dict[str, Any]:
+        mass_split: Optional[bool] = None, restarts: int = 1) -> Dict[str, Any]:
     """
     Learn CCN for every pair and seed and score it on the selection tosses.
 
@@ -183,6 +183,8 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
     :param shape: ``ObjectSpec.shape`` CCN learns (None: the object's own).
     :param mass_split: ``ObjectSpec.mass_split``, whether CCN learns how the mass splits
         between the bodies (None: the object's own).
+    :param restarts: starts per fit, the lowest validation loss kept
+        (``sysid.object_learning.fit_object``'s ``restarts``).
     :return: the JSON payload (``runs``, ``pairs``, ``chosen``, ``nominal``, ``object``).
     """
     judge = JUDGES[object_name](data, n_select, split_seed)
@@ -193,17 +195,15 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
             judge.spec, smooth_window=window, impact_jump=impact_jump,
             shape=shape or judge.spec.shape,
             mass_split=judge.spec.mass_split if mass_split is None else mass_split)
-        train = cl.transitions(*smooth_for_learning(
-            spec, ([tosses.q[i] for i in judge.train[:n_train]],
-                   [tosses.v[i] for i in judge.train[:n_train]]), tosses.dt))
-        validation = cl.transitions(*smooth_for_learning(
-            spec, ([tosses.q[i] for i in judge.validation],
-                   [tosses.v[i] for i in judge.validation]), tosses.dt))
+        train = ([tosses.q[i] for i in judge.train[:n_train]],
+                 [tosses.v[i] for i in judge.train[:n_train]])
+        validation = ([tosses.q[i] for i in judge.validation],
+                      [tosses.v[i] for i in judge.validation])
         for w_comp in w_comps:
             for w_pen in w_pens:
                 for seed in seeds:
                     row = _fit_and_score(judge, spec, train, validation, w_comp, w_pen, seed,
-                                         steps)
+                                         steps, restarts)
                     row['smooth_window'] = window
                     row['impact_jump'] = impact_jump
                     runs.append(row)
@@ -230,20 +230,19 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
             'selection_tosses': [int(i) for i in judge.select],
             'seeds': list(seeds), 'steps': steps, 'split_seed': split_seed,
             'shape': shape or judge.spec.shape,
-            'mass_split': judge.spec.mass_split if mass_split is None else mass_split}
+            'mass_split': judge.spec.mass_split if mass_split is None else mass_split,
+            'restarts': restarts}
 
 
 def _fit_and_score(judge: Judge, spec: cl.ObjectSpec, train, validation, w_comp: float,
-                   w_pen: float, seed: int, steps: int) -> Dict[str, Any]:
-    # One CCN fit from the perturbed start, scored on the selection tosses.
+                   w_pen: float, seed: int, steps: int, restarts: int = 1) -> Dict[str, Any]:
+    # One CCN fit (fit_object: the spec's smoothing) from the perturbed start, scored on the
+    # selection tosses.
     keys = tuple(judge.nominal)
     start = time.perf_counter()
-    weights = cl.ViolationWeights(w_comp=w_comp, w_pen=w_pen)
-    theta0, learn = cl.violation_start(spec, seed, True)
-    theta, history = cl.train_violation(
-        spec.model, spec.contact, theta0, spec.masses, train, validation, judge.tosses.dt,
-        cl.TrainConfig(steps=steps, seed=seed, weights=weights, learn=learn))
-    m, c = cl.object_models(spec.model, spec.contact, theta, spec.masses)
+    fit = fit_object(dataclasses.replace(spec, w_comp=w_comp, w_pen=w_pen), 'ccn', train,
+                     validation, judge.tosses.dt, seed=seed, steps=steps, restarts=restarts)
+    m, c, history = fit.model, fit.contact, fit.history
     row = judge.errors(m, c)
     summary = cl.physical_summary(spec, m, c)
     row.update(w_comp=w_comp, w_pen=w_pen, seed=seed,
@@ -252,6 +251,7 @@ def _fit_and_score(judge: Judge, spec: cl.ObjectSpec, train, validation, w_comp:
                friction=summary['friction'], last_step=history['step'][-1],
                masses=m.inertial.detach().reshape(-1, 10)[:, 0].tolist(),
                validation_loss=min(history['validation']),
+               restarts=fit.extra.get('restarts'),
                train_s=time.perf_counter() - start)
     return row
 
@@ -335,6 +335,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--mass-split', choices=('fixed', 'learned'), default=None,
                         help='whether CCN learns how the total mass splits between the bodies '
                              "(ObjectSpec.mass_split; default the object's own)")
+    parser.add_argument('--restarts', type=int, default=1,
+                        help='starts per fit, keeping the lowest validation loss (fit_object '
+                             'restarts; default 1)')
     parser.add_argument('--impact-jumps', default='none',
                         help="comma-separated ObjectSpec.impact_jump values [m/s] ('none': "
                              'smoothing windows span impacts)')
@@ -351,7 +354,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   impact_jumps=[None if x.strip() == 'none' else float(x)
                                 for x in args.impact_jumps.split(',') if x.strip()],
                   shape=args.shape,
-                  mass_split=None if args.mass_split is None else args.mass_split == 'learned')
+                  mass_split=None if args.mass_split is None else args.mass_split == 'learned',
+                  restarts=args.restarts)
     print()
     print(markdown(payload))
     payload['machine'] = _common.machine_info(('torch', 'scipy'))

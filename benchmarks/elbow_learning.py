@@ -160,7 +160,7 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         limit: Optional[int] = None, perturb: bool = True,
         methods: Sequence[str] = ('ccn',), log=None,
         smooth_window: Optional[int] = None, shape: Optional[str] = None,
-        mass_split: Optional[bool] = None) -> Dict[str, Any]:
+        mass_split: Optional[bool] = None, restarts: int = 1) -> Dict[str, Any]:
     """
     Learn the elbow from ``n_train`` tosses; evaluate it and the nominal URDF on the test set.
 
@@ -175,6 +175,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         elbow spec's own).
     :param mass_split: whether CCN and CCN-R learn how the total mass splits between the
         links (``ObjectSpec.mass_split``; None: the elbow spec's own).
+    :param restarts: starts per fit, the lowest validation loss kept
+        (``sysid.object_learning.fit_object``'s ``restarts``; the fit's time counts them all).
     :return: the JSON payload (see the module docstring): ``runs`` (one per method and seed,
         its errors' mean / median / p90 over tosses), ``errors`` (per window and model: per
         method the t-interval over seeds of each error's mean, per nominal row its mean /
@@ -207,7 +209,7 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         for seed in seeds:
             start = time.perf_counter()
             fit = fit_object(spec, method, train, validation, tosses.dt, seed=seed,
-                             steps=steps, perturb=perturb)
+                             steps=steps, perturb=perturb, restarts=restarts)
             train_s = time.perf_counter() - start
             nq = int(spec.model.nq)
             row = _evaluate(lambda x0, n: fit.predict(x0, n, tosses.dt)[..., :nq], tosses,
@@ -216,6 +218,7 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
                          'learned': fit.summary(), 'start': fit.start,
                          'last_step': int(fit.history['step'][-1]), 'train_s': train_s,
                          'validation_loss': min(fit.history['validation']),
+                         'restarts': fit.extra.get('restarts'),
                          'rollouts_s': time.perf_counter() - start - train_s})
             if log is not None:
                 log(f'{method} seed {seed}: 16-sample ' + ', '.join(
@@ -238,7 +241,7 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
             'start_from': 'paper' if perturb else 'nominal',
             'violation_weights': {'w_comp': weights.w_comp, 'w_pen': weights.w_pen},
             'smooth_window': spec.smooth_window, 'shape': spec.shape,
-            'mass_split': spec.mass_split, 'runs': runs,
+            'mass_split': spec.mass_split, 'restarts': restarts, 'runs': runs,
             'errors': errors, 'seconds': seconds}
 
 
@@ -359,6 +362,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--mass-split', choices=('fixed', 'learned'), default=None,
                         help='whether CCN and CCN-R learn how the total mass splits between '
                              "the links (default the elbow spec's, ObjectSpec.mass_split)")
+    parser.add_argument('--restarts', type=int, default=1,
+                        help='starts per fit, keeping the one with the lowest validation loss '
+                             '(sysid.object_learning.fit_object; default 1)')
     parser.add_argument('--combine', metavar='JSON', nargs='+', default=None,
                         help='merge the --json files of runs on the same split (one per '
                              'method) into one table instead of running')
@@ -383,13 +389,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       args.horizon, max(args.window_stride, 8), args.split_seed, limit=40,
                       perturb=args.start == 'paper', methods=methods, log=log,
                       smooth_window=args.smooth_window, shape=args.shape,
-                      mass_split=split)
+                      mass_split=split, restarts=args.restarts)
     else:
         payload = run(data, args.train_tosses, range(args.seeds), args.validation_tosses,
                       args.test_tosses, args.steps, args.horizon, args.window_stride,
                       args.split_seed, perturb=args.start == 'paper', methods=methods,
                       log=log, smooth_window=args.smooth_window, shape=args.shape,
-                      mass_split=split)
+                      mass_split=split, restarts=args.restarts)
     payload['machine'] = _common.machine_info(('torch', 'mujoco', 'scipy'))
     payload['quick'] = args.quick
     print(markdown(payload))

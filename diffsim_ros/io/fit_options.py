@@ -259,6 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "training tosses' poses are smoothed with, velocities then their "
                         'backward differences, for every method (1: as recorded; default: '
                         "the object's own, elbow 7, else 1)")
+    parser.add_argument('--restarts', type=number_type(int, 1), default=1,
+                        help='--object: fit from this many random starts (seeds SEED, '
+                        'SEED + 1000, ...) and keep the one with the lowest loss on the '
+                        'early-stopping tosses; costs that many fits (default: %(default)s)')
     parser.add_argument('--rest', type=number_type(float, 1e-6), default=0.2,
                         help='--object: seconds slower than 0.02 m/s that end a toss in a pose '
                         'stream without toss ids (default: %(default)s)')
