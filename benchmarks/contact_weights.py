@@ -42,7 +42,7 @@ except ImportError:  # run as ``python benchmarks/contact_weights.py``
 from diffsim_ros.io.object_urdf import elbow_spec  # noqa: I100
 from diffsim_ros.io.tosses import CUBE_HALF_WIDTH_M, load_cube_tosses, load_elbow_tosses
 from diffsim_ros.sysid import contact_learning as cl
-from diffsim_ros.sysid.object_learning import fit_object
+from diffsim_ros.sysid.object_learning import fit_object, RESTART_CRITERIA
 
 #: The elbow's selection windows start at every 4th sample (as its benchmark's tables).
 ELBOW_WINDOW_STRIDE = 4
@@ -161,7 +161,8 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
         smooth_windows: Sequence[int] = (1,),
         impact_jumps: Sequence[Optional[float]] = (None,),
         shape: Optional[str] = None,
-        mass_split: Optional[bool] = None, restarts: int = 1) -> Dict[str, Any]:
+        mass_split: Optional[bool] = None, restarts: int = 1,
+        choose: str = 'loss') -> Dict[str, Any]:
     """
     Learn CCN for every pair and seed and score it on the selection tosses.
 
@@ -185,6 +186,7 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
         between the bodies (None: the object's own).
     :param restarts: starts per fit, the lowest validation loss kept
         (``sysid.object_learning.fit_object``'s ``restarts``).
+    :param choose: how the restarts are ranked (``fit_object``'s ``choose``).
     :return: the JSON payload (``runs``, ``pairs``, ``chosen``, ``nominal``, ``object``).
     """
     judge = JUDGES[object_name](data, n_select, split_seed)
@@ -203,7 +205,7 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
             for w_pen in w_pens:
                 for seed in seeds:
                     row = _fit_and_score(judge, spec, train, validation, w_comp, w_pen, seed,
-                                         steps, restarts)
+                                         steps, restarts, choose)
                     row['smooth_window'] = window
                     row['impact_jump'] = impact_jump
                     runs.append(row)
@@ -231,17 +233,19 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
             'seeds': list(seeds), 'steps': steps, 'split_seed': split_seed,
             'shape': shape or judge.spec.shape,
             'mass_split': judge.spec.mass_split if mass_split is None else mass_split,
-            'restarts': restarts}
+            'restarts': restarts, 'choose': choose}
 
 
 def _fit_and_score(judge: Judge, spec: cl.ObjectSpec, train, validation, w_comp: float,
-                   w_pen: float, seed: int, steps: int, restarts: int = 1) -> Dict[str, Any]:
+                   w_pen: float, seed: int, steps: int, restarts: int = 1,
+                   choose: str = 'loss') -> Dict[str, Any]:
     # One CCN fit (fit_object: the spec's smoothing) from the perturbed start, scored on the
     # selection tosses.
     keys = tuple(judge.nominal)
     start = time.perf_counter()
     fit = fit_object(dataclasses.replace(spec, w_comp=w_comp, w_pen=w_pen), 'ccn', train,
-                     validation, judge.tosses.dt, seed=seed, steps=steps, restarts=restarts)
+                     validation, judge.tosses.dt, seed=seed, steps=steps, restarts=restarts,
+                     choose=choose)
     m, c, history = fit.model, fit.contact, fit.history
     row = judge.errors(m, c)
     summary = cl.physical_summary(spec, m, c)
@@ -338,6 +342,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--restarts', type=int, default=1,
                         help='starts per fit, keeping the lowest validation loss (fit_object '
                              'restarts; default 1)')
+    parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='loss',
+                        help='how --restarts are ranked on the validation tosses: the '
+                             'violation loss, or 16-sample rollouts (default: loss)')
     parser.add_argument('--impact-jumps', default='none',
                         help="comma-separated ObjectSpec.impact_jump values [m/s] ('none': "
                              'smoothing windows span impacts)')
@@ -355,7 +362,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                 for x in args.impact_jumps.split(',') if x.strip()],
                   shape=args.shape,
                   mass_split=None if args.mass_split is None else args.mass_split == 'learned',
-                  restarts=args.restarts)
+                  restarts=args.restarts, choose=args.choose_by)
     print()
     print(markdown(payload))
     payload['machine'] = _common.machine_info(('torch', 'scipy'))

@@ -51,7 +51,7 @@ except ImportError:  # run as ``python benchmarks/elbow_learning.py``
 from diffsim_ros.io.object_urdf import elbow_spec  # noqa: I100
 from diffsim_ros.io.tosses import load_elbow_tosses, TossSet
 from diffsim_ros.sysid import contact_learning as cl
-from diffsim_ros.sysid.object_learning import fit_object, METHODS
+from diffsim_ros.sysid.object_learning import fit_object, METHODS, RESTART_CRITERIA
 
 HORIZON = 16
 #: The fixed held-out tosses of the default split (``--test-tosses``, ``--validation-tosses``)
@@ -160,7 +160,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         limit: Optional[int] = None, perturb: bool = True,
         methods: Sequence[str] = ('ccn',), log=None,
         smooth_window: Optional[int] = None, shape: Optional[str] = None,
-        mass_split: Optional[bool] = None, restarts: int = 1) -> Dict[str, Any]:
+        mass_split: Optional[bool] = None, restarts: int = 1,
+        choose: str = 'loss') -> Dict[str, Any]:
     """
     Learn the elbow from ``n_train`` tosses; evaluate it and the nominal URDF on the test set.
 
@@ -177,6 +178,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         links (``ObjectSpec.mass_split``; None: the elbow spec's own).
     :param restarts: starts per fit, the lowest validation loss kept
         (``sysid.object_learning.fit_object``'s ``restarts``; the fit's time counts them all).
+    :param choose: how the restarts are ranked on the validation tosses (``fit_object``'s
+        ``choose``: ``'loss'`` or ``'rollout'``).
     :return: the JSON payload (see the module docstring): ``runs`` (one per method and seed,
         its errors' mean / median / p90 over tosses), ``errors`` (per window and model: per
         method the t-interval over seeds of each error's mean, per nominal row its mean /
@@ -209,7 +212,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         for seed in seeds:
             start = time.perf_counter()
             fit = fit_object(spec, method, train, validation, tosses.dt, seed=seed,
-                             steps=steps, perturb=perturb, restarts=restarts)
+                             steps=steps, perturb=perturb, restarts=restarts,
+                             choose=choose)
             train_s = time.perf_counter() - start
             nq = int(spec.model.nq)
             row = _evaluate(lambda x0, n: fit.predict(x0, n, tosses.dt)[..., :nq], tosses,
@@ -241,7 +245,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
             'start_from': 'paper' if perturb else 'nominal',
             'violation_weights': {'w_comp': weights.w_comp, 'w_pen': weights.w_pen},
             'smooth_window': spec.smooth_window, 'shape': spec.shape,
-            'mass_split': spec.mass_split, 'restarts': restarts, 'runs': runs,
+            'mass_split': spec.mass_split, 'restarts': restarts, 'choose': choose,
+            'runs': runs,
             'errors': errors, 'seconds': seconds}
 
 
@@ -365,6 +370,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--restarts', type=int, default=1,
                         help='starts per fit, keeping the one with the lowest validation loss '
                              '(sysid.object_learning.fit_object; default 1)')
+    parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='loss',
+                        help='how --restarts are ranked on the validation tosses: the '
+                             "method's own loss, or 16-sample rollouts (default: loss)")
     parser.add_argument('--combine', metavar='JSON', nargs='+', default=None,
                         help='merge the --json files of runs on the same split (one per '
                              'method) into one table instead of running')
@@ -389,13 +397,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       args.horizon, max(args.window_stride, 8), args.split_seed, limit=40,
                       perturb=args.start == 'paper', methods=methods, log=log,
                       smooth_window=args.smooth_window, shape=args.shape,
-                      mass_split=split, restarts=args.restarts)
+                      mass_split=split, restarts=args.restarts,
+                      choose=args.choose_by)
     else:
         payload = run(data, args.train_tosses, range(args.seeds), args.validation_tosses,
                       args.test_tosses, args.steps, args.horizon, args.window_stride,
                       args.split_seed, perturb=args.start == 'paper', methods=methods,
                       log=log, smooth_window=args.smooth_window, shape=args.shape,
-                      mass_split=split, restarts=args.restarts)
+                      mass_split=split, restarts=args.restarts,
+                      choose=args.choose_by)
     payload['machine'] = _common.machine_info(('torch', 'mujoco', 'scipy'))
     payload['quick'] = args.quick
     print(markdown(payload))

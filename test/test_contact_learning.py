@@ -294,6 +294,38 @@ def test_fit_object_restarts_keep_the_start_with_the_lowest_validation_loss(monk
         ol.fit_object(spec, 'made', (q, v), (q, v), DT, restarts=0)
 
 
+def test_fit_object_restarts_chosen_by_rollouts_keep_the_start_that_predicts(monkeypatch):
+    # Two constructed starts on tosses our contact step made with the nominal cube: seed 0
+    # is the cube itself (it predicts them exactly) with the higher validation loss, seed
+    # 1000 predicts 1 cm too high with the lower. 'loss' keeps the second, 'rollout' the
+    # first; horizon_error is zero for the exact one and 1 cm over the cube's length for
+    # the other.
+    from diffsim_ros.sysid import object_learning as ol
+    model, _ = _cube()
+    spec = cl.cube_spec(model, HALF, 0.3, MASS)
+    q, v = _tosses(model, spec.contact, 3, 24, seed=2)
+    lift = torch.zeros(13, dtype=torch.float64)
+    lift[2] = 0.01
+
+    def method(spec, train, validation, dt, seed, steps, perturb, regime):
+        fit = cl.ObjectFit(method='made', spec=spec, model=spec.model, contact=spec.contact,
+                           history={'step': [0], 'validation': [2.0 - seed / 1000]},
+                           extra={'seed': seed})
+        if seed:
+            fit.predictor = lambda x0, n, dt: cl.rollout(spec.model, spec.contact, x0, n,
+                                                         dt) + lift
+        return fit
+    monkeypatch.setitem(ol.METHODS, 'made', method)
+    by_loss = ol.fit_object(spec, 'made', (q, v), (q, v), DT, restarts=2)
+    by_rollout = ol.fit_object(spec, 'made', (q, v), (q, v), DT, restarts=2, choose='rollout')
+    assert by_loss.extra['seed'] == 1000 and by_rollout.extra['seed'] == 0
+    errors = [start['horizon_error'] for start in by_rollout.extra['restarts']]
+    assert errors[0] == pytest.approx(0.0, abs=1e-9)
+    assert errors[1] == pytest.approx(0.01 / HALF, rel=1e-9)
+    with pytest.raises(ValueError, match='unknown restart criterion'):
+        ol.fit_object(spec, 'made', (q, v), (q, v), DT, restarts=2, choose='test')
+
+
 def test_fit_object_without_steps_returns_the_spec_and_predicts_its_tosses():
     # Zero optimiser steps from the unperturbed start: the parameters survive the round trip
     # through the unconstrained parameterization, and predict() replays the generating step.

@@ -20,7 +20,7 @@ from .report import ROLLOUT_HORIZONS
 from .selection import EARLY_STOPPING
 from .. import robots
 from ..sysid import estimators
-from ..sysid.object_learning import METHODS as OBJECT_METHODS
+from ..sysid.object_learning import METHODS as OBJECT_METHODS, RESTART_CRITERIA
 
 PROG = 'diffsim-fit'
 #: Friction choices of ``--actuator``.
@@ -263,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help='--object: fit from this many random starts (seeds SEED, '
                         'SEED + 1000, ...) and keep the one with the lowest loss on the '
                         'early-stopping tosses; costs that many fits (default: %(default)s)')
+    parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='loss',
+                        help='--object with --restarts: rank the starts by the loss on the '
+                        'early-stopping tosses, or by their 16-sample rollouts (default: '
+                        '%(default)s)')
     parser.add_argument('--rest', type=number_type(float, 1e-6), default=0.2,
                         help='--object: seconds slower than 0.02 m/s that end a toss in a pose '
                         'stream without toss ids (default: %(default)s)')
