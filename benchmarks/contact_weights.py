@@ -42,7 +42,7 @@ except ImportError:  # run as ``python benchmarks/contact_weights.py``
 from diffsim_ros.io.object_urdf import elbow_spec  # noqa: I100
 from diffsim_ros.io.tosses import CUBE_HALF_WIDTH_M, load_cube_tosses, load_elbow_tosses
 from diffsim_ros.sysid import contact_learning as cl
-from diffsim_ros.sysid.object_learning import fit_object, RESTART_CRITERIA
+from diffsim_ros.sysid.object_learning import fit_object, horizon_error, RESTART_CRITERIA
 
 #: The elbow's selection windows start at every 4th sample (as its benchmark's tables).
 ELBOW_WINDOW_STRIDE = 4
@@ -216,7 +216,8 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
                             + f', volume error {row["volume_error"]:.3f}, friction '
                             f'{row["friction"]:.3f}, masses '
                             + ' / '.join(f'{m:.3f}' for m in row['masses'])
-                            + f' kg, validation loss {row["validation_loss"]:.4e}')
+                            + f' kg, validation loss {row["validation_loss"]:.4e}, '
+                            f'validation horizon error {row["horizon_error"]:.4f}')
     pairs = []
     for window, impact_jump, w_comp, w_pen in itertools.product(smooth_windows, impact_jumps,
                                                                 w_comps, w_pens):
@@ -248,6 +249,7 @@ def _fit_and_score(judge: Judge, spec: cl.ObjectSpec, train, validation, w_comp:
                      choose=choose)
     m, c, history = fit.model, fit.contact, fit.history
     row = judge.errors(m, c)
+    row['horizon_error'] = horizon_error(fit, validation, judge.tosses.dt)
     summary = cl.physical_summary(spec, m, c)
     row.update(w_comp=w_comp, w_pen=w_pen, seed=seed,
                score=sum(row[k] / judge.nominal[k] for k in keys),
@@ -323,6 +325,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--w-pen', default='1,10,100,1000',
                         help='comma-separated penetration weights [J/m^2]')
     parser.add_argument('--seeds', type=int, default=2, help='initialisations per pair')
+    parser.add_argument('--first-seed', type=int, default=0,
+                        help='seeds FIRST .. FIRST + SEEDS - 1 (default 0; fit_object draws '
+                             'restart r of seed s with seed s + 1000 r)')
     parser.add_argument('--train-tosses', type=int, default=64, help='training tosses')
     parser.add_argument('--selection-tosses', type=int, default=100,
                         help="tosses judged on (the cube's split leaves ~250, the elbow's 257)")
@@ -354,7 +359,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.quick:
         args.w_comp, args.w_pen, args.seeds = '1', '10,100', 1
         args.train_tosses, args.selection_tosses, args.steps = 2, 4, 5
-    payload = run(data, _floats(args.w_comp), _floats(args.w_pen), range(args.seeds),
+    payload = run(data, _floats(args.w_comp), _floats(args.w_pen),
+                  range(args.first_seed, args.first_seed + args.seeds),
                   args.train_tosses, args.selection_tosses, args.steps, args.split_seed,
                   log=lambda line: print(line, flush=True), object_name=args.object,
                   smooth_windows=[int(w) for w in _floats(args.smooth_windows)],

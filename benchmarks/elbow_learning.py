@@ -252,13 +252,14 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
 
 def combine(payloads: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """
-    Merge runs of different methods made on the same split (one process per method).
+    Merge runs made on the same split: one process per method, or per group of seeds.
 
     :param payloads: :func:`run`'s results.
     :return: one payload: every run and method row, the nominal rows of the first, the CCN
-        weights of the first that fitted a violation-loss method.
-    :raises ValueError: when the runs differ in test tosses, windows or training tosses, or
-        repeat a method.
+        weights of the first that fitted a violation-loss method; a method run in several
+        processes (other seeds, the same settings) gets its rows from all its runs.
+    :raises ValueError: when the runs differ in test tosses, windows or training tosses,
+        repeat a method's seed, or run one method with different settings.
     """
     first = payloads[0]
     same = ('test_toss_ids', 'train_toss_ids', 'horizon', 'window_stride', 'windows',
@@ -267,9 +268,17 @@ def combine(payloads: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         if any(other.get(key, 1) != first.get(key, 1) for key in same):
             raise ValueError('cannot combine runs on different tosses or windows '
                              f'({", ".join(same)} must agree)')
-    methods = [m for p in payloads for m in p['methods']]
-    if len(set(methods)) != len(methods):
-        raise ValueError(f'methods repeated across the runs: {methods}')
+    methods = list(dict.fromkeys(m for p in payloads for m in p['methods']))
+    pairs = [(r['method'], r['seed']) for p in payloads for r in p['runs']]
+    if len(set(pairs)) != len(pairs):
+        raise ValueError(f'methods and seeds repeated across the runs: {pairs}')
+    settings = ('steps', 'start_from', 'violation_weights', 'shape', 'mass_split', 'restarts',
+                'choose', 'train_tosses')
+    for method in methods:
+        mine = [p for p in payloads if method in p['methods']]
+        if any(p.get(key) != mine[0].get(key) for p in mine[1:] for key in settings):
+            raise ValueError(f'{method} was run with different settings '
+                             f'({", ".join(settings)} must agree)')
     violation = [p for p in payloads if set(p['methods']) & {'ccn', 'ccn-r'}]
     out = dict(first, methods=methods, runs=[r for p in payloads for r in p['runs']],
                seeds=sorted({s for p in payloads for s in p['seeds']}),
@@ -279,6 +288,12 @@ def combine(payloads: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     for other in payloads[1:]:
         for window, rows in other['errors'].items():
             out['errors'][window].update({m: rows[m] for m in other['methods']})
+    for method in methods:
+        if sum(method in p['methods'] for p in payloads) > 1:   # seeds split over processes
+            mine = [r for r in out['runs'] if r['method'] == method]
+            for window in out['errors']:
+                out['errors'][window][method] = {key: cube_bench.t_interval(
+                    [r['errors'][window][key]['mean'] for r in mine]) for key in ERROR_KEYS}
     return out
 
 
@@ -338,6 +353,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--seeds', type=int, default=1,
                         help='fits per method, seeds 0 .. K-1 (the initialisation and the '
                              'mini-batches); with K > 1 the tables give 95 %% t-intervals')
+    parser.add_argument('--first-seed', type=int, default=0,
+                        help='seeds FIRST .. FIRST + K - 1 (default 0): one process per group '
+                             'of seeds, merged by --combine')
     parser.add_argument('--split-seed', type=int, default=0,
                         help='seed of the train/validation/test split (keep it fixed)')
     parser.add_argument('--test-tosses', type=int, default=TEST_TOSSES,
@@ -400,7 +418,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       mass_split=split, restarts=args.restarts,
                       choose=args.choose_by)
     else:
-        payload = run(data, args.train_tosses, range(args.seeds), args.validation_tosses,
+        payload = run(data, args.train_tosses,
+                      range(args.first_seed, args.first_seed + args.seeds),
+                      args.validation_tosses,
                       args.test_tosses, args.steps, args.horizon, args.window_stride,
                       args.split_seed, perturb=args.start == 'paper', methods=methods,
                       log=log, smooth_window=args.smooth_window, shape=args.shape,

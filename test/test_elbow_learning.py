@@ -427,6 +427,18 @@ def test_runs_of_several_methods_combine_only_on_the_same_tosses():
         bench.combine([ccn, dict(diffsim, test_toss_ids=[3, 2])])
     with pytest.raises(ValueError, match='repeated'):
         bench.combine([ccn, ccn])
+    # one method's seeds from two processes: its rows from both runs' errors
+    def seeded(seed, value):
+        one = {key: {'mean': value} for key in bench.ERROR_KEYS}
+        return dict(ccn, seeds=[seed], runs=[{'method': 'ccn', 'seed': seed, 'learned': {},
+                                              'start': {},
+                                              'errors': {'horizon': one, 'full': one}}])
+    merged = bench.combine([seeded(0, 0.01), seeded(1, 0.03)])
+    assert merged['seeds'] == [0, 1] and len(merged['runs']) == 2
+    row = merged['errors']['horizon']['ccn']['hinge_rad']
+    assert row['mean'] == pytest.approx(0.02) and row['half_width'] > 0
+    with pytest.raises(ValueError, match='different settings'):
+        bench.combine([seeded(0, 0.01), dict(seeded(1, 0.03), restarts=3)])
 
 
 def _split_model(spec, split):
