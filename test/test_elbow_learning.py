@@ -427,6 +427,7 @@ def test_runs_of_several_methods_combine_only_on_the_same_tosses():
         bench.combine([ccn, dict(diffsim, test_toss_ids=[3, 2])])
     with pytest.raises(ValueError, match='repeated'):
         bench.combine([ccn, ccn])
+
     # one method's seeds from two processes: its rows from both runs' errors
     def seeded(seed, value):
         one = {key: {'mean': value} for key in bench.ERROR_KEYS}
