@@ -396,6 +396,25 @@ def test_elbow_diagnosis_pull_only_runs_as_a_user_would(data_dir, tmp_path):
     _check_vertex_pull(payload, result.stdout)
 
 
+@pytest.mark.slow
+def test_elbow_diagnosis_group_seeds_runs_as_a_user_would(data_dir, tmp_path):
+    # Measure 6: one 5-step fit; the learned row and the row with every group put back
+    # bracket the single swaps, and the all-nominal row is measure 3's nominal elbow.
+    result, payload = _run_script('elbow_diagnosis.py', data_dir, tmp_path,
+                                  ['--group-seeds', '1'], ('--group-seeds',))
+    (run,) = payload['seeds']
+    assert run['seed'] == 1 and run['validation_loss'] > 0
+    assert set(run['groups']) == {'learned', 'nominal'} | {
+        f'learned, nominal {g}' for g in ('mu', 'box 1', 'box 2', 'inertia 1', 'inertia 2')}
+    assert len(run['links']) == 2 and len(payload['nominal_links']) == 2
+    nominal = payload['nominal_links']
+    assert nominal[1]['com_m'] == pytest.approx([0.035, 0.0, 0.0], abs=1e-12)
+    assert nominal[0]['principal_kg_m2'] == pytest.approx([6.167e-4] * 3, rel=1e-9)
+    assert sum(link['mass_kg'] for link in run['links']) == pytest.approx(0.74, rel=1e-12)
+    assert all(v > 0 for v in run['validation_rollout'].values())
+    assert '| 1 |' in result.stdout and 'learned, nominal inertia 2' in result.stdout
+
+
 def test_runs_of_several_methods_combine_only_on_the_same_tosses():
     # One process per method, merged into one table (elbow_learning.py --combine): rows and
     # runs of both, the nominal rows once, the CCN weights of the violation-loss run.
