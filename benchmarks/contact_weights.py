@@ -162,7 +162,7 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
         impact_jumps: Sequence[Optional[float]] = (None,),
         shape: Optional[str] = None,
         mass_split: Optional[bool] = None, restarts: int = 1,
-        choose: str = 'loss') -> Dict[str, Any]:
+        choose: str = 'rollout') -> Dict[str, Any]:
     """
     Learn CCN for every pair and seed and score it on the selection tosses.
 
@@ -239,7 +239,7 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
 
 def _fit_and_score(judge: Judge, spec: cl.ObjectSpec, train, validation, w_comp: float,
                    w_pen: float, seed: int, steps: int, restarts: int = 1,
-                   choose: str = 'loss') -> Dict[str, Any]:
+                   choose: str = 'rollout') -> Dict[str, Any]:
     # One CCN fit (fit_object: the spec's smoothing) from the perturbed start, scored on the
     # selection tosses.
     keys = tuple(judge.nominal)
@@ -347,9 +347,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--restarts', type=int, default=1,
                         help='starts per fit, keeping the lowest validation loss (fit_object '
                              'restarts; default 1)')
-    parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='loss',
+    parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='rollout',
                         help='how --restarts are ranked on the validation tosses: the '
-                             'violation loss, or 16-sample rollouts (default: loss)')
+                             'violation loss, or 16-sample rollouts (default: rollout)')
     parser.add_argument('--impact-jumps', default='none',
                         help="comma-separated ObjectSpec.impact_jump values [m/s] ('none': "
                              'smoothing windows span impacts)')

@@ -161,7 +161,7 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         methods: Sequence[str] = ('ccn',), log=None,
         smooth_window: Optional[int] = None, shape: Optional[str] = None,
         mass_split: Optional[bool] = None, restarts: int = 1,
-        choose: str = 'loss') -> Dict[str, Any]:
+        choose: str = 'rollout') -> Dict[str, Any]:
     """
     Learn the elbow from ``n_train`` tosses; evaluate it and the nominal URDF on the test set.
 
@@ -388,9 +388,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--restarts', type=int, default=1,
                         help='starts per fit, keeping the one with the lowest validation loss '
                              '(sysid.object_learning.fit_object; default 1)')
-    parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='loss',
+    parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='rollout',
                         help='how --restarts are ranked on the validation tosses: the '
-                             "method's own loss, or 16-sample rollouts (default: loss)")
+                             "method's own loss, or 16-sample rollouts (default: rollout)")
     parser.add_argument('--combine', metavar='JSON', nargs='+', default=None,
                         help='merge the --json files of runs on the same split (one per '
                              'method) into one table instead of running')

@@ -282,7 +282,7 @@ def test_fit_object_restarts_keep_the_start_with_the_lowest_validation_loss(monk
                             history={'step': [0, 5], 'validation': [9.0, losses[seed]]},
                             extra={'seed': seed})
     monkeypatch.setitem(ol.METHODS, 'made', method)
-    fit = ol.fit_object(spec, 'made', (q, v), (q, v), DT, seed=3, restarts=4)
+    fit = ol.fit_object(spec, 'made', (q, v), (q, v), DT, seed=3, restarts=4, choose='loss')
     assert seeds == [3, 1003, 2003, 3003] and ol.RESTART_SEED_STRIDE == 1000
     assert fit.extra['seed'] == 1003
     assert fit.extra['restarts'] == [{'seed': k, 'validation_loss': x}
@@ -316,8 +316,8 @@ def test_fit_object_restarts_chosen_by_rollouts_keep_the_start_that_predicts(mon
                                                          dt) + lift
         return fit
     monkeypatch.setitem(ol.METHODS, 'made', method)
-    by_loss = ol.fit_object(spec, 'made', (q, v), (q, v), DT, restarts=2)
-    by_rollout = ol.fit_object(spec, 'made', (q, v), (q, v), DT, restarts=2, choose='rollout')
+    by_loss = ol.fit_object(spec, 'made', (q, v), (q, v), DT, restarts=2, choose='loss')
+    by_rollout = ol.fit_object(spec, 'made', (q, v), (q, v), DT, restarts=2)   # the default
     assert by_loss.extra['seed'] == 1000 and by_rollout.extra['seed'] == 0
     errors = [start['horizon_error'] for start in by_rollout.extra['restarts']]
     assert errors[0] == pytest.approx(0.0, abs=1e-9)

@@ -392,7 +392,8 @@ def test_fit_with_restarts_keeps_the_start_with_the_lowest_early_stopping_loss(s
     """``--restarts K`` fits K starts and keeps the lowest loss on the early-stopping tosses."""
     out = tmp_path / 'fit'
     fit = _fit(simulated['csv'], '--object', 'cube', '--method', 'ccn', '--steps', '3',
-               '--seed', '2', '--restarts', '3', '--validation', '0.34', '--out', out,
+               '--seed', '2', '--restarts', '3', '--choose-by', 'loss', '--validation', '0.34',
+               '--out', out,
                '--allow-worse')
     assert fit.returncode == 0, fit.stderr
     assert '3 starts' in fit.stdout + fit.stderr
@@ -402,11 +403,11 @@ def test_fit_with_restarts_keeps_the_start_with_the_lowest_early_stopping_loss(s
     assert len({s['validation_loss'] for s in starts}) == 3
     assert min(metrics['history']['validation']) == min(s['validation_loss'] for s in starts)
     assert metrics['seed'] == 2
-    # ranked by 16-sample rollouts on the early-stopping tosses instead
+    # ranked by 16-sample rollouts on the early-stopping tosses (the default)
     out = tmp_path / 'rollout'
     fit = _fit(simulated['csv'], '--object', 'cube', '--method', 'ccn', '--steps', '3',
-               '--seed', '2', '--restarts', '2', '--choose-by', 'rollout', '--validation',
-               '0.34', '--out', out, '--allow-worse')
+               '--seed', '2', '--restarts', '2', '--validation', '0.34', '--out', out,
+               '--allow-worse')
     assert fit.returncode == 0, fit.stderr
     starts = json.loads((out / 'metrics.json').read_text())['restarts']
     assert [s['seed'] for s in starts] == [2, 1002]

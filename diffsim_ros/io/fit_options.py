@@ -261,12 +261,14 @@ def build_parser() -> argparse.ArgumentParser:
                         "the object's own, elbow 7, else 1)")
     parser.add_argument('--restarts', type=number_type(int, 1), default=1,
                         help='--object: fit from this many random starts (seeds SEED, '
-                        'SEED + 1000, ...) and keep the one with the lowest loss on the '
-                        'early-stopping tosses; costs that many fits (default: %(default)s)')
-    parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='loss',
-                        help='--object with --restarts: rank the starts by the loss on the '
-                        'early-stopping tosses, or by their 16-sample rollouts (default: '
-                        '%(default)s)')
+                        'SEED + 1000, ...) and keep the one the early-stopping tosses rank '
+                        'first (--choose-by); costs that many fits (default: %(default)s)')
+    parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='rollout',
+                        help='--object with --restarts: rank the starts by their '
+                        '16-sample rollouts from every sample of the early-stopping tosses '
+                        '(position over the object size + orientation + joint angles), or by '
+                        "the method's loss there (default: %(default)s; on the elbow the loss "
+                        'ranked starts no better than chance)')
     parser.add_argument('--rest', type=number_type(float, 1e-6), default=0.2,
                         help='--object: seconds slower than 0.02 m/s that end a toss in a pose '
                         'stream without toss ids (default: %(default)s)')

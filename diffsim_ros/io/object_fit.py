@@ -248,7 +248,7 @@ def fit_object_command(args: argparse.Namespace, progress: Progress) -> Dict[str
     fit_start = time.perf_counter()
     fit = fit_object(spec, method, recorded_tosses(recording, train_i),
                      recorded_tosses(recording, stop_i), recording.dt, seed=seed, steps=steps,
-                     restarts=restarts, choose=getattr(args, 'choose_by', 'loss'))
+                     restarts=restarts, choose=getattr(args, 'choose_by', 'rollout'))
     fit_seconds = time.perf_counter() - fit_start
     progress.stage(f'fit done in {fit_seconds:.1f} s')
 

@@ -39,8 +39,13 @@ RESTART_SEED_STRIDE = 1000
 
 
 #: How :func:`fit_object` chooses among restarts: ``'loss'``, the method's own loss on the
-#: validation tosses (the least of its history's ``validation``); ``'rollout'``,
-#: :func:`horizon_error` on the validation tosses as recorded.
+#: validation tosses (the least of its history's ``validation``); ``'rollout'`` (the
+#: default), :func:`horizon_error` on the validation tosses as recorded. Measured on the
+#: real elbow (CCN, 64 training tosses, 30 starts, 16-sample errors on 100 tosses no split
+#: uses; ``benchmarks/README.md``'s elbow section): the validation horizon error ranks the
+#: starts as those tosses do (Spearman 0.93), the validation violation loss hardly at all
+#: (0.25); three restarts chosen by rollouts cut the worst start's hinge error from 6.44 to
+#: 5.81 deg, chosen by the loss they were worse than one start.
 RESTART_CRITERIA = ('loss', 'rollout')
 #: Samples each window of :func:`horizon_error` predicts (the paper's elbow horizon).
 CHOICE_HORIZON = 16
@@ -104,7 +109,7 @@ def smooth_for_learning(spec: ObjectSpec, trajectories: Trajectories,
 
 def fit_object(spec: ObjectSpec, method: str, train: Trajectories, validation: Trajectories,
                dt: float, seed: int = 0, steps: int = 400, perturb: bool = True,
-               regime: str = 'real', restarts: int = 1, choose: str = 'loss') -> ObjectFit:
+               regime: str = 'real', restarts: int = 1, choose: str = 'rollout') -> ObjectFit:
     """
     Learn an object with one of :data:`METHODS`.
 
