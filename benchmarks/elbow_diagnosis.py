@@ -501,6 +501,10 @@ def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
         nq = int(spec.model.nq)
         payload.update(selection_tosses=len(judge.select), windows=len(windows), seeds=[],
                        validation_windows=len(held))
+        # the bar of the issue (MuJoCo with the URDF) on the same windows, beside our step's
+        payload['nominal_rows'] = {name: {key: row['mean'] for key, row in elbow.horizon_errors(
+            predict, tosses, windows, elbow.HORIZON).items()}
+            for name, predict in elbow.nominal_predictors(spec, tosses).items()}
         for seed in group_seeds:
             fit = fit_object(spec, 'ccn', train, validation, tosses.dt, seed=seed, steps=steps)
             summary = fit.summary()
@@ -589,6 +593,11 @@ def _groups_markdown(payload: Dict[str, Any]) -> str:
              'the learned elbow with one group put back to the nominal; beside, its '
              f'16-sample errors on the validation tosses ({payload["validation_windows"]} '
              'windows, as recorded)', '',
+             'Nominal URDF on the selection windows: ' + '; '.join(
+                 f'{name} {1e3 * row["position_m"]:.2f} mm, '
+                 f'{math.degrees(row["orientation_rad"]):.2f} deg, '
+                 f'{math.degrees(row["hinge_rad"]):.2f} deg hinge'
+                 for name, row in payload['nominal_rows'].items()), '',
              '| seed | validation loss J | validation position mm | orientation deg | '
              'hinge deg |', '|---:|---:|---:|---:|---:|']
     for run in payload['seeds']:
@@ -683,7 +692,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--group-seeds', default=None,
                         help='run measure 6 alone: comma-separated CCN seeds, each fitted and '
                              'rolled out with one learned group at a time put back to the '
-                             'nominal one')
+                             "nominal one ('': the nominal rows only)")
     parser.add_argument('--impact-jump', type=float, default=IMPACT_JUMP,
                         help='measure 5: ObjectSpec.impact_jump of the impact-aware smoothing '
                              f'[m/s] (default {IMPACT_JUMP:g})')

@@ -250,6 +250,91 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
             'errors': errors, 'seconds': seconds}
 
 
+#: The tosses ``contact_weights.py --object elbow`` judges on (the first of the unused ones).
+SELECTION_TOSSES = 100
+
+
+def fresh_indices(n_total: int, split_seed: int) -> np.ndarray:
+    """
+    Return the tosses no fit, early stop, test or choice of the elbow's has used.
+
+    The split leaves the tosses between its largest training set and its validation tosses
+    unused; the weight search (and every other choice of the elbow's settings) judged on the
+    first :data:`SELECTION_TOSSES` of them; these are the rest.
+
+    :param n_total: number of tosses.
+    :param split_seed: the split's seed.
+    :return: toss indices, in the split's order.
+    """
+    order = np.random.default_rng(split_seed).permutation(n_total)
+    return order[LARGEST_TRAINING + SELECTION_TOSSES:n_total - TEST_TOSSES - VALIDATION_TOSSES]
+
+
+def learned_models(spec: cl.ObjectSpec, learned: Dict[str, Any]):
+    """
+    Rebuild a learned elbow from a run's ``learned`` summary (``ObjectFit.summary``).
+
+    :param spec: the elbow's spec.
+    :param learned: ``inertial``, ``vertices_m``, ``vertex_sets``, ``friction``,
+        ``ground_height_m``.
+    :return: ``(model, contact)``.
+    """
+    dtype = spec.model.inertial.dtype
+    vertices = torch.split(torch.tensor(learned['vertices_m'], dtype=dtype),
+                           [n for _, n in learned['vertex_sets']])
+    theta = cl.object_parameters(vertices, learned['friction'],
+                                 torch.tensor(learned['inertial'], dtype=dtype).reshape(-1, 10),
+                                 learned['ground_height_m'])
+    masses = torch.tensor(learned['inertial'], dtype=dtype).reshape(-1, 10)[:, 0].tolist()
+    return cl.object_models(spec.model, spec.contact, theta, masses)
+
+
+def rescore(payload: Dict[str, Any], data: Path, stride: int) -> Dict[str, Any]:
+    """
+    Evaluate a run's learned models and the nominal rows again on :func:`fresh_indices`.
+
+    Only methods whose fit is its physical parameters (CCN, DiffSim) can be rebuilt from the
+    JSON; runs of other methods are left out.
+
+    :param payload: :func:`run`'s (or :func:`combine`'s) result.
+    :param data: the shared data root.
+    :param stride: window stride.
+    :return: a payload like :func:`run`'s on the fresh tosses (``runs`` without the fits'
+        own fields, ``fresh_tosses`` the toss ids).
+    """
+    tosses = load_elbow_tosses(data)
+    spec = elbow_spec(tosses)
+    fresh = fresh_indices(len(tosses), payload['split_seed'])
+    horizon = payload['horizon']
+    windows = horizon_windows(tosses, fresh, horizon, stride)
+    nq = int(spec.model.nq)
+    errors: Dict[str, Dict[str, Any]] = {'horizon': {}, 'full': {}}
+    for name, predict in nominal_predictors(spec, tosses).items():
+        for window, rows in _evaluate(predict, tosses, windows, fresh, horizon).items():
+            errors[window][name] = rows
+    methods = [m for m in payload['methods'] if m in ('ccn', 'diffsim')]
+    runs = []
+    for run in payload['runs']:
+        if run['method'] not in methods:
+            continue
+        model, contact = learned_models(spec, run['learned'])
+        runs.append({'method': run['method'], 'seed': run['seed'],
+                     'learned': run['learned'], 'start': run['start'],
+                     'last_step': run['last_step'],
+                     'errors': _evaluate(lambda x0, n: cl.rollout(model, contact, x0, n,
+                                                                  tosses.dt)[..., :nq],
+                                         tosses, windows, fresh, horizon)})
+    for method in methods:
+        mine = [r for r in runs if r['method'] == method]
+        for window in errors:
+            errors[window][method] = {key: cube_bench.t_interval(
+                [r['errors'][window][key]['mean'] for r in mine]) for key in ERROR_KEYS}
+    return dict(payload, methods=methods, runs=runs, errors=errors, windows=len(windows),
+                window_stride=stride, test_tosses=len(fresh),
+                fresh_tosses=[int(tosses.toss_ids[i]) for i in fresh],
+                rescored_from='the test tosses')
+
+
 def combine(payloads: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """
     Merge runs made on the same split: one process per method, or per group of seeds.
@@ -391,10 +476,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='rollout',
                         help='how --restarts are ranked on the validation tosses: the '
                              "method's own loss, or 16-sample rollouts (default: rollout)")
+    parser.add_argument('--rescore', metavar='JSON', default=None,
+                        help="evaluate a run's learned CCN / DiffSim models (from its --json) "
+                             'and the nominal rows on the tosses no fit, test or choice of the '
+                             "elbow's has used (the split's unused tosses after the weight "
+                             "search's first 100) instead of running")
     parser.add_argument('--combine', metavar='JSON', nargs='+', default=None,
                         help='merge the --json files of runs on the same split (one per '
                              'method) into one table instead of running')
     args = parser.parse_args(argv)
+    if args.rescore:
+        torch.set_num_threads(args.threads)
+        payload = rescore(json.loads(Path(args.rescore).read_text(encoding='utf-8')),
+                          _common.data_root(args.data, 'elbow_learning.py'),
+                          args.window_stride)
+        print(markdown(payload))
+        if args.json:
+            _common.write_json(args.json, payload)
+        return 0
     if args.combine:
         payload = combine([json.loads(Path(p).read_text(encoding='utf-8'))
                            for p in args.combine])

@@ -531,3 +531,27 @@ def test_ccn_recovers_the_mass_split_the_tosses_were_made_with(spec):
                                           cl.transitions(q[4:], v[4:]), DT, config)
     assert history['validation'][-1] < history['validation'][0]
     assert float(learned['mass_split']) == pytest.approx(truth, abs=0.03)
+
+
+def test_fresh_tosses_are_outside_every_set_the_elbow_used_and_fits_rebuild_from_json(spec):
+    # elbow_learning.py --rescore: the tosses after the weight search's 100 are disjoint from
+    # the split's largest training set, validation and test tosses and the selection tosses;
+    # a fit's summary (its JSON) rebuilds the same model and contact.
+    sys.path.insert(0, str(REPO_ROOT))
+    try:
+        from benchmarks import contact_learning as curves, contact_weights, elbow_learning as bench
+    finally:
+        sys.path.remove(str(REPO_ROOT))
+    fresh = set(bench.fresh_indices(541, 0).tolist())
+    train, val, test = curves.split(541, 256, 8, 20, 0)
+    select = contact_weights.selection_indices(541, 256, 8, 20, 100, 0)
+    assert len(fresh) == 541 - 256 - 8 - 20 - 100
+    assert not fresh & (set(train) | set(val) | set(test) | set(select))
+    theta, _ = cl.violation_start(spec, 4, True)
+    model, contact = cl.object_models(spec.model, spec.contact, theta, spec.masses)
+    learned = json.loads(json.dumps(cl.learned_summary(model, contact)))
+    rebuilt, rebuilt_contact = bench.learned_models(spec, learned)
+    torch.testing.assert_close(rebuilt.inertial, model.inertial, rtol=1e-12, atol=1e-15)
+    for a, b in zip(rebuilt_contact.vertices, contact.vertices):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-15)
+    assert float(rebuilt_contact.friction) == pytest.approx(float(contact.friction), rel=1e-14)
