@@ -289,7 +289,8 @@ def learned_models(spec: cl.ObjectSpec, learned: Dict[str, Any]):
     return cl.object_models(spec.model, spec.contact, theta, masses)
 
 
-def rescore(payload: Dict[str, Any], data: Path, stride: int) -> Dict[str, Any]:
+def rescore(payload: Dict[str, Any], data: Path, stride: int,
+            limit: Optional[int] = None) -> Dict[str, Any]:
     """
     Evaluate a run's learned models and the nominal rows again on :func:`fresh_indices`.
 
@@ -299,12 +300,13 @@ def rescore(payload: Dict[str, Any], data: Path, stride: int) -> Dict[str, Any]:
     :param payload: :func:`run`'s (or :func:`combine`'s) result.
     :param data: the shared data root.
     :param stride: window stride.
+    :param limit: only the first fresh tosses (a smoke run), or None for all.
     :return: a payload like :func:`run`'s on the fresh tosses (``runs`` without the fits'
         own fields, ``fresh_tosses`` the toss ids).
     """
     tosses = load_elbow_tosses(data)
     spec = elbow_spec(tosses)
-    fresh = fresh_indices(len(tosses), payload['split_seed'])
+    fresh = fresh_indices(len(tosses), payload['split_seed'])[:limit]
     horizon = payload['horizon']
     windows = horizon_windows(tosses, fresh, horizon, stride)
     nq = int(spec.model.nq)
@@ -489,7 +491,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         torch.set_num_threads(args.threads)
         payload = rescore(json.loads(Path(args.rescore).read_text(encoding='utf-8')),
                           _common.data_root(args.data, 'elbow_learning.py'),
-                          args.window_stride)
+                          args.window_stride, limit=3 if args.quick else None)
         print(markdown(payload))
         if args.json:
             _common.write_json(args.json, payload)

@@ -267,6 +267,19 @@ def test_elbow_benchmark_runs_quick_as_a_user_would(data_dir, tmp_path):
     # the fit saw none of the test tosses
     assert not set(payload['test_toss_ids']) & set(payload['train_toss_ids'])
     assert '| ccn |' in result.stdout and '| mujoco_nominal |' in result.stdout
+    # --rescore: the fits rebuilt from the JSON, on the fresh tosses (three in a smoke run)
+    saved = tmp_path / 'out.json'
+    out = tmp_path / 'fresh.json'
+    rescored = subprocess.run([sys.executable, str(REPO_ROOT / 'benchmarks' / 'elbow_learning.py'),
+                               '--rescore', str(saved), '--quick', '--threads', '1', '--data',
+                               str(data_dir), '--json', str(out)], capture_output=True, text=True,
+                              cwd=REPO_ROOT, timeout=3600)
+    assert rescored.returncode == 0, rescored.stderr[-2000:]
+    fresh = json.loads(out.read_text())
+    assert fresh['test_tosses'] == 3 and len(fresh['runs']) == len(payload['runs'])
+    assert not set(fresh['fresh_tosses']) & set(payload['test_toss_ids'])
+    for name in ('ccn', 'ours_nominal', 'mujoco_nominal'):
+        assert math.isfinite(fresh['errors']['horizon'][name]['hinge_rad']['mean'])
 
 
 @pytest.mark.slow
