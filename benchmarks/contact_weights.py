@@ -137,14 +137,10 @@ def elbow_judge(data, n_select: int, split_seed: int) -> Judge:
     train_i, val_i, _ = curves.split(len(tosses), *split, split_seed)
     select = selection_indices(len(tosses), *split, n_select, split_seed)
     spec = elbow_spec(tosses)
-    nq = int(spec.model.nq)
     windows = elbow.horizon_windows(tosses, select, elbow.HORIZON, ELBOW_WINDOW_STRIDE)
 
     def errors(m, c) -> Dict[str, float]:
-        rows = elbow.horizon_errors(
-            lambda x0, steps: cl.rollout(m, c, x0, steps, tosses.dt)[..., :nq], tosses,
-            windows, elbow.HORIZON)
-        return {key: row['mean'] for key, row in rows.items()}
+        return elbow.horizon_means(m, c, tosses, windows)
 
     return Judge(tosses, spec, train_i, val_i, select, errors,
                  errors(spec.model, spec.contact))
@@ -345,8 +341,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='whether CCN learns how the total mass splits between the bodies '
                              "(ObjectSpec.mass_split; default the object's own)")
     parser.add_argument('--restarts', type=int, default=1,
-                        help='starts per fit, keeping the lowest validation loss (fit_object '
-                             'restarts; default 1)')
+                        help='starts per fit, keeping the one the validation tosses rank first '
+                             '(--choose-by; fit_object restarts; default 1)')
     parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='rollout',
                         help='how --restarts are ranked on the validation tosses: the '
                              'violation loss, or 16-sample rollouts (default: rollout)')

@@ -269,15 +269,11 @@ def transplants(spec: cl.ObjectSpec, fit: cl.ObjectFit, tosses, windows
                 'nominal + learned inertia': ('inertia',),
                 'nominal + learned vertices': ('vertices',),
                 'learned': ('friction', 'inertia', 'vertices', 'ground_height')}
-    nq = int(spec.model.nq)
     out = {}
     for name, keys in variants.items():
         theta = {k: learned[k] if k in keys else t for k, t in nominal.items()}
         m, c = cl.object_models(spec.model, spec.contact, theta, spec.masses)
-        rows = elbow.horizon_errors(
-            lambda x0, steps: cl.rollout(m, c, x0, steps, tosses.dt)[..., :nq], tosses,
-            windows, elbow.HORIZON)
-        out[name] = {key: row['mean'] for key, row in rows.items()}
+        out[name] = elbow.horizon_means(m, c, tosses, windows)
     return out
 
 
@@ -333,7 +329,6 @@ def seed_groups(spec: cl.ObjectSpec, fit: cl.ObjectFit, tosses, windows
     nominal, learned = parameters(spec.model, spec.contact), parameters(fit.model, fit.contact)
     variants = {'learned': None, 'nominal': 'all', **{f'learned, nominal {g}': g
                                                       for g in GROUPS}}
-    nq = int(spec.model.nq)
     out = {}
     for name, group in variants.items():
         theta = {k: t.clone() for k, t in (nominal if group == 'all' else learned).items()}
@@ -347,10 +342,7 @@ def seed_groups(spec: cl.ObjectSpec, fit: cl.ObjectFit, tosses, windows
                 theta[key][9 * link:9 * (link + 1)] = nominal[key][9 * link:9 * (link + 1)]
         del theta['vertices']
         m, c = cl.object_models(spec.model, spec.contact, theta, spec.masses)
-        rows = elbow.horizon_errors(
-            lambda x0, steps: cl.rollout(m, c, x0, steps, tosses.dt)[..., :nq], tosses,
-            windows, elbow.HORIZON)
-        out[name] = {key: row['mean'] for key, row in rows.items()}
+        out[name] = elbow.horizon_means(m, c, tosses, windows)
     return out
 
 
@@ -498,7 +490,6 @@ def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
         # the validation tosses as recorded, windows from every sample: what a restart could
         # be chosen by without touching the selection tosses
         held = elbow.horizon_windows(tosses, judge.validation, elbow.HORIZON)
-        nq = int(spec.model.nq)
         payload.update(selection_tosses=len(judge.select), windows=len(windows), seeds=[],
                        validation_windows=len(held))
         # the bar of the issue (MuJoCo with the URDF) on the same windows, beside our step's
@@ -508,18 +499,16 @@ def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
         for seed in group_seeds:
             fit = fit_object(spec, 'ccn', train, validation, tosses.dt, seed=seed, steps=steps)
             summary = fit.summary()
-            rows = elbow.horizon_errors(
-                lambda x0, n: cl.rollout(fit.model, fit.contact, x0, n, tosses.dt)[..., :nq],
-                tosses, held, elbow.HORIZON)
+            rows = elbow.horizon_means(fit.model, fit.contact, tosses, held)
             payload['seeds'].append({
                 'seed': int(seed), 'validation_loss': min(fit.history['validation']),
-                'validation_rollout': {key: row['mean'] for key, row in rows.items()},
+                'validation_rollout': rows,
                 'last_step': int(fit.history['step'][-1]), 'friction': summary['friction'],
                 'volume_error': summary['volume_error'], 'links': link_inertias(fit.model),
                 'learned': summary, 'groups': seed_groups(spec, fit, tosses, windows)})
             print(f'seed {seed}: validation loss {payload["seeds"][-1]["validation_loss"]:.4e}'
                   ', validation 16-sample hinge '
-                  f'{math.degrees(rows["hinge_rad"]["mean"]):.2f} deg, selection hinge '
+                  f'{math.degrees(rows["hinge_rad"]):.2f} deg, selection hinge '
                   f'{math.degrees(payload["seeds"][-1]["groups"]["learned"]["hinge_rad"]):.2f}'
                   ' deg', file=sys.stderr, flush=True)
         payload['nominal_links'] = link_inertias(spec.model)

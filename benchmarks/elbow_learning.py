@@ -112,6 +112,25 @@ def horizon_errors(predict: Predictor, tosses: TossSet, windows: Sequence[tuple]
             for key, value in errors.items()}
 
 
+def horizon_means(model, contact, tosses: TossSet, windows: Sequence[tuple],
+                  horizon: int = HORIZON) -> Dict[str, float]:
+    """
+    Return a physical model's horizon errors (our contact step), the mean over tosses only.
+
+    :param model: the elbow's body model.
+    :param contact: its contact model.
+    :param tosses: the tosses.
+    :param windows: ``(toss, start)`` pairs (:func:`horizon_windows`).
+    :param horizon: predicted samples per window.
+    :return: per error key, the mean over tosses of the per-toss window mean.
+    """
+    nq = int(model.nq)
+    rows = horizon_errors(lambda x0, steps: cl.rollout(model, contact, x0, steps,
+                                                       tosses.dt)[..., :nq],
+                          tosses, windows, horizon)
+    return {key: row['mean'] for key, row in rows.items()}
+
+
 def full_errors(predict: Predictor, tosses: TossSet,
                 indices: Sequence[int]) -> Dict[str, Dict[str, Optional[float]]]:
     """
@@ -473,8 +492,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='whether CCN and CCN-R learn how the total mass splits between '
                              "the links (default the elbow spec's, ObjectSpec.mass_split)")
     parser.add_argument('--restarts', type=int, default=1,
-                        help='starts per fit, keeping the one with the lowest validation loss '
-                             '(sysid.object_learning.fit_object; default 1)')
+                        help='starts per fit, keeping the one the validation tosses rank first '
+                             '(--choose-by; sysid.object_learning.fit_object; default 1)')
     parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='rollout',
                         help='how --restarts are ranked on the validation tosses: the '
                              "method's own loss, or 16-sample rollouts (default: rollout)")
