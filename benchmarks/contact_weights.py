@@ -42,7 +42,7 @@ except ImportError:  # run as ``python benchmarks/contact_weights.py``
 from diffsim_ros.io.object_urdf import elbow_spec  # noqa: I100
 from diffsim_ros.io.tosses import CUBE_HALF_WIDTH_M, load_cube_tosses, load_elbow_tosses
 from diffsim_ros.sysid import contact_learning as cl
-from diffsim_ros.sysid.object_learning import smooth_for_learning
+from diffsim_ros.sysid.object_learning import fit_object, horizon_error, RESTART_CRITERIA
 
 #: The elbow's selection windows start at every 4th sample (as its benchmark's tables).
 ELBOW_WINDOW_STRIDE = 4
@@ -137,14 +137,10 @@ def elbow_judge(data, n_select: int, split_seed: int) -> Judge:
     train_i, val_i, _ = curves.split(len(tosses), *split, split_seed)
     select = selection_indices(len(tosses), *split, n_select, split_seed)
     spec = elbow_spec(tosses)
-    nq = int(spec.model.nq)
     windows = elbow.horizon_windows(tosses, select, elbow.HORIZON, ELBOW_WINDOW_STRIDE)
 
     def errors(m, c) -> Dict[str, float]:
-        rows = elbow.horizon_errors(
-            lambda x0, steps: cl.rollout(m, c, x0, steps, tosses.dt)[..., :nq], tosses,
-            windows, elbow.HORIZON)
-        return {key: row['mean'] for key, row in rows.items()}
+        return elbow.horizon_means(m, c, tosses, windows)
 
     return Judge(tosses, spec, train_i, val_i, select, errors,
                  errors(spec.model, spec.contact))
@@ -160,7 +156,9 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
         log=None, object_name: str = 'cube',
         smooth_windows: Sequence[int] = (1,),
         impact_jumps: Sequence[Optional[float]] = (None,),
-        shape: Optional[str] = None) -> Dict[str, Any]:
+        shape: Optional[str] = None,
+        mass_split: Optional[bool] = None, restarts: int = 1,
+        choose: str = 'rollout') -> Dict[str, Any]:
     """
     Learn CCN for every pair and seed and score it on the selection tosses.
 
@@ -180,25 +178,30 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
     :param impact_jumps: ``ObjectSpec.impact_jump`` values (None: windows span impacts), a
         fourth axis.
     :param shape: ``ObjectSpec.shape`` CCN learns (None: the object's own).
+    :param mass_split: ``ObjectSpec.mass_split``, whether CCN learns how the mass splits
+        between the bodies (None: the object's own).
+    :param restarts: starts per fit, the lowest validation loss kept
+        (``sysid.object_learning.fit_object``'s ``restarts``).
+    :param choose: how the restarts are ranked (``fit_object``'s ``choose``).
     :return: the JSON payload (``runs``, ``pairs``, ``chosen``, ``nominal``, ``object``).
     """
     judge = JUDGES[object_name](data, n_select, split_seed)
     tosses, keys = judge.tosses, tuple(judge.nominal)
     runs = []
     for window, impact_jump in itertools.product(smooth_windows, impact_jumps):
-        spec = dataclasses.replace(judge.spec, smooth_window=window, impact_jump=impact_jump,
-                                   shape=shape or judge.spec.shape)
-        train = cl.transitions(*smooth_for_learning(
-            spec, ([tosses.q[i] for i in judge.train[:n_train]],
-                   [tosses.v[i] for i in judge.train[:n_train]]), tosses.dt))
-        validation = cl.transitions(*smooth_for_learning(
-            spec, ([tosses.q[i] for i in judge.validation],
-                   [tosses.v[i] for i in judge.validation]), tosses.dt))
+        spec = dataclasses.replace(
+            judge.spec, smooth_window=window, impact_jump=impact_jump,
+            shape=shape or judge.spec.shape,
+            mass_split=judge.spec.mass_split if mass_split is None else mass_split)
+        train = ([tosses.q[i] for i in judge.train[:n_train]],
+                 [tosses.v[i] for i in judge.train[:n_train]])
+        validation = ([tosses.q[i] for i in judge.validation],
+                      [tosses.v[i] for i in judge.validation])
         for w_comp in w_comps:
             for w_pen in w_pens:
                 for seed in seeds:
                     row = _fit_and_score(judge, spec, train, validation, w_comp, w_pen, seed,
-                                         steps)
+                                         steps, restarts, choose)
                     row['smooth_window'] = window
                     row['impact_jump'] = impact_jump
                     runs.append(row)
@@ -207,7 +210,10 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
                             f'w_pen {w_pen:g} seed {seed}: '
                             f'score {row["score"]:.3f}, ' + _errors_text(row, keys)
                             + f', volume error {row["volume_error"]:.3f}, friction '
-                            f'{row["friction"]:.3f}')
+                            f'{row["friction"]:.3f}, masses '
+                            + ' / '.join(f'{m:.3f}' for m in row['masses'])
+                            + f' kg, validation loss {row["validation_loss"]:.4e}, '
+                            f'validation horizon error {row["horizon_error"]:.4f}')
     pairs = []
     for window, impact_jump, w_comp, w_pen in itertools.product(smooth_windows, impact_jumps,
                                                                 w_comps, w_pens):
@@ -222,26 +228,32 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
             'nominal': judge.nominal, 'error_keys': list(keys), 'train_tosses': n_train,
             'selection_tosses': [int(i) for i in judge.select],
             'seeds': list(seeds), 'steps': steps, 'split_seed': split_seed,
-            'shape': shape or judge.spec.shape}
+            'shape': shape or judge.spec.shape,
+            'mass_split': judge.spec.mass_split if mass_split is None else mass_split,
+            'restarts': restarts, 'choose': choose}
 
 
 def _fit_and_score(judge: Judge, spec: cl.ObjectSpec, train, validation, w_comp: float,
-                   w_pen: float, seed: int, steps: int) -> Dict[str, Any]:
-    # One CCN fit from the perturbed start, scored on the selection tosses.
+                   w_pen: float, seed: int, steps: int, restarts: int = 1,
+                   choose: str = 'rollout') -> Dict[str, Any]:
+    # One CCN fit (fit_object: the spec's smoothing) from the perturbed start, scored on the
+    # selection tosses.
     keys = tuple(judge.nominal)
     start = time.perf_counter()
-    weights = cl.ViolationWeights(w_comp=w_comp, w_pen=w_pen)
-    theta0, learn = cl.violation_start(spec, seed, True)
-    theta, history = cl.train_violation(
-        spec.model, spec.contact, theta0, spec.masses, train, validation, judge.tosses.dt,
-        cl.TrainConfig(steps=steps, seed=seed, weights=weights, learn=learn))
-    m, c = cl.object_models(spec.model, spec.contact, theta, spec.masses)
+    fit = fit_object(dataclasses.replace(spec, w_comp=w_comp, w_pen=w_pen), 'ccn', train,
+                     validation, judge.tosses.dt, seed=seed, steps=steps, restarts=restarts,
+                     choose=choose)
+    m, c, history = fit.model, fit.contact, fit.history
     row = judge.errors(m, c)
+    row['horizon_error'] = horizon_error(fit, validation, judge.tosses.dt)
     summary = cl.physical_summary(spec, m, c)
     row.update(w_comp=w_comp, w_pen=w_pen, seed=seed,
                score=sum(row[k] / judge.nominal[k] for k in keys),
                volume_error=summary['volume_error'], inertia_error=summary.get('inertia_error'),
                friction=summary['friction'], last_step=history['step'][-1],
+               masses=m.inertial.detach().reshape(-1, 10)[:, 0].tolist(),
+               validation_loss=min(history['validation']),
+               restarts=fit.extra.get('restarts'),
                train_s=time.perf_counter() - start)
     return row
 
@@ -309,6 +321,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--w-pen', default='1,10,100,1000',
                         help='comma-separated penetration weights [J/m^2]')
     parser.add_argument('--seeds', type=int, default=2, help='initialisations per pair')
+    parser.add_argument('--first-seed', type=int, default=0,
+                        help='seeds FIRST .. FIRST + SEEDS - 1 (default 0; fit_object draws '
+                             'restart r of seed s with seed s + 1000 r)')
     parser.add_argument('--train-tosses', type=int, default=64, help='training tosses')
     parser.add_argument('--selection-tosses', type=int, default=100,
                         help="tosses judged on (the cube's split leaves ~250, the elbow's 257)")
@@ -322,6 +337,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--shape', choices=cl.SHAPES, default=None,
                         help='how CCN learns the geometry (ObjectSpec.shape; default the '
                              "object's own)")
+    parser.add_argument('--mass-split', choices=('fixed', 'learned'), default=None,
+                        help='whether CCN learns how the total mass splits between the bodies '
+                             "(ObjectSpec.mass_split; default the object's own)")
+    parser.add_argument('--restarts', type=int, default=1,
+                        help='starts per fit, keeping the one the validation tosses rank first '
+                             '(--choose-by; fit_object restarts; default 1)')
+    parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='rollout',
+                        help='how --restarts are ranked on the validation tosses: the '
+                             'violation loss, or 16-sample rollouts (default: rollout)')
     parser.add_argument('--impact-jumps', default='none',
                         help="comma-separated ObjectSpec.impact_jump values [m/s] ('none': "
                              'smoothing windows span impacts)')
@@ -331,13 +355,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.quick:
         args.w_comp, args.w_pen, args.seeds = '1', '10,100', 1
         args.train_tosses, args.selection_tosses, args.steps = 2, 4, 5
-    payload = run(data, _floats(args.w_comp), _floats(args.w_pen), range(args.seeds),
+    payload = run(data, _floats(args.w_comp), _floats(args.w_pen),
+                  range(args.first_seed, args.first_seed + args.seeds),
                   args.train_tosses, args.selection_tosses, args.steps, args.split_seed,
                   log=lambda line: print(line, flush=True), object_name=args.object,
                   smooth_windows=[int(w) for w in _floats(args.smooth_windows)],
                   impact_jumps=[None if x.strip() == 'none' else float(x)
                                 for x in args.impact_jumps.split(',') if x.strip()],
-                  shape=args.shape)
+                  shape=args.shape,
+                  mass_split=None if args.mass_split is None else args.mass_split == 'learned',
+                  restarts=args.restarts, choose=args.choose_by)
     print()
     print(markdown(payload))
     payload['machine'] = _common.machine_info(('torch', 'scipy'))

@@ -40,7 +40,7 @@ import math
 import os
 from pathlib import Path
 import sys
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -269,15 +269,80 @@ def transplants(spec: cl.ObjectSpec, fit: cl.ObjectFit, tosses, windows
                 'nominal + learned inertia': ('inertia',),
                 'nominal + learned vertices': ('vertices',),
                 'learned': ('friction', 'inertia', 'vertices', 'ground_height')}
-    nq = int(spec.model.nq)
     out = {}
     for name, keys in variants.items():
         theta = {k: learned[k] if k in keys else t for k, t in nominal.items()}
         m, c = cl.object_models(spec.model, spec.contact, theta, spec.masses)
-        rows = elbow.horizon_errors(
-            lambda x0, steps: cl.rollout(m, c, x0, steps, tosses.dt)[..., :nq], tosses,
-            windows, elbow.HORIZON)
-        out[name] = {key: row['mean'] for key, row in rows.items()}
+        out[name] = elbow.horizon_means(m, c, tosses, windows)
+    return out
+
+
+def link_inertias(model) -> List[Dict[str, Any]]:
+    """
+    Return each link's mass, CoM and principal moments about its CoM (measure 6).
+
+    :param model: an elbow model (its ``inertial`` rows: ``[m, m c, Ixx, Ixy, Ixz, Iyy, Iyz,
+        Izz]`` about the link's origin, docs/conventions.md).
+    :return: per link ``mass_kg``, ``com_m`` (3, link frame), ``principal_kg_m2`` (ascending)
+        and ``inertia_com_kg_m2`` (the 3x3 about the CoM, link axes).
+    """
+    out = []
+    for row in model.inertial.detach().reshape(-1, 10).to(torch.float64):
+        m, c = float(row[0]), row[1:4] / row[0]
+        i = row[4:]
+        origin = torch.stack((torch.stack((i[0], i[1], i[2])), torch.stack((i[1], i[3], i[4])),
+                              torch.stack((i[2], i[4], i[5]))))
+        com = origin - m * (c.dot(c) * torch.eye(3, dtype=row.dtype) - torch.outer(c, c))
+        out.append({'mass_kg': m, 'com_m': c.tolist(),
+                    'principal_kg_m2': torch.linalg.eigvalsh(com).tolist(),
+                    'inertia_com_kg_m2': com.tolist()})
+    return out
+
+
+#: Measure 6's groups: name -> the parameter entry and, for per-link entries, the link index.
+GROUPS = {'mu': ('friction', None), 'box 1': ('box', 0), 'box 2': ('box', 1),
+          'inertia 1': ('inertia', 0), 'inertia 2': ('inertia', 1)}
+
+
+def seed_groups(spec: cl.ObjectSpec, fit: cl.ObjectFit, tosses, windows
+                ) -> Dict[str, Dict[str, float]]:
+    """
+    Return 16-sample errors of a CCN fit with one learned group put back to the nominal one.
+
+    The converse of measure 3 (:func:`transplants`): which of a seed's learned groups costs
+    its hinge error (the groups of :data:`GROUPS`: mu, each link's box, each link's inertia
+    and CoM).
+
+    :param spec: the nominal elbow (``shape`` ``'boxes'``).
+    :param fit: a CCN fit of it.
+    :param tosses: the tosses.
+    :param windows: ``(toss, start)`` horizon windows (never test tosses).
+    :return: per variant (``learned``, ``nominal``, ``learned, nominal <group>``), the mean
+        over tosses of each error.
+    """
+    def parameters(model, contact):
+        theta = cl.object_parameters(contact.vertices, float(contact.friction),
+                                     model.inertial)
+        theta['box'] = cl.box_parameters(contact.vertices)
+        return theta
+
+    nominal, learned = parameters(spec.model, spec.contact), parameters(fit.model, fit.contact)
+    variants = {'learned': None, 'nominal': 'all', **{f'learned, nominal {g}': g
+                                                      for g in GROUPS}}
+    out = {}
+    for name, group in variants.items():
+        theta = {k: t.clone() for k, t in (nominal if group == 'all' else learned).items()}
+        if group not in (None, 'all'):
+            key, link = GROUPS[group]
+            if link is None:
+                theta[key] = nominal[key].clone()
+            elif key == 'box':
+                theta[key][link] = nominal[key][link]
+            else:
+                theta[key][9 * link:9 * (link + 1)] = nominal[key][9 * link:9 * (link + 1)]
+        del theta['vertices']
+        m, c = cl.object_models(spec.model, spec.contact, theta, spec.masses)
+        out[name] = elbow.horizon_means(m, c, tosses, windows)
     return out
 
 
@@ -391,9 +456,10 @@ def noise_as_friction(spec: cl.ObjectSpec, trajectories, dt: float, window: int,
 def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
         split_seed: int = 0, smooth_window: int = SMOOTH_WINDOW,
         noise_only: bool = False, impact_jump: float = IMPACT_JUMP,
-        pull_only: bool = False) -> Dict[str, Any]:
+        pull_only: bool = False,
+        group_seeds: Optional[Sequence[int]] = None) -> Dict[str, Any]:
     """
-    Run the five measurements (module docstring), only the fourth, or only the fifth.
+    Run the five measurements (module docstring), only the fourth, the fifth or the sixth.
 
     :param data: the shared data root.
     :param n_train: training tosses (the first of the split's).
@@ -405,6 +471,7 @@ def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
     :param noise_only: run measure 4 alone (no CCN fit).
     :param impact_jump: measure 5's ``ObjectSpec.impact_jump`` [m/s].
     :param pull_only: run measure 5 alone (no CCN fit).
+    :param group_seeds: run measure 6 alone, one CCN fit per seed.
     :return: the JSON payload.
     """
     judge = contact_weights.elbow_judge(data, n_select, split_seed)
@@ -417,6 +484,35 @@ def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
     payload = {'train_tosses': n_train, 'seed': seed, 'steps': steps,
                'split_seed': split_seed, 'smooth_window': spec.smooth_window,
                'weights': {'w_comp': weights.w_comp, 'w_pen': weights.w_pen}}
+    if group_seeds is not None:
+        windows = elbow.horizon_windows(tosses, judge.select, elbow.HORIZON,
+                                        contact_weights.ELBOW_WINDOW_STRIDE)
+        # the validation tosses as recorded, windows from every sample: what a restart could
+        # be chosen by without touching the selection tosses
+        held = elbow.horizon_windows(tosses, judge.validation, elbow.HORIZON)
+        payload.update(selection_tosses=len(judge.select), windows=len(windows), seeds=[],
+                       validation_windows=len(held))
+        # the bar of the issue (MuJoCo with the URDF) on the same windows, beside our step's
+        payload['nominal_rows'] = {name: {key: row['mean'] for key, row in elbow.horizon_errors(
+            predict, tosses, windows, elbow.HORIZON).items()}
+            for name, predict in elbow.nominal_predictors(spec, tosses).items()}
+        for seed in group_seeds:
+            fit = fit_object(spec, 'ccn', train, validation, tosses.dt, seed=seed, steps=steps)
+            summary = fit.summary()
+            rows = elbow.horizon_means(fit.model, fit.contact, tosses, held)
+            payload['seeds'].append({
+                'seed': int(seed), 'validation_loss': min(fit.history['validation']),
+                'validation_rollout': rows,
+                'last_step': int(fit.history['step'][-1]), 'friction': summary['friction'],
+                'volume_error': summary['volume_error'], 'links': link_inertias(fit.model),
+                'learned': summary, 'groups': seed_groups(spec, fit, tosses, windows)})
+            print(f'seed {seed}: validation loss {payload["seeds"][-1]["validation_loss"]:.4e}'
+                  ', validation 16-sample hinge '
+                  f'{math.degrees(rows["hinge_rad"]):.2f} deg, selection hinge '
+                  f'{math.degrees(payload["seeds"][-1]["groups"]["learned"]["hinge_rad"]):.2f}'
+                  ' deg', file=sys.stderr, flush=True)
+        payload['nominal_links'] = link_inertias(spec.model)
+        return payload
     if not noise_only:
         payload['vertex_pull'] = vertex_pulls(spec, train, tosses.dt, weights, impact_jump)
     if pull_only:
@@ -443,6 +539,8 @@ def run(data: Path, n_train: int, seed: int, steps: int, n_select: int,
 
 def markdown(payload: Dict[str, Any]) -> str:
     """Return the measurements run as text and tables."""
+    if 'seeds' in payload:
+        return _groups_markdown(payload)
     if 'hinge_friction' not in payload:
         return '\n\n'.join(part(payload) for key, part in (
             ('noise_as_friction', _noise_markdown), ('vertex_pull', _pull_markdown))
@@ -475,6 +573,46 @@ def markdown(payload: Dict[str, Any]) -> str:
                      f'{math.degrees(row["orientation_rad"]):.2f} | '
                      f'{math.degrees(row["hinge_rad"]):.2f} |')
     return '\n'.join(lines + ['', _noise_markdown(payload), '', _pull_markdown(payload)])
+
+
+def _groups_markdown(payload: Dict[str, Any]) -> str:
+    # Measure 6 as text and a table.
+    lines = [f'6. CCN seeds ({payload["train_tosses"]} training tosses) on '
+             f'{payload["selection_tosses"]} selection tosses ({payload["windows"]} windows): '
+             'the learned elbow with one group put back to the nominal; beside, its '
+             f'16-sample errors on the validation tosses ({payload["validation_windows"]} '
+             'windows, as recorded)', '',
+             'Nominal URDF on the selection windows: ' + '; '.join(
+                 f'{name} {1e3 * row["position_m"]:.2f} mm, '
+                 f'{math.degrees(row["orientation_rad"]):.2f} deg, '
+                 f'{math.degrees(row["hinge_rad"]):.2f} deg hinge'
+                 for name, row in payload['nominal_rows'].items()), '',
+             '| seed | validation loss J | validation position mm | orientation deg | '
+             'hinge deg |', '|---:|---:|---:|---:|---:|']
+    for run in payload['seeds']:
+        row = run['validation_rollout']
+        lines.append(f'| {run["seed"]} | {run["validation_loss"]:.4e} | '
+                     f'{1e3 * row["position_m"]:.2f} | '
+                     f'{math.degrees(row["orientation_rad"]):.2f} | '
+                     f'{math.degrees(row["hinge_rad"]):.2f} |')
+    lines += ['', '| seed | validation loss J | model | position mm | orientation deg | '
+              'hinge deg |', '|---:|---:|---|---:|---:|---:|']
+    for run in payload['seeds']:
+        for name, row in run['groups'].items():
+            lines.append(f'| {run["seed"]} | {run["validation_loss"]:.4e} | {name} | '
+                         f'{1e3 * row["position_m"]:.2f} | '
+                         f'{math.degrees(row["orientation_rad"]):.2f} | '
+                         f'{math.degrees(row["hinge_rad"]):.2f} |')
+    lines += ['', '| seed | link | CoM mm (link frame) | principal moments 1e-4 kg m^2 |',
+              '|---|---|---|---|']
+    rows = [('nominal', payload['nominal_links'])] + [
+        (str(r['seed']), r['links']) for r in payload['seeds']]
+    for name, links in rows:
+        for k, link in enumerate(links):
+            lines.append(f'| {name} | {k + 1} | '
+                         + ', '.join(f'{1e3 * x:.1f}' for x in link['com_m']) + ' | '
+                         + ', '.join(f'{1e4 * x:.2f}' for x in link['principal_kg_m2']) + ' |')
+    return '\n'.join(lines)
 
 
 def _pull_markdown(payload: Dict[str, Any]) -> str:
@@ -540,6 +678,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='run measure 4 alone (no CCN fit)')
     parser.add_argument('--pull-only', action='store_true',
                         help='run measure 5 alone (no CCN fit)')
+    parser.add_argument('--group-seeds', default=None,
+                        help='run measure 6 alone: comma-separated CCN seeds, each fitted and '
+                             'rolled out with one learned group at a time put back to the '
+                             "nominal one ('': the nominal rows only)")
     parser.add_argument('--impact-jump', type=float, default=IMPACT_JUMP,
                         help='measure 5: ObjectSpec.impact_jump of the impact-aware smoothing '
                              f'[m/s] (default {IMPACT_JUMP:g})')
@@ -550,7 +692,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args.train_tosses, args.steps, args.selection_tosses = 4, 5, 4
     payload = run(data, args.train_tosses, args.seed, args.steps, args.selection_tosses,
                   args.split_seed, args.smooth_window, args.noise_only, args.impact_jump,
-                  args.pull_only)
+                  args.pull_only,
+                  None if args.group_seeds is None else
+                  [int(x) for x in args.group_seeds.split(',') if x.strip()])
     print(markdown(payload))
     payload['machine'] = _common.machine_info(('torch', 'scipy'))
     payload['quick'] = args.quick

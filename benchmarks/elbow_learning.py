@@ -51,7 +51,7 @@ except ImportError:  # run as ``python benchmarks/elbow_learning.py``
 from diffsim_ros.io.object_urdf import elbow_spec  # noqa: I100
 from diffsim_ros.io.tosses import load_elbow_tosses, TossSet
 from diffsim_ros.sysid import contact_learning as cl
-from diffsim_ros.sysid.object_learning import fit_object, METHODS
+from diffsim_ros.sysid.object_learning import fit_object, METHODS, RESTART_CRITERIA
 
 HORIZON = 16
 #: The fixed held-out tosses of the default split (``--test-tosses``, ``--validation-tosses``)
@@ -112,6 +112,25 @@ def horizon_errors(predict: Predictor, tosses: TossSet, windows: Sequence[tuple]
             for key, value in errors.items()}
 
 
+def horizon_means(model, contact, tosses: TossSet, windows: Sequence[tuple],
+                  horizon: int = HORIZON) -> Dict[str, float]:
+    """
+    Return a physical model's horizon errors (our contact step), the mean over tosses only.
+
+    :param model: the elbow's body model.
+    :param contact: its contact model.
+    :param tosses: the tosses.
+    :param windows: ``(toss, start)`` pairs (:func:`horizon_windows`).
+    :param horizon: predicted samples per window.
+    :return: per error key, the mean over tosses of the per-toss window mean.
+    """
+    nq = int(model.nq)
+    rows = horizon_errors(lambda x0, steps: cl.rollout(model, contact, x0, steps,
+                                                       tosses.dt)[..., :nq],
+                          tosses, windows, horizon)
+    return {key: row['mean'] for key, row in rows.items()}
+
+
 def full_errors(predict: Predictor, tosses: TossSet,
                 indices: Sequence[int]) -> Dict[str, Dict[str, Optional[float]]]:
     """
@@ -159,7 +178,9 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         horizon: int = HORIZON, stride: int = 1, split_seed: int = 0,
         limit: Optional[int] = None, perturb: bool = True,
         methods: Sequence[str] = ('ccn',), log=None,
-        smooth_window: Optional[int] = None, shape: Optional[str] = None) -> Dict[str, Any]:
+        smooth_window: Optional[int] = None, shape: Optional[str] = None,
+        mass_split: Optional[bool] = None, restarts: int = 1,
+        choose: str = 'rollout') -> Dict[str, Any]:
     """
     Learn the elbow from ``n_train`` tosses; evaluate it and the nominal URDF on the test set.
 
@@ -172,6 +193,12 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         the test tosses and every rollout's first state stay as recorded).
     :param shape: how CCN and CCN-R learn the geometry (``ObjectSpec.shape``; None: the
         elbow spec's own).
+    :param mass_split: whether CCN and CCN-R learn how the total mass splits between the
+        links (``ObjectSpec.mass_split``; None: the elbow spec's own).
+    :param restarts: starts per fit, the lowest validation loss kept
+        (``sysid.object_learning.fit_object``'s ``restarts``; the fit's time counts them all).
+    :param choose: how the restarts are ranked on the validation tosses (``fit_object``'s
+        ``choose``: ``'loss'`` or ``'rollout'``).
     :return: the JSON payload (see the module docstring): ``runs`` (one per method and seed,
         its errors' mean / median / p90 over tosses), ``errors`` (per window and model: per
         method the t-interval over seeds of each error's mean, per nominal row its mean /
@@ -187,6 +214,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         spec = dataclasses.replace(spec, smooth_window=smooth_window)
     if shape is not None:
         spec = dataclasses.replace(spec, shape=shape)
+    if mass_split is not None:
+        spec = dataclasses.replace(spec, mass_split=mass_split)
     train = ([tosses.q[i] for i in train_i], [tosses.v[i] for i in train_i])
     validation = ([tosses.q[i] for i in val_i], [tosses.v[i] for i in val_i])
     windows = horizon_windows(tosses, test_i, horizon, stride)
@@ -202,7 +231,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         for seed in seeds:
             start = time.perf_counter()
             fit = fit_object(spec, method, train, validation, tosses.dt, seed=seed,
-                             steps=steps, perturb=perturb)
+                             steps=steps, perturb=perturb, restarts=restarts,
+                             choose=choose)
             train_s = time.perf_counter() - start
             nq = int(spec.model.nq)
             row = _evaluate(lambda x0, n: fit.predict(x0, n, tosses.dt)[..., :nq], tosses,
@@ -210,6 +240,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
             runs.append({'method': method, 'seed': int(seed), 'errors': row,
                          'learned': fit.summary(), 'start': fit.start,
                          'last_step': int(fit.history['step'][-1]), 'train_s': train_s,
+                         'validation_loss': min(fit.history['validation']),
+                         'restarts': fit.extra.get('restarts'),
                          'rollouts_s': time.perf_counter() - start - train_s})
             if log is not None:
                 log(f'{method} seed {seed}: 16-sample ' + ', '.join(
@@ -231,19 +263,109 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
             'windows': len(windows), 'steps': steps,
             'start_from': 'paper' if perturb else 'nominal',
             'violation_weights': {'w_comp': weights.w_comp, 'w_pen': weights.w_pen},
-            'smooth_window': spec.smooth_window, 'shape': spec.shape, 'runs': runs,
+            'smooth_window': spec.smooth_window, 'shape': spec.shape,
+            'mass_split': spec.mass_split, 'restarts': restarts, 'choose': choose,
+            'runs': runs,
             'errors': errors, 'seconds': seconds}
+
+
+#: The tosses ``contact_weights.py --object elbow`` judges on (the first of the unused ones).
+SELECTION_TOSSES = 100
+
+
+def fresh_indices(n_total: int, split_seed: int) -> np.ndarray:
+    """
+    Return the tosses no fit, early stop, test or choice of the elbow's has used.
+
+    The split leaves the tosses between its largest training set and its validation tosses
+    unused; the weight search (and every other choice of the elbow's settings) judged on the
+    first :data:`SELECTION_TOSSES` of them; these are the rest.
+
+    :param n_total: number of tosses.
+    :param split_seed: the split's seed.
+    :return: toss indices, in the split's order.
+    """
+    order = np.random.default_rng(split_seed).permutation(n_total)
+    return order[LARGEST_TRAINING + SELECTION_TOSSES:n_total - TEST_TOSSES - VALIDATION_TOSSES]
+
+
+def learned_models(spec: cl.ObjectSpec, learned: Dict[str, Any]):
+    """
+    Rebuild a learned elbow from a run's ``learned`` summary (``ObjectFit.summary``).
+
+    :param spec: the elbow's spec.
+    :param learned: ``inertial``, ``vertices_m``, ``vertex_sets``, ``friction``,
+        ``ground_height_m``.
+    :return: ``(model, contact)``.
+    """
+    dtype = spec.model.inertial.dtype
+    vertices = torch.split(torch.tensor(learned['vertices_m'], dtype=dtype),
+                           [n for _, n in learned['vertex_sets']])
+    theta = cl.object_parameters(vertices, learned['friction'],
+                                 torch.tensor(learned['inertial'], dtype=dtype).reshape(-1, 10),
+                                 learned['ground_height_m'])
+    masses = torch.tensor(learned['inertial'], dtype=dtype).reshape(-1, 10)[:, 0].tolist()
+    return cl.object_models(spec.model, spec.contact, theta, masses)
+
+
+def rescore(payload: Dict[str, Any], data: Path, stride: int,
+            limit: Optional[int] = None) -> Dict[str, Any]:
+    """
+    Evaluate a run's learned models and the nominal rows again on :func:`fresh_indices`.
+
+    Only methods whose fit is its physical parameters (CCN, DiffSim) can be rebuilt from the
+    JSON; runs of other methods are left out.
+
+    :param payload: :func:`run`'s (or :func:`combine`'s) result.
+    :param data: the shared data root.
+    :param stride: window stride.
+    :param limit: only the first fresh tosses (a smoke run), or None for all.
+    :return: a payload like :func:`run`'s on the fresh tosses (``runs`` without the fits'
+        own fields, ``fresh_tosses`` the toss ids).
+    """
+    tosses = load_elbow_tosses(data)
+    spec = elbow_spec(tosses)
+    fresh = fresh_indices(len(tosses), payload['split_seed'])[:limit]
+    horizon = payload['horizon']
+    windows = horizon_windows(tosses, fresh, horizon, stride)
+    nq = int(spec.model.nq)
+    errors: Dict[str, Dict[str, Any]] = {'horizon': {}, 'full': {}}
+    for name, predict in nominal_predictors(spec, tosses).items():
+        for window, rows in _evaluate(predict, tosses, windows, fresh, horizon).items():
+            errors[window][name] = rows
+    methods = [m for m in payload['methods'] if m in ('ccn', 'diffsim')]
+    runs = []
+    for run in payload['runs']:
+        if run['method'] not in methods:
+            continue
+        model, contact = learned_models(spec, run['learned'])
+        runs.append({'method': run['method'], 'seed': run['seed'],
+                     'learned': run['learned'], 'start': run['start'],
+                     'last_step': run['last_step'],
+                     'errors': _evaluate(lambda x0, n: cl.rollout(model, contact, x0, n,
+                                                                  tosses.dt)[..., :nq],
+                                         tosses, windows, fresh, horizon)})
+    for method in methods:
+        mine = [r for r in runs if r['method'] == method]
+        for window in errors:
+            errors[window][method] = {key: cube_bench.t_interval(
+                [r['errors'][window][key]['mean'] for r in mine]) for key in ERROR_KEYS}
+    return dict(payload, methods=methods, runs=runs, errors=errors, windows=len(windows),
+                window_stride=stride, test_tosses=len(fresh),
+                fresh_tosses=[int(tosses.toss_ids[i]) for i in fresh],
+                rescored_from='the test tosses')
 
 
 def combine(payloads: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     """
-    Merge runs of different methods made on the same split (one process per method).
+    Merge runs made on the same split: one process per method, or per group of seeds.
 
     :param payloads: :func:`run`'s results.
     :return: one payload: every run and method row, the nominal rows of the first, the CCN
-        weights of the first that fitted a violation-loss method.
-    :raises ValueError: when the runs differ in test tosses, windows or training tosses, or
-        repeat a method.
+        weights of the first that fitted a violation-loss method; a method run in several
+        processes (other seeds, the same settings) gets its rows from all its runs.
+    :raises ValueError: when the runs differ in test tosses, windows or training tosses,
+        repeat a method's seed, or run one method with different settings.
     """
     first = payloads[0]
     same = ('test_toss_ids', 'train_toss_ids', 'horizon', 'window_stride', 'windows',
@@ -252,9 +374,17 @@ def combine(payloads: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
         if any(other.get(key, 1) != first.get(key, 1) for key in same):
             raise ValueError('cannot combine runs on different tosses or windows '
                              f'({", ".join(same)} must agree)')
-    methods = [m for p in payloads for m in p['methods']]
-    if len(set(methods)) != len(methods):
-        raise ValueError(f'methods repeated across the runs: {methods}')
+    methods = list(dict.fromkeys(m for p in payloads for m in p['methods']))
+    pairs = [(r['method'], r['seed']) for p in payloads for r in p['runs']]
+    if len(set(pairs)) != len(pairs):
+        raise ValueError(f'methods and seeds repeated across the runs: {pairs}')
+    settings = ('steps', 'start_from', 'violation_weights', 'shape', 'mass_split', 'restarts',
+                'choose', 'train_tosses')
+    for method in methods:
+        mine = [p for p in payloads if method in p['methods']]
+        if any(p.get(key) != mine[0].get(key) for p in mine[1:] for key in settings):
+            raise ValueError(f'{method} was run with different settings '
+                             f'({", ".join(settings)} must agree)')
     violation = [p for p in payloads if set(p['methods']) & {'ccn', 'ccn-r'}]
     out = dict(first, methods=methods, runs=[r for p in payloads for r in p['runs']],
                seeds=sorted({s for p in payloads for s in p['seeds']}),
@@ -264,6 +394,12 @@ def combine(payloads: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     for other in payloads[1:]:
         for window, rows in other['errors'].items():
             out['errors'][window].update({m: rows[m] for m in other['methods']})
+    for method in methods:
+        if sum(method in p['methods'] for p in payloads) > 1:   # seeds split over processes
+            mine = [r for r in out['runs'] if r['method'] == method]
+            for window in out['errors']:
+                out['errors'][window][method] = {key: cube_bench.t_interval(
+                    [r['errors'][window][key]['mean'] for r in mine]) for key in ERROR_KEYS}
     return out
 
 
@@ -291,8 +427,9 @@ def markdown(payload: Dict[str, Any]) -> str:
             lines.append(f'- {run["method"]} seed {run["seed"]}: volume error '
                          f'{learned["volume_error"]:.3f} (start {start["volume_error"]:.3f}), '
                          f'friction {learned["friction"]:.3f} (start {start["friction"]:.3f}), '
-                         f'ground {1e3 * learned["ground_height_m"]:.1f} mm, last step '
-                         f'{run["last_step"]}')
+                         f'ground {1e3 * learned["ground_height_m"]:.1f} mm, masses '
+                         + ' / '.join(f'{m:.3f}' for m in learned['inertial'][::10])
+                         + f' kg, last step {run["last_step"]}')
     lines.append('')
     for window, title in (('horizon', f'{payload["horizon"]}-sample horizon'),
                           ('full', 'full length')):
@@ -322,6 +459,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--seeds', type=int, default=1,
                         help='fits per method, seeds 0 .. K-1 (the initialisation and the '
                              'mini-batches); with K > 1 the tables give 95 %% t-intervals')
+    parser.add_argument('--first-seed', type=int, default=0,
+                        help='seeds FIRST .. FIRST + K - 1 (default 0): one process per group '
+                             'of seeds, merged by --combine')
     parser.add_argument('--split-seed', type=int, default=0,
                         help='seed of the train/validation/test split (keep it fixed)')
     parser.add_argument('--test-tosses', type=int, default=TEST_TOSSES,
@@ -348,10 +488,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='how CCN and CCN-R learn the geometry: every corner free '
                              "('vertices') or each link's box ('boxes'); default the elbow "
                              "spec's (ObjectSpec.shape)")
+    parser.add_argument('--mass-split', choices=('fixed', 'learned'), default=None,
+                        help='whether CCN and CCN-R learn how the total mass splits between '
+                             "the links (default the elbow spec's, ObjectSpec.mass_split)")
+    parser.add_argument('--restarts', type=int, default=1,
+                        help='starts per fit, keeping the one the validation tosses rank first '
+                             '(--choose-by; sysid.object_learning.fit_object; default 1)')
+    parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='rollout',
+                        help='how --restarts are ranked on the validation tosses: the '
+                             "method's own loss, or 16-sample rollouts (default: rollout)")
+    parser.add_argument('--rescore', metavar='JSON', default=None,
+                        help="evaluate a run's learned CCN / DiffSim models (from its --json) "
+                             'and the nominal rows on the tosses no fit, test or choice of the '
+                             "elbow's has used (the split's unused tosses after the weight "
+                             "search's first 100) instead of running")
     parser.add_argument('--combine', metavar='JSON', nargs='+', default=None,
                         help='merge the --json files of runs on the same split (one per '
                              'method) into one table instead of running')
     args = parser.parse_args(argv)
+    if args.rescore:
+        torch.set_num_threads(args.threads)
+        payload = rescore(json.loads(Path(args.rescore).read_text(encoding='utf-8')),
+                          _common.data_root(args.data, 'elbow_learning.py'),
+                          args.window_stride, limit=3 if args.quick else None)
+        print(markdown(payload))
+        if args.json:
+            _common.write_json(args.json, payload)
+        return 0
     if args.combine:
         payload = combine([json.loads(Path(p).read_text(encoding='utf-8'))
                            for p in args.combine])
@@ -366,16 +529,23 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if unknown or not methods:
         parser.error(f'--methods {args.methods!r}: valid {", ".join(METHODS)}')
     log = (lambda line: print(line, file=sys.stderr, flush=True))
+    split = None if args.mass_split is None else args.mass_split == 'learned'
     if args.quick:
         payload = run(data, min(args.train_tosses, 2), range(min(args.seeds, 2)), 2, 3, 6,
                       args.horizon, max(args.window_stride, 8), args.split_seed, limit=40,
                       perturb=args.start == 'paper', methods=methods, log=log,
-                      smooth_window=args.smooth_window, shape=args.shape)
+                      smooth_window=args.smooth_window, shape=args.shape,
+                      mass_split=split, restarts=args.restarts,
+                      choose=args.choose_by)
     else:
-        payload = run(data, args.train_tosses, range(args.seeds), args.validation_tosses,
+        payload = run(data, args.train_tosses,
+                      range(args.first_seed, args.first_seed + args.seeds),
+                      args.validation_tosses,
                       args.test_tosses, args.steps, args.horizon, args.window_stride,
                       args.split_seed, perturb=args.start == 'paper', methods=methods,
-                      log=log, smooth_window=args.smooth_window, shape=args.shape)
+                      log=log, smooth_window=args.smooth_window, shape=args.shape,
+                      mass_split=split, restarts=args.restarts,
+                      choose=args.choose_by)
     payload['machine'] = _common.machine_info(('torch', 'mujoco', 'scipy'))
     payload['quick'] = args.quick
     print(markdown(payload))

@@ -265,6 +265,67 @@ def test_fit_object_refuses_unknown_methods_and_empty_training_sets():
         fit_object(spec, 'ccn', ([], []), (q, v), DT)
 
 
+def test_fit_object_restarts_keep_the_start_with_the_lowest_validation_loss(monkeypatch):
+    # A constructed method whose validation loss is a known function of the seed it is given:
+    # K restarts fit seeds s, s + stride, ... and return the lowest one's fit; one restart is
+    # the seed itself, as before the option.
+    from diffsim_ros.sysid import object_learning as ol
+    model, _ = _cube()
+    spec = cl.cube_spec(model, HALF, 0.3, MASS)
+    q, v = _tosses(model, spec.contact, 2, 10, seed=0)
+    losses = {3: 5.0, 1003: 2.0, 2003: 7.0, 3003: 2.5}
+    seeds = []
+
+    def method(spec, train, validation, dt, seed, steps, perturb, regime):
+        seeds.append(seed)
+        return cl.ObjectFit(method='made', spec=spec, model=None, contact=None,
+                            history={'step': [0, 5], 'validation': [9.0, losses[seed]]},
+                            extra={'seed': seed})
+    monkeypatch.setitem(ol.METHODS, 'made', method)
+    fit = ol.fit_object(spec, 'made', (q, v), (q, v), DT, seed=3, restarts=4, choose='loss')
+    assert seeds == [3, 1003, 2003, 3003] and ol.RESTART_SEED_STRIDE == 1000
+    assert fit.extra['seed'] == 1003
+    assert fit.extra['restarts'] == [{'seed': k, 'validation_loss': x}
+                                     for k, x in losses.items()]
+    seeds.clear()
+    fit = ol.fit_object(spec, 'made', (q, v), (q, v), DT, seed=3)
+    assert seeds == [3] and fit.extra == {'seed': 3}
+    with pytest.raises(ValueError, match='restarts 0'):
+        ol.fit_object(spec, 'made', (q, v), (q, v), DT, restarts=0)
+
+
+def test_fit_object_restarts_chosen_by_rollouts_keep_the_start_that_predicts(monkeypatch):
+    # Two constructed starts on tosses our contact step made with the nominal cube: seed 0
+    # is the cube itself (it predicts them exactly) with the higher validation loss, seed
+    # 1000 predicts 1 cm too high with the lower. 'loss' keeps the second, 'rollout' the
+    # first; horizon_error is zero for the exact one and 1 cm over the cube's length for
+    # the other.
+    from diffsim_ros.sysid import object_learning as ol
+    model, _ = _cube()
+    spec = cl.cube_spec(model, HALF, 0.3, MASS)
+    q, v = _tosses(model, spec.contact, 3, 24, seed=2)
+    lift = torch.zeros(13, dtype=torch.float64)
+    lift[2] = 0.01
+
+    def method(spec, train, validation, dt, seed, steps, perturb, regime):
+        fit = cl.ObjectFit(method='made', spec=spec, model=spec.model, contact=spec.contact,
+                           history={'step': [0], 'validation': [2.0 - seed / 1000]},
+                           extra={'seed': seed})
+        if seed:
+            fit.predictor = lambda x0, n, dt: cl.rollout(spec.model, spec.contact, x0, n,
+                                                         dt) + lift
+        return fit
+    monkeypatch.setitem(ol.METHODS, 'made', method)
+    by_loss = ol.fit_object(spec, 'made', (q, v), (q, v), DT, restarts=2, choose='loss')
+    by_rollout = ol.fit_object(spec, 'made', (q, v), (q, v), DT, restarts=2)   # the default
+    assert by_loss.extra['seed'] == 1000 and by_rollout.extra['seed'] == 0
+    errors = [start['horizon_error'] for start in by_rollout.extra['restarts']]
+    assert errors[0] == pytest.approx(0.0, abs=1e-9)
+    assert errors[1] == pytest.approx(0.01 / HALF, rel=1e-9)
+    with pytest.raises(ValueError, match='unknown restart criterion'):
+        ol.fit_object(spec, 'made', (q, v), (q, v), DT, restarts=2, choose='test')
+
+
 def test_fit_object_without_steps_returns_the_spec_and_predicts_its_tosses():
     # Zero optimiser steps from the unperturbed start: the parameters survive the round trip
     # through the unconstrained parameterization, and predict() replays the generating step.

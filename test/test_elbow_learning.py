@@ -267,6 +267,19 @@ def test_elbow_benchmark_runs_quick_as_a_user_would(data_dir, tmp_path):
     # the fit saw none of the test tosses
     assert not set(payload['test_toss_ids']) & set(payload['train_toss_ids'])
     assert '| ccn |' in result.stdout and '| mujoco_nominal |' in result.stdout
+    # --rescore: the fits rebuilt from the JSON, on the fresh tosses (three in a smoke run)
+    saved = tmp_path / 'out.json'
+    out = tmp_path / 'fresh.json'
+    rescored = subprocess.run([sys.executable, str(REPO_ROOT / 'benchmarks' / 'elbow_learning.py'),
+                               '--rescore', str(saved), '--quick', '--threads', '1', '--data',
+                               str(data_dir), '--json', str(out)], capture_output=True, text=True,
+                              cwd=REPO_ROOT, timeout=3600)
+    assert rescored.returncode == 0, rescored.stderr[-2000:]
+    fresh = json.loads(out.read_text())
+    assert fresh['test_tosses'] == 3 and len(fresh['runs']) == len(payload['runs'])
+    assert not set(fresh['fresh_tosses']) & set(payload['test_toss_ids'])
+    for name in ('ccn', 'ours_nominal', 'mujoco_nominal'):
+        assert math.isfinite(fresh['errors']['horizon'][name]['hinge_rad']['mean'])
 
 
 @pytest.mark.slow
@@ -396,6 +409,25 @@ def test_elbow_diagnosis_pull_only_runs_as_a_user_would(data_dir, tmp_path):
     _check_vertex_pull(payload, result.stdout)
 
 
+@pytest.mark.slow
+def test_elbow_diagnosis_group_seeds_runs_as_a_user_would(data_dir, tmp_path):
+    # Measure 6: one 5-step fit; the learned row and the row with every group put back
+    # bracket the single swaps, and the all-nominal row is measure 3's nominal elbow.
+    result, payload = _run_script('elbow_diagnosis.py', data_dir, tmp_path,
+                                  ['--group-seeds', '1'], ('--group-seeds',))
+    (run,) = payload['seeds']
+    assert run['seed'] == 1 and run['validation_loss'] > 0
+    assert set(run['groups']) == {'learned', 'nominal'} | {
+        f'learned, nominal {g}' for g in ('mu', 'box 1', 'box 2', 'inertia 1', 'inertia 2')}
+    assert len(run['links']) == 2 and len(payload['nominal_links']) == 2
+    nominal = payload['nominal_links']
+    assert nominal[1]['com_m'] == pytest.approx([0.035, 0.0, 0.0], abs=1e-12)
+    assert nominal[0]['principal_kg_m2'] == pytest.approx([6.167e-4] * 3, rel=1e-9)
+    assert sum(link['mass_kg'] for link in run['links']) == pytest.approx(0.74, rel=1e-12)
+    assert all(v > 0 for v in run['validation_rollout'].values())
+    assert '| 1 |' in result.stdout and 'learned, nominal inertia 2' in result.stdout
+
+
 def test_runs_of_several_methods_combine_only_on_the_same_tosses():
     # One process per method, merged into one table (elbow_learning.py --combine): rows and
     # runs of both, the nominal rows once, the CCN weights of the violation-loss run.
@@ -427,3 +459,112 @@ def test_runs_of_several_methods_combine_only_on_the_same_tosses():
         bench.combine([ccn, dict(diffsim, test_toss_ids=[3, 2])])
     with pytest.raises(ValueError, match='repeated'):
         bench.combine([ccn, ccn])
+
+    # one method's seeds from two processes: its rows from both runs' errors
+    def seeded(seed, value):
+        one = {key: {'mean': value} for key in bench.ERROR_KEYS}
+        return dict(ccn, seeds=[seed], runs=[{'method': 'ccn', 'seed': seed, 'learned': {},
+                                              'start': {},
+                                              'errors': {'horizon': one, 'full': one}}])
+    merged = bench.combine([seeded(0, 0.01), seeded(1, 0.03)])
+    assert merged['seeds'] == [0, 1] and len(merged['runs']) == 2
+    row = merged['errors']['horizon']['ccn']['hinge_rad']
+    assert row['mean'] == pytest.approx(0.02) and row['half_width'] > 0
+    with pytest.raises(ValueError, match='different settings'):
+        bench.combine([seeded(0, 0.01), dict(seeded(1, 0.03), restarts=3)])
+
+
+def _split_model(spec, split):
+    # The nominal elbow's parameters with a given mass split (log m_2 / m_1).
+    theta = cl.object_parameters(spec.contact.vertices, 0.3, spec.model.inertial)
+    theta['mass_split'] = torch.tensor([split], dtype=torch.float64)
+    return theta
+
+
+def test_a_learned_mass_split_keeps_the_total_mass_and_each_com_and_is_differentiable(spec):
+    # ObjectSpec.mass_split: the split moves mass between the links, never the total; each
+    # link's CoM stays and its inertia scales with its mass (the paper's "proportionally").
+    nominal, _ = cl.object_models(spec.model, spec.contact, _split_model(spec, 0.0),
+                                  spec.masses)
+    torch.testing.assert_close(nominal.inertial, spec.model.inertial, rtol=1e-12, atol=1e-15)
+    for split in (-2.0, -0.3, 0.7, 3.0):
+        model, _ = cl.object_models(spec.model, spec.contact, _split_model(spec, split),
+                                    spec.masses)
+        masses = model.inertial[:, 0]
+        assert float(masses.sum()) == pytest.approx(spec.mass, rel=1e-14)
+        assert float(torch.log(masses[1] / masses[0])) == pytest.approx(split, rel=1e-12)
+        ratio = (masses / nominal.inertial[:, 0]).unsqueeze(-1)
+        torch.testing.assert_close(model.inertial, nominal.inertial * ratio, rtol=1e-12,
+                                   atol=1e-15)
+    split = torch.tensor([0.4], dtype=torch.float64, requires_grad=True)
+
+    def inertials(s):
+        theta = dict(_split_model(spec, 0.0), mass_split=s)
+        return cl.object_models(spec.model, spec.contact, theta, spec.masses)[0].inertial
+
+    assert torch.autograd.gradcheck(inertials, (split,))
+    torch.testing.assert_close(cl.mass_shares(cl.mass_split_parameters([0.2, 0.6])),
+                               torch.tensor([0.25, 0.75], dtype=torch.float64))
+
+
+def test_the_mass_split_start_draws_each_mass_and_leaves_the_other_draws(spec):
+    # Appendix A.4 step 3 (each link's mass 0.5-1.5x, the total kept) from a generator of its
+    # own: friction, inertia and boxes start where they start without the split.
+    split = dataclasses.replace(spec, mass_split=True)
+    for seed in range(3):
+        theta, learn = cl.violation_start(split, seed, True)
+        plain, plain_learn = cl.violation_start(spec, seed, True)
+        assert learn == plain_learn + ('mass_split',)
+        for key, value in plain.items():
+            torch.testing.assert_close(theta[key], value)
+        model, _ = cl.object_models(split.model, split.contact, theta, split.masses)
+        masses = model.inertial[:, 0]
+        assert float(masses.sum()) == pytest.approx(spec.mass, rel=1e-14)
+        assert abs(float(theta['mass_split'])) > 1e-3
+        assert 1 / 3 < float(masses[1] / masses[0]) < 3
+    theta, _ = cl.violation_start(split, 0, False)
+    assert float(theta['mass_split']) == 0.0
+    with pytest.raises(ValueError, match='two bodies'):
+        dataclasses.replace(object_spec('cube'), mass_split=True)
+
+
+def test_ccn_recovers_the_mass_split_the_tosses_were_made_with(spec):
+    # Tosses of an elbow whose second link carries 0.45 of its 0.74 kg (each link's inertia
+    # scaled with its mass): from the equal split, the violation loss finds the truth's split
+    # (log 0.45 / 0.29 = 0.44) with everything else at the truth.
+    truth = 0.44
+    true_model, _ = cl.object_models(spec.model, spec.contact, _split_model(spec, truth),
+                                     spec.masses)
+    q, v = _tosses(true_model, spec.contact, 6, 24, seed=3)
+    theta = _split_model(spec, 0.0)
+    config = cl.TrainConfig(steps=150, learn=('mass_split',), lr=2e-2, lr_final=2e-2,
+                            eval_every=150, weights=spec.violation_weights())
+    learned, history = cl.train_violation(spec.model, spec.contact, theta, spec.masses,
+                                          cl.transitions(q[:4], v[:4]),
+                                          cl.transitions(q[4:], v[4:]), DT, config)
+    assert history['validation'][-1] < history['validation'][0]
+    assert float(learned['mass_split']) == pytest.approx(truth, abs=0.03)
+
+
+def test_fresh_tosses_are_outside_every_set_the_elbow_used_and_fits_rebuild_from_json(spec):
+    # elbow_learning.py --rescore: the tosses after the weight search's 100 are disjoint from
+    # the split's largest training set, validation and test tosses and the selection tosses;
+    # a fit's summary (its JSON) rebuilds the same model and contact.
+    sys.path.insert(0, str(REPO_ROOT))
+    try:
+        from benchmarks import contact_learning as curves, contact_weights, elbow_learning as bench
+    finally:
+        sys.path.remove(str(REPO_ROOT))
+    fresh = set(bench.fresh_indices(541, 0).tolist())
+    train, val, test = curves.split(541, 256, 8, 20, 0)
+    select = contact_weights.selection_indices(541, 256, 8, 20, 100, 0)
+    assert len(fresh) == 541 - 256 - 8 - 20 - 100
+    assert not fresh & (set(train) | set(val) | set(test) | set(select))
+    theta, _ = cl.violation_start(spec, 4, True)
+    model, contact = cl.object_models(spec.model, spec.contact, theta, spec.masses)
+    learned = json.loads(json.dumps(cl.learned_summary(model, contact)))
+    rebuilt, rebuilt_contact = bench.learned_models(spec, learned)
+    torch.testing.assert_close(rebuilt.inertial, model.inertial, rtol=1e-12, atol=1e-15)
+    for a, b in zip(rebuilt_contact.vertices, contact.vertices):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-15)
+    assert float(rebuilt_contact.friction) == pytest.approx(float(contact.friction), rel=1e-14)

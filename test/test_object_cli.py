@@ -107,7 +107,7 @@ def test_help_of_both_commands():
     fit = _fit('--help')
     assert fit.returncode == 0, fit.stderr
     for text in ('--object', 'cube|elbow|URDF', 'TransformStamped', '--steps', 'diffsim-predict',
-                 '--smooth-window'):
+                 '--smooth-window', '--restarts'):
         assert text in fit.stdout
     predict = _predict('--help')
     assert predict.returncode == 0, predict.stderr
@@ -385,3 +385,30 @@ def test_a_learned_urdf_is_an_object_to_start_from(tmp_path):
     assert torch.equal(again.model.inertial, spec.model.inertial)
     faces = [line for line in meshes['learned_cube.obj'].splitlines() if line.startswith('f ')]
     assert len(faces) >= 8   # a closed hull of 8 points in general position: 12 triangles
+
+
+def test_fit_with_restarts_keeps_the_start_with_the_lowest_early_stopping_loss(simulated,
+                                                                               tmp_path):
+    """``--restarts K`` fits K starts and keeps the lowest loss on the early-stopping tosses."""
+    out = tmp_path / 'fit'
+    fit = _fit(simulated['csv'], '--object', 'cube', '--method', 'ccn', '--steps', '3',
+               '--seed', '2', '--restarts', '3', '--choose-by', 'loss', '--validation', '0.34',
+               '--out', out,
+               '--allow-worse')
+    assert fit.returncode == 0, fit.stderr
+    assert '3 starts' in fit.stdout + fit.stderr
+    metrics = json.loads((out / 'metrics.json').read_text())
+    starts = metrics['restarts']
+    assert [s['seed'] for s in starts] == [2, 1002, 2002]
+    assert len({s['validation_loss'] for s in starts}) == 3
+    assert min(metrics['history']['validation']) == min(s['validation_loss'] for s in starts)
+    assert metrics['seed'] == 2
+    # ranked by 16-sample rollouts on the early-stopping tosses (the default)
+    out = tmp_path / 'rollout'
+    fit = _fit(simulated['csv'], '--object', 'cube', '--method', 'ccn', '--steps', '3',
+               '--seed', '2', '--restarts', '2', '--validation', '0.34', '--out', out,
+               '--allow-worse')
+    assert fit.returncode == 0, fit.stderr
+    starts = json.loads((out / 'metrics.json').read_text())['restarts']
+    assert [s['seed'] for s in starts] == [2, 1002]
+    assert all(s['horizon_error'] > 0 for s in starts)

@@ -20,7 +20,7 @@ from .report import ROLLOUT_HORIZONS
 from .selection import EARLY_STOPPING
 from .. import robots
 from ..sysid import estimators
-from ..sysid.object_learning import METHODS as OBJECT_METHODS
+from ..sysid.object_learning import METHODS as OBJECT_METHODS, RESTART_CRITERIA
 
 PROG = 'diffsim-fit'
 #: Friction choices of ``--actuator``.
@@ -259,6 +259,16 @@ def build_parser() -> argparse.ArgumentParser:
                         "training tosses' poses are smoothed with, velocities then their "
                         'backward differences, for every method (1: as recorded; default: '
                         "the object's own, elbow 7, else 1)")
+    parser.add_argument('--restarts', type=number_type(int, 1), default=1,
+                        help='--object: fit from this many random starts (seeds SEED, '
+                        'SEED + 1000, ...) and keep the one the early-stopping tosses rank '
+                        'first (--choose-by); costs that many fits (default: %(default)s)')
+    parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='rollout',
+                        help='--object with --restarts: rank the starts by their '
+                        '16-sample rollouts from every sample of the early-stopping tosses '
+                        '(position over the object size + orientation + joint angles), or by '
+                        "the method's loss there (default: %(default)s; on the elbow the loss "
+                        'ranked starts no better than chance)')
     parser.add_argument('--rest', type=number_type(float, 1e-6), default=0.2,
                         help='--object: seconds slower than 0.02 m/s that end a toss in a pose '
                         'stream without toss ids (default: %(default)s)')

@@ -238,14 +238,17 @@ def fit_object_command(args: argparse.Namespace, progress: Progress) -> Dict[str
         raise UsageError(f'--validation {fraction:g}: with --object, a fraction in (0, 1)')
     seed = 0 if args.seed is None else args.seed
     steps = DEFAULT_STEPS if args.max_iter is None else args.max_iter
+    restarts = getattr(args, 'restarts', 1)
     check_out(args.out)
     spec, recording = _load(args, progress)
     train_i, stop_i, test_i = split_tosses(len(recording), fraction, seed)
     progress.stage(f'{len(train_i)} training, {len(stop_i)} early-stopping and {len(test_i)} '
-                   f'held-out tosses; fitting {method} ({steps} steps, seed {seed})')
+                   f'held-out tosses; fitting {method} ({steps} steps, seed {seed}'
+                   + (f', {restarts} starts' if restarts > 1 else '') + ')')
     fit_start = time.perf_counter()
     fit = fit_object(spec, method, recorded_tosses(recording, train_i),
-                     recorded_tosses(recording, stop_i), recording.dt, seed=seed, steps=steps)
+                     recorded_tosses(recording, stop_i), recording.dt, seed=seed, steps=steps,
+                     restarts=restarts, choose=getattr(args, 'choose_by', 'rollout'))
     fit_seconds = time.perf_counter() - fit_start
     progress.stage(f'fit done in {fit_seconds:.1f} s')
 
@@ -285,6 +288,7 @@ def fit_object_command(args: argparse.Namespace, progress: Progress) -> Dict[str
         metrics: Dict[str, Any] = {
             **{k: header[k] for k in ('object', 'method', 'seed', 'data', 'layout', 'dt')},
             'topic': recording.topic, 'steps': steps, 'smooth_window': spec.smooth_window,
+            'restarts': fit.extra.get('restarts'),
             'tosses': {'train': [recording.toss_ids[i] for i in train_i],
                        'early_stopping': [recording.toss_ids[i] for i in stop_i],
                        'held_out': [recording.toss_ids[i] for i in test_i]},

@@ -241,7 +241,11 @@ def elbow_spec(tosses) -> contact_learning.ObjectSpec:
     nominal values, not a measurement (SOURCE.md), so no inertia truth is given. CCN learns
     it with the elbow's own violation weights (:data:`ELBOW_WEIGHTS`) and shape
     parameterisation (:data:`ELBOW_SHAPE`), every method from tosses smoothed over
-    :data:`ELBOW_SMOOTH_WINDOW` samples.
+    :data:`ELBOW_SMOOTH_WINDOW` samples; the links' masses stay the URDF's (``mass_split``
+    off: learning the split did not predict better on the unused tosses). A single start can
+    end in a poor link-2 inertia that the validation loss does not see: the benchmark fits
+    with three starts chosen by validation rollouts (``fit_object(restarts=3)``,
+    ``diffsim-fit --restarts 3``; benchmarks/README.md's elbow section).
 
     :param tosses: the elbow :class:`~diffsim_ros.io.tosses.TossSet` (its URDF and friction).
     :return: the spec, named ``'elbow'``.

@@ -72,7 +72,7 @@ __all__ = ['ViolationWeights', 'TrainConfig', 'violation_loss', 'step_velocity',
            'ObjectSpec', 'ObjectFit', 'cube_spec', 'fit_ccn', 'fit_ccn_r', 'Trajectories',
            'start_parameters', 'REGIMES', 'regime_weights', 'LEARNED',
            'ResidualNetwork', 'box_parameters', 'box_corners', 'SHAPES',
-           'violation_start']
+           'violation_start', 'mass_shares', 'mass_split_parameters']
 
 #: Unit [m] in which vertices and ground height are learned.
 LENGTH_SCALE = 0.05
@@ -302,12 +302,19 @@ def object_models(model: RobotModel, contact: ContactModel, theta: Dict[str, Ten
     :param model: the object's floating model (its inertials are replaced).
     :param contact: template contact model: its vertex sets' sizes split ``theta``'s vertices.
     :param theta: as returned by :func:`object_parameters`.
-    :param mass: the fixed masses [kg]: one per body (model order), or one float for all.
+    :param mass: the fixed masses [kg]: one per body (model order), or one float for all;
+        with a ``'mass_split'`` entry in ``theta`` only their sum is kept, split as
+        :func:`mass_shares` says.
     :return: ``(model, contact)``.
     """
     dtype = theta['inertia'].dtype
     n = model.inertial.shape[-2]
-    alpha = 0.5 * torch.log(torch.as_tensor(mass, dtype=dtype).reshape(-1).expand(n))
+    masses = torch.as_tensor(mass, dtype=dtype).reshape(-1).expand(n)
+    if 'mass_split' in theta:
+        masses = masses.sum() * mass_shares(theta['mass_split'])
+    # The log-Cholesky factor scales with exp(alpha): a body's whole pseudo-inertia (moments
+    # and first moments) follows its mass, its CoM stays (the paper's "proportionally").
+    alpha = 0.5 * torch.log(masses)
     pi = _LOG_CHOLESKY.to_inertial(torch.cat((alpha.unsqueeze(-1),
                                               theta['inertia'].reshape(n, 9)), -1))
     sizes = [int(v.shape[-2]) for v in contact.vertices]
@@ -323,6 +330,31 @@ def object_models(model: RobotModel, contact: ContactModel, theta: Dict[str, Ten
         ground_height=theta['ground_height'] * LENGTH_SCALE, ground_tilt=contact.ground_tilt,
         vertex_links=contact.vertex_links, vertices=vertices)
     return new_model, new_contact
+
+
+def mass_shares(split: Tensor) -> Tensor:
+    """
+    Return each body's share of the total mass from its split (``ObjectSpec.mass_split``).
+
+    A softmax over ``[0, split]``: body 0's logit is fixed, so the map is one to one; the
+    shares are positive and sum to one, so the total mass is kept whatever ``split`` is.
+
+    :param split: ``(nbodies - 1,)`` log-ratios ``log(m_i / m_0)`` of bodies 1 .. n-1.
+    :return: ``(nbodies,)`` shares.
+    """
+    return torch.softmax(torch.cat((torch.zeros_like(split[..., :1]), split), -1), -1)
+
+
+def mass_split_parameters(masses) -> Tensor:
+    """
+    Return the split parameters of given body masses (the inverse of :func:`mass_shares`).
+
+    :param masses: ``(nbodies,)`` positive masses [kg].
+    :return: ``(nbodies - 1,)`` log-ratios ``log(m_i / m_0)``.
+    """
+    if not (isinstance(masses, Tensor) and masses.is_floating_point()):
+        masses = torch.as_tensor(masses, dtype=torch.float64)
+    return torch.log(masses[1:] / masses[0])
 
 
 #: Corner signs of :func:`box_corners`, in ``core.contact.box_vertices``' order.
@@ -805,9 +837,11 @@ class ObjectSpec:
     What is known of a tossed object before learning: the template every method starts from.
 
     :ivar name: ``'cube'``, ``'elbow'`` or the URDF's robot name.
-    :ivar model: its nominal floating model (one body per link; the mass is not learned).
+    :ivar model: its nominal floating model (one body per link; the total mass is not
+        learned).
     :ivar contact: its nominal contact model (geometry, friction, ground; restitution 0).
-    :ivar mass: the fixed total mass [kg] (the bodies' own: :attr:`masses`).
+    :ivar mass: the fixed total mass [kg] (the bodies' own: :attr:`masses`; how it splits
+        between them is learned where :attr:`mass_split` says).
     :ivar half_widths: per body (one vertex set each), the ``(3,)`` half side lengths [m] of
         the box the paper's initialisation draws the inertia from (the nominal shape's
         bounding box).
@@ -833,6 +867,10 @@ class ObjectSpec:
         that ends a smoothing segment (impacts found with this nominal geometry,
         :func:`~diffsim_ros.sysid.pose_smoothing.impact_samples`); None: smoothing windows
         span impacts.
+    :ivar mass_split: CCN and CCN-R learn how the total mass splits between the bodies
+        (:func:`mass_shares`; the total stays :attr:`mass`, each body's inertia scales with
+        its mass, its CoM stays), as the paper does on the elbow; False: each body keeps its
+        nominal mass (:attr:`masses`).
     """
 
     name: str
@@ -848,6 +886,7 @@ class ObjectSpec:
     smooth_window: int = 1
     impact_jump: Optional[float] = None
     shape: str = 'vertices'
+    mass_split: bool = False
 
     def __post_init__(self):
         """Check the vertex sets (one per body, in body order), masses, smoothing window."""
@@ -857,6 +896,8 @@ class ObjectSpec:
         if self.impact_jump is not None and not self.impact_jump > 0:
             raise ValueError(f'ObjectSpec {self.name!r}: impact_jump {self.impact_jump} must '
                              'be > 0 m/s (None: smoothing spans impacts)')
+        if self.mass_split and self.model.inertial.reshape(-1, 10).shape[0] < 2:
+            raise ValueError(f'ObjectSpec {self.name!r}: mass_split needs two bodies or more')
         if self.shape not in SHAPES:
             raise ValueError(f'ObjectSpec {self.name!r}: unknown shape {self.shape!r}; valid: '
                              f'{", ".join(SHAPES)}')
@@ -1059,7 +1100,9 @@ def violation_start(spec: ObjectSpec, seed: int,
     ``'vertices'``: :func:`start_parameters` and :data:`LEARNED`. ``'boxes'``: the same with
     the vertices replaced by ``'box'`` (:func:`box_parameters`), the nominal boxes with each
     half extent scaled 0.5-1.5x (a generator of its own, so friction and inertia are drawn as
-    with free vertices).
+    with free vertices). With ``spec.mass_split`` also ``'mass_split'``
+    (:func:`mass_split_parameters`): the nominal split, or each body's mass drawn 0.5-1.5x
+    its nominal and the total kept (the paper's appendix A.4; a generator of its own again).
 
     :param spec: the object.
     :param seed: seed of the draw.
@@ -1067,8 +1110,17 @@ def violation_start(spec: ObjectSpec, seed: int,
     :return: ``(theta, learn)`` for :func:`train_violation`.
     """
     theta = start_parameters(spec, seed, perturb)
+    learn = LEARNED
+    if spec.mass_split:
+        masses = torch.as_tensor(spec.masses, dtype=theta['inertia'].dtype)
+        if perturb:   # appendix A.4, step 3: each link's mass 0.5-1.5x; the total is kept
+            generator = torch.Generator().manual_seed(20_000 + seed)
+            masses = masses * (0.5 + torch.rand(len(masses), generator=generator,
+                                                dtype=masses.dtype))
+        theta['mass_split'] = mass_split_parameters(masses).to(masses.dtype)
+        learn = learn + ('mass_split',)
     if spec.shape == 'vertices':
-        return theta, LEARNED
+        return theta, learn
     box = box_parameters(spec.contact.vertices)
     if perturb:
         generator = torch.Generator().manual_seed(10_000 + seed)
@@ -1076,7 +1128,7 @@ def violation_start(spec: ObjectSpec, seed: int,
         box = torch.cat((box[:, :3], box[:, 3:] + torch.log(scale)), -1)
     out = {k: t for k, t in theta.items() if k != 'vertices'}
     out['box'] = box
-    return out, tuple('box' if k == 'vertices' else k for k in LEARNED)
+    return out, tuple('box' if k == 'vertices' else k for k in learn)
 
 
 def _rollout_with(model, contact, residual, x0, steps, dt):
