@@ -54,8 +54,10 @@ from diffsim_ros.sysid.string_model import StringModel
 CHECK_TIMES = (0.25, 0.5, 1.0, 1.5, 2.0, 2.5)
 #: Ball error that counts as diverged, m.
 DIVERGED_M = 0.02
-#: Plant variants: what is switched off (``a+b`` switches off both).
-VARIANTS = ('plant', 'no_string_damping', 'massless_string', 'no_ball_contact')
+#: Plant variants: what is switched off (``a+b`` switches off both); ``legacy_string`` is
+#: the plant with the string of before 2026-11-27 evening (``sim.cup.LEGACY_STRING``).
+VARIANTS = ('plant', 'no_string_damping', 'massless_string', 'no_ball_contact',
+            'legacy_string')
 
 
 def oracle_model(truth: cup.CupTruth) -> StringModel:
@@ -80,12 +82,14 @@ def variant_plant(truth: cup.CupTruth, name: str) -> cup.CupPlant:
     parts = set(name.split('+'))
     if not parts <= set(VARIANTS):
         raise ValueError(f'unknown variant {name!r}; valid: {", ".join(VARIANTS)} (joined by +)')
+    string = cup.LEGACY_STRING if 'legacy_string' in parts else cup.PLANT_STRING
     # Without damping the capsule chain needs a finer step to stay stable (sim/cup.py).
-    plant = cup.CupPlant(truth, timestep=cup.TIMESTEP / 4 if 'no_string_damping' in parts
-                         else cup.TIMESTEP)
+    plant = cup.CupPlant(truth, string=string,
+                         timestep=string.timestep / 4 if 'no_string_damping' in parts
+                         else string.timestep)
     m = plant.mj_model
     body, joint = mujoco.mjtObj.mjOBJ_BODY, mujoco.mjtObj.mjOBJ_JOINT
-    for k in range(truth.capsules):
+    for k in range(plant.string.capsules):
         j = mujoco.mj_name2id(m, joint, f'string_joint_{k}')
         b = mujoco.mj_name2id(m, body, f'string_{k}')
         if 'no_string_damping' in parts:
