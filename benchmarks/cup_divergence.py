@@ -12,7 +12,8 @@ c. in the model again, but driven by the arm motion the plant really executed (t
    b - c is the string and the ball alone, c - a the arm's tracking;
 
 and on plant variants that each switch one thing of the capsule string off (its joint
-damping, its mass, the ball's contacts with the cup and the arm).  Printed per swing-up and
+damping, its mass, the ball's contacts with the cup and the arm) or rebuild the string of
+before 2026-11-27 evening (``legacy_string``: the damped 25-capsule chain without a tendon).  Printed per swing-up and
 variant: the ball position error against the plant at 0.25, 0.5, 1.0, 1.5, 2.0 and 2.5 s,
 the first time it exceeds 2 cm, whether the plant succeeded and the model caught, the
 plant ball's contact periods, and the plant's slack (``l - |ball - anchor|`` > 5 mm) share.
@@ -25,6 +26,8 @@ Run (development plants only; never a plant the benchmark reports on)::
     python benchmarks/cup_divergence.py --seed 1 --searches 6 --json div.json
     python benchmarks/cup_divergence.py --seed 2 --searches 8 --variants plant \
         --replay-friction 0.16 --json div.json
+    python benchmarks/cup_divergence.py --seed 2 --searches 8 \
+        --variants plant,legacy_string --json div.json     # old string against new
     python benchmarks/cup_divergence.py --quick        # a smoke run, about a minute
 """
 
