@@ -105,8 +105,9 @@ STRING_MASS = 0.002
 #: Viscous damping of each of the string's capsule joints, N m s/rad: only the chain's own
 #: stability needs it (the tendon carries the ball).  Over 64 flailing 4 s runs (zero torque
 #: from random postures, unfollowable cosines; seeds 0-3 of ``benchmarks/cup_sim.py``) with
-#: 10 capsules on the tendon: 1e-4 diverged in none, 3e-5 in 3; 25 capsules at 1e-4 in 2,
-#: at 1e-5 with a 1e-7 armature in 12 (``benchmarks/README.md``, "A faithful string").
+#: 10 capsules on the tendon: 1e-4 diverged in none (1 of 128 on seeds 0-7, where the old
+#: string diverged in 3), 3e-5 in 3; 25 capsules at 1e-4 in 2, at 1e-5 with a 1e-7 armature
+#: in 12 (``benchmarks/README.md``, "A faithful string").
 STRING_DAMPING = 1e-4
 #: The chain is this much longer than the tendon (relative), so it is never straight: a
 #: straight chain of rigid capsules is a singular configuration (a string's snap there drove
