@@ -12,10 +12,11 @@ c. in the model again, but driven by the arm motion the plant really executed (t
    b - c is the string and the ball alone, c - a the arm's tracking;
 
 and on plant variants that each switch one thing of the capsule string off (its joint
-damping, its mass, the ball's contacts with the cup and the arm).  Printed per swing-up and
-variant: the ball position error against the plant at 0.25, 0.5, 1.0, 1.5, 2.0 and 2.5 s,
-the first time it exceeds 2 cm, whether the plant succeeded and the model caught, the
-plant ball's contact periods, and the plant's slack (``l - |ball - anchor|`` > 5 mm) share.
+damping, its mass, the ball's contacts with the cup and the arm) or rebuild the string of
+before 2026-11-27 evening (``legacy_string``: the damped 25-capsule chain without a
+tendon).  Printed per swing-up and variant: the ball position error against the plant at
+0.25, 0.5, 1.0, 1.5, 2.0 and 2.5 s, the first time it exceeds 2 cm, whether the plant
+succeeded and the model caught, the plant ball's contact periods, and the plant's slack (``l - |ball - anchor|`` > 5 mm) share.
 ``--replay-friction C ...`` adds replays (c) of the oracle string with the ball friction
 ``C`` (1/s, on the velocity relative to the anchor) instead of the nominal one: e.g. 0.16, what
 the plant's string dissipates and ``fit_string``'s damping stage identifies.
@@ -25,6 +26,8 @@ Run (development plants only; never a plant the benchmark reports on)::
     python benchmarks/cup_divergence.py --seed 1 --searches 6 --json div.json
     python benchmarks/cup_divergence.py --seed 2 --searches 8 --variants plant \
         --replay-friction 0.16 --json div.json
+    python benchmarks/cup_divergence.py --seed 2 --searches 8 \
+        --variants plant,legacy_string --json div.json     # old string against new
     python benchmarks/cup_divergence.py --quick        # a smoke run, about a minute
 """
 
@@ -54,8 +57,10 @@ from diffsim_ros.sysid.string_model import StringModel
 CHECK_TIMES = (0.25, 0.5, 1.0, 1.5, 2.0, 2.5)
 #: Ball error that counts as diverged, m.
 DIVERGED_M = 0.02
-#: Plant variants: what is switched off (``a+b`` switches off both).
-VARIANTS = ('plant', 'no_string_damping', 'massless_string', 'no_ball_contact')
+#: Plant variants: what is switched off (``a+b`` switches off both); ``legacy_string`` is
+#: the plant with the string of before 2026-11-27 evening (``sim.cup.LEGACY_STRING``).
+VARIANTS = ('plant', 'no_string_damping', 'massless_string', 'no_ball_contact',
+            'legacy_string')
 
 
 def oracle_model(truth: cup.CupTruth) -> StringModel:
@@ -80,12 +85,14 @@ def variant_plant(truth: cup.CupTruth, name: str) -> cup.CupPlant:
     parts = set(name.split('+'))
     if not parts <= set(VARIANTS):
         raise ValueError(f'unknown variant {name!r}; valid: {", ".join(VARIANTS)} (joined by +)')
+    string = cup.LEGACY_STRING if 'legacy_string' in parts else cup.PLANT_STRING
     # Without damping the capsule chain needs a finer step to stay stable (sim/cup.py).
-    plant = cup.CupPlant(truth, timestep=cup.TIMESTEP / 4 if 'no_string_damping' in parts
-                         else cup.TIMESTEP)
+    plant = cup.CupPlant(truth, string=string,
+                         timestep=string.timestep / 4 if 'no_string_damping' in parts
+                         else string.timestep)
     m = plant.mj_model
     body, joint = mujoco.mjtObj.mjOBJ_BODY, mujoco.mjtObj.mjOBJ_JOINT
-    for k in range(truth.capsules):
+    for k in range(plant.string.capsules):
         j = mujoco.mj_name2id(m, joint, f'string_joint_{k}')
         b = mujoco.mj_name2id(m, body, f'string_{k}')
         if 'no_string_damping' in parts:

@@ -35,7 +35,7 @@ except ImportError:  # run as ``python benchmarks/cup_sim.py``
 
 from diffsim_ros.sim.cup import (  # noqa: I100
     BALL_RADIUS, cosine_reference, CupPlant, draw_truth, IDENTIFICATION_POSTURE,
-    identification_recordings, in_cup, tracking_controller)
+    identification_recordings, in_cup, StringBuild, tracking_controller)
 from diffsim_ros.sim.parameters import nominal_model
 
 #: Posture with the cup's opening up, and the transfer-like episode's reference.
@@ -72,13 +72,13 @@ def drop_in(seed: int) -> Dict[str, Any]:
             'rest_sink_m': float(BALL_RADIUS - height[-1])}
 
 
-def flailing(seed: int, runs: int) -> Dict[str, Any]:
-    """Run ``runs`` flailing episodes of 4 s; count MuJoCo divergences."""
+def flailing(seed: int, runs: int, string: Optional[StringBuild] = None) -> Dict[str, Any]:
+    """Run ``runs`` flailing episodes of 4 s; count MuJoCo divergences (string: the plant's)."""
     rng = np.random.default_rng([seed, 7])
     diverged = 0
     for k in range(runs):
         truth = draw_truth(seed * 1000 + k)
-        plant = CupPlant(truth)
+        plant = CupPlant(truth, string=string)
         if k % 2 == 0:
             q0 = rng.uniform([-1.0, -0.5, -1.0, 0.2], [1.0, 1.2, 1.0, 2.5])
 
@@ -127,6 +127,28 @@ def speed(seed: int, episodes: int) -> Dict[str, float]:
             'benchmark_transfer_minutes': EPISODES_IN_BENCHMARK * EPISODE_S / tracked / 60.0,
             'benchmark_transfer_cpu_minutes':
                 EPISODES_IN_BENCHMARK * EPISODE_S / tracked_cpu / 60.0}
+
+
+def plant_cost(seed: int, string: Optional[StringBuild] = None,
+               episodes: int = 1) -> Dict[str, float]:
+    """
+    Return the plant's cost alone: simulated s per CPU s with the torques precomputed.
+
+    :param seed: the plant (``draw_truth``).
+    :param string: the string build (None: the plant's).
+    :param episodes: 3 s episodes timed.
+    :return: ``plant_alone_sim_s_per_cpu_s``.
+    """
+    truth = draw_truth(seed)
+    plant = CupPlant(truth, string=string)
+    reference = cosine_reference(CUP_UP, [0.5, 0.5, 0.5, 0.5], [1, 1, 2, 2], 1.0)
+    q0 = reference.evaluate(torch.zeros(1))[0][0].numpy()
+    table = plant.run(tracking_controller(nominal_model('wam4'), reference.evaluate), q0,
+                      EPISODE_S).tau
+    cpu = time.process_time()
+    for _ in range(episodes):
+        plant.run(lambda t, q, qd: table[int(round(t * 500))], q0, EPISODE_S)
+    return {'plant_alone_sim_s_per_cpu_s': episodes * EPISODE_S / (time.process_time() - cpu)}
 
 
 def identification(seed: int) -> Dict[str, Any]:

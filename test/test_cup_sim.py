@@ -17,7 +17,8 @@ from diffsim_ros.sim.cup import (
     arm_reference, BALL_RADIUS, cosine_reference, CUP_HEIGHT, CUP_LINK, CUP_RADIUS, CupNoise,
     CupPlant, CupRecording, CupTruth, draw_truth, IDENTIFICATION_POSTURE,
     identification_recordings, in_cup, NOMINAL_BALL_MASS, NOMINAL_CUP_RPY, NOMINAL_CUP_XYZ,
-    nominal_truth, SENSOR_NOISE, SPEED_LIMIT, string_references, tracking_controller)
+    nominal_truth, SENSOR_NOISE, SPEED_LIMIT, string_references, StringBuild,
+    tracking_controller)
 from diffsim_ros.sim.parameters import nominal_model
 import numpy as np
 import pytest
@@ -63,7 +64,9 @@ def test_truth_rejects_impossible_values():
     with pytest.raises(ValueError, match='string_length'):
         CupTruth(string_length=0.05)
     with pytest.raises(ValueError, match='capsules'):
-        CupTruth(capsules=1)
+        StringBuild(capsules=1)
+    with pytest.raises(ValueError, match='damping'):
+        StringBuild(damping=-1e-4)
     with pytest.raises(ValueError, match='cup_xyz'):
         CupTruth(cup_xyz=(0.0, math.nan, 0.0))
     with pytest.raises(ValueError, match='ball_mass'):

@@ -3,9 +3,11 @@ Ball in a cup: the MuJoCo ground truth of DiffNEA's headline experiment.
 
 The catalogue WAM-4 (``robots.get('wam4')``, 500 Hz) carries a cup on ``wam/tool_link``; a
 ball hangs from the centre of the cup's bottom on a string.  As in the DiffNEA paper the
-string is a chain of small capsules joined by ball joints, so it is inextensible when taut
-and folds freely when slack -- the plant knows nothing of the closed-form constraint force
-the learned model uses.
+string's body is a chain of small capsules joined by ball joints (it carries the string's
+2 g); its length is a MuJoCo spatial tendon from the anchor to the free ball's centre,
+limited to the string length, so the string is inextensible when taut, pulls only along
+itself and folds freely when slack -- MuJoCo's soft unilateral constraint, not the
+closed-form constraint force the learned model uses (:class:`StringBuild`).
 
 Frames and geometry (the contract of issue 18):
 
@@ -37,14 +39,19 @@ swing-ups; MuJoCo ignores them, and so do these experiments.  The identification
 trajectories stay below :data:`SPEED_LIMIT` (3 rad/s); torques are clipped at the
 catalogue's command limits (25, 20, 15, 15 N m), as libbarrett's driver does.
 
-Numerics (measured, ``benchmarks/cup_sim.py``; ``benchmarks/README.md``): MuJoCo's
-implicit-fast integrator at :data:`TIMESTEP` (4 steps per driver period), the string's
-joints damped by :data:`STRING_DAMPING` (without it a flailing arm makes MuJoCo diverge),
-contacts stiffened to :data:`CONTACT_SOLREF`.  The hanging ball sits at the true length to
-1e-7 m; a ball dropped into the cup sinks 1.2 mm at the impact and stays.  A run that still
-diverges raises :class:`RuntimeError` (count it as a failed episode and report how many).
+Numerics (measured, ``benchmarks/cup_sim.py``, ``benchmarks/cup_fidelity.py``;
+``benchmarks/README.md``): MuJoCo's implicit-fast integrator at :data:`TIMESTEP` (4 steps
+per driver period), the chain's joints damped by :data:`STRING_DAMPING` (without it a
+flailing arm makes MuJoCo diverge), contacts and the tendon's limit stiffened to
+:data:`CONTACT_SOLREF` and :data:`STRING_SOLREF`.  Until 2026-11-27 evening the chain alone
+was the string (:data:`LEGACY_STRING`): its joints' damping, 1e-3 N m s/rad for stability,
+made the slack string a stiff damper (a slack ball fell 3.9 cm short of free fall in
+0.1 s, a 20-degree swing kept 13.4 degrees after 7 s); see :data:`PLANT_STRING` for what
+the tendon string measures.  A run that still diverges raises :class:`RuntimeError` (count
+it as a failed episode and report how many).
 """
 
+import dataclasses
 from dataclasses import dataclass, field
 import math
 from typing import Callable, List, Optional, Sequence, Tuple, Union
@@ -66,14 +73,14 @@ from ..sysid.dataset import Trajectory
 from ..sysid.excitation import FourierTrajectory, JointLimits, limit_check
 
 __all__ = [
-    'ARM_POSTURE', 'BALL_RADIUS', 'CAPSULES', 'CONTACT_SOLREF', 'CUP_HEIGHT', 'CUP_LINK',
-    'CUP_RADIUS', 'CUP_WALL', 'CUP_WALL_SEGMENTS', 'CupNoise', 'CupPlant', 'CupRecording',
-    'CupTruth', 'HOLD_S', 'IDENTIFICATION_POSTURE', 'NOMINAL_BALL_MASS', 'NOMINAL_CUP_RPY',
-    'NOMINAL_CUP_XYZ', 'NOMINAL_STRING_LENGTH', 'RATE_HZ', 'ROBOT', 'SENSOR_NOISE',
-    'SPEED_LIMIT', 'STRING_DAMPING', 'TIMESTEP', 'arm_reference', 'arm_shapes',
-    'cosine_reference',
-    'draw_truth', 'identification_recordings', 'in_cup', 'nominal_truth', 'string_references',
-    'tracking_controller',
+    'ARM_POSTURE', 'BALL_RADIUS', 'CAPSULES', 'CHAIN_SLACK', 'CONTACT_SOLREF', 'CUP_HEIGHT',
+    'CUP_LINK', 'CUP_RADIUS', 'CUP_WALL', 'CUP_WALL_SEGMENTS', 'CupNoise', 'CupPlant',
+    'CupRecording', 'CupTruth', 'HOLD_S', 'IDENTIFICATION_POSTURE', 'LEGACY_STRING',
+    'NOMINAL_BALL_MASS', 'NOMINAL_CUP_RPY', 'NOMINAL_CUP_XYZ', 'NOMINAL_STRING_LENGTH',
+    'PLANT_STRING', 'RATE_HZ', 'ROBOT', 'SENSOR_NOISE', 'SPEED_LIMIT', 'STRING_DAMPING',
+    'STRING_SOLREF', 'StringBuild', 'TIMESTEP', 'arm_reference', 'arm_shapes',
+    'cosine_reference', 'draw_truth', 'identification_recordings', 'in_cup', 'nominal_truth',
+    'string_references', 'tracking_controller',
 ]
 
 Tensor = torch.Tensor
@@ -95,13 +102,21 @@ BALL_RADIUS = 0.02
 #: Capsule radius (m) and mass of the whole string (kg).
 STRING_RADIUS = 0.0015
 STRING_MASS = 0.002
-#: Viscous damping of each of the string's ball joints, N m s/rad.  Needed: a flailing,
-#: torque-saturated arm whips the light capsules until MuJoCo diverges; over 16 such 4 s runs
-#: (zero torque from random postures, unfollowable cosines; 0.5 ms) 1e-4 diverged in 4,
-#: 3e-4 in 2 (1 of 16 at 0.25 ms), 1e-3 in none.  The price: a 0.4 m string swinging 20
-#: degrees under a still cup keeps 11.4 degrees after 7 s (15.2 with 3e-4): the plant's
-#: string dissipates, as real ones do, and the learned ball friction has to stand for it.
-STRING_DAMPING = 1e-3
+#: Viscous damping of each of the string's capsule joints, N m s/rad: only the chain's own
+#: stability needs it (the tendon carries the ball).  Over 64 flailing 4 s runs (zero torque
+#: from random postures, unfollowable cosines; seeds 0-3 of ``benchmarks/cup_sim.py``) with
+#: 10 capsules on the tendon: 1e-4 diverged in none (1 of 128 on seeds 0-7, where the old
+#: string diverged in 3), 3e-5 in 3; 25 capsules at 1e-4 in 2, at 1e-5 with a 1e-7 armature
+#: in 12 (``benchmarks/README.md``, "A faithful string").
+STRING_DAMPING = 1e-4
+#: The chain is this much longer than the tendon (relative), so it is never straight: a
+#: straight chain of rigid capsules is a singular configuration (a string's snap there drove
+#: MuJoCo's joint accelerations to divergence without the old 1e-3 damping) and it can push.
+CHAIN_SLACK = 0.02
+#: The tendon limit's ``solref`` (time constant s, damping ratio): a stiff, critically damped
+#: (inelastic) snap at twice the timestep, the stiffest MuJoCo advises; a flailing arm that
+#: whips the ball round stretched the string by 0.58 mm (2.1 mm at 0.002 s).
+STRING_SOLREF = (0.001, 1.0)
 #: Contact stiffness of every geom (MuJoCo ``solref``: time constant s, damping ratio; MuJoCo
 #: averages the two geoms' values, so the cup and the arm carry it too): stiffer
 #: than MuJoCo's 0.02 s default, under which a ball dropped 0.4 m into the cup sinks 11 mm
@@ -110,8 +125,9 @@ STRING_DAMPING = 1e-3
 CONTACT_SOLREF = (0.002, 1.0)
 #: The wall's inner corners stand this far inside CUP_RADIUS, m.
 _WALL_MARGIN = 0.001
-#: Default number of capsules of the string.
-CAPSULES = 25
+#: Number of capsules of the string's chain (4 cm each on a 0.40 m string): with 25 (16 mm,
+#: 0.08 g each) the chain diverged in 2 of 64 flailing runs at the same damping.
+CAPSULES = 10
 #: Success: the ball must stay inside for the last ``HOLD_S`` seconds.
 HOLD_S = 0.2
 #: Nominal (catalogue / tape-measure) values of the cup and string.
@@ -139,7 +155,6 @@ class CupTruth:
     :param cup_xyz: translation of the cup frame in ``wam/tool_link``, m.
     :param cup_rpy: rotation of the cup frame, URDF roll-pitch-yaw, rad.
     :param ball_mass: kg.
-    :param capsules: number of capsules the string is made of.
     """
 
     arm: TrueParameters = field(default_factory=lambda: TrueParameters(robot=ROBOT))
@@ -147,7 +162,6 @@ class CupTruth:
     cup_xyz: tuple = NOMINAL_CUP_XYZ
     cup_rpy: tuple = NOMINAL_CUP_RPY
     ball_mass: float = NOMINAL_BALL_MASS
-    capsules: int = CAPSULES
 
     def __post_init__(self) -> None:
         """Validate the numbers."""
@@ -164,9 +178,6 @@ class CupTruth:
                              f'radius ({CUP_HEIGHT + BALL_RADIUS} m), got {self.string_length}')
         object.__setattr__(self, 'cup_xyz', finite_vector(self.cup_xyz, 3, 'CupTruth.cup_xyz'))
         object.__setattr__(self, 'cup_rpy', finite_vector(self.cup_rpy, 3, 'CupTruth.cup_rpy'))
-        if isinstance(self.capsules, bool) or not isinstance(self.capsules, int) or \
-                self.capsules < 2:
-            raise ValueError(f'CupTruth.capsules must be an int >= 2, got {self.capsules!r}')
 
     def arm_model(self) -> RobotModel:
         """
@@ -186,6 +197,75 @@ class CupTruth:
         T[:3, :3] = rpy_to_matrix(torch.tensor(self.cup_rpy, dtype=torch.float64)).numpy()
         T[:3, 3] = self.cup_xyz
         return T
+
+
+@dataclass(frozen=True)
+class StringBuild:
+    """
+    How the plant's string is built and integrated (numerics, not hidden truth).
+
+    The default is the plant's string: a free ball held at the string's length from the
+    anchor by a limited MuJoCo tendon (pulls, never pushes, folds freely), and a chain of
+    capsules of the string's mass from the anchor to the ball's centre, slightly longer than
+    the tendon.  ``tendon=False`` is the string of the plant before 2026-11-27 evening
+    (:data:`LEGACY_STRING`): the chain alone, as long as the string, the ball welded to its
+    last capsule.
+
+    :param capsules: number of capsules of the chain.
+    :param damping: viscous damping of every capsule joint, N m s/rad.
+    :param armature: inertia added to every capsule joint's three dofs, kg m^2.
+    :param integrator: MuJoCo integrator (``sim.builder.INTEGRATORS`` key).
+    :param timestep: MuJoCo timestep, s; must divide the 2 ms driver period.
+    :param tendon: hold the string's length by a spatial tendon from the anchor to the
+        ball's centre, limited to the string length; the ball is then a free body tied to the
+        chain's tip, the chain ``1 + chain_slack`` times as long as the string.
+    :param chain_slack: the chain's extra length with a tendon, relative.
+    :param tendon_solref: the tendon limit's MuJoCo ``solref`` (time constant s, damping
+        ratio); also the tie of the chain's tip to the ball.
+    """
+
+    capsules: int = CAPSULES
+    damping: float = STRING_DAMPING
+    armature: float = 0.0
+    integrator: str = 'implicitfast'
+    timestep: float = TIMESTEP
+    tendon: bool = True
+    chain_slack: float = CHAIN_SLACK
+    tendon_solref: tuple = STRING_SOLREF
+
+    def __post_init__(self) -> None:
+        """Validate the numbers."""
+        if isinstance(self.capsules, bool) or not isinstance(self.capsules, int) or \
+                self.capsules < 2:
+            raise ValueError(f'StringBuild.capsules must be an int >= 2, got {self.capsules!r}')
+        for name in ('damping', 'armature', 'chain_slack'):
+            value = float(getattr(self, name))
+            if not (math.isfinite(value) and value >= 0.0):
+                raise ValueError(f'StringBuild.{name} must be finite and >= 0, got {value!r}')
+            object.__setattr__(self, name, value)
+        substeps = (1.0 / RATE_HZ) / self.timestep if self.timestep > 0 else math.nan
+        if not abs(substeps - round(substeps)) < 1e-9:
+            raise ValueError(f'timestep must divide the driver period {1.0 / RATE_HZ} s, '
+                             f'got {self.timestep!r}')
+
+    def chain_length(self, string_length: float) -> float:
+        """
+        Return the capsule chain's length for a string of ``string_length``, m.
+
+        :param string_length: anchor-to-ball-centre distance of the taut string, m.
+        :return: m.
+        """
+        return string_length * (1.0 + self.chain_slack) if self.tendon else string_length
+
+
+#: The plant's string.
+PLANT_STRING = StringBuild()
+#: The string of the plant before 2026-11-27 evening, kept to measure old against new: 25
+#: capsules as long as the string, every joint damped by 1e-3 N m s/rad, the ball welded to
+#: the last one.  Measured against an ideal string (``benchmarks/cup_fidelity.py``): a damped
+#: chain of rigid capsules resists folding (near the ball ``b / (m s^2)`` ~ 150 1/s) and a
+#: straight one pushes, so a slack ball falls 3.9 cm short of free fall in 0.1 s.
+LEGACY_STRING = StringBuild(capsules=25, damping=1e-3, tendon=False, chain_slack=0.0)
 
 
 def nominal_truth(string_length: float = NOMINAL_STRING_LENGTH) -> CupTruth:
@@ -412,10 +492,10 @@ def _add_cup(parent, truth: CupTruth):
     return cup
 
 
-def _add_string(cup, truth: CupTruth) -> None:
+def _add_string(spec: mujoco.MjSpec, cup, truth: CupTruth, build: 'StringBuild') -> None:
     """Add the capsule chain from the anchor along the cup's -z and the ball at its end."""
-    count = truth.capsules
-    segment = truth.string_length / count
+    count = build.capsules
+    segment = build.chain_length(truth.string_length) / count
     mass = STRING_MASS / count
     bending = mass * (3.0 * STRING_RADIUS ** 2 + segment ** 2) / 12.0
     axial = 0.5 * mass * STRING_RADIUS ** 2
@@ -425,18 +505,61 @@ def _add_string(cup, truth: CupTruth) -> None:
                                ipos=[0.0, 0.0, -0.5 * segment],
                                inertia=[bending, bending, axial])
         body.add_joint(name=f'string_joint_{k}', type=mujoco.mjtJoint.mjJNT_BALL,
-                       damping=STRING_DAMPING)
+                       damping=build.damping, armature=build.armature)
         body.add_geom(type=mujoco.mjtGeom.mjGEOM_CAPSULE, size=[STRING_RADIUS, 0, 0],
                       fromto=[0, 0, 0, 0, 0, -segment], contype=0, conaffinity=0,
                       mass=0.0, density=0.0, rgba=[0.9, 0.9, 0.8, 1.0])
         parent, position = body, [0.0, 0.0, -segment]
     moment = 0.4 * truth.ball_mass * BALL_RADIUS ** 2
-    ball = parent.add_body(name='ball', pos=position, mass=truth.ball_mass,
-                           inertia=[moment, moment, moment])
+    if build.tendon:
+        # a free ball: the tendon holds the length, the chain's tip is tied to its centre
+        ball = spec.worldbody.add_body(name='ball', mass=truth.ball_mass,
+                                       inertia=[moment, moment, moment])
+        ball.add_freejoint(name='ball_free')
+        spec.add_equality(type=mujoco.mjtEq.mjEQ_CONNECT, objtype=mujoco.mjtObj.mjOBJ_BODY,
+                          name1=f'string_{count - 1}', name2='ball',
+                          data=[0.0, 0.0, -segment] + [0.0] * 9,
+                          solref=list(build.tendon_solref))
+    else:
+        ball = parent.add_body(name='ball', pos=position, mass=truth.ball_mass,
+                               inertia=[moment, moment, moment])
     ball.add_geom(name='ball', type=mujoco.mjtGeom.mjGEOM_SPHERE, size=[BALL_RADIUS, 0, 0],
                   contype=_BALL, conaffinity=_SOLID, mass=0.0, density=0.0,
                   solref=list(CONTACT_SOLREF),
                   rgba=[0.2, 0.4, 0.9, 1.0])
+    if build.tendon:
+        cup.add_site(name='string_anchor', pos=[0.0, 0.0, 0.0])
+        ball.add_site(name='ball_centre', pos=[0.0, 0.0, 0.0])
+        tendon = spec.add_tendon(name='string', limited=mujoco.mjtLimited.mjLIMITED_TRUE,
+                                 range=[0.0, truth.string_length],
+                                 solref_limit=list(build.tendon_solref))
+        tendon.wrap_site('string_anchor')
+        tendon.wrap_site('ball_centre')
+
+
+def _zigzag(count: int, segment: float, distance: float) -> Tuple[float, np.ndarray]:
+    """
+    Return the zig-zag fold that puts a chain's end ``distance`` from its start.
+
+    In the first capsule's frame capsule ``k`` points along ``-z`` (even ``k``) or along
+    ``-z`` turned about ``y`` by ``-bend`` (odd ``k``).
+
+    :param count: capsules.
+    :param segment: capsule length, m.
+    :param distance: wanted start-to-end distance, m (at most ``count * segment``).
+    :return: ``(bend rad, end (3,) in the first capsule's frame)``.
+    """
+    def end(bend: float) -> np.ndarray:
+        angles = np.where(np.arange(count) % 2 == 0, 0.0, -bend)
+        return segment * np.array([-np.sin(angles).sum(), 0.0, -np.cos(angles).sum()])
+
+    if distance >= count * segment * (1.0 - 1e-12):
+        return 0.0, end(0.0)
+    low, high = 0.0, math.pi
+    for _ in range(60):
+        middle = 0.5 * (low + high)
+        low, high = (middle, high) if np.linalg.norm(end(middle)) > distance else (low, middle)
+    return high, end(high)
 
 
 def _turn(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -462,16 +585,22 @@ class CupPlant:
     :param truth: the hidden parameters.
     :param ball: build the string and the ball (False: the arm and its empty cup, for the
         arm's own identification run, done with the ball taken off).
-    :param timestep: MuJoCo timestep, s; must divide the 2 ms driver period.
+    :param timestep: MuJoCo timestep, s; must divide the 2 ms driver period (None: the
+        string build's).
+    :param string: how the string is built and integrated (None: :data:`PLANT_STRING`).
     """
 
-    def __init__(self, truth: CupTruth, ball: bool = True, timestep: float = TIMESTEP) -> None:
+    def __init__(self, truth: CupTruth, ball: bool = True, timestep: Optional[float] = None,
+                 string: Optional['StringBuild'] = None) -> None:
         self.truth = truth
         self.info = robots.get(ROBOT)
+        build = PLANT_STRING if string is None else string
+        if timestep is not None:
+            build = dataclasses.replace(build, timestep=timestep)
+        #: How the string is built and integrated.
+        self.string = build
+        timestep = build.timestep
         substeps = (1.0 / RATE_HZ) / timestep
-        if not (timestep > 0 and abs(substeps - round(substeps)) < 1e-9):
-            raise ValueError(f'timestep must divide the driver period {1.0 / RATE_HZ} s, '
-                             f'got {timestep!r}')
         #: MuJoCo steps per driver period.
         self.substeps = int(round(substeps))
         #: The arm's exact model (the cup and the ball excluded).
@@ -483,10 +612,10 @@ class CupPlant:
             _solid_geoms_from_visuals(spec, urdf)
             cup = _add_cup(spec.body(CUP_LINK), truth)
             if self.has_ball:
-                _add_string(cup, truth)
+                _add_string(spec, cup, truth, build)
 
         self.mj_model, self._index = build_mujoco_model(
-            urdf, self.true_model, timestep, integrator='implicitfast', joint_limits=True,
+            urdf, self.true_model, timestep, integrator=build.integrator, joint_limits=True,
             extend=extend, contacts=True)
         self.mj_data = mujoco.MjData(self.mj_model)
         name = mujoco.mjtObj.mjOBJ_BODY
@@ -494,6 +623,21 @@ class CupPlant:
         self._ball = mujoco.mj_name2id(self.mj_model, name, 'ball') if ball else -1
         first = mujoco.mj_name2id(self.mj_model, mujoco.mjtObj.mjOBJ_JOINT, 'string_joint_0')
         self._string_qpos = int(self.mj_model.jnt_qposadr[first]) if ball else -1
+        self._string_dof = int(self.mj_model.jnt_dofadr[first]) if ball else -1
+        joint = mujoco.mjtObj.mjOBJ_JOINT
+        self._capsule_qpos = [
+            int(self.mj_model.jnt_qposadr[mujoco.mj_name2id(self.mj_model, joint,
+                                                            f'string_joint_{k}')])
+            for k in range(self.string.capsules)] if ball else []
+        if self.string.tendon and ball:
+            # MuJoCo sets the connect's anchor in the ball from the compile-time pose (the
+            # ball at the origin): the chain's tip is tied to the ball's centre
+            self.mj_model.eq_data[0, 3:6] = 0.0
+        free = mujoco.mj_name2id(self.mj_model, joint, 'ball_free')
+        self._ball_free_qpos = int(self.mj_model.jnt_qposadr[free]) if free >= 0 else -1
+        self._ball_free_dof = int(self.mj_model.jnt_dofadr[free]) if free >= 0 else -1
+        #: Length of one capsule, m.
+        self._segment = self.string.chain_length(truth.string_length) / self.string.capsules
         gain = truth.arm.actuator_gain
         self._gain = np.array([gain.get(j, 1.0) for j in self.joint_names])
         limits = dict(zip(self.info.joint_names, self.info.command_limit))
@@ -511,14 +655,24 @@ class CupPlant:
         return 1.0 / RATE_HZ
 
     def reset(self, q0: Sequence[float], qd0: Optional[Sequence[float]] = None,
-              string_direction: Sequence[float] = (0.0, 0.0, -1.0)) -> None:
+              string_direction: Sequence[float] = (0.0, 0.0, -1.0),
+              ball_velocity: Optional[Sequence[float]] = None, reach: float = 1.0) -> None:
         """
-        Put the arm at ``q0`` and the string straight from the anchor, at rest.
+        Put the arm at ``q0`` and the ball a string's length from the anchor, at rest.
+
+        The capsules lie straight when the chain is as long as the string, else (a chain
+        longer than its tendon, or ``reach < 1``) folded zig-zag in one plane, every other
+        joint bent by the same angle.
 
         :param q0: ``(4,)`` joint positions, rad.
         :param qd0: ``(4,)`` joint velocities, rad/s (default 0); the string starts at rest.
-        :param string_direction: world direction of the straight string (default: hanging
-            down; straight up holds the ball above the cup, to drop it in).
+        :param string_direction: world direction from the anchor to the ball (default:
+            hanging down; straight up holds the ball above the cup, to drop it in).
+        :param ball_velocity: ``(3,)`` world velocity, m/s, of the ball relative to the
+            anchor, given by turning the whole string rigidly about the anchor (its
+            component along ``string_direction`` is dropped); None: at rest.
+        :param reach: the ball's distance from the anchor as a fraction of the string length
+            (``< 1``: the string starts slack), in ``(0.5, 1]``.
         """
         m, d = self.mj_model, self.mj_data
         mujoco.mj_resetData(m, d)
@@ -529,14 +683,36 @@ class CupPlant:
             direction = np.array(finite_vector(string_direction, 3, 'string_direction'))
             if not np.linalg.norm(direction) > 0:
                 raise ValueError('string_direction must not be zero')
-            # R_world_first turns the chain's -z onto the direction; the joint holds
-            # R_cup_first = R_world_cup^T R_world_first.
-            R_world_first = _turn(np.array([0.0, 0.0, -1.0]),
-                                  direction / np.linalg.norm(direction))
+            if not 0.5 < float(reach) <= 1.0:
+                raise ValueError(f'reach must be in (0.5, 1], got {reach!r}')
+            unit = direction / np.linalg.norm(direction)
+            bend, end = _zigzag(self.string.capsules, self._segment,
+                                float(reach) * self.truth.string_length)
+            for k, adr in enumerate(self._capsule_qpos[1:], start=1):
+                # joint k turns capsule k about its parent's y axis by -bend, +bend, ...
+                half = -0.5 * bend if k % 2 else 0.5 * bend
+                d.qpos[adr:adr + 4] = [math.cos(half), 0.0, math.sin(half), 0.0]
+            # R_world_first turns the chain's end (in the first capsule's frame) onto the
+            # direction; the joint holds R_cup_first = R_world_cup^T R_world_first.
+            R_world_first = _turn(end / np.linalg.norm(end), unit)
             R_world_cup = d.xmat[self._cup].reshape(3, 3)
             quat = np.zeros(4)
             mujoco.mju_mat2Quat(quat, (R_world_cup.T @ R_world_first).reshape(9))
             d.qpos[self._string_qpos:self._string_qpos + 4] = quat
+            omega = np.zeros(3)
+            if ball_velocity is not None:
+                # a ball joint's velocity is the child's angular velocity in its own frame
+                omega = np.cross(unit, finite_vector(ball_velocity, 3, 'ball_velocity')) \
+                    / np.linalg.norm(end)
+                d.qvel[self._string_dof:self._string_dof + 3] = R_world_first.T @ omega
+            if self._ball_free_qpos >= 0:
+                # the free ball sits at the chain's tip and moves with it
+                mujoco.mj_kinematics(m, d)
+                anchor = d.xpos[self._cup]
+                tip = anchor + R_world_first @ end
+                d.qpos[self._ball_free_qpos:self._ball_free_qpos + 7] = [*tip, 1, 0, 0, 0]
+                d.qvel[self._ball_free_dof:self._ball_free_dof + 3] = np.cross(omega,
+                                                                               tip - anchor)
         mujoco.mj_forward(m, d)
 
     def anchor(self) -> Tuple[np.ndarray, np.ndarray]:
@@ -568,7 +744,8 @@ class CupPlant:
     def run(self, controller: Controller, q0: Sequence[float], seconds: float,
             noise: Optional[CupNoise] = None, seed: int = 0,
             qd0: Optional[Sequence[float]] = None,
-            string_direction: Sequence[float] = (0.0, 0.0, -1.0)) -> CupRecording:
+            string_direction: Sequence[float] = (0.0, 0.0, -1.0),
+            ball_velocity: Optional[Sequence[float]] = None) -> CupRecording:
         """
         Reset to ``q0`` (string hanging at rest) and run a torque controller at 500 Hz.
 
@@ -582,6 +759,8 @@ class CupPlant:
         :param qd0: initial joint velocities (default 0).
         :param string_direction: world direction of the straight string at the start
             (default: hanging down, at rest).
+        :param ball_velocity: the ball's start velocity relative to the anchor
+            (:meth:`reset`).
         :return: the recording.
         :raises ValueError: a non-finite or wrongly shaped torque.
         :raises RuntimeError: MuJoCo's integration diverged.
@@ -591,7 +770,7 @@ class CupPlant:
             raise ValueError(f'seconds must give at least one sample, got {seconds!r}')
         noise = CupNoise() if noise is None else noise
         rng = np.random.default_rng([int(seed), 18])
-        self.reset(q0, qd0, string_direction)
+        self.reset(q0, qd0, string_direction, ball_velocity)
         d, qpos, dof = self.mj_data, self._index.qpos, self._index.dof
         t = np.arange(steps) / RATE_HZ
         q, qd, tau = (np.zeros((steps, 4)) for _ in range(3))
@@ -643,7 +822,8 @@ class CupPlant:
     def __repr__(self) -> str:
         """Return a one-line summary."""
         truth = self.truth
-        return (f'CupPlant(string {truth.string_length:.4f} m in {truth.capsules} capsules, '
+        return (f'CupPlant(string {truth.string_length:.4f} m in {self.string.capsules} '
+                f'capsules{" on a tendon" if self.string.tendon else ""}, '
                 f'ball {truth.ball_mass * 1e3:.1f} g, {RATE_HZ:g} Hz x {self.substeps})')
 
 

@@ -1,0 +1,318 @@
+"""
+Is the plant's capsule string a faithful string?  Measured against an ideal string (issue 18).
+
+An ideal string is massless, inextensible, folds freely when slack and pulls only along
+itself.  With the cup held still (computed torque on the true arm) and the ball's contacts
+off, ``python benchmarks/cup_fidelity.py [--strings legacy,plant] [--json PATH]`` measures
+per string build of :mod:`diffsim_ros.sim.cup` (``StringBuild``), with nothing of the
+learned string model in it:
+
+a. slack flights: the string released pointing 15 degrees off straight up, folded zig-zag
+   so that the ball starts at 98.5 % of the length from the anchor (a straight chain of
+   rigid capsules can push, a string cannot), the ball at rest
+   (``drop``) or thrown sideways at 1.5 m/s by a rigid turn (``throw``): an ideal string's ball
+   flies the analytic parabola until it is a string's length from the anchor again; the
+   ball's error against the parabola at 0.1, 0.2 and 0.3 s, and when it comes taut;
+b. the snap that ends each flight: an ideal (inelastic) snap removes the ball's radial
+   speed and keeps its tangential one; the radial restitution (-v_r after / v_r before),
+   the share of the tangential speed kept, the ball's mechanical energy lost in the snap
+   against the ideal ``m v_r^2 / 2``;
+c. a pendulum: the straight string released horizontally at rest against the ideal
+   point-mass pendulum of the string's length (``theta'' = -(g/l) sin theta``, RK4 at
+   0.1 ms), ball error at 0.1, 0.2, 0.3, 0.5 and 1.0 s;
+d. a small swing: released 20 degrees from hanging, the swing amplitude over the last
+   period of 7 s (ideal: 20 degrees);
+
+and, with ``--flailing N``, the stability criterion of ``benchmarks/cup_sim.py`` (N flailing
+4 s runs that must never diverge) and the plant's cost (simulated s per CPU s with the
+torques precomputed).  The 25-capsule string of 2 g and the ball of the plant drawn by
+``--seed`` (default: the nominal plant at 0.40 m).
+"""
+
+import dataclasses
+import math
+import os
+import sys
+import time
+from typing import Any, Dict, Optional, Sequence
+
+import mujoco
+import numpy as np
+import torch
+
+try:
+    from benchmarks import _common
+except ImportError:  # run as ``python benchmarks/cup_fidelity.py``
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from benchmarks import _common
+
+from benchmarks import cup_sim  # noqa: I100
+from diffsim_ros.sim import cup
+
+#: Where the cup is held: the identification posture (the opening points forward).
+POSTURE = cup.IDENTIFICATION_POSTURE
+#: Flight checks, s; pendulum checks, s.
+FLIGHT_TIMES = (0.1, 0.2, 0.3)
+PENDULUM_TIMES = (0.1, 0.2, 0.3, 0.5, 1.0)
+GRAVITY = 9.81
+#: The slack flights start with the ball this fraction of the string length from the anchor,
+#: the capsules folded zig-zag: a straight chain of rigid capsules can push, a string cannot.
+REACH = 0.985
+#: The builds measured by name (``--strings``).
+STRINGS = {'legacy': cup.LEGACY_STRING, 'plant': cup.PLANT_STRING}
+
+
+def _plant(truth: cup.CupTruth, build: cup.StringBuild) -> cup.CupPlant:
+    """Return a plant whose ball touches nothing."""
+    plant = cup.CupPlant(truth, string=build)
+    m = plant.mj_model
+    g = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, 'ball')
+    m.geom_contype[g] = 0
+    m.geom_conaffinity[g] = 0
+    return plant
+
+
+class _Run:
+    """A still-cup run at the driver rate: ``t``, ``ball``, ``cup_pos``, start velocity ``v0``."""
+
+    def __init__(self, t, ball, cup_pos, v0):
+        self.t, self.ball, self.cup_pos, self.v0 = t, ball, cup_pos, v0
+
+
+def _run(plant: cup.CupPlant, seconds: float, direction, velocity=None,
+         reach: float = 1.0) -> _Run:
+    """
+    Hold the arm at :data:`POSTURE` and release the string (``CupPlant.reset``'s arguments).
+
+    :param plant: the plant.
+    :param seconds: duration, s.
+    :param direction: world direction from the anchor to the ball.
+    :param velocity: ball velocity relative to the anchor, m/s, by a rigid turn of the string
+        about the anchor; None: at rest.
+    :param reach: the ball's start distance from the anchor over the string length.
+    :return: the samples.
+    """
+    controller = cup_sim._hold(plant.truth, POSTURE)
+    plant.reset(POSTURE, string_direction=direction, ball_velocity=velocity, reach=reach)
+    v0 = _ball_velocity(plant)
+    steps = int(round(seconds * cup.RATE_HZ))
+    t = np.arange(steps) / cup.RATE_HZ
+    ball, cup_pos = np.zeros((steps, 3)), np.zeros((steps, 3))
+    for k in range(steps):
+        ball[k], cup_pos[k] = plant.ball_position(), plant.anchor()[0]
+        q, qd = plant.joint_state()
+        plant.apply(controller(float(t[k]), q, qd), float(t[k]))
+    return _Run(t, ball, cup_pos, v0)
+
+
+def _ball_velocity(plant: cup.CupPlant) -> np.ndarray:
+    """Return the ball's world velocity now, m/s."""
+    out = np.zeros(6)
+    ball = mujoco.mj_name2id(plant.mj_model, mujoco.mjtObj.mjOBJ_BODY, 'ball')
+    mujoco.mj_objectVelocity(plant.mj_model, plant.mj_data, mujoco.mjtObj.mjOBJ_BODY, ball,
+                             out, 0)
+    return out[3:]
+
+
+def _velocity(recording: cup.CupRecording) -> np.ndarray:
+    """Return the ball's world velocity by central differences, m/s."""
+    return np.gradient(recording.ball, recording.t, axis=0)
+
+
+def flight(plant: cup.CupPlant, direction: Sequence[float],
+           velocity: Sequence[float]) -> Dict[str, Any]:
+    """
+    Release a slack flight; return its errors against the parabola and the snap's figures.
+
+    :param plant: the plant (ball contacts off).
+    :param direction: world direction of the straight string at the release.
+    :param velocity: the ball's start velocity (its part along the string is dropped), m/s.
+    :return: ``error_m`` at :data:`FLIGHT_TIMES`, ``taut_s`` ideal and plant, and the snap's
+        ``restitution``, ``tangential_kept``, ``energy_lost_mj`` plant and ideal.
+    """
+    length = plant.truth.string_length
+    rec = _run(plant, 0.6, direction, velocity, reach=REACH)
+    anchor, x0, v0 = rec.cup_pos[0], rec.ball[0], rec.v0
+    g = np.array([0.0, 0.0, -GRAVITY])
+    ideal = x0 + rec.t[:, None] * v0 + 0.5 * rec.t[:, None] ** 2 * g
+    reach = np.linalg.norm(ideal - anchor, axis=1)
+    # the first time after the release that the parabola is a string's length away again
+    beyond = np.nonzero((reach >= length) & (rec.t > 0.02))[0]
+    k_ideal = int(beyond[0]) if beyond.size else rec.t.size - 1
+    error = np.linalg.norm(rec.ball - ideal, axis=1)
+    distance = np.linalg.norm(rec.ball - rec.cup_pos, axis=1)
+    # the plant's snap: the first sample near the ideal one where the ball is nearly at l
+    after = np.nonzero((distance >= length - 2e-3) & (rec.t > 0.5 * rec.t[k_ideal]))[0]
+    k_snap = int(after[0]) if after.size else k_ideal
+    v = _velocity(rec)
+    before_k, after_k = max(k_snap - 5, 0), min(k_snap + 10, rec.t.size - 1)
+
+    def split(k: int) -> tuple:
+        # the ball's speed along the string (outward) and across it at sample k
+        radial = (rec.ball[k] - anchor) / np.linalg.norm(rec.ball[k] - anchor)
+        along = float(v[k] @ radial)
+        return along, float(np.linalg.norm(v[k] - along * radial))
+
+    (vr_before, vt_before), (vr_after, vt_after) = split(before_k), split(after_k)
+    # no snap to speak of where the ball did not fly outward (a chain that held it back)
+    snapped = vr_before > 0.1
+    mass = plant.truth.ball_mass
+
+    def energy(k: int) -> float:
+        return 0.5 * mass * float(v[k] @ v[k]) + mass * GRAVITY * rec.ball[k, 2]
+
+    # past the ideal snap the parabola is no longer the ideal string's path
+    return {'error_m': [float(np.interp(s, rec.t, error)) if s < rec.t[k_ideal] else None
+                        for s in FLIGHT_TIMES],
+            'taut_s': {'ideal': float(rec.t[k_ideal]), 'plant': float(rec.t[k_snap])},
+            'restitution': -vr_after / vr_before if snapped else math.nan,
+            'tangential_kept': float(vt_after / vt_before) if snapped else math.nan,
+            'energy_lost_mj': ({'plant': 1e3 * (energy(before_k) - energy(after_k)),
+                                'ideal': 1e3 * 0.5 * mass * vr_before ** 2} if snapped
+                               else None)}
+
+
+def ideal_pendulum(length: float, theta0: float, times: np.ndarray,
+                   dt: float = 1e-4) -> np.ndarray:
+    """
+    Return the ideal point-mass pendulum's angle from hanging, released at rest.
+
+    :param length: m.
+    :param theta0: start angle, rad.
+    :param times: ``(T,)`` increasing times, s.
+    :param dt: RK4 step, s.
+    :return: ``(T,)`` angles, rad.
+    """
+    def f(y):
+        return np.array([y[1], -GRAVITY / length * math.sin(y[0])])
+
+    y, t, out = np.array([theta0, 0.0]), 0.0, []
+    for target in times:
+        while t < target - 1e-12:
+            h = min(dt, target - t)
+            k1 = f(y)
+            k2 = f(y + 0.5 * h * k1)
+            k3 = f(y + 0.5 * h * k2)
+            k4 = f(y + h * k3)
+            y, t = y + h / 6.0 * (k1 + 2 * k2 + 2 * k3 + k4), t + h
+        out.append(y[0])
+    return np.array(out)
+
+
+def pendulum(plant: cup.CupPlant) -> Dict[str, Any]:
+    """
+    Release the straight string horizontally; return the ball's error against the ideal.
+
+    :param plant: the plant (ball contacts off).
+    :return: ``error_m`` at :data:`PENDULUM_TIMES`.
+    """
+    length = plant.truth.string_length
+    rec = _run(plant, max(PENDULUM_TIMES) + 0.01, (1.0, 0.0, 0.0))
+    anchor = rec.cup_pos[0]
+    theta = ideal_pendulum(length, 0.5 * math.pi, rec.t)
+    ideal = anchor + length * np.stack([np.sin(theta), np.zeros_like(theta), -np.cos(theta)],
+                                       -1)
+    error = np.linalg.norm(rec.ball - ideal, axis=1)
+    return {'error_m': [float(np.interp(s, rec.t, error)) for s in PENDULUM_TIMES]}
+
+
+def swing(plant: cup.CupPlant, degrees: float = 20.0, seconds: float = 7.0) -> Dict[str, float]:
+    """
+    Release a small swing from rest under the still cup; return its amplitude at the end.
+
+    :param plant: the plant.
+    :param degrees: start angle from hanging.
+    :param seconds: duration.
+    :return: ``start_deg`` and ``end_deg`` (largest angle over the last period).
+    """
+    angle = math.radians(degrees)
+    rec = _run(plant, seconds, (math.sin(angle), 0.0, -math.cos(angle)))
+    rel = rec.ball - rec.cup_pos
+    theta = np.degrees(np.arccos(np.clip(-rel[:, 2] / np.linalg.norm(rel, axis=1), -1, 1)))
+    period = 2.0 * math.pi * math.sqrt(plant.truth.string_length / GRAVITY)
+    return {'start_deg': float(degrees), 'end_deg': float(theta[rec.t > seconds - period].max())}
+
+
+def measure(truth: cup.CupTruth, build: cup.StringBuild, flailing: int = 0,
+            seed: int = 0) -> Dict[str, Any]:
+    """
+    Return every figure of the module docstring for one string build.
+
+    :param truth: the plant.
+    :param build: the string build.
+    :param flailing: flailing runs (0: none).
+    :param seed: seed of the flailing runs.
+    :return: the figures.
+    """
+    plant = _plant(truth, build)
+    tilt = math.radians(15.0)
+    up = (math.sin(tilt), 0.0, math.cos(tilt))
+    out = {'build': dataclasses.asdict(build),
+           'drop': flight(plant, up, (0.0, 0.0, 0.0)),
+           'throw': flight(plant, up, (0.0, 1.5, 0.0)),
+           'pendulum': pendulum(plant), 'swing': swing(plant)}
+    if flailing:
+        start = time.perf_counter()
+        out['flailing'] = cup_sim.flailing(seed, flailing, string=build)
+        out['flailing']['wall_s'] = time.perf_counter() - start
+        out['cost'] = cup_sim.plant_cost(seed, build)
+    return out
+
+
+def _print(name: str, f: Dict[str, Any]) -> None:
+    """Print one build's figures."""
+    print(f'{name}: {f["build"]}')
+    for case in ('drop', 'throw'):
+        c = f[case]
+        print(f'  {case}: error vs parabola (cm) at {FLIGHT_TIMES} s: '
+              + ' '.join('-' if e is None else f'{100 * e:.2f}' for e in c['error_m'])
+              + f'; taut at {c["taut_s"]["plant"]:.3f} s (ideal {c["taut_s"]["ideal"]:.3f}); '
+              f'snap restitution {c["restitution"]:.2f}, tangential kept '
+              f'{c["tangential_kept"]:.2f}, energy lost '
+              + ('- (no outward flight before it)' if c['energy_lost_mj'] is None else
+                 f'{c["energy_lost_mj"]["plant"]:.1f} mJ (ideal '
+                 f'{c["energy_lost_mj"]["ideal"]:.1f})'))
+    print(f'  pendulum from horizontal: error vs ideal point mass (cm) at {PENDULUM_TIMES} s: '
+          + ' '.join(f'{100 * e:.2f}' for e in f['pendulum']['error_m']))
+    print(f'  20-degree swing after 7 s: {f["swing"]["end_deg"]:.1f} deg')
+    if 'flailing' in f:
+        print(f'  flailing runs diverged: {f["flailing"]["diverged"]} of {f["flailing"]["runs"]} '
+              f'({f["flailing"]["wall_s"]:.0f} s); plant alone '
+              f'{f["cost"]["plant_alone_sim_s_per_cpu_s"]:.2f} sim s per CPU s')
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """
+    Measure the string builds (see the module docstring).
+
+    :param argv: command-line arguments (None: ``sys.argv``).
+    :return: exit status.
+    """
+    parser = _common.make_parser(__doc__.strip().splitlines()[0])
+    parser.add_argument('--strings', default=','.join(STRINGS),
+                        help=f'string builds among {",".join(STRINGS)} (default: all)')
+    parser.add_argument('--seed', type=int, default=None,
+                        help='draw_truth seed of the plant (default: the nominal plant)')
+    parser.add_argument('--flailing', type=int, default=0,
+                        help='also run this many flailing 4 s runs per build and time the '
+                        'plant (cup_sim.py uses 16)')
+    parser.set_defaults(threads=1)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    names = [s for s in args.strings.split(',') if s]
+    unknown = sorted(set(names) - set(STRINGS))
+    if unknown:
+        parser.error(f'unknown strings {unknown}; valid: {", ".join(STRINGS)}')
+    truth = cup.nominal_truth() if args.seed is None else cup.draw_truth(args.seed)
+    report: Dict[str, Any] = {'seed': args.seed, 'string_length_m': truth.string_length}
+    for name in names:
+        report[name] = measure(truth, STRINGS[name], args.flailing, args.seed or 0)
+        _print(name, report[name])
+    report['machine'] = _common.machine_info(('torch', 'mujoco'))
+    if args.json:
+        _common.write_json(args.json, report)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
