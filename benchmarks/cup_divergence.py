@@ -16,7 +16,8 @@ damping, its mass, the ball's contacts with the cup and the arm) or rebuild the 
 before 2026-11-27 evening (``legacy_string``: the damped 25-capsule chain without a
 tendon).  Printed per swing-up and variant: the ball position error against the plant at
 0.25, 0.5, 1.0, 1.5, 2.0 and 2.5 s, the first time it exceeds 2 cm, whether the plant
-succeeded and the model caught, the plant ball's contact periods, and the plant's slack (``l - |ball - anchor|`` > 5 mm) share.
+succeeded and the model caught, the plant ball's contact periods, and the plant's slack
+(``l - |ball - anchor|`` > 5 mm) share.
 ``--replay-friction C ...`` adds replays (c) of the oracle string with the ball friction
 ``C`` (1/s, on the velocity relative to the anchor) instead of the nominal one: e.g. 0.16, what
 the plant's string dissipates and ``fit_string``'s damping stage identifies.

@@ -154,6 +154,9 @@ def fit_object(spec: ObjectSpec, method: str, train: Trajectories, validation: T
     recorded = validation
     train = smooth_for_learning(spec, train, dt)
     validation = smooth_for_learning(spec, validation, dt)
+    if restarts == 1:
+        return METHODS[method](spec, train, validation, dt, seed=seed, steps=steps,
+                               perturb=perturb, regime=regime)
     fits, starts = [], []
     for r in range(restarts):
         fit = METHODS[method](spec, train, validation, dt,
@@ -161,12 +164,10 @@ def fit_object(spec: ObjectSpec, method: str, train: Trajectories, validation: T
                               perturb=perturb, regime=regime)
         start = {'seed': seed + RESTART_SEED_STRIDE * r,
                  'validation_loss': min(fit.history['validation'])}
-        if restarts > 1 and choose == 'rollout':
+        if choose == 'rollout':
             start['horizon_error'] = horizon_error(fit, recorded, dt)
         fits.append(fit)
         starts.append(start)
-    if restarts == 1:
-        return fits[0]
     key = 'horizon_error' if choose == 'rollout' else 'validation_loss'
     best = fits[min(range(restarts), key=lambda r: starts[r][key])]
     best.extra['restarts'] = starts
