@@ -288,7 +288,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     :param argv: command-line arguments (None: ``sys.argv``).
     :return: exit status.
     """
-    parser = _common.make_parser(__doc__.strip().splitlines()[0])
+    parser = _common.make_parser(__doc__.strip().splitlines()[0], threads=1)
     parser.add_argument('--strings', default=','.join(STRINGS),
                         help=f'string builds among {",".join(STRINGS)} (default: all)')
     parser.add_argument('--seed', type=int, default=None,
@@ -296,7 +296,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--flailing', type=int, default=0,
                         help='also run this many flailing 4 s runs per build and time the '
                         'plant (cup_sim.py uses 16)')
-    parser.set_defaults(threads=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     names = [s for s in args.strings.split(',') if s]

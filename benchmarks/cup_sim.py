@@ -178,11 +178,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     :return: 0 when the plant meets its promises (string within 2 mm, dropped ball stays,
         no divergence, no touch in the identification data), 1 otherwise.
     """
-    parser = _common.make_parser(__doc__.strip().splitlines()[0])
+    parser = _common.make_parser(__doc__.strip().splitlines()[0], threads=1)
     parser.add_argument('--seed', type=int, default=0, help='seed of the hidden plant')
     # the controller's per-tick torch calls are tiny: a second thread only adds contention
     # (the identification data took 1008 s with two threads at load 15, 108 s with one)
-    parser.set_defaults(threads=1)
     parser.epilog = 'This script runs with --threads 1 unless told otherwise.'
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)

@@ -314,7 +314,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     :param argv: command-line arguments (``sys.argv[1:]`` when None).
     :return: exit status (0).
     """
-    parser = _common.make_parser(__doc__.strip().splitlines()[0])
+    parser = _common.make_parser(__doc__.strip().splitlines()[0], threads=1)
     parser.add_argument('--data', default=None, help='shared data root (holding INDEX.md)')
     parser.add_argument('--device', default=None,
                         help='torch device (default: cuda when available, else cpu)')
@@ -324,7 +324,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help=f'comma-separated subset of {",".join(SECTIONS)}')
     # The per-step tensors are tiny (P x windows states): intra-op threads only add
     # synchronisation (4x slower with 2 threads on the shared 2-core machine), so 1 thread.
-    parser.set_defaults(threads=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device or ('cuda' if torch.cuda.is_available() else 'cpu'))
