@@ -580,7 +580,9 @@ def _turn(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 class CupPlant:
     """
-    The ground truth: the WAM-4 with a cup and a ball on a capsule-chain string.
+    The ground truth: the WAM-4 with a cup and a ball on a string.
+
+    The string is a length-limited tendon, and a chain of capsules carries its mass.
 
     :param truth: the hidden parameters.
     :param ball: build the string and the ball (False: the arm and its empty cup, for the
