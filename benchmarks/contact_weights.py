@@ -42,7 +42,7 @@ except ImportError:  # run as ``python benchmarks/contact_weights.py``
 from diffsim_ros.io.object_urdf import elbow_spec  # noqa: I100
 from diffsim_ros.io.tosses import CUBE_HALF_WIDTH_M, load_cube_tosses, load_elbow_tosses
 from diffsim_ros.sysid import contact_learning as cl
-from diffsim_ros.sysid.object_learning import fit_object, horizon_error, RESTART_CRITERIA
+from diffsim_ros.sysid.object_learning import fit_object, horizon_error
 
 #: The elbow's selection windows start at every 4th sample (as its benchmark's tables).
 ELBOW_WINDOW_STRIDE = 4
@@ -337,15 +337,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--shape', choices=cl.SHAPES, default=None,
                         help='how CCN learns the geometry (ObjectSpec.shape; default the '
                              "object's own)")
-    parser.add_argument('--mass-split', choices=('fixed', 'learned'), default=None,
-                        help='whether CCN learns how the total mass splits between the bodies '
-                             "(ObjectSpec.mass_split; default the object's own)")
-    parser.add_argument('--restarts', type=int, default=1,
-                        help='starts per fit, keeping the one the validation tosses rank first '
-                             '(--choose-by; fit_object restarts; default 1)')
-    parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='rollout',
-                        help='how --restarts are ranked on the validation tosses: the '
-                             'violation loss, or 16-sample rollouts (default: rollout)')
+    elbow.add_start_options(parser)
     parser.add_argument('--impact-jumps', default='none',
                         help="comma-separated ObjectSpec.impact_jump values [m/s] ('none': "
                              'smoothing windows span impacts)')

@@ -446,6 +446,23 @@ def markdown(payload: Dict[str, Any]) -> str:
     return '\n'.join(lines)
 
 
+def add_start_options(parser) -> None:
+    """
+    Add ``--mass-split``, ``--restarts`` and ``--choose-by`` (what ``fit_object`` takes).
+
+    :param parser: an ``argparse.ArgumentParser``.
+    """
+    parser.add_argument('--mass-split', choices=('fixed', 'learned'), default=None,
+                        help='whether CCN learns how the total mass splits between the '
+                             "bodies (default the object spec's, ObjectSpec.mass_split)")
+    parser.add_argument('--restarts', type=int, default=1,
+                        help='starts per fit, keeping the one the validation tosses rank first '
+                             '(--choose-by; sysid.object_learning.fit_object; default 1)')
+    parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='rollout',
+                        help='how --restarts are ranked on the validation tosses: the '
+                             "method's own loss, or 16-sample rollouts (default: rollout)")
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """
     Run the benchmark and print markdown tables.
@@ -488,15 +505,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='how CCN and CCN-R learn the geometry: every corner free '
                              "('vertices') or each link's box ('boxes'); default the elbow "
                              "spec's (ObjectSpec.shape)")
-    parser.add_argument('--mass-split', choices=('fixed', 'learned'), default=None,
-                        help='whether CCN and CCN-R learn how the total mass splits between '
-                             "the links (default the elbow spec's, ObjectSpec.mass_split)")
-    parser.add_argument('--restarts', type=int, default=1,
-                        help='starts per fit, keeping the one the validation tosses rank first '
-                             '(--choose-by; sysid.object_learning.fit_object; default 1)')
-    parser.add_argument('--choose-by', choices=RESTART_CRITERIA, default='rollout',
-                        help='how --restarts are ranked on the validation tosses: the '
-                             "method's own loss, or 16-sample rollouts (default: rollout)")
+    add_start_options(parser)
     parser.add_argument('--rescore', metavar='JSON', default=None,
                         help="evaluate a run's learned CCN / DiffSim models (from its --json) "
                              'and the nominal rows on the tosses no fit, test or choice of the '
