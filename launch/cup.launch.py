@@ -2,9 +2,10 @@
 Ball in a cup on the WAM-4: identify the arm and the string, track a swing-up (issue 18).
 
 ``ros2 launch diffsim_ros cup.launch.py`` (no hardware) starts ``sim_driver`` in its cup scene
-(a MuJoCo WAM-4 with a cup and a ball on a capsule-chain string, hidden parameters drawn from
-its ``seed``; ``/joint_states`` and the ball on ``/mocap/ball`` at 500 Hz; in lockstep by
-default, publishing ``/clock``), the ``identifier`` in its cup mode (the arm from
+(a MuJoCo WAM-4 with a cup and a ball on a string: a length-limiting tendon plus a light
+capsule chain, ``sim.cup.StringBuild``; hidden parameters drawn from its ``seed``;
+``/joint_states`` and the ball on ``/mocap/ball`` at 500 Hz; in lockstep by default,
+publishing ``/clock``), the ``identifier`` in its cup mode (the arm from
 ``joint_states``, the string from the ball's poses: ``/identifier/parameters`` carries
 ``string/string_length`` and the cup transform with their std) and, with
 ``reference_file:=<swing_up.yaml>`` (a ``kind: sampled`` file; ``diffsim-cup-search`` makes one
