@@ -4,8 +4,9 @@ Helpers for tests that run real rclpy nodes over DDS on loopback.
 Fixtures (load them in a test module with ``pytest_plugins = ['ros_helpers']``; importing
 them by name would trip flake8's F811 at every test that takes one):
 
-* ``ros_domain`` (session): an isolated ``ROS_DOMAIN_ID`` derived from the pid, set in
-  the environment before any context starts, with discovery limited to localhost;
+* ``ros_domain`` (session): an isolated ``ROS_DOMAIN_ID`` (:func:`reserved_domain_id`: no
+  other test run on this machine holds it), set in the environment before any context
+  starts, with discovery limited to localhost;
 * ``ros_context``: a fresh ``rclpy`` context on that domain, shut down after the test;
 * ``executor``: a multi-threaded executor of that context spinning in a background thread;
   add nodes with ``executor.add_node(node)``; nodes are destroyed after the test.
@@ -15,7 +16,9 @@ for a counter to stop changing; :func:`call` calls a service.  (PYTEST_DONT_REWR
 the module has no asserts, and test modules import it before pytest loads it as a plugin.)
 """
 
+import fcntl
 import os
+import tempfile
 import threading
 import time
 from types import SimpleNamespace
@@ -26,14 +29,43 @@ from rclpy.context import Context
 from rclpy.executors import MultiThreadedExecutor
 
 
-def domain_id_for(pid: int) -> int:
-    """
-    Return a DDS domain id for a test process, away from the default domain 0.
+#: Open lock files of the domains this process holds, by ``(first, count)`` range.
+_RESERVED = {}
 
-    :param pid: process id.
-    :return: an id in ``[1, 100]`` (Fast DDS port arithmetic stays valid up to 232).
+
+def reserved_domain_id(first: int = 1, count: int = 100) -> int:
     """
-    return 1 + pid % 100
+    Return a DDS domain id in ``[first, first + count)`` that no other test run here holds.
+
+    Two test runs on one machine (a CI clone beside a developer's run, two worktrees) share
+    loopback DDS: on one domain they hear each other's ``joint_states`` and commands, and a
+    node test reads another run's robot (a monitor NMSE of 6 where 0.1 was due).  So the
+    domain is reserved with an exclusive ``flock`` on a file in the temporary directory,
+    held until this process exits; the search starts at a pid-derived id.  The same range
+    asked twice returns the same id.  Fast DDS port arithmetic stays valid up to 232.
+
+    :param first: lowest id of the range.
+    :param count: ids in the range.
+    :return: the reserved id.
+    :raises RuntimeError: when other runs hold every id of the range.
+    """
+    key = (first, count)
+    if key in _RESERVED:
+        return _RESERVED[key][0]
+    start = os.getpid() % count
+    for i in range(count):
+        domain = first + (start + i) % count
+        path = os.path.join(tempfile.gettempdir(), f'diffsim_ros_dds_domain_{domain}.lock')
+        handle = open(path, 'a')
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.close()
+            continue
+        _RESERVED[key] = (domain, handle)
+        return domain
+    raise RuntimeError(f'every DDS domain id in [{first}, {first + count}) is held by another '
+                       'test run on this machine')
 
 
 def realtime_process(priority: int = 40) -> None:
@@ -121,7 +153,7 @@ def ros_domain():
     """Isolate this test run on its own DDS domain, restoring the environment afterwards."""
     saved = {key: os.environ.get(key)
              for key in ('ROS_DOMAIN_ID', 'ROS_AUTOMATIC_DISCOVERY_RANGE')}
-    domain = domain_id_for(os.getpid())
+    domain = reserved_domain_id()
     os.environ['ROS_DOMAIN_ID'] = str(domain)
     os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
     yield domain

@@ -2,18 +2,18 @@
 
 import json
 import math
-import os
 import re
 
 from diffsim_ros import demo
 from diffsim_ros.io import bag_topics, read_bag
 from diffsim_ros.nodes.params import config_path, load_yaml_params
 import pytest
+from ros_helpers import reserved_domain_id
 
 
 def _domain_id() -> int:
-    # away from the ids of test/ros_helpers.py (1-100) and test_node_recorder.py (100-199)
-    return 200 + os.getpid() % 30
+    # away from the ids of test/ros_helpers.py (1-100) and test_node_recorder.py (101-199)
+    return reserved_domain_id(200, 30)
 
 
 def test_demo_swings_up_with_the_identified_model_and_writes_bag_report_and_plot(

@@ -1,6 +1,5 @@
 """The recorder node writes live DDS traffic into a bag that ``read_bag`` reads back."""
 
-import os
 import threading
 import time
 
@@ -10,6 +9,7 @@ import pytest
 import rclpy
 from rclpy.executors import SingleThreadedExecutor
 from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile
+from ros_helpers import reserved_domain_id
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 import torch
@@ -18,7 +18,7 @@ import torch
 @pytest.fixture
 def context():
     ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=100 + os.getpid() % 100)
+    rclpy.init(context=ctx, domain_id=reserved_domain_id(101, 99))
     yield ctx
     ctx.try_shutdown()
 

@@ -25,7 +25,7 @@ from diffsim_ros.nodes.params import (check_unknown_parameters, config_path, dec
                                       parameter_overrides, parameter_sections, ParameterError)
 import pytest
 from rclpy.node import Node
-from ros_helpers import domain_id_for
+from ros_helpers import reserved_domain_id
 
 pytest_plugins = ['ros_helpers']
 
@@ -48,7 +48,7 @@ def start(executable: str, *arguments: str) -> Tuple[int, str, str]:
               'sys.exit(main())')
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(REPO)] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]),
-        ROS_DOMAIN_ID=str(domain_id_for(os.getpid())),
+        ROS_DOMAIN_ID=str(reserved_domain_id()),
         ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST', RCUTILS_COLORIZED_OUTPUT='0')
     try:
         done = subprocess.run([sys.executable, '-c', script, *arguments], env=env, cwd=REPO,
@@ -305,7 +305,7 @@ def test_a_node_process_runs_torch_on_one_thread_unless_omp_num_threads_chooses(
         env['OMP_NUM_THREADS'] = omp
     env.update(PYTHONPATH=os.pathsep.join(
         [str(REPO)] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]),
-        ROS_DOMAIN_ID=str(domain_id_for(os.getpid())),
+        ROS_DOMAIN_ID=str(reserved_domain_id()),
         ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST')
     done = subprocess.run([sys.executable, '-c', script], env=env, cwd=REPO,
                           capture_output=True, text=True, timeout=HANG_S)
