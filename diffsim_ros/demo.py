@@ -24,7 +24,10 @@ demo writes ``report.json`` (``success``, ``swing_up_time_s``, ``parameters`` wi
 ``median_parameter_error`` and ``offline_fit_median_parameter_error`` over the parameters the
 plant has, ``prediction_nmse``) and ``prediction.png`` (predicted vs measured trajectories).
 Exit code 0 when the task succeeded and the identified model predicts better than the
-nominal one, 1 otherwise.
+nominal one, 1 otherwise.  Before any of its nodes start, the demo listens on its domain and
+refuses (exit code 2) where another graph publishes ``/joint_states`` or ``/clock`` or takes
+the robot's commands: a real driver there would take the simulated torques
+(:func:`refuse_foreign_robot`).
 """
 
 import argparse
@@ -94,7 +97,9 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
                         help='pace of the simulated clock relative to the wall clock '
                              '(default 0.5; the Python nodes share 2 cores)')
     parser.add_argument('--domain-id', default=None, type=int,
-                        help='ROS_DOMAIN_ID of the graph (default: from the environment)')
+                        help='ROS_DOMAIN_ID of the graph (default: from the environment); the '
+                             'demo refuses a domain where a robot already publishes '
+                             'joint_states or takes commands')
     parser.add_argument('--no-fit', action='store_true',
                         help='skip the offline diffsim-fit of the recorded bag')
     args = parser.parse_args(argv)
@@ -218,6 +223,57 @@ def _lockstep_identifier(robot: str) -> list:
         [Parameter(budget, value=0.0)] if budget in params else [])
 
 
+#: Wall seconds the demo listens on its domain before it starts: DDS discovery of whatever
+#: already runs there (on loopback and a lab network it takes well under a second).
+FOREIGN_PROBE_S = 1.5
+
+
+class ForeignGraphError(RuntimeError):
+    """Another graph on the demo's domain publishes or takes a robot's streams."""
+
+
+def refuse_foreign_robot(context, info: robots.RobotInfo, wait_s: float = FOREIGN_PROBE_S
+                         ) -> None:
+    """
+    Refuse to start the simulated graph on a domain where a robot's graph already runs.
+
+    The demo's mpc publishes torque commands on ``/<controller>/commands`` and its plant
+    publishes ``/joint_states`` and ``/clock``: a real driver on the same domain (this
+    machine, or the lab's network where discovery reaches it) would take the simulated
+    commands, and its states would corrupt the demo's.  So before any of the demo's nodes
+    exist, a probe node listens for ``wait_s`` and any publisher of ``/joint_states`` or
+    ``/clock`` or subscriber of the command topic is foreign.  (Other nodes, RViz say,
+    may watch.)
+
+    :param context: the demo's initialised ``rclpy`` context.
+    :param info: the robot (its command topic).
+    :param wait_s: how long to listen for the graph's discovery [s].
+    :raises ForeignGraphError: naming the topics and the nodes on them.
+    """
+    import rclpy
+
+    command_topic = f'/{info.controller_name}/commands'
+    probe = rclpy.create_node('diffsim_demo_probe', context=context)
+    try:
+        time.sleep(wait_s)
+        found = [f'{kind} of {topic}: ' + ', '.join(
+                     sorted(f'{e.node_namespace.rstrip("/")}/{e.node_name}' for e in endpoints))
+                 for kind, topic, endpoints in (
+                     ('publishers', '/joint_states', probe.get_publishers_info_by_topic(
+                         '/joint_states')),
+                     ('publishers', '/clock', probe.get_publishers_info_by_topic('/clock')),
+                     ('subscribers', command_topic,
+                      probe.get_subscriptions_info_by_topic(command_topic)))
+                 if endpoints]
+    finally:
+        probe.destroy_node()
+    if found:
+        raise ForeignGraphError(
+            'another ROS graph runs on this domain (ROS_DOMAIN_ID '
+            f'{context.get_domain_id()}): ' + '; '.join(found) + '. The simulated demo would '
+            'send its torque commands to it; run it on a free domain with --domain-id N')
+
+
 def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str, Any]:
     """
     Run sim_driver, identifier, mpc, monitor and the recorder until ``duration`` sim seconds.
@@ -240,6 +296,11 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
 
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=args.domain_id)
+    try:
+        refuse_foreign_robot(context, robots.get(args.robot))
+    except ForeignGraphError:
+        rclpy.shutdown(context=context)
+        raise
     robot = [Parameter('robot', value=args.robot)]
     sim_time = [Parameter('use_sim_time', value=True)]
     # One single-threaded executor per node, each in its own thread, as separate processes
@@ -449,7 +510,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     :param argv: command-line arguments; ``None`` reads ``sys.argv``.
     :return: exit code: 0 when the task succeeded and the identified model predicts better
-        than the nominal one, else 1.
+        than the nominal one, 1 otherwise, 2 when another robot's graph runs on the domain.
     """
     args = parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
@@ -462,7 +523,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     print(f'[1/{steps}] sim_driver + identifier + mpc + monitor over DDS: {args.robot}, '
           f'hidden parameters {args.param_error:.0%} off nominal (seed {args.seed}), '
           f'{duration:g} s simulated at {args.real_time_factor:g}x real time', flush=True)
-    graph = run_graph(args, bag, duration)
+    try:
+        graph = run_graph(args, bag, duration)
+    except ForeignGraphError as error:
+        print(f'diffsim-demo: {error}', file=sys.stderr)
+        return 2
     command_topic = f'/{info.controller_name}/commands'
     held = graph['lockstep']
     print(f'[2/{steps}] recorded {sum(graph["recorded"].values())} messages on '

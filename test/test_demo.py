@@ -3,6 +3,7 @@
 import json
 import math
 import re
+import threading
 
 from diffsim_ros import demo
 from diffsim_ros.io import bag_topics, read_bag
@@ -12,7 +13,8 @@ from ros_helpers import reserved_domain_id
 
 
 def _domain_id() -> int:
-    # away from the ids of test/ros_helpers.py (1-100) and test_node_recorder.py (101-199)
+    # away from the ids of test/ros_helpers.py (1-100), test_node_recorder.py (101-199) and
+    # the foreign-driver test below (230-232)
     return reserved_domain_id(200, 30)
 
 
@@ -85,3 +87,37 @@ def test_demo_rejects_bad_arguments(argv, tmp_path, capsys):
         demo.main(argv + ['--out', str(tmp_path)])
     assert excinfo.value.code == 2
     assert 'error' in capsys.readouterr().err
+
+
+def test_demo_refuses_a_domain_where_a_robot_driver_takes_commands(tmp_path, capsys):
+    # a robot's driver (another participant on the demo's domain) waiting for torques
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from std_msgs.msg import Float64MultiArray
+
+    domain = reserved_domain_id(230, 3)
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain)
+    driver = rclpy.create_node('qube_driver', namespace='/lab', context=context)
+    received = []
+    driver.create_subscription(Float64MultiArray, '/effort_controller/commands',
+                               received.append, 10)
+    executor = SingleThreadedExecutor(context=context)
+    executor.add_node(driver)
+    spinner = threading.Thread(target=executor.spin, daemon=True)
+    spinner.start()
+    try:
+        out = tmp_path / 'out'
+        code = demo.main(['--robot', 'qube', '--domain-id', str(domain), '--out', str(out),
+                          '--no-fit'])
+    finally:
+        executor.shutdown(timeout_sec=2.0)
+        spinner.join(timeout=5.0)
+        driver.destroy_node()
+        rclpy.shutdown(context=context)
+    assert code == 2
+    error = capsys.readouterr().err
+    assert 'subscribers of /effort_controller/commands: /lab/qube_driver' in error, error
+    assert '--domain-id' in error
+    # refused before any node started: no command sent, nothing recorded
+    assert received == [] and not (out / 'recording.mcap').exists()
