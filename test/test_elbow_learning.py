@@ -16,6 +16,7 @@ import sys
 from types import SimpleNamespace
 
 from diffsim_ros import core
+from diffsim_ros.core.contact import free_velocity
 from diffsim_ros.io.object_urdf import (ELBOW_SMOOTH_WINDOW, elbow_spec, ELBOW_WEIGHTS,
                                         object_spec, urdf_object_spec)
 from diffsim_ros.robots import object_urdf_path
@@ -568,3 +569,122 @@ def test_fresh_tosses_are_outside_every_set_the_elbow_used_and_fits_rebuild_from
     for a, b in zip(rebuilt_contact.vertices, contact.vertices):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-15)
     assert float(rebuilt_contact.friction) == pytest.approx(float(contact.friction), rel=1e-14)
+
+
+def _damped(spec, damping):
+    # The nominal elbow's parameters with a given hinge damping [N m s/rad].
+    theta = cl.object_parameters(spec.contact.vertices, 0.3, spec.model.inertial)
+    theta['joint_damping'] = cl.joint_damping_parameters(
+        torch.tensor([damping], dtype=torch.float64))
+    return theta
+
+
+def test_a_learned_hinge_damping_is_the_models_and_the_loss_and_rollouts_apply_it(spec):
+    # ObjectSpec.joint_damping: the hinge's damping is RobotModel.damping (the root's six
+    # entries zero), and rollout and violation loss apply it alike: on free-flight
+    # transitions rolled out with it (no contact: no impulse, the loss is the prediction term
+    # alone) the loss vanishes at the damping that made them and not without it.
+    model, contact = cl.object_models(spec.model, spec.contact, _damped(spec, 2e-3),
+                                      spec.masses)
+    torch.testing.assert_close(model.damping, torch.tensor([0.0] * 6 + [2e-3],
+                                                           dtype=torch.float64))
+    lifted = dataclasses.replace(contact, ground_height=torch.tensor(-10.0,
+                                                                     dtype=torch.float64))
+    q, v = _tosses(model, lifted, 4, 30, seed=3)
+    data = cl.transitions(q, v)
+    weights = spec.violation_weights()
+    at_truth = cl.violation_loss(model, lifted, *data, DT, weights)
+    undamped = cl.violation_loss(spec.model, lifted, *data, DT, weights)
+    assert float(at_truth.abs().max()) < 1e-12, float(at_truth.abs().max())
+    assert float(undamped.mean()) > 1e-6, float(undamped.mean())
+    # the hinge swings slower with the damping than without it, from the same states
+    x0 = torch.cat((q[0][1], v[0][1])).unsqueeze(0)
+    free = cl.rollout(spec.model, lifted, x0, 30, DT)[0, -1, -1].abs()
+    damped = cl.rollout(model, lifted, x0, 30, DT)[0, -1, -1].abs()
+    assert float(damped) < float(free)
+    damping = torch.tensor([0.7], dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda d: cl.object_models(
+        spec.model, spec.contact, dict(_damped(spec, 1e-3), joint_damping=d),
+        spec.masses)[0].damping, (damping,))
+
+
+def test_training_recovers_a_hidden_hinge_damping_from_simulated_tosses(spec):
+    # Slow-ish: 150 Adam steps on the damping alone (everything else at the truth). Hidden:
+    # 1.5e-3 N m s/rad, the start the spec's (DAMPING_SCALE ln 2 = 0.69e-3); free-flight
+    # tosses (the table 10 m down) made by the damped rollout, no noise: the loss is then a
+    # least squares in the damping whose minimum is the truth. Recovered to 2 %.
+    truth, contact = cl.object_models(spec.model, spec.contact, _damped(spec, 1.5e-3),
+                                      spec.masses)
+    lifted = dataclasses.replace(contact, ground_height=torch.tensor(-10.0,
+                                                                     dtype=torch.float64))
+    q, v = _tosses(truth, lifted, 10, 40, seed=4)
+    train, validation = cl.transitions(q[:8], v[:8]), cl.transitions(q[8:], v[8:])
+    damped = dataclasses.replace(spec, joint_damping=True)
+    theta0, learn = cl.violation_start(damped, 0, False)
+    assert learn[-1] == 'joint_damping'
+    theta0['ground_height'] = torch.tensor(-10.0 / cl.LENGTH_SCALE, dtype=torch.float64)
+    theta, _ = cl.train_violation(
+        spec.model, lifted, theta0, spec.masses, train, validation, DT,
+        cl.TrainConfig(steps=150, lr=5e-2, lr_final=5e-3, patience=100,
+                       weights=spec.violation_weights(), learn=('joint_damping',)))
+    model, _ = cl.object_models(spec.model, spec.contact, theta, spec.masses)
+    assert float(model.damping[-1]) == pytest.approx(1.5e-3, rel=0.02), model.damping
+
+
+def test_the_joint_damping_start_draws_the_damping_and_leaves_the_other_draws(spec):
+    damped = dataclasses.replace(spec, joint_damping=True)
+    start = cl.DAMPING_SCALE * math.log(2.0)
+    for seed in range(3):
+        theta, learn = cl.violation_start(damped, seed, True)
+        plain, plain_learn = cl.violation_start(spec, seed, True)
+        assert learn == plain_learn + ('joint_damping',)
+        for key, value in plain.items():
+            torch.testing.assert_close(theta[key], value)
+        model, _ = cl.object_models(damped.model, damped.contact, theta, damped.masses)
+        assert 0.5 * start <= float(model.damping[-1]) <= 1.5 * start
+        assert float(model.damping[:6].abs().max()) == 0.0
+    theta, _ = cl.violation_start(damped, 0, False)
+    model, _ = cl.object_models(damped.model, damped.contact, theta, damped.masses)
+    assert float(model.damping[-1]) == pytest.approx(start, rel=1e-12)
+    with pytest.raises(ValueError, match='joint between'):
+        dataclasses.replace(object_spec('cube'), joint_damping=True)
+
+
+def test_the_nominal_metric_weighs_errors_with_the_nominal_mass_matrix(spec):
+    # ViolationWeights.metric 'nominal': on free-flight transitions (no impulse) the loss is
+    # dv^T M_nominal dv whatever inertia is learned, where 'detached' weighs with the learned
+    # M; at the nominal itself the two agree. Link 2's inertia shrunk to 40 % (the outlier
+    # fits' direction) lowers the detached metric's weight, not the nominal one's.
+    lifted = dataclasses.replace(spec.contact, ground_height=torch.tensor(-10.0,
+                                                                          dtype=torch.float64))
+    q, v = _tosses(spec.model, lifted, 3, 20, seed=5)
+    q_k, v_k, v_next = cl.transitions(q, v)
+    v_next = v_next + 0.1 * torch.randn(v_next.shape, generator=torch.Generator().manual_seed(1),
+                                        dtype=torch.float64)
+    inertial = spec.model.inertial.clone()
+    m, com = inertial[1, 0], inertial[1, 1:4] / inertial[1, 0]
+    steiner = m * (com.dot(com) * torch.eye(3, dtype=torch.float64) - torch.outer(com, com))
+    steiner = steiner[[0, 0, 0, 1, 1, 2], [0, 1, 2, 1, 2, 2]]
+    # link 2's inertia about its CoM to 40 %, the CoM kept
+    inertial[1, 4:] = 0.4 * (inertial[1, 4:] - steiner) + steiner
+    small = spec.model.replace(inertial=inertial)
+    assert bool(core.is_physically_consistent(small.inertial).all())
+    detached = cl.ViolationWeights(metric='detached')
+    nominal = cl.ViolationWeights(metric='nominal')
+    torch.testing.assert_close(
+        cl.violation_loss(spec.model, lifted, q_k, v_k, v_next, DT, detached),
+        cl.violation_loss(spec.model, lifted, q_k, v_k, v_next, DT, nominal,
+                          metric_model=spec.model))
+    _, v_free = free_velocity(small, q_k, v_k, torch.zeros_like(v_k), DT)
+    dv = (cl.step_velocity(v_next, DT) - v_free).unsqueeze(-1)
+
+    def energy(model):
+        return (dv.mT @ core.crba(model, q_k) @ dv).squeeze(-1).squeeze(-1)
+
+    torch.testing.assert_close(cl.violation_loss(small, lifted, q_k, v_k, v_next, DT, nominal,
+                                                 metric_model=spec.model), energy(spec.model))
+    torch.testing.assert_close(cl.violation_loss(small, lifted, q_k, v_k, v_next, DT, detached),
+                               energy(small))
+    assert float(energy(small).sum()) < float(energy(spec.model).sum())
+    with pytest.raises(ValueError, match='nominal model'):
+        cl.violation_loss(small, lifted, q_k, v_k, v_next, DT, nominal)

@@ -50,6 +50,7 @@ import copy
 import dataclasses
 from dataclasses import dataclass, field
 import functools
+import math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -60,6 +61,7 @@ from ..core.contact import (box_vertices, contact_kinematics, contact_rows, cont
                             ContactModel, free_velocity)
 from ..core.contact_solver import solve_contact_impulses
 from ..core.dispatch import crba
+from ..core.integrators import joint_friction
 from ..core.model import RobotModel
 from ..core.parameterization import _softplus, _softplus_inverse, LogCholeskyParameterization
 from ..core.spatial import (quat_conjugate, quat_exp, quat_log, quat_multiply, quat_rotate,
@@ -72,11 +74,18 @@ __all__ = ['ViolationWeights', 'TrainConfig', 'violation_loss', 'step_velocity',
            'ObjectSpec', 'ObjectFit', 'cube_spec', 'fit_ccn', 'fit_ccn_r', 'Trajectories',
            'start_parameters', 'REGIMES', 'regime_weights', 'LEARNED',
            'ResidualNetwork', 'box_parameters', 'box_corners', 'SHAPES',
-           'violation_start', 'mass_shares', 'mass_split_parameters']
+           'violation_start', 'mass_shares', 'mass_split_parameters', 'DAMPING_SCALE',
+           'joint_damping_parameters', 'METRICS']
 
 #: Unit [m] in which vertices and ground height are learned.
 LENGTH_SCALE = 0.05
+#: Unit [N m s/rad] in which a joint's viscous damping is learned (``ObjectSpec.joint_damping``).
+DAMPING_SCALE = 1e-3
 _LOG_CHOLESKY = LogCholeskyParameterization()
+
+
+#: ``ViolationWeights.metric`` values.
+METRICS = ('detached', 'learned', 'nominal')
 
 
 @dataclass(frozen=True)
@@ -125,7 +134,10 @@ class ViolationWeights:
     :ivar metric: ``'detached'``: the prediction error is measured in the current model's
         ``M^-1`` metric taken as a constant (its value is the paper's; no gradient flows
         through the metric's own inertia, so ``dv^T M dv`` cannot be lowered by shrinking
-        the inertia instead of explaining the data); ``'learned'``: the metric is
+        the inertia instead of explaining the data); ``'nominal'``: the nominal (start
+        template's) model's ``M^-1``, fixed whatever is learned, so that an error's weight
+        does not fall as the learned inertia shrinks (``violation_loss``'s
+        ``metric_model``); ``'learned'``: the metric is
         differentiated (the paper's equation read literally). Measured, the choice does not
         explain the small inertia CCN learns on the real cube: 64 tosses, inertia error
         0.94 detached against 0.97 learned, the same rollouts; simulated tosses with a
@@ -158,8 +170,8 @@ class ViolationWeights:
 
     def __post_init__(self):
         """Refuse an unknown metric."""
-        if self.metric not in ('detached', 'learned'):
-            raise ValueError(f"metric {self.metric!r}: valid 'detached', 'learned'")
+        if self.metric not in METRICS:
+            raise ValueError(f"metric {self.metric!r}: valid {', '.join(METRICS)}")
 
 
 def _safe_norm(x: Tensor) -> Tensor:
@@ -188,13 +200,16 @@ def step_velocity(v_next: Tensor, dt: float) -> Tensor:
 
 def _violation_pieces(model: RobotModel, contact: ContactModel, q: Tensor, v: Tensor,
                       v_next: Tensor, dt: float, weights: ViolationWeights,
-                      tau: Optional[Tensor] = None):
+                      tau: Optional[Tensor] = None, metric_model: Optional[RobotModel] = None):
     # The loss as 0.5 beta^T H beta + c^T beta + const over beta in the unit cones, with
     # lambda = scale * beta (scale = [1, mu, mu] per contact): the feasible set then does
     # not depend on mu, which the envelope theorem needs (as ContactNets and dair_pll do).
     v_next = step_velocity(v_next, dt)
     frame = contact_kinematics(model, q, contact)
-    L, v_free = free_velocity(model, q, v, torch.zeros_like(v) if tau is None else tau, dt)
+    # The joints' own friction (the model's URDF <dynamics>; ObjectSpec.joint_damping learns
+    # it) at the step's start velocity, as :func:`rollout`'s steps apply it.
+    friction = joint_friction(model, v)
+    L, v_free = free_velocity(model, q, v, -friction if tau is None else tau - friction, dt)
     J = contact_rows(frame)
     dv = v_next - v_free
     # Prediction term p ||dv - M^-1 J^T lambda||^2_W with W = M (p = 0.5 or 1): its value is
@@ -203,6 +218,11 @@ def _violation_pieces(model: RobotModel, contact: ContactModel, q: Tensor, v: Te
     W = L @ L.mT
     if weights.metric == 'detached':
         W = W.detach()
+    elif weights.metric == 'nominal':
+        if metric_model is None:
+            raise ValueError("ViolationWeights.metric 'nominal' needs the nominal model "
+                             '(metric_model)')
+        W = crba(metric_model, q).detach()
     W_Minv_Jt = W @ Minv_Jt
     p = 0.5 if weights.half_prediction else 1.0
     G = Minv_Jt.mT @ W_Minv_Jt
@@ -224,7 +244,8 @@ def _violation_pieces(model: RobotModel, contact: ContactModel, q: Tensor, v: Te
 def violation_loss(model: RobotModel, contact: ContactModel, q: Tensor, v: Tensor,
                    v_next: Tensor, dt: float,
                    weights: ViolationWeights = ViolationWeights(),
-                   return_impulses: bool = False, tau: Optional[Tensor] = None):
+                   return_impulses: bool = False, tau: Optional[Tensor] = None,
+                   metric_model: Optional[RobotModel] = None):
     """
     Return the violation-implicit loss of each transition (module docstring).
 
@@ -243,11 +264,15 @@ def violation_loss(model: RobotModel, contact: ContactModel, q: Tensor, v: Tenso
     :param weights: term weights and solver settings.
     :param return_impulses: also return the optimal impulses.
     :param tau: ``(..., nv)`` generalised force in the continuous dynamics (a residual's
-        ``M delta``); None: zero.
+        ``M delta``); None: zero. The model's joint friction (``core.joint_friction``: its
+        ``damping`` and ``friction``, zero in the URDFs we ship) is always added, at ``v``.
+    :param metric_model: the model whose mass matrix weighs the prediction error with
+        ``weights.metric`` ``'nominal'`` (the nominal object); unused otherwise.
     :return: ``(...)`` losses [kg m^2/s^2 = J]; with ``return_impulses`` also the
         ``(..., nc, 3)`` impulses [N s] ``[normal, tangent 1, tangent 2]``.
     """
-    H, c, const, scale = _violation_pieces(model, contact, q, v, v_next, dt, weights, tau)
+    H, c, const, scale = _violation_pieces(model, contact, q, v, v_next, dt, weights, tau,
+                                           metric_model)
     with torch.no_grad():
         diag = torch.diagonal(H, dim1=-2, dim2=-1).mean(-1)
         eye = torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
@@ -301,7 +326,8 @@ def object_models(model: RobotModel, contact: ContactModel, theta: Dict[str, Ten
 
     :param model: the object's floating model (its inertials are replaced).
     :param contact: template contact model: its vertex sets' sizes split ``theta``'s vertices.
-    :param theta: as returned by :func:`object_parameters`.
+    :param theta: as returned by :func:`object_parameters`; with a ``'joint_damping'``
+        entry (:func:`joint_damping_parameters`) the model's joints get that damping.
     :param mass: the fixed masses [kg]: one per body (model order), or one float for all;
         with a ``'mass_split'`` entry in ``theta`` only their sum is kept, split as
         :func:`mass_shares` says.
@@ -323,6 +349,10 @@ def object_models(model: RobotModel, contact: ContactModel, theta: Dict[str, Ten
     else:
         vertices = torch.split(theta['vertices'] * LENGTH_SCALE, sizes, dim=-2)
     new_model = model.replace(inertial=pi.reshape(model.inertial.shape))
+    if 'joint_damping' in theta:
+        root = torch.zeros(model.nv - theta['joint_damping'].shape[-1], dtype=dtype)
+        new_model = new_model.replace(damping=torch.cat(
+            (root, DAMPING_SCALE * _softplus(theta['joint_damping'])), -1))
     new_contact = ContactModel(
         friction=_softplus(theta['friction']), restitution=contact.restitution,
         stiffness=contact.stiffness, damping=contact.damping,
@@ -355,6 +385,20 @@ def mass_split_parameters(masses) -> Tensor:
     if not (isinstance(masses, Tensor) and masses.is_floating_point()):
         masses = torch.as_tensor(masses, dtype=torch.float64)
     return torch.log(masses[1:] / masses[0])
+
+
+def joint_damping_parameters(damping) -> Tensor:
+    """
+    Return the learnable parameters of joint dampings (``ObjectSpec.joint_damping``).
+
+    ``damping = DAMPING_SCALE * softplus(theta)``, so every ``theta`` is a damping ``>= 0``.
+
+    :param damping: ``(njoints,)`` dampings [N m s/rad], each ``> 0``.
+    :return: ``(njoints,)`` unconstrained parameters.
+    """
+    if not (isinstance(damping, Tensor) and damping.is_floating_point()):
+        damping = torch.as_tensor(damping, dtype=torch.float64)
+    return _softplus_inverse(damping / DAMPING_SCALE)
 
 
 #: Corner signs of :func:`box_corners`, in ``core.contact.box_vertices``' order.
@@ -532,15 +576,17 @@ def _residual_parameters(theta: Dict[str, Tensor]) -> Dict[str, Tensor]:
 
 def _batch_losses(model, contact, theta, mass, q, v, v_next, dt, weights, residual):
     # Per transition: the violation loss and the residual's output norm (zero without one).
+    # the template is the nominal object: its mass matrix is the metric 'nominal' weighs with
     m, c = object_models(model, contact, theta, mass)
     if residual is None:
-        loss = violation_loss(m, c, q, v, v_next, dt, weights)
+        loss = violation_loss(m, c, q, v, v_next, dt, weights, metric_model=model)
         return loss, torch.zeros_like(loss)
     delta = torch.func.functional_call(residual, _residual_parameters(theta), (q, v))
     M = crba(m, q)
     tau = (M @ delta.unsqueeze(-1)).squeeze(-1)
     size = 0.5 * dt ** 2 * (delta.unsqueeze(-2) @ M.detach() @ delta.unsqueeze(-1))
-    return violation_loss(m, c, q, v, v_next, dt, weights, tau=tau), size.squeeze(-1).squeeze(-1)
+    return (violation_loss(m, c, q, v, v_next, dt, weights, tau=tau, metric_model=model),
+            size.squeeze(-1).squeeze(-1))
 
 
 def _mean_loss(model, contact, theta, mass, data, dt, weights, residual=None,
@@ -699,6 +745,10 @@ def rollout(model: RobotModel, contact: ContactModel, x0: Tensor, steps: int,
     """
     Roll ``core.contact_step`` (complementarity) out from a batch of free-body states.
 
+    Every step applies the model's joint friction (``core.joint_friction``: the URDF's
+    ``<dynamics damping friction>``, a learned ``ObjectSpec.joint_damping``), as the
+    violation loss does.
+
     :param model: the body's floating model.
     :param contact: its contact model.
     :param x0: ``(B, nq + nv)`` start states.
@@ -717,7 +767,9 @@ def rollout(model: RobotModel, contact: ContactModel, x0: Tensor, steps: int,
             for _ in range(substeps):
                 if residual is not None:
                     tau = residual.generalized_force(model, q, v)
-                step = contact_step(model, q, v, tau, dt / substeps, contact)
+                # contact_step leaves the joints' own friction to its caller
+                step = contact_step(model, q, v, tau - joint_friction(model, v),
+                                    dt / substeps, contact)
                 q, v = step.q, step.v
             out.append(torch.cat((q, v), -1))
     return torch.stack(out, 1)
@@ -809,12 +861,14 @@ def learned_summary(model: RobotModel, contact: ContactModel, true_vertices=None
     :param true_vertices: when given (one ``(k, 3)`` tensor, or one per vertex set), also
         ``volume_error`` against them.
     :return: ``friction``, ``ground_height_m``, ``inertial`` (every body's ten numbers in
-        model order), ``vertices_m`` (every vertex set's, in ``contact.vertices`` order, each
+        model order), ``damping`` (per degree of freedom [N m s/rad], the root's zero),
+        ``vertices_m`` (every vertex set's, in ``contact.vertices`` order, each
         in its link's frame), ``vertex_sets`` (``[link, count]`` per set) (and
         ``volume_error``).
     """
     out = {'friction': float(contact.friction), 'ground_height_m': float(contact.ground_height),
            'inertial': model.inertial.detach().reshape(-1).tolist(),
+           'damping': model.damping.detach().reshape(-1).tolist(),
            'vertices_m': torch.cat(contact.vertices, -2).detach().tolist(),
            'vertex_sets': [[link, int(v.shape[-2])]
                            for link, v in zip(contact.vertex_links, contact.vertices)]}
@@ -871,6 +925,13 @@ class ObjectSpec:
         (:func:`mass_shares`; the total stays :attr:`mass`, each body's inertia scales with
         its mass, its CoM stays), as the paper does on the elbow; False: each body keeps its
         nominal mass (:attr:`masses`).
+    :ivar joint_damping: CCN and CCN-R learn a viscous damping ``>= 0`` of every joint
+        between the bodies (:func:`joint_damping_parameters`: softplus, in
+        :data:`DAMPING_SCALE`), a force of the paper's continuous dynamics that the loss
+        and the rollouts apply (``RobotModel.damping``, the URDF's ``<dynamics
+        damping>``); False: the nominal model's joint friction (none in our URDFs) stays.
+    :ivar metric: the metric of the violation loss's prediction term for CCN and CCN-R
+        (``ViolationWeights.metric``, :data:`METRICS`; None: the default, ``'detached'``).
     """
 
     name: str
@@ -887,6 +948,8 @@ class ObjectSpec:
     impact_jump: Optional[float] = None
     shape: str = 'vertices'
     mass_split: bool = False
+    joint_damping: bool = False
+    metric: Optional[str] = None
 
     def __post_init__(self):
         """Check the vertex sets (one per body, in body order), masses, smoothing window."""
@@ -898,6 +961,9 @@ class ObjectSpec:
                              'be > 0 m/s (None: smoothing spans impacts)')
         if self.mass_split and self.model.inertial.reshape(-1, 10).shape[0] < 2:
             raise ValueError(f'ObjectSpec {self.name!r}: mass_split needs two bodies or more')
+        if self.joint_damping and self.model.nv <= 6:
+            raise ValueError(f'ObjectSpec {self.name!r}: joint_damping needs a joint between '
+                             'two bodies')
         if self.shape not in SHAPES:
             raise ValueError(f'ObjectSpec {self.name!r}: unknown shape {self.shape!r}; valid: '
                              f'{", ".join(SHAPES)}')
@@ -927,11 +993,12 @@ class ObjectSpec:
         Return the violation weights CCN learns this object with.
 
         :param regime: the data regime's weights (:data:`REGIMES`) that the object's own
-            ``w_comp`` / ``w_pen`` (where set) replace.
+            ``w_comp`` / ``w_pen`` / ``metric`` (where set) replace.
         :return: the weights.
         :raises ValueError: for an unknown regime.
         """
-        own = {k: getattr(self, k) for k in ('w_comp', 'w_pen') if getattr(self, k) is not None}
+        own = {k: getattr(self, k) for k in ('w_comp', 'w_pen', 'metric')
+               if getattr(self, k) is not None}
         return dataclasses.replace(regime_weights(regime), **own)
 
 
@@ -1103,6 +1170,9 @@ def violation_start(spec: ObjectSpec, seed: int,
     with free vertices). With ``spec.mass_split`` also ``'mass_split'``
     (:func:`mass_split_parameters`): the nominal split, or each body's mass drawn 0.5-1.5x
     its nominal and the total kept (the paper's appendix A.4; a generator of its own again).
+    With ``spec.joint_damping`` also ``'joint_damping'`` (:func:`joint_damping_parameters`):
+    every joint starts at ``DAMPING_SCALE ln 2`` (the unit's ``softplus(0)``; the URDF's
+    zero is no softplus value), drawn 0.5-1.5x that (a generator of its own).
 
     :param spec: the object.
     :param seed: seed of the draw.
@@ -1119,6 +1189,16 @@ def violation_start(spec: ObjectSpec, seed: int,
                                                 dtype=masses.dtype))
         theta['mass_split'] = mass_split_parameters(masses).to(masses.dtype)
         learn = learn + ('mass_split',)
+    if spec.joint_damping:
+        # The URDF's zero is no softplus start: the unit's softplus(0), 0.5-1.5x when drawn
+        damping = torch.full((spec.model.nv - 6,), DAMPING_SCALE * math.log(2.0),
+                             dtype=theta['inertia'].dtype)
+        if perturb:
+            generator = torch.Generator().manual_seed(30_000 + seed)
+            damping = damping * (0.5 + torch.rand(len(damping), generator=generator,
+                                                  dtype=damping.dtype))
+        theta['joint_damping'] = joint_damping_parameters(damping)
+        learn = learn + ('joint_damping',)
     if spec.shape == 'vertices':
         return theta, learn
     box = box_parameters(spec.contact.vertices)
