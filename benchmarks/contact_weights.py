@@ -158,8 +158,7 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
         impact_jumps: Sequence[Optional[float]] = (None,),
         shape: Optional[str] = None,
         mass_split: Optional[bool] = None, restarts: int = 1,
-        choose: str = 'rollout', joint_damping: Optional[bool] = None,
-        metric: Optional[str] = None) -> Dict[str, Any]:
+        choose: str = 'rollout', joint_damping: Optional[bool] = None) -> Dict[str, Any]:
     """
     Learn CCN for every pair and seed and score it on the selection tosses.
 
@@ -186,7 +185,6 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
     :param choose: how the restarts are ranked (``fit_object``'s ``choose``).
     :param joint_damping: ``ObjectSpec.joint_damping``, whether CCN learns the joints'
         viscous damping (None: the object's own).
-    :param metric: ``ObjectSpec.metric``, the prediction term's metric (None: the object's).
     :return: the JSON payload (``runs``, ``pairs``, ``chosen``, ``nominal``, ``object``).
     """
     judge = JUDGES[object_name](data, n_select, split_seed)
@@ -198,8 +196,7 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
             shape=shape or judge.spec.shape,
             mass_split=judge.spec.mass_split if mass_split is None else mass_split,
             joint_damping=(judge.spec.joint_damping if joint_damping is None
-                           else joint_damping),
-            metric=judge.spec.metric if metric is None else metric)
+                           else joint_damping))
         train = ([tosses.q[i] for i in judge.train[:n_train]],
                  [tosses.v[i] for i in judge.train[:n_train]])
         validation = ([tosses.q[i] for i in judge.validation],
@@ -241,7 +238,6 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
             'mass_split': judge.spec.mass_split if mass_split is None else mass_split,
             'joint_damping': (judge.spec.joint_damping if joint_damping is None
                               else joint_damping),
-            'metric': judge.spec.metric if metric is None else metric,
             'restarts': restarts, 'choose': choose}
 
 
@@ -371,8 +367,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                   mass_split=None if args.mass_split is None else args.mass_split == 'learned',
                   restarts=args.restarts, choose=args.choose_by,
                   joint_damping=(None if args.joint_damping is None
-                                 else args.joint_damping == 'learned'),
-                  metric=args.metric)
+                                 else args.joint_damping == 'learned'))
     print()
     print(markdown(payload))
     payload['machine'] = _common.machine_info(('torch', 'scipy'))

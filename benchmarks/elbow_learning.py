@@ -180,8 +180,7 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         methods: Sequence[str] = ('ccn',), log=None,
         smooth_window: Optional[int] = None, shape: Optional[str] = None,
         mass_split: Optional[bool] = None, restarts: int = 1,
-        choose: str = 'rollout', joint_damping: Optional[bool] = None,
-        metric: Optional[str] = None) -> Dict[str, Any]:
+        choose: str = 'rollout', joint_damping: Optional[bool] = None) -> Dict[str, Any]:
     """
     Learn the elbow from ``n_train`` tosses; evaluate it and the nominal URDF on the test set.
 
@@ -202,8 +201,6 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         ``choose``: ``'loss'`` or ``'rollout'``).
     :param joint_damping: whether CCN and CCN-R learn the hinge's viscous damping
         (``ObjectSpec.joint_damping``; None: the elbow spec's own).
-    :param metric: the violation loss's prediction metric for CCN and CCN-R
-        (``ObjectSpec.metric``; None: the elbow spec's own).
     :return: the JSON payload (see the module docstring): ``runs`` (one per method and seed,
         its errors' mean / median / p90 over tosses), ``errors`` (per window and model: per
         method the t-interval over seeds of each error's mean, per nominal row its mean /
@@ -223,8 +220,6 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         spec = dataclasses.replace(spec, mass_split=mass_split)
     if joint_damping is not None:
         spec = dataclasses.replace(spec, joint_damping=joint_damping)
-    if metric is not None:
-        spec = dataclasses.replace(spec, metric=metric)
     train = ([tosses.q[i] for i in train_i], [tosses.v[i] for i in train_i])
     validation = ([tosses.q[i] for i in val_i], [tosses.v[i] for i in val_i])
     windows = horizon_windows(tosses, test_i, horizon, stride)
@@ -274,8 +269,7 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
             'violation_weights': {'w_comp': weights.w_comp, 'w_pen': weights.w_pen},
             'smooth_window': spec.smooth_window, 'shape': spec.shape,
             'mass_split': spec.mass_split, 'restarts': restarts, 'choose': choose,
-            'joint_damping': spec.joint_damping,
-            'metric': spec.violation_weights().metric, 'runs': runs,
+            'joint_damping': spec.joint_damping, 'runs': runs,
             'errors': errors, 'seconds': seconds}
 
 
@@ -392,7 +386,7 @@ def combine(payloads: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     if len(set(pairs)) != len(pairs):
         raise ValueError(f'methods and seeds repeated across the runs: {pairs}')
     settings = ('steps', 'start_from', 'violation_weights', 'shape', 'mass_split', 'restarts',
-                'choose', 'train_tosses', 'joint_damping', 'metric')
+                'choose', 'train_tosses', 'joint_damping')
     for method in methods:
         mine = [p for p in payloads if method in p['methods']]
         if any(p.get(key) != mine[0].get(key) for p in mine[1:] for key in settings):
@@ -461,7 +455,7 @@ def markdown(payload: Dict[str, Any]) -> str:
 
 def add_start_options(parser) -> None:
     """
-    Add ``--mass-split``, ``--joint-damping``, ``--metric``, ``--restarts``, ``--choose-by``.
+    Add ``--mass-split``, ``--joint-damping``, ``--restarts`` and ``--choose-by``.
 
     What the object's spec and ``fit_object`` take.
 
@@ -474,11 +468,6 @@ def add_start_options(parser) -> None:
                         help="whether CCN learns a viscous damping of the object's joints "
                              "(the elbow's hinge), applied in the loss and the rollouts "
                              "(default the object spec's, ObjectSpec.joint_damping)")
-    parser.add_argument('--metric', choices=cl.METRICS, default=None,
-                        help="the metric of CCN's prediction error: the learned model's mass "
-                             "matrix held constant ('detached'), differentiated ('learned') "
-                             "or the nominal object's ('nominal'); default the object "
-                             "spec's (ObjectSpec.metric)")
     parser.add_argument('--restarts', type=int, default=1,
                         help='starts per fit, keeping the one the validation tosses rank first '
                              '(--choose-by; sysid.object_learning.fit_object; default 1)')
@@ -570,8 +559,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       perturb=args.start == 'paper', methods=methods, log=log,
                       smooth_window=args.smooth_window, shape=args.shape,
                       mass_split=split, restarts=args.restarts,
-                      choose=args.choose_by, joint_damping=damping,
-                      metric=args.metric)
+                      choose=args.choose_by, joint_damping=damping)
     else:
         payload = run(data, args.train_tosses,
                       range(args.first_seed, args.first_seed + args.seeds),
@@ -580,8 +568,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       args.split_seed, perturb=args.start == 'paper', methods=methods,
                       log=log, smooth_window=args.smooth_window, shape=args.shape,
                       mass_split=split, restarts=args.restarts,
-                      choose=args.choose_by, joint_damping=damping,
-                      metric=args.metric)
+                      choose=args.choose_by, joint_damping=damping)
     payload['machine'] = _common.machine_info(('torch', 'mujoco', 'scipy'))
     payload['quick'] = args.quick
     print(markdown(payload))

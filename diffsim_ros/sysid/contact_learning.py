@@ -75,17 +75,13 @@ __all__ = ['ViolationWeights', 'TrainConfig', 'violation_loss', 'step_velocity',
            'start_parameters', 'REGIMES', 'regime_weights', 'LEARNED',
            'ResidualNetwork', 'box_parameters', 'box_corners', 'SHAPES',
            'violation_start', 'mass_shares', 'mass_split_parameters', 'DAMPING_SCALE',
-           'joint_damping_parameters', 'METRICS']
+           'joint_damping_parameters']
 
 #: Unit [m] in which vertices and ground height are learned.
 LENGTH_SCALE = 0.05
 #: Unit [N m s/rad] in which a joint's viscous damping is learned (``ObjectSpec.joint_damping``).
 DAMPING_SCALE = 1e-3
 _LOG_CHOLESKY = LogCholeskyParameterization()
-
-
-#: ``ViolationWeights.metric`` values.
-METRICS = ('detached', 'learned', 'nominal')
 
 
 @dataclass(frozen=True)
@@ -134,10 +130,7 @@ class ViolationWeights:
     :ivar metric: ``'detached'``: the prediction error is measured in the current model's
         ``M^-1`` metric taken as a constant (its value is the paper's; no gradient flows
         through the metric's own inertia, so ``dv^T M dv`` cannot be lowered by shrinking
-        the inertia instead of explaining the data); ``'nominal'``: the nominal (start
-        template's) model's ``M^-1``, fixed whatever is learned, so that an error's weight
-        does not fall as the learned inertia shrinks (``violation_loss``'s
-        ``metric_model``); ``'learned'``: the metric is
+        the inertia instead of explaining the data); ``'learned'``: the metric is
         differentiated (the paper's equation read literally). Measured, the choice does not
         explain the small inertia CCN learns on the real cube: 64 tosses, inertia error
         0.94 detached against 0.97 learned, the same rollouts; simulated tosses with a
@@ -170,8 +163,8 @@ class ViolationWeights:
 
     def __post_init__(self):
         """Refuse an unknown metric."""
-        if self.metric not in METRICS:
-            raise ValueError(f"metric {self.metric!r}: valid {', '.join(METRICS)}")
+        if self.metric not in ('detached', 'learned'):
+            raise ValueError(f"metric {self.metric!r}: valid 'detached', 'learned'")
 
 
 def _safe_norm(x: Tensor) -> Tensor:
@@ -200,7 +193,7 @@ def step_velocity(v_next: Tensor, dt: float) -> Tensor:
 
 def _violation_pieces(model: RobotModel, contact: ContactModel, q: Tensor, v: Tensor,
                       v_next: Tensor, dt: float, weights: ViolationWeights,
-                      tau: Optional[Tensor] = None, metric_model: Optional[RobotModel] = None):
+                      tau: Optional[Tensor] = None):
     # The loss as 0.5 beta^T H beta + c^T beta + const over beta in the unit cones, with
     # lambda = scale * beta (scale = [1, mu, mu] per contact): the feasible set then does
     # not depend on mu, which the envelope theorem needs (as ContactNets and dair_pll do).
@@ -218,11 +211,6 @@ def _violation_pieces(model: RobotModel, contact: ContactModel, q: Tensor, v: Te
     W = L @ L.mT
     if weights.metric == 'detached':
         W = W.detach()
-    elif weights.metric == 'nominal':
-        if metric_model is None:
-            raise ValueError("ViolationWeights.metric 'nominal' needs the nominal model "
-                             '(metric_model)')
-        W = crba(metric_model, q).detach()
     W_Minv_Jt = W @ Minv_Jt
     p = 0.5 if weights.half_prediction else 1.0
     G = Minv_Jt.mT @ W_Minv_Jt
@@ -244,8 +232,7 @@ def _violation_pieces(model: RobotModel, contact: ContactModel, q: Tensor, v: Te
 def violation_loss(model: RobotModel, contact: ContactModel, q: Tensor, v: Tensor,
                    v_next: Tensor, dt: float,
                    weights: ViolationWeights = ViolationWeights(),
-                   return_impulses: bool = False, tau: Optional[Tensor] = None,
-                   metric_model: Optional[RobotModel] = None):
+                   return_impulses: bool = False, tau: Optional[Tensor] = None):
     """
     Return the violation-implicit loss of each transition (module docstring).
 
@@ -266,13 +253,10 @@ def violation_loss(model: RobotModel, contact: ContactModel, q: Tensor, v: Tenso
     :param tau: ``(..., nv)`` generalised force in the continuous dynamics (a residual's
         ``M delta``); None: zero. The model's joint friction (``core.joint_friction``: its
         ``damping`` and ``friction``, zero in the URDFs we ship) is always added, at ``v``.
-    :param metric_model: the model whose mass matrix weighs the prediction error with
-        ``weights.metric`` ``'nominal'`` (the nominal object); unused otherwise.
     :return: ``(...)`` losses [kg m^2/s^2 = J]; with ``return_impulses`` also the
         ``(..., nc, 3)`` impulses [N s] ``[normal, tangent 1, tangent 2]``.
     """
-    H, c, const, scale = _violation_pieces(model, contact, q, v, v_next, dt, weights, tau,
-                                           metric_model)
+    H, c, const, scale = _violation_pieces(model, contact, q, v, v_next, dt, weights, tau)
     with torch.no_grad():
         diag = torch.diagonal(H, dim1=-2, dim2=-1).mean(-1)
         eye = torch.eye(H.shape[-1], dtype=H.dtype, device=H.device)
@@ -576,17 +560,15 @@ def _residual_parameters(theta: Dict[str, Tensor]) -> Dict[str, Tensor]:
 
 def _batch_losses(model, contact, theta, mass, q, v, v_next, dt, weights, residual):
     # Per transition: the violation loss and the residual's output norm (zero without one).
-    # the template is the nominal object: its mass matrix is the metric 'nominal' weighs with
     m, c = object_models(model, contact, theta, mass)
     if residual is None:
-        loss = violation_loss(m, c, q, v, v_next, dt, weights, metric_model=model)
+        loss = violation_loss(m, c, q, v, v_next, dt, weights)
         return loss, torch.zeros_like(loss)
     delta = torch.func.functional_call(residual, _residual_parameters(theta), (q, v))
     M = crba(m, q)
     tau = (M @ delta.unsqueeze(-1)).squeeze(-1)
     size = 0.5 * dt ** 2 * (delta.unsqueeze(-2) @ M.detach() @ delta.unsqueeze(-1))
-    return (violation_loss(m, c, q, v, v_next, dt, weights, tau=tau, metric_model=model),
-            size.squeeze(-1).squeeze(-1))
+    return violation_loss(m, c, q, v, v_next, dt, weights, tau=tau), size.squeeze(-1).squeeze(-1)
 
 
 def _mean_loss(model, contact, theta, mass, data, dt, weights, residual=None,
@@ -930,8 +912,6 @@ class ObjectSpec:
         :data:`DAMPING_SCALE`), a force of the paper's continuous dynamics that the loss
         and the rollouts apply (``RobotModel.damping``, the URDF's ``<dynamics
         damping>``); False: the nominal model's joint friction (none in our URDFs) stays.
-    :ivar metric: the metric of the violation loss's prediction term for CCN and CCN-R
-        (``ViolationWeights.metric``, :data:`METRICS`; None: the default, ``'detached'``).
     """
 
     name: str
@@ -949,7 +929,6 @@ class ObjectSpec:
     shape: str = 'vertices'
     mass_split: bool = False
     joint_damping: bool = False
-    metric: Optional[str] = None
 
     def __post_init__(self):
         """Check the vertex sets (one per body, in body order), masses, smoothing window."""
@@ -993,12 +972,11 @@ class ObjectSpec:
         Return the violation weights CCN learns this object with.
 
         :param regime: the data regime's weights (:data:`REGIMES`) that the object's own
-            ``w_comp`` / ``w_pen`` / ``metric`` (where set) replace.
+            ``w_comp`` / ``w_pen`` (where set) replace.
         :return: the weights.
         :raises ValueError: for an unknown regime.
         """
-        own = {k: getattr(self, k) for k in ('w_comp', 'w_pen', 'metric')
-               if getattr(self, k) is not None}
+        own = {k: getattr(self, k) for k in ('w_comp', 'w_pen') if getattr(self, k) is not None}
         return dataclasses.replace(regime_weights(regime), **own)
 
 
