@@ -213,10 +213,11 @@ def test_fit_ccn_learns_the_elbow_through_fit_object(spec):
 def test_an_objects_own_violation_weights_reach_ccn_through_fit_object(spec):
     # ObjectSpec.w_comp / w_pen replace the regime's (the cube's defaults) and nothing else;
     # fit_object's CCN measures its validation loss with them (zero steps: the loss at the
-    # start, the spec itself).
+    # start, the spec itself: without the learned hinge damping, whose start is not the
+    # URDF's zero).
     plain = dataclasses.replace(spec, w_comp=None, w_pen=None)
     assert plain.violation_weights() == cl.ViolationWeights()
-    own = dataclasses.replace(spec, w_comp=50.0, w_pen=3.0, smooth_window=1)
+    own = dataclasses.replace(spec, w_comp=50.0, w_pen=3.0, smooth_window=1, joint_damping=False)
     sim = own.violation_weights('sim')
     assert (sim.w_comp, sim.w_pen) == (50.0, 3.0)
     assert (sim.w_res, sim.w_res_w) == (cl.REGIMES['sim'].w_res, cl.REGIMES['sim'].w_res_w)
@@ -648,3 +649,17 @@ def test_the_joint_damping_start_draws_the_damping_and_leaves_the_other_draws(sp
     assert float(model.damping[-1]) == pytest.approx(start, rel=1e-12)
     with pytest.raises(ValueError, match='joint between'):
         dataclasses.replace(object_spec('cube'), joint_damping=True)
+
+
+def test_a_learned_hinge_damping_survives_the_learned_urdf(spec, tmp_path):
+    # learned_urdf writes the hinge's <dynamics damping> from its own per-DOF entry (the
+    # free-flyer's six come first), and read_object_urdf gives it back to the rollouts.
+    from diffsim_ros.io.object_urdf import learned_urdf, read_object_urdf
+    model, contact = cl.object_models(spec.model, spec.contact, _damped(spec, 1.25e-3),
+                                      spec.masses)
+    text, meshes = learned_urdf(model, contact, spec.model.urdf)
+    assert not meshes
+    path = tmp_path / 'learned.urdf'
+    path.write_text(text)
+    loaded, _, _ = read_object_urdf(path)
+    torch.testing.assert_close(loaded.damping, model.damping)

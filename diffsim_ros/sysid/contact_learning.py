@@ -1148,9 +1148,10 @@ def violation_start(spec: ObjectSpec, seed: int,
     with free vertices). With ``spec.mass_split`` also ``'mass_split'``
     (:func:`mass_split_parameters`): the nominal split, or each body's mass drawn 0.5-1.5x
     its nominal and the total kept (the paper's appendix A.4; a generator of its own again).
-    With ``spec.joint_damping`` also ``'joint_damping'`` (:func:`joint_damping_parameters`):
-    every joint starts at ``DAMPING_SCALE ln 2`` (the unit's ``softplus(0)``; the URDF's
-    zero is no softplus value), drawn 0.5-1.5x that (a generator of its own).
+    With ``spec.joint_damping`` (before the split) also ``'joint_damping'``
+    (:func:`joint_damping_parameters`): every joint starts at ``DAMPING_SCALE ln 2`` (the
+    unit's ``softplus(0)``; the URDF's zero is no softplus value), drawn 0.5-1.5x that (a
+    generator of its own).
 
     :param spec: the object.
     :param seed: seed of the draw.
@@ -1159,14 +1160,6 @@ def violation_start(spec: ObjectSpec, seed: int,
     """
     theta = start_parameters(spec, seed, perturb)
     learn = LEARNED
-    if spec.mass_split:
-        masses = torch.as_tensor(spec.masses, dtype=theta['inertia'].dtype)
-        if perturb:   # appendix A.4, step 3: each link's mass 0.5-1.5x; the total is kept
-            generator = torch.Generator().manual_seed(20_000 + seed)
-            masses = masses * (0.5 + torch.rand(len(masses), generator=generator,
-                                                dtype=masses.dtype))
-        theta['mass_split'] = mass_split_parameters(masses).to(masses.dtype)
-        learn = learn + ('mass_split',)
     if spec.joint_damping:
         # The URDF's zero is no softplus start: the unit's softplus(0), 0.5-1.5x when drawn
         damping = torch.full((spec.model.nv - 6,), DAMPING_SCALE * math.log(2.0),
@@ -1177,6 +1170,14 @@ def violation_start(spec: ObjectSpec, seed: int,
                                                   dtype=damping.dtype))
         theta['joint_damping'] = joint_damping_parameters(damping)
         learn = learn + ('joint_damping',)
+    if spec.mass_split:
+        masses = torch.as_tensor(spec.masses, dtype=theta['inertia'].dtype)
+        if perturb:   # appendix A.4, step 3: each link's mass 0.5-1.5x; the total is kept
+            generator = torch.Generator().manual_seed(20_000 + seed)
+            masses = masses * (0.5 + torch.rand(len(masses), generator=generator,
+                                                dtype=masses.dtype))
+        theta['mass_split'] = mass_split_parameters(masses).to(masses.dtype)
+        learn = learn + ('mass_split',)
     if spec.shape == 'vertices':
         return theta, learn
     box = box_parameters(spec.contact.vertices)
