@@ -158,7 +158,7 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
         impact_jumps: Sequence[Optional[float]] = (None,),
         shape: Optional[str] = None,
         mass_split: Optional[bool] = None, restarts: int = 1,
-        choose: str = 'rollout') -> Dict[str, Any]:
+        choose: str = 'rollout', joint_damping: Optional[bool] = None) -> Dict[str, Any]:
     """
     Learn CCN for every pair and seed and score it on the selection tosses.
 
@@ -183,6 +183,8 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
     :param restarts: starts per fit, the lowest validation loss kept
         (``sysid.object_learning.fit_object``'s ``restarts``).
     :param choose: how the restarts are ranked (``fit_object``'s ``choose``).
+    :param joint_damping: ``ObjectSpec.joint_damping``, whether CCN learns the joints'
+        viscous damping (None: the object's own).
     :return: the JSON payload (``runs``, ``pairs``, ``chosen``, ``nominal``, ``object``).
     """
     judge = JUDGES[object_name](data, n_select, split_seed)
@@ -192,7 +194,9 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
         spec = dataclasses.replace(
             judge.spec, smooth_window=window, impact_jump=impact_jump,
             shape=shape or judge.spec.shape,
-            mass_split=judge.spec.mass_split if mass_split is None else mass_split)
+            mass_split=judge.spec.mass_split if mass_split is None else mass_split,
+            joint_damping=(judge.spec.joint_damping if joint_damping is None
+                           else joint_damping))
         train = ([tosses.q[i] for i in judge.train[:n_train]],
                  [tosses.v[i] for i in judge.train[:n_train]])
         validation = ([tosses.q[i] for i in judge.validation],
@@ -212,7 +216,9 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
                             + f', volume error {row["volume_error"]:.3f}, friction '
                             f'{row["friction"]:.3f}, masses '
                             + ' / '.join(f'{m:.3f}' for m in row['masses'])
-                            + f' kg, validation loss {row["validation_loss"]:.4e}, '
+                            + ' kg, joint damping '
+                            + ' / '.join(f'{d:.3g}' for d in row['joint_damping'])
+                            + f' N m s/rad, validation loss {row["validation_loss"]:.4e}, '
                             f'validation horizon error {row["horizon_error"]:.4f}')
     pairs = []
     for window, impact_jump, w_comp, w_pen in itertools.product(smooth_windows, impact_jumps,
@@ -230,6 +236,8 @@ def run(data, w_comps: Sequence[float], w_pens: Sequence[float], seeds: Sequence
             'seeds': list(seeds), 'steps': steps, 'split_seed': split_seed,
             'shape': shape or judge.spec.shape,
             'mass_split': judge.spec.mass_split if mass_split is None else mass_split,
+            'joint_damping': (judge.spec.joint_damping if joint_damping is None
+                              else joint_damping),
             'restarts': restarts, 'choose': choose}
 
 
@@ -252,6 +260,7 @@ def _fit_and_score(judge: Judge, spec: cl.ObjectSpec, train, validation, w_comp:
                volume_error=summary['volume_error'], inertia_error=summary.get('inertia_error'),
                friction=summary['friction'], last_step=history['step'][-1],
                masses=m.inertial.detach().reshape(-1, 10)[:, 0].tolist(),
+               joint_damping=m.damping.detach().reshape(-1)[6:].tolist(),
                validation_loss=min(history['validation']),
                restarts=fit.extra.get('restarts'),
                train_s=time.perf_counter() - start)
@@ -356,7 +365,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                 for x in args.impact_jumps.split(',') if x.strip()],
                   shape=args.shape,
                   mass_split=None if args.mass_split is None else args.mass_split == 'learned',
-                  restarts=args.restarts, choose=args.choose_by)
+                  restarts=args.restarts, choose=args.choose_by,
+                  joint_damping=(None if args.joint_damping is None
+                                 else args.joint_damping == 'learned'))
     print()
     print(markdown(payload))
     payload['machine'] = _common.machine_info(('torch', 'scipy'))

@@ -54,6 +54,7 @@ except ImportError:  # run as ``python benchmarks/elbow_diagnosis.py``
 from diffsim_ros.core.contact import (contact_kinematics, contact_rows,  # noqa: I100
                                       free_velocity)
 from diffsim_ros.core.dispatch import crba
+from diffsim_ros.core.integrators import joint_friction
 from diffsim_ros.core.spatial import quat_conjugate, quat_exp, quat_log, quat_multiply
 from diffsim_ros.sysid import contact_learning as cl
 from diffsim_ros.sysid.object_learning import fit_object, smooth_for_learning
@@ -167,7 +168,8 @@ def _terms(model, contact, data, lam: torch.Tensor, dt: float,
     q, v, v_next = data
     step = cl.step_velocity(v_next, dt)
     frame = contact_kinematics(model, q, contact)
-    L, v_free = free_velocity(model, q, v, torch.zeros_like(v), dt)
+    # the joints' own friction (a learned hinge damping) as the loss applies it
+    L, v_free = free_velocity(model, q, v, -joint_friction(model, v), dt)
     miss = step - v_free - (torch.cholesky_solve(contact_rows(frame).mT, L)
                             @ lam.flatten(-2).unsqueeze(-1)).squeeze(-1)
     scale = 0.5 if weights.half_prediction else 1.0

@@ -180,7 +180,7 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         methods: Sequence[str] = ('ccn',), log=None,
         smooth_window: Optional[int] = None, shape: Optional[str] = None,
         mass_split: Optional[bool] = None, restarts: int = 1,
-        choose: str = 'rollout') -> Dict[str, Any]:
+        choose: str = 'rollout', joint_damping: Optional[bool] = None) -> Dict[str, Any]:
     """
     Learn the elbow from ``n_train`` tosses; evaluate it and the nominal URDF on the test set.
 
@@ -199,6 +199,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         (``sysid.object_learning.fit_object``'s ``restarts``; the fit's time counts them all).
     :param choose: how the restarts are ranked on the validation tosses (``fit_object``'s
         ``choose``: ``'loss'`` or ``'rollout'``).
+    :param joint_damping: whether CCN and CCN-R learn the hinge's viscous damping
+        (``ObjectSpec.joint_damping``; None: the elbow spec's own).
     :return: the JSON payload (see the module docstring): ``runs`` (one per method and seed,
         its errors' mean / median / p90 over tosses), ``errors`` (per window and model: per
         method the t-interval over seeds of each error's mean, per nominal row its mean /
@@ -216,6 +218,8 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
         spec = dataclasses.replace(spec, shape=shape)
     if mass_split is not None:
         spec = dataclasses.replace(spec, mass_split=mass_split)
+    if joint_damping is not None:
+        spec = dataclasses.replace(spec, joint_damping=joint_damping)
     train = ([tosses.q[i] for i in train_i], [tosses.v[i] for i in train_i])
     validation = ([tosses.q[i] for i in val_i], [tosses.v[i] for i in val_i])
     windows = horizon_windows(tosses, test_i, horizon, stride)
@@ -265,7 +269,7 @@ def run(data: Path, n_train: int, seeds: Sequence[int], n_val: int, n_test: int,
             'violation_weights': {'w_comp': weights.w_comp, 'w_pen': weights.w_pen},
             'smooth_window': spec.smooth_window, 'shape': spec.shape,
             'mass_split': spec.mass_split, 'restarts': restarts, 'choose': choose,
-            'runs': runs,
+            'joint_damping': spec.joint_damping, 'runs': runs,
             'errors': errors, 'seconds': seconds}
 
 
@@ -295,7 +299,7 @@ def learned_models(spec: cl.ObjectSpec, learned: Dict[str, Any]):
 
     :param spec: the elbow's spec.
     :param learned: ``inertial``, ``vertices_m``, ``vertex_sets``, ``friction``,
-        ``ground_height_m``.
+        ``ground_height_m`` (and ``damping``, where the summary has it).
     :return: ``(model, contact)``.
     """
     dtype = spec.model.inertial.dtype
@@ -305,7 +309,10 @@ def learned_models(spec: cl.ObjectSpec, learned: Dict[str, Any]):
                                  torch.tensor(learned['inertial'], dtype=dtype).reshape(-1, 10),
                                  learned['ground_height_m'])
     masses = torch.tensor(learned['inertial'], dtype=dtype).reshape(-1, 10)[:, 0].tolist()
-    return cl.object_models(spec.model, spec.contact, theta, masses)
+    model, contact = cl.object_models(spec.model, spec.contact, theta, masses)
+    if 'damping' in learned:   # runs from before the summary had it learned none
+        model = model.replace(damping=torch.tensor(learned['damping'], dtype=dtype))
+    return model, contact
 
 
 def rescore(payload: Dict[str, Any], data: Path, stride: int,
@@ -379,7 +386,7 @@ def combine(payloads: Sequence[Dict[str, Any]]) -> Dict[str, Any]:
     if len(set(pairs)) != len(pairs):
         raise ValueError(f'methods and seeds repeated across the runs: {pairs}')
     settings = ('steps', 'start_from', 'violation_weights', 'shape', 'mass_split', 'restarts',
-                'choose', 'train_tosses')
+                'choose', 'train_tosses', 'joint_damping')
     for method in methods:
         mine = [p for p in payloads if method in p['methods']]
         if any(p.get(key) != mine[0].get(key) for p in mine[1:] for key in settings):
@@ -448,13 +455,19 @@ def markdown(payload: Dict[str, Any]) -> str:
 
 def add_start_options(parser) -> None:
     """
-    Add ``--mass-split``, ``--restarts`` and ``--choose-by`` (what ``fit_object`` takes).
+    Add ``--mass-split``, ``--joint-damping``, ``--restarts`` and ``--choose-by``.
+
+    What the object's spec and ``fit_object`` take.
 
     :param parser: an ``argparse.ArgumentParser``.
     """
     parser.add_argument('--mass-split', choices=('fixed', 'learned'), default=None,
                         help='whether CCN learns how the total mass splits between the '
                              "bodies (default the object spec's, ObjectSpec.mass_split)")
+    parser.add_argument('--joint-damping', choices=('none', 'learned'), default=None,
+                        help="whether CCN learns a viscous damping of the object's joints "
+                             "(the elbow's hinge), applied in the loss and the rollouts "
+                             "(default the object spec's, ObjectSpec.joint_damping)")
     parser.add_argument('--restarts', type=int, default=1,
                         help='starts per fit, keeping the one the validation tosses rank first '
                              '(--choose-by; sysid.object_learning.fit_object; default 1)')
@@ -539,13 +552,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         parser.error(f'--methods {args.methods!r}: valid {", ".join(METHODS)}')
     log = (lambda line: print(line, file=sys.stderr, flush=True))
     split = None if args.mass_split is None else args.mass_split == 'learned'
+    damping = None if args.joint_damping is None else args.joint_damping == 'learned'
     if args.quick:
         payload = run(data, min(args.train_tosses, 2), range(min(args.seeds, 2)), 2, 3, 6,
                       args.horizon, max(args.window_stride, 8), args.split_seed, limit=40,
                       perturb=args.start == 'paper', methods=methods, log=log,
                       smooth_window=args.smooth_window, shape=args.shape,
                       mass_split=split, restarts=args.restarts,
-                      choose=args.choose_by)
+                      choose=args.choose_by, joint_damping=damping)
     else:
         payload = run(data, args.train_tosses,
                       range(args.first_seed, args.first_seed + args.seeds),
@@ -554,7 +568,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                       args.split_seed, perturb=args.start == 'paper', methods=methods,
                       log=log, smooth_window=args.smooth_window, shape=args.shape,
                       mass_split=split, restarts=args.restarts,
-                      choose=args.choose_by)
+                      choose=args.choose_by, joint_damping=damping)
     payload['machine'] = _common.machine_info(('torch', 'mujoco', 'scipy'))
     payload['quick'] = args.quick
     print(markdown(payload))

@@ -140,6 +140,11 @@ def object_parameters(spec: ObjectSpec, fit: ObjectFit) -> Dict[str, Dict[str, A
                              ('ixy', (0, 1)), ('ixz', (0, 2)), ('iyz', (1, 2))):
             out[prefix + name] = {'value': float(learned[2][b, i, j]), 'unit': 'kg m^2',
                                   'nominal': float(nominal[2][b, i, j])}
+    if spec.joint_damping:   # the joints' learned viscous damping (ObjectSpec.joint_damping)
+        for k, joint in enumerate(fit.model.tree.joint_names[1:]):
+            out[f'{joint}.damping'] = {'value': float(fit.model.damping[6 + k]),
+                                       'unit': 'N m s/rad',
+                                       'nominal': float(spec.model.damping[6 + k])}
     for link, verts, start in zip(fit.contact.vertex_links, fit.contact.vertices,
                                   spec.contact.vertices):
         for k, (point, point0) in enumerate(zip(verts.detach().tolist(), start.tolist())):

@@ -86,9 +86,11 @@ def model_to_urdf(model: RobotModel, source: Optional[str] = None) -> str:
         dynamics = joint.find('dynamics')
         if dynamics is None:
             dynamics = ET.SubElement(joint, 'dynamics')
-        dynamics.set('damping', repr(float(model.damping[i])))
-        dynamics.set('friction', repr(float(model.friction[i])))
-        armature = float(model.armature[i])
+        # per-DOF columns: a floating base's free-flyer (joint 0) holds the first six
+        dof = i + 5 if model.floating_base else i
+        dynamics.set('damping', repr(float(model.damping[dof])))
+        dynamics.set('friction', repr(float(model.friction[dof])))
+        armature = float(model.armature[dof])
         if armature:
             joint.append(ET.Comment(f' armature (reflected rotor inertia): {armature!r} '))
     ET.indent(root)

@@ -50,6 +50,7 @@ import copy
 import dataclasses
 from dataclasses import dataclass, field
 import functools
+import math
 from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
@@ -60,6 +61,7 @@ from ..core.contact import (box_vertices, contact_kinematics, contact_rows, cont
                             ContactModel, free_velocity)
 from ..core.contact_solver import solve_contact_impulses
 from ..core.dispatch import crba
+from ..core.integrators import joint_friction
 from ..core.model import RobotModel
 from ..core.parameterization import _softplus, _softplus_inverse, LogCholeskyParameterization
 from ..core.spatial import (quat_conjugate, quat_exp, quat_log, quat_multiply, quat_rotate,
@@ -72,10 +74,13 @@ __all__ = ['ViolationWeights', 'TrainConfig', 'violation_loss', 'step_velocity',
            'ObjectSpec', 'ObjectFit', 'cube_spec', 'fit_ccn', 'fit_ccn_r', 'Trajectories',
            'start_parameters', 'REGIMES', 'regime_weights', 'LEARNED',
            'ResidualNetwork', 'box_parameters', 'box_corners', 'SHAPES',
-           'violation_start', 'mass_shares', 'mass_split_parameters']
+           'violation_start', 'mass_shares', 'mass_split_parameters', 'DAMPING_SCALE',
+           'joint_damping_parameters']
 
 #: Unit [m] in which vertices and ground height are learned.
 LENGTH_SCALE = 0.05
+#: Unit [N m s/rad] in which a joint's viscous damping is learned (``ObjectSpec.joint_damping``).
+DAMPING_SCALE = 1e-3
 _LOG_CHOLESKY = LogCholeskyParameterization()
 
 
@@ -194,7 +199,10 @@ def _violation_pieces(model: RobotModel, contact: ContactModel, q: Tensor, v: Te
     # not depend on mu, which the envelope theorem needs (as ContactNets and dair_pll do).
     v_next = step_velocity(v_next, dt)
     frame = contact_kinematics(model, q, contact)
-    L, v_free = free_velocity(model, q, v, torch.zeros_like(v) if tau is None else tau, dt)
+    # The joints' own friction (the model's URDF <dynamics>; ObjectSpec.joint_damping learns
+    # it) at the step's start velocity, as :func:`rollout`'s steps apply it.
+    friction = joint_friction(model, v)
+    L, v_free = free_velocity(model, q, v, -friction if tau is None else tau - friction, dt)
     J = contact_rows(frame)
     dv = v_next - v_free
     # Prediction term p ||dv - M^-1 J^T lambda||^2_W with W = M (p = 0.5 or 1): its value is
@@ -243,7 +251,8 @@ def violation_loss(model: RobotModel, contact: ContactModel, q: Tensor, v: Tenso
     :param weights: term weights and solver settings.
     :param return_impulses: also return the optimal impulses.
     :param tau: ``(..., nv)`` generalised force in the continuous dynamics (a residual's
-        ``M delta``); None: zero.
+        ``M delta``); None: zero. The model's joint friction (``core.joint_friction``: its
+        ``damping`` and ``friction``, zero in the URDFs we ship) is always added, at ``v``.
     :return: ``(...)`` losses [kg m^2/s^2 = J]; with ``return_impulses`` also the
         ``(..., nc, 3)`` impulses [N s] ``[normal, tangent 1, tangent 2]``.
     """
@@ -301,7 +310,8 @@ def object_models(model: RobotModel, contact: ContactModel, theta: Dict[str, Ten
 
     :param model: the object's floating model (its inertials are replaced).
     :param contact: template contact model: its vertex sets' sizes split ``theta``'s vertices.
-    :param theta: as returned by :func:`object_parameters`.
+    :param theta: as returned by :func:`object_parameters`; with a ``'joint_damping'``
+        entry (:func:`joint_damping_parameters`) the model's joints get that damping.
     :param mass: the fixed masses [kg]: one per body (model order), or one float for all;
         with a ``'mass_split'`` entry in ``theta`` only their sum is kept, split as
         :func:`mass_shares` says.
@@ -323,6 +333,10 @@ def object_models(model: RobotModel, contact: ContactModel, theta: Dict[str, Ten
     else:
         vertices = torch.split(theta['vertices'] * LENGTH_SCALE, sizes, dim=-2)
     new_model = model.replace(inertial=pi.reshape(model.inertial.shape))
+    if 'joint_damping' in theta:
+        root = torch.zeros(model.nv - theta['joint_damping'].shape[-1], dtype=dtype)
+        new_model = new_model.replace(damping=torch.cat(
+            (root, DAMPING_SCALE * _softplus(theta['joint_damping'])), -1))
     new_contact = ContactModel(
         friction=_softplus(theta['friction']), restitution=contact.restitution,
         stiffness=contact.stiffness, damping=contact.damping,
@@ -355,6 +369,20 @@ def mass_split_parameters(masses) -> Tensor:
     if not (isinstance(masses, Tensor) and masses.is_floating_point()):
         masses = torch.as_tensor(masses, dtype=torch.float64)
     return torch.log(masses[1:] / masses[0])
+
+
+def joint_damping_parameters(damping) -> Tensor:
+    """
+    Return the learnable parameters of joint dampings (``ObjectSpec.joint_damping``).
+
+    ``damping = DAMPING_SCALE * softplus(theta)``, so every ``theta`` is a damping ``>= 0``.
+
+    :param damping: ``(njoints,)`` dampings [N m s/rad], each ``> 0``.
+    :return: ``(njoints,)`` unconstrained parameters.
+    """
+    if not (isinstance(damping, Tensor) and damping.is_floating_point()):
+        damping = torch.as_tensor(damping, dtype=torch.float64)
+    return _softplus_inverse(damping / DAMPING_SCALE)
 
 
 #: Corner signs of :func:`box_corners`, in ``core.contact.box_vertices``' order.
@@ -699,6 +727,10 @@ def rollout(model: RobotModel, contact: ContactModel, x0: Tensor, steps: int,
     """
     Roll ``core.contact_step`` (complementarity) out from a batch of free-body states.
 
+    Every step applies the model's joint friction (``core.joint_friction``: the URDF's
+    ``<dynamics damping friction>``, a learned ``ObjectSpec.joint_damping``), as the
+    violation loss does.
+
     :param model: the body's floating model.
     :param contact: its contact model.
     :param x0: ``(B, nq + nv)`` start states.
@@ -717,7 +749,9 @@ def rollout(model: RobotModel, contact: ContactModel, x0: Tensor, steps: int,
             for _ in range(substeps):
                 if residual is not None:
                     tau = residual.generalized_force(model, q, v)
-                step = contact_step(model, q, v, tau, dt / substeps, contact)
+                # contact_step leaves the joints' own friction to its caller
+                step = contact_step(model, q, v, tau - joint_friction(model, v),
+                                    dt / substeps, contact)
                 q, v = step.q, step.v
             out.append(torch.cat((q, v), -1))
     return torch.stack(out, 1)
@@ -809,12 +843,14 @@ def learned_summary(model: RobotModel, contact: ContactModel, true_vertices=None
     :param true_vertices: when given (one ``(k, 3)`` tensor, or one per vertex set), also
         ``volume_error`` against them.
     :return: ``friction``, ``ground_height_m``, ``inertial`` (every body's ten numbers in
-        model order), ``vertices_m`` (every vertex set's, in ``contact.vertices`` order, each
+        model order), ``damping`` (per degree of freedom [N m s/rad], the root's zero),
+        ``vertices_m`` (every vertex set's, in ``contact.vertices`` order, each
         in its link's frame), ``vertex_sets`` (``[link, count]`` per set) (and
         ``volume_error``).
     """
     out = {'friction': float(contact.friction), 'ground_height_m': float(contact.ground_height),
            'inertial': model.inertial.detach().reshape(-1).tolist(),
+           'damping': model.damping.detach().reshape(-1).tolist(),
            'vertices_m': torch.cat(contact.vertices, -2).detach().tolist(),
            'vertex_sets': [[link, int(v.shape[-2])]
                            for link, v in zip(contact.vertex_links, contact.vertices)]}
@@ -871,6 +907,11 @@ class ObjectSpec:
         (:func:`mass_shares`; the total stays :attr:`mass`, each body's inertia scales with
         its mass, its CoM stays), as the paper does on the elbow; False: each body keeps its
         nominal mass (:attr:`masses`).
+    :ivar joint_damping: CCN and CCN-R learn a viscous damping ``>= 0`` of every joint
+        between the bodies (:func:`joint_damping_parameters`: softplus, in
+        :data:`DAMPING_SCALE`), a force of the paper's continuous dynamics that the loss
+        and the rollouts apply (``RobotModel.damping``, the URDF's ``<dynamics
+        damping>``); False: the nominal model's joint friction (none in our URDFs) stays.
     """
 
     name: str
@@ -887,6 +928,7 @@ class ObjectSpec:
     impact_jump: Optional[float] = None
     shape: str = 'vertices'
     mass_split: bool = False
+    joint_damping: bool = False
 
     def __post_init__(self):
         """Check the vertex sets (one per body, in body order), masses, smoothing window."""
@@ -898,6 +940,9 @@ class ObjectSpec:
                              'be > 0 m/s (None: smoothing spans impacts)')
         if self.mass_split and self.model.inertial.reshape(-1, 10).shape[0] < 2:
             raise ValueError(f'ObjectSpec {self.name!r}: mass_split needs two bodies or more')
+        if self.joint_damping and self.model.nv <= 6:
+            raise ValueError(f'ObjectSpec {self.name!r}: joint_damping needs a joint between '
+                             'two bodies')
         if self.shape not in SHAPES:
             raise ValueError(f'ObjectSpec {self.name!r}: unknown shape {self.shape!r}; valid: '
                              f'{", ".join(SHAPES)}')
@@ -1103,6 +1148,10 @@ def violation_start(spec: ObjectSpec, seed: int,
     with free vertices). With ``spec.mass_split`` also ``'mass_split'``
     (:func:`mass_split_parameters`): the nominal split, or each body's mass drawn 0.5-1.5x
     its nominal and the total kept (the paper's appendix A.4; a generator of its own again).
+    With ``spec.joint_damping`` (before the split) also ``'joint_damping'``
+    (:func:`joint_damping_parameters`): every joint starts at ``DAMPING_SCALE ln 2`` (the
+    unit's ``softplus(0)``; the URDF's zero is no softplus value), drawn 0.5-1.5x that (a
+    generator of its own).
 
     :param spec: the object.
     :param seed: seed of the draw.
@@ -1111,6 +1160,16 @@ def violation_start(spec: ObjectSpec, seed: int,
     """
     theta = start_parameters(spec, seed, perturb)
     learn = LEARNED
+    if spec.joint_damping:
+        # The URDF's zero is no softplus start: the unit's softplus(0), 0.5-1.5x when drawn
+        damping = torch.full((spec.model.nv - 6,), DAMPING_SCALE * math.log(2.0),
+                             dtype=theta['inertia'].dtype)
+        if perturb:
+            generator = torch.Generator().manual_seed(30_000 + seed)
+            damping = damping * (0.5 + torch.rand(len(damping), generator=generator,
+                                                  dtype=damping.dtype))
+        theta['joint_damping'] = joint_damping_parameters(damping)
+        learn = learn + ('joint_damping',)
     if spec.mass_split:
         masses = torch.as_tensor(spec.masses, dtype=theta['inertia'].dtype)
         if perturb:   # appendix A.4, step 3: each link's mass 0.5-1.5x; the total is kept
