@@ -92,8 +92,10 @@ def test_the_plant_string_is_close_to_an_ideal_string_and_the_old_one_was_not(tm
         assert 0.9 < snap['tangential_kept'] < 1.15
     # taut: the horizontal release follows the point-mass pendulum to 1 cm over its first
     # half swing (the chain's 2 g make it a slightly different pendulum after that)
+    # (the old chain: 3.7 cm at 0.5 s with the cup held at the tracking controller's
+    # 50 rad/s, 4.6 cm when the hold was the old 20 rad/s one and let the cup move more)
     assert max(plant['pendulum']['error_m'][:4]) < 0.01
-    assert max(legacy['pendulum']['error_m'][:4]) > 0.04
+    assert max(legacy['pendulum']['error_m'][:4]) > 0.03
     # the snap from a 3.4 m/s outward fall (drop) and a 0.7 m/s one (throw), started from
     # the plant's ball 10 ms before it: plant and the string model at the search's 4 ms
     # both stay within 1 cm of the ideal inelastic string for 0.3 s after it (0.4 cm
