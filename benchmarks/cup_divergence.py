@@ -12,8 +12,9 @@ c. in the model again, but driven by the arm motion the plant really executed (t
    b - c is the string and the ball alone, c - a the arm's tracking;
 
 and on plant variants that each switch one thing of the capsule string off (its joint
-damping, its mass, the ball's contacts with the cup and the arm) or rebuild the string of
-before 2026-11-27 evening (``legacy_string``: the damped 25-capsule chain without a
+damping, its mass, the ball's contacts with the cup and the arm, the chain's tie to the ball:
+``untied_chain`` leaves the ball on the tendon alone, an ideal massless string) or rebuild
+the string of before 2026-11-27 evening (``legacy_string``: the damped 25-capsule chain without a
 tendon).  Printed per swing-up and variant: the ball position error against the plant at
 0.25, 0.5, 1.0, 1.5, 2.0 and 2.5 s, the first time it exceeds 2 cm, whether the plant
 succeeded and the model caught, the plant ball's contact periods, and the plant's slack
@@ -30,6 +31,14 @@ Run (development plants only; never a plant the benchmark reports on)::
     python benchmarks/cup_divergence.py --seed 2 --searches 8 \
         --variants plant,legacy_string --json div.json     # old string against new
     python benchmarks/cup_divergence.py --quick        # a smoke run, about a minute
+    python benchmarks/cup_divergence.py --seed 2 --variants plant \
+        --override ball_mass=0.0222 cup_rpy=-0.06,-0.08,-0.09   # one property changed
+
+``--override FIELD=VALUE`` replaces one field of the development plant's hidden truth
+(``sim.cup.CupTruth``: ``string_length``, ``cup_xyz``, ``cup_rpy``, ``ball_mass``, SI units,
+vectors comma-separated; ``arm_of=S``: the arm of the benchmark's plant ``--seed S``) before
+anything is searched, so that one property of another plant can be studied on a development
+plant.
 """
 
 import dataclasses
@@ -61,7 +70,43 @@ DIVERGED_M = 0.02
 #: Plant variants: what is switched off (``a+b`` switches off both); ``legacy_string`` is
 #: the plant with the string of before 2026-11-27 evening (``sim.cup.LEGACY_STRING``).
 VARIANTS = ('plant', 'no_string_damping', 'massless_string', 'no_ball_contact',
-            'legacy_string')
+            'untied_chain', 'legacy_string')
+
+
+#: The truth fields ``--override`` may replace; ``arm_of`` takes the arm of another plant.
+OVERRIDABLE = ('string_length', 'cup_xyz', 'cup_rpy', 'ball_mass', 'arm_of')
+
+
+def parse_overrides(items: Sequence[str]) -> Dict[str, Any]:
+    """
+    Parse ``FIELD=VALUE`` items into :class:`~diffsim_ros.sim.cup.CupTruth` field values.
+
+    :param items: e.g. ``['ball_mass=0.0222', 'cup_rpy=-0.06,-0.08,-0.09', 'arm_of=3']``.
+    :return: field name -> float (scalars) or tuple of floats (vectors); ``arm`` -> the
+        ``TrueParameters`` of ``draw_truth(100 S, 0.40)`` for ``arm_of=S``.
+    :raises ValueError: an unknown field, a malformed item or a wrong number of values.
+    """
+    out: Dict[str, Any] = {}
+    for item in items:
+        name, sep, text = item.partition('=')
+        if not sep or name not in OVERRIDABLE:
+            raise ValueError(f'override {item!r}: expected FIELD=VALUE with FIELD among '
+                             f'{", ".join(OVERRIDABLE)}')
+        try:
+            values = tuple(float(v) for v in text.split(','))
+        except ValueError:
+            raise ValueError(f'override {item!r}: the value must be numbers') from None
+        size = 3 if name in ('cup_xyz', 'cup_rpy') else 1
+        if len(values) != size:
+            raise ValueError(f'override {item!r}: {name} takes {size} value(s), got '
+                             f'{len(values)}')
+        if name == 'arm_of':
+            if values[0] != int(values[0]):
+                raise ValueError(f'override {item!r}: arm_of takes a plant seed (an integer)')
+            out['arm'] = cup.draw_truth(100 * int(values[0]), 0.40).arm
+        else:
+            out[name] = values if size == 3 else values[0]
+    return out
 
 
 def oracle_model(truth: cup.CupTruth) -> StringModel:
@@ -102,6 +147,11 @@ def variant_plant(truth: cup.CupTruth, name: str) -> cup.CupPlant:
             # 1 % of the mass: MuJoCo needs some inertia per free ball joint.
             m.body_mass[b] *= 0.01
             m.body_inertia[b] *= 0.01
+    if 'untied_chain' in parts:
+        if not plant.string.tendon:
+            raise ValueError('untied_chain needs the tendon string (not legacy_string)')
+        # the connect that ties the chain's tip to the ball (the plant's only equality)
+        m.eq_active0[:] = 0
     if 'no_ball_contact' in parts:
         g = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_GEOM, 'ball')
         m.geom_conaffinity[g] = 0
@@ -184,7 +234,8 @@ def fine_task(task: BallInCupTask, dt: float) -> BallInCupTask:
 
 def diagnose(seed: int, searches: int, config: SearchConfig,
              variants: Sequence[str] = VARIANTS,
-             replay_frictions: Sequence[float] = ()) -> Dict[str, Any]:
+             replay_frictions: Sequence[float] = (),
+             overrides: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """
     Search swing-ups on the oracle model of plant ``seed`` and compare model and plant.
 
@@ -193,9 +244,10 @@ def diagnose(seed: int, searches: int, config: SearchConfig,
     :param config: eREPS settings.
     :param variants: plant variants to run.
     :param replay_frictions: extra replays on the plant's run with these frictions (1/s).
+    :param overrides: truth fields replaced before the search (:func:`parse_overrides`).
     :return: per swing-up and variant the figures of the module docstring.
     """
-    truth = cup.draw_truth(seed * 100, 0.40)
+    truth = dataclasses.replace(cup.draw_truth(seed * 100, 0.40), **(overrides or {}))
     model = oracle_model(truth)
     arm = truth.arm_model()
     task = bench.make_task(arm)
@@ -245,7 +297,9 @@ def diagnose(seed: int, searches: int, config: SearchConfig,
                         rec.t, replay(damped, rec, dt_plant), rec.t, rec.ball)
             row[name] = figures
         out.append(row)
-    return {'seed': seed, 'truth_length_m': truth.string_length, 'swing_ups': out,
+    shown = {k: (v if k != 'arm' else 'replaced') for k, v in (overrides or {}).items()}
+    return {'seed': seed, 'overrides': shown, 'truth_length_m': truth.string_length,
+            'swing_ups': out,
             'search_s': result.seconds}
 
 
@@ -276,6 +330,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--replay-friction', type=float, nargs='*', default=[],
                         help='also replay the oracle string with these ball frictions (1/s, '
                         'relative to the anchor), e.g. 0.16')
+    parser.add_argument('--override', nargs='*', default=[], metavar='FIELD=VALUE',
+                        help="replace fields of the plant's hidden truth before the search, "
+                        f'among {", ".join(OVERRIDABLE)} (SI units, vectors comma-separated; '
+                        'arm_of=S: the arm of plant --seed S), '
+                        'e.g. ball_mass=0.0222 cup_rpy=-0.06,-0.08,-0.09')
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if not all(c > 0 for c in args.replay_friction):
@@ -284,11 +343,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     unknown = sorted({v for name in variants for v in name.split('+')} - set(VARIANTS))
     if unknown:
         parser.error(f'unknown variants {unknown}; valid: {", ".join(VARIANTS)}')
+    try:
+        overrides = parse_overrides(args.override)
+    except ValueError as error:
+        parser.error(str(error))
     searches, iterations = (2, 5) if args.quick else (args.searches, args.iterations)
     start = time.perf_counter()
     report = diagnose(args.seed, searches, SearchConfig(iterations=iterations),
-                      variants, args.replay_friction)
-    print(f'plant seed {args.seed}, true length {report["truth_length_m"]:.4f} m; ball error '
+                      variants, args.replay_friction, overrides)
+    print(f'plant seed {args.seed} (overrides {report["overrides"] or "none"}), true length '
+          f'{report["truth_length_m"]:.4f} m; ball error '
           f'(cm) at {", ".join(f"{s:g}" for s in CHECK_TIMES)} s')
     for i, row in enumerate(report['swing_ups']):
         print(f'swing-up {i}: model reward {row["reward"]:.3f}, caught in model '

@@ -22,11 +22,19 @@ c. a pendulum: the straight string released horizontally at rest against the ide
    0.1 ms), ball error at 0.1, 0.2, 0.3, 0.5 and 1.0 s;
 d. a small swing: released 20 degrees from hanging, the swing amplitude over the last
    period of 7 s (ideal: 20 degrees);
+e. the snap against an ideal string *and the learned string model*: the ``drop`` and
+   ``throw`` flights run on to 0.8 s and are compared after the snap with the ideal
+   inelastic string (:func:`ideal_string`: the parabola to the exact snap, the outward
+   speed removed, then the taut spherical pendulum, slack again where its tension would
+   push) and with ``sysid.string_model.StringModel`` (the plant's true geometry, its
+   nominal friction) rolled out from the plant's start at the policy search's 4 ms step
+   and at 0.5 ms: ball errors (cm) 0.05, 0.1, 0.2 and 0.3 s after the ideal snap;
 
 and, with ``--flailing N``, the stability criterion of ``benchmarks/cup_sim.py`` (N flailing
 4 s runs that must never diverge) and the plant's cost (simulated s per CPU s with the
 torques precomputed).  The 25-capsule string of 2 g and the ball of the plant drawn by
-``--seed`` (default: the nominal plant at 0.40 m).
+``--seed`` (default: the nominal plant at 0.40 m), with ``--override FIELD=VALUE`` replacing
+fields of its truth as in ``benchmarks/cup_divergence.py`` (e.g. ``ball_mass=0.0222``).
 """
 
 import dataclasses
@@ -34,7 +42,7 @@ import math
 import os
 import sys
 import time
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import mujoco
 import numpy as np
@@ -46,8 +54,8 @@ except ImportError:  # run as ``python benchmarks/cup_fidelity.py``
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from benchmarks import _common
 
-from benchmarks import cup_sim  # noqa: I100
-from diffsim_ros.sim import cup
+from benchmarks import cup_divergence, cup_sim  # noqa: I100
+from diffsim_ros.sim import cup, cup_swing
 
 #: Where the cup is held: the identification posture (the opening points forward).
 POSTURE = cup.IDENTIFICATION_POSTURE
@@ -58,6 +66,15 @@ GRAVITY = 9.81
 #: The slack flights start with the ball this fraction of the string length from the anchor,
 #: the capsules folded zig-zag: a straight chain of rigid capsules can push, a string cannot.
 REACH = 0.985
+#: The snap check: its flights' duration, s; errors this long after the ideal snap, s; the
+#: model steps compared, s (the policy search's and the plant's).
+SNAP_SECONDS = 0.8
+AFTER_SNAP = (0.05, 0.1, 0.2, 0.3)
+MODEL_STEPS = (cup_swing.MODEL_DT, cup.TIMESTEP)
+#: The snap check starts the ideal string and the model this long before the plant's snap, s.
+BEFORE_SNAP = 0.01
+#: Armature added to the arm's joints in the snap check (kg m^2): the ball cannot move them.
+STILL_ARMATURE = 1e3
 #: The builds measured by name (``--strings``).
 STRINGS = {'legacy': cup.LEGACY_STRING, 'plant': cup.PLANT_STRING}
 
@@ -73,10 +90,11 @@ def _plant(truth: cup.CupTruth, build: cup.StringBuild) -> cup.CupPlant:
 
 
 class _Run:
-    """A still-cup run at the driver rate: ``t``, ``ball``, ``cup_pos``, start velocity ``v0``."""
+    """A still-cup run at the driver rate: ``t``, ``ball``, its velocity, ``cup_pos``, ``v0``."""
 
-    def __init__(self, t, ball, cup_pos, v0):
+    def __init__(self, t, ball, ball_velocity, cup_pos, v0):
         self.t, self.ball, self.cup_pos, self.v0 = t, ball, cup_pos, v0
+        self.ball_velocity = ball_velocity
 
 
 def _run(plant: cup.CupPlant, seconds: float, direction, velocity=None,
@@ -97,12 +115,13 @@ def _run(plant: cup.CupPlant, seconds: float, direction, velocity=None,
     v0 = _ball_velocity(plant)
     steps = int(round(seconds * cup.RATE_HZ))
     t = np.arange(steps) / cup.RATE_HZ
-    ball, cup_pos = np.zeros((steps, 3)), np.zeros((steps, 3))
+    ball, velocity, cup_pos = np.zeros((steps, 3)), np.zeros((steps, 3)), np.zeros((steps, 3))
     for k in range(steps):
         ball[k], cup_pos[k] = plant.ball_position(), plant.anchor()[0]
+        velocity[k] = _ball_velocity(plant)
         q, qd = plant.joint_state()
         plant.apply(controller(float(t[k]), q, qd), float(t[k]))
-    return _Run(t, ball, cup_pos, v0)
+    return _Run(t, ball, velocity, cup_pos, v0)
 
 
 def _ball_velocity(plant: cup.CupPlant) -> np.ndarray:
@@ -170,6 +189,154 @@ def flight(plant: cup.CupPlant, direction: Sequence[float],
             'energy_lost_mj': ({'plant': 1e3 * (energy(before_k) - energy(after_k)),
                                 'ideal': 1e3 * 0.5 * mass * vr_before ** 2} if snapped
                                else None)}
+
+
+def ideal_string(x0: np.ndarray, v0: np.ndarray, anchor: np.ndarray, length: float,
+                 times: np.ndarray, dt: float = 1e-4) -> Dict[str, Any]:
+    """
+    Return the ball of an ideal inelastic string on a still anchor.
+
+    Slack (inside the sphere, or on it with a tension that would push), the ball flies the
+    exact parabola; its snap time is found by bisection on the parabola (to 1e-9 s), the
+    outward speed is removed there and the ball swings as a spherical pendulum (RK4 of
+    ``xdd = g - T n``, ``T = |v|^2 / l + n . g`` for the still anchor, projected back onto
+    the sphere after each step) until ``T`` turns negative.
+
+    :param x0: ``(3,)`` start position, m, within ``length`` of the anchor.
+    :param v0: ``(3,)`` start velocity, m/s.
+    :param anchor: ``(3,)`` m.
+    :param length: m.
+    :param times: ``(T,)`` increasing sample times from 0, s.
+    :param dt: the pendulum's RK4 step, s.
+    :return: ``ball`` ``(T, 3)`` m and ``snaps`` (the snap times, s).
+    """
+    g = np.array([0.0, 0.0, -GRAVITY])
+
+    def parabola(x, v, h):
+        return x + h * v + 0.5 * h * h * g, v + h * g
+
+    def taut_accel(x, v):
+        n = (x - anchor) / length
+        return g - (float(v @ v) / length + float(n @ g)) * n
+
+    x, v, t = np.array(x0, float), np.array(v0, float), 0.0
+    taut = np.linalg.norm(x - anchor) >= length * (1.0 - 1e-9) and \
+        float(v @ v) / length + float((x - anchor) @ g) / length >= 0.0
+    out, snaps = [], []
+    for target in times:
+        while t < target - 1e-12:
+            h = min(dt, target - t)
+            if not taut:
+                y, w = parabola(x, v, h)
+                if np.linalg.norm(y - anchor) <= length:
+                    x, v, t = y, w, t + h
+                    continue
+                low, high = 0.0, h
+                while high - low > 1e-9:
+                    middle = 0.5 * (low + high)
+                    inside = np.linalg.norm(parabola(x, v, middle)[0] - anchor) <= length
+                    low, high = (middle, high) if inside else (low, middle)
+                x, v = parabola(x, v, low)
+                n = (x - anchor) / np.linalg.norm(x - anchor)
+                x, v, t = anchor + length * n, v - float(v @ n) * n, t + low
+                snaps.append(t)
+                taut = True
+                continue
+            k1x, k1v = v, taut_accel(x, v)
+            k2x, k2v = v + 0.5 * h * k1v, taut_accel(x + 0.5 * h * k1x, v + 0.5 * h * k1v)
+            k3x, k3v = v + 0.5 * h * k2v, taut_accel(x + 0.5 * h * k2x, v + 0.5 * h * k2v)
+            k4x, k4v = v + h * k3v, taut_accel(x + h * k3x, v + h * k3v)
+            x = x + h / 6.0 * (k1x + 2 * k2x + 2 * k3x + k4x)
+            v = v + h / 6.0 * (k1v + 2 * k2v + 2 * k3v + k4v)
+            n = (x - anchor) / np.linalg.norm(x - anchor)
+            x, v, t = anchor + length * n, v - float(v @ n) * n, t + h
+            taut = float(v @ v) / length + float(n @ g) > 0.0
+        out.append(x.copy())
+    return {'ball': np.array(out), 'snaps': snaps}
+
+
+def model_ball(truth: cup.CupTruth, x0: np.ndarray, v0: np.ndarray, anchor: np.ndarray,
+               seconds: float, dt: float) -> Tuple[np.ndarray, np.ndarray]:
+    """
+    Roll the learned string model out from a ball state under the still anchor.
+
+    :param truth: the plant (its true string length and cup transform; nominal friction).
+    :param x0: ``(3,)`` m; :param v0: ``(3,)`` m/s; :param anchor: ``(3,)`` m.
+    :param seconds: duration, s.
+    :param dt: the model's step, s.
+    :return: ``(t (T,), ball (T, 3))``.
+    """
+    model = cup_divergence.oracle_model(truth)
+    steps = int(round(seconds / dt)) + 1
+    p = torch.from_numpy(np.asarray(anchor, float)).expand(1, steps, 3)
+    zero = torch.zeros_like(p)
+    with torch.no_grad():
+        x, _ = model.rollout(torch.from_numpy(np.asarray(x0, float))[None],
+                             torch.from_numpy(np.asarray(v0, float))[None], p, zero, zero, dt)
+    return np.arange(steps) * dt, x[0].numpy()
+
+
+def _still_plant(truth: cup.CupTruth, build: cup.StringBuild) -> cup.CupPlant:
+    """Return a plant whose ball touches nothing and whose arm the ball cannot move."""
+    plant = _plant(truth, build)
+    m = plant.mj_model
+    for name in plant.joint_names:
+        joint = mujoco.mj_name2id(m, mujoco.mjtObj.mjOBJ_JOINT, name)
+        m.dof_armature[m.jnt_dofadr[joint]] += STILL_ARMATURE
+    return plant
+
+
+def snap_check(truth: cup.CupTruth, build: cup.StringBuild, direction: Sequence[float],
+               velocity: Sequence[float]) -> Dict[str, Any]:
+    """
+    Throw the ball into a slack flight that ends in a snap; plant, ideal and model after it.
+
+    The arm gets :data:`STILL_ARMATURE` on every joint, so the cup stays still (with the
+    plain hold the snap moves it 5-12 mm); the ideal string and the model start from the
+    plant's ball :data:`BEFORE_SNAP` s before the plant's string comes taut (its ball
+    ``l - 2 mm`` from the anchor), so the slack flight's own error is not counted.
+
+    :param truth: the plant.
+    :param build: the string build.
+    :param direction: world direction of the string at the release.
+    :param velocity: the ball's start velocity by a rigid turn, m/s.
+    :return: ``snap_s`` (the ideal's snap after the start), ``anchor_moved_m`` (the cup's
+        largest displacement), and errors (m) at :data:`AFTER_SNAP` after the snap:
+        ``plant`` (plant vs ideal), ``model_<dt>`` (model vs ideal) and
+        ``model_<dt>_vs_plant``.
+    """
+    plant = _still_plant(truth, build)
+    length = truth.string_length
+    rec = _run(plant, SNAP_SECONDS, direction, velocity, reach=REACH)
+    anchor = rec.cup_pos[0]
+    distance = np.linalg.norm(rec.ball - anchor, axis=1)
+    taut = np.nonzero((distance >= length - 2e-3) & (rec.t > 0.05))[0]
+    if not taut.size:
+        raise ValueError("snap_check: the plant's string never came taut; throw harder")
+    k0 = max(int(taut[0]) - int(round(BEFORE_SNAP * cup.RATE_HZ)), 0)
+    t = rec.t[k0:] - rec.t[k0]
+    ideal = ideal_string(rec.ball[k0], rec.ball_velocity[k0], anchor, length, t)
+    if not ideal['snaps']:
+        raise ValueError('snap_check: the ideal string never snapped taut')
+    snap = ideal['snaps'][0]
+    checks = [snap + s for s in AFTER_SNAP if snap + s <= t[-1]]
+    plant_ball = rec.ball[k0:]
+
+    def at(t_x: np.ndarray, x: np.ndarray, reference: np.ndarray) -> list:
+        e = np.linalg.norm(np.stack([np.interp(t, t_x, x[:, i]) for i in range(3)], -1)
+                           - reference, axis=1)
+        return [float(np.interp(s, t, e)) for s in checks]
+
+    out = {'snap_s': snap, 'snaps': ideal['snaps'],
+           'radial_speed_mps': float(rec.ball_velocity[k0] @ (rec.ball[k0] - anchor)
+                                     / np.linalg.norm(rec.ball[k0] - anchor)),
+           'anchor_moved_m': float(np.linalg.norm(rec.cup_pos - anchor, axis=1).max()),
+           'plant': at(t, plant_ball, ideal['ball'])}
+    for dt in MODEL_STEPS:
+        t_x, x = model_ball(truth, rec.ball[k0], rec.ball_velocity[k0], anchor, t[-1], dt)
+        out[f'model_{dt:g}'] = at(t_x, x, ideal['ball'])
+        out[f'model_{dt:g}_vs_plant'] = at(t_x, x, plant_ball)
+    return out
 
 
 def ideal_pendulum(length: float, theta0: float, times: np.ndarray,
@@ -251,6 +418,11 @@ def measure(truth: cup.CupTruth, build: cup.StringBuild, flailing: int = 0,
            'drop': flight(plant, up, (0.0, 0.0, 0.0)),
            'throw': flight(plant, up, (0.0, 1.5, 0.0)),
            'pendulum': pendulum(plant), 'swing': swing(plant)}
+    for case, velocity in (('snap_drop', (0.0, 0.0, 0.0)), ('snap_throw', (0.0, 1.5, 0.0))):
+        try:
+            out[case] = snap_check(truth, build, up, velocity)
+        except ValueError as error:  # a chain that never lets the ball fly free (legacy)
+            out[case] = {'skipped': str(error)}
     if flailing:
         start = time.perf_counter()
         out['flailing'] = cup_sim.flailing(seed, flailing, string=build)
@@ -275,6 +447,19 @@ def _print(name: str, f: Dict[str, Any]) -> None:
     print(f'  pendulum from horizontal: error vs ideal point mass (cm) at {PENDULUM_TIMES} s: '
           + ' '.join(f'{100 * e:.2f}' for e in f['pendulum']['error_m']))
     print(f'  20-degree swing after 7 s: {f["swing"]["end_deg"]:.1f} deg')
+    for case in ('snap_drop', 'snap_throw'):
+        c = f[case]
+        if 'skipped' in c:
+            print(f'  {case}: {c["skipped"]}')
+            continue
+        print(f'  {case}: outward at {c["radial_speed_mps"]:.2f} m/s {BEFORE_SNAP} s before '
+              f'the snap (cup moved {1e3 * c["anchor_moved_m"]:.2f} mm); error (cm) '
+              f'{AFTER_SNAP} s after it:')
+        for key in [k for k in c if k == 'plant' or k.startswith('model_')]:
+            name = key.replace('plant', 'plant vs ideal') if key == 'plant' else (
+                key.replace('_vs_plant', ' vs plant') if key.endswith('_vs_plant')
+                else key + ' vs ideal')
+            print(f'    {name:24s} ' + ' '.join(f'{100 * e:.2f}' for e in c[key]))
     if 'flailing' in f:
         print(f'  flailing runs diverged: {f["flailing"]["diverged"]} of {f["flailing"]["runs"]} '
               f'({f["flailing"]["wall_s"]:.0f} s); plant alone '
@@ -296,14 +481,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument('--flailing', type=int, default=0,
                         help='also run this many flailing 4 s runs per build and time the '
                         'plant (cup_sim.py uses 16)')
+    parser.add_argument('--override', nargs='*', default=[], metavar='FIELD=VALUE',
+                        help="replace fields of the plant's truth, among "
+                        f'{", ".join(cup_divergence.OVERRIDABLE)} (SI units, vectors '
+                        'comma-separated), e.g. ball_mass=0.0222')
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    try:
+        overrides = cup_divergence.parse_overrides(args.override)
+    except ValueError as error:
+        parser.error(str(error))
     names = [s for s in args.strings.split(',') if s]
     unknown = sorted(set(names) - set(STRINGS))
     if unknown:
         parser.error(f'unknown strings {unknown}; valid: {", ".join(STRINGS)}')
     truth = cup.nominal_truth() if args.seed is None else cup.draw_truth(args.seed)
-    report: Dict[str, Any] = {'seed': args.seed, 'string_length_m': truth.string_length}
+    truth = dataclasses.replace(truth, **overrides)
+    report: Dict[str, Any] = {'seed': args.seed, 'overrides': overrides,
+                              'string_length_m': truth.string_length}
     for name in names:
         report[name] = measure(truth, STRINGS[name], args.flailing, args.seed or 0)
         _print(name, report[name])

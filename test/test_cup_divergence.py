@@ -75,8 +75,21 @@ def test_help_names_the_options():
     out = subprocess.run([sys.executable, str(SCRIPT), '--help'], capture_output=True,
                          text=True, timeout=300, check=True).stdout
     for option in ('--seed', '--json', '--quick', '--searches', '--variants',
-                   '--replay-friction'):
+                   '--replay-friction', '--override'):
         assert option in out
+
+
+def test_overrides_parse_into_truth_fields_and_reject_the_rest():
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.cup_divergence import parse_overrides
+    assert parse_overrides(['ball_mass=0.02', 'cup_rpy=0.1,-0.2,0.3']) == {
+        'ball_mass': 0.02, 'cup_rpy': (0.1, -0.2, 0.3)}
+    for bad in (['arm=1'], ['ball_mass'], ['cup_rpy=0.1,0.2'], ['ball_mass=heavy']):
+        with pytest.raises(ValueError):
+            parse_overrides(bad)
+    out = subprocess.run([sys.executable, str(SCRIPT), '--override', 'cup_rpy=1'],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 2 and 'cup_rpy takes 3 value(s)' in out.stderr
 
 
 @pytest.mark.slow
