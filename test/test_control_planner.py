@@ -170,3 +170,20 @@ def test_the_baseline_plans_from_the_state_predicted_one_tick_ahead():
     expected = np.clip(policy(0.0, predicted).numpy(), -4.0, 4.0)
     assert np.allclose(command, expected) and not np.allclose(
         command, np.clip(policy(0.0, x).numpy(), -4.0, 4.0))
+
+
+def test_a_command_without_its_solve_acts_on_the_newest_state_not_the_last_prediction():
+    # The mpc node skips an inline solve when its command thread runs late (nodes/mpc.py):
+    # the command then evaluates the last law on the newest measured state.
+    planner, _ = planner_for('qube', controller='baseline', predict_latency=True)
+    q, qd = np.array([0.0, math.pi - 0.05]), np.array([0.0, 0.5])   # balancing: LQR
+    planner.observe(q, qd, stamp=0.0, received=0.0)
+    planner.solve(0.0)
+    policy = planner.policy
+    newer_q, newer_qd = np.array([0.02, math.pi - 0.03]), np.array([0.1, 0.4])
+    planner.observe(newer_q, newer_qd, stamp=0.002, received=0.002)   # no solve for it
+    command, _ = planner.command(0.002)
+    newest = torch.as_tensor(np.concatenate((newer_q, newer_qd)))
+    assert np.allclose(command, np.clip(policy(0.002, newest).numpy(), -4.0, 4.0))
+    assert not np.allclose(command, np.clip(policy(0.002, planner._x_solved).numpy(),
+                                            -4.0, 4.0))

@@ -8,11 +8,13 @@ parameters on the command line) on real DDS; the hostile peer is this test proce
 spawned one.  The rule tests drive :class:`~diffsim_ros.nodes.gates.StateGate` directly.
 """
 
+import gc
 import math
 import multiprocessing
 import os
 from pathlib import Path
 import signal
+import struct
 import subprocess
 import sys
 import threading
@@ -21,7 +23,8 @@ import time
 from builtin_interfaces.msg import Time
 from diagnostic_msgs.msg import DiagnosticArray
 from diffsim_ros import robots
-from diffsim_ros.nodes.command_loop import DeadlineLoop, middleware_threads
+from diffsim_ros.nodes.command_loop import (CollectorPauses, DeadlineLoop, freeze_heap,
+                                            middleware_threads)
 from diffsim_ros.nodes.convert import joint_state_msg, ThrottledLogger
 from diffsim_ros.nodes.gates import REASONS, StateGate, StateGateConfig
 from diffsim_ros.nodes.monitor import MODEL_QOS
@@ -33,6 +36,7 @@ import rclpy
 import rclpy.executors
 import rclpy.parameter
 from rclpy.qos import qos_profile_sensor_data
+from rclpy.serialization import serialize_message
 from ros_helpers import realtime_process, settled, wait_for
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
@@ -477,13 +481,15 @@ def test_case5_a_10khz_burst_leaves_the_500hz_command_rate(launch, observer):
     received = np.array(record.get(timeout=60.0))
     flood.join(10.0)
     recorder.join(10.0)
-    # The burst must really flood: at least ten states per command period.  The flood is a
-    # Python publisher paced to 10 kHz; on a busy machine it sent 12900 of 20000 in its 2 s
-    # (6.5 kHz, still a flood), and below 5 kHz this machine cannot stage the case at all.
+    # The burst must really flood: at least five states per command period, so that the
+    # node's queue (the driver's states of one period and two more, 3) overflows in every
+    # period.  The flood is a Python publisher paced to 10 kHz at normal priority; on 2
+    # cores kept busy it sent 4700-10000 Hz.
     flood_hz = sent / ((end_ns - start_ns) * 1e-9)
-    if flood_hz < 10.0 * rate:
+    print(f'the flood sent {sent} states at {flood_hz:.0f} Hz')
+    if flood_hz < 5.0 * rate:
         pytest.skip(f'the flooding process reached only {flood_hz:.0f} Hz on this machine '
-                    f'(the case needs {10.0 * rate:.0f} Hz or more, {burst:.0f} asked)')
+                    f'(the case needs {5.0 * rate:.0f} Hz or more, {burst:.0f} asked)')
     stats = {}
     for name, times in (('calm', received[received < start_ns]),
                         ('burst', received[(received >= start_ns) & (received <= end_ns)])):
@@ -492,15 +498,29 @@ def test_case5_a_10khz_burst_leaves_the_500hz_command_rate(launch, observer):
                        np.percentile(gaps_ms, 99), gaps_ms.max())
         print('{}: {:.1f} Hz, gap p99 {:.2f} ms, max {:.2f} ms'.format(name, *stats[name]),
               f'at {(times[np.argmax(gaps_ms)] - start_ns) * 1e-9:.3f} s from the burst start')
-    node_gaps = [float(values['command_gap_max_ms']) for _, _, values in robot.diagnostics
-                 if 'command_gap_max_ms' in values]
+    # the node's own account of its slowest moments: whose wait each was (command_loop.py)
+    waits = {key: max(float(values[key]) for _, _, values in robot.diagnostics if key in values)
+             for key in ('command_gap_max_ms', 'command_late_max_ms', 'command_tick_max_ms',
+                         'gc_pause_max_ms')}
+    node_side = ', '.join(f'{key} {value:.2f}' for key, value in waits.items())
     print(f"refused {robot.latest('refused')}: stamp_back {robot.latest('refused/stamp_back')}")
-    print(f'node-side longest gap in a diagnostics second: {max(node_gaps):.2f} ms; missed '
-          f'deadlines {robot.latest("missed_deadlines")}')
+    print(f'node side, longest in a diagnostics period: {node_side}; missed deadlines '
+          f'{robot.latest("missed_deadlines")}, inline solves skipped '
+          f'{robot.latest("inline_solves_skipped")} of {robot.latest("commands")} commands')
     if robot.latest('realtime_priority') != 'True':
         pytest.skip('the command thread got no real-time priority (SCHED_FIFO; ulimit -r is 0 '
                     'for this user): a driver-rate loop on a busy machine needs it, as '
                     'ros2_control does')
+    # start-up's heap is frozen (freeze_heap): a collection never walks the imports again.
+    # Before, a full collection held the GIL 170-210 ms and a loaded CI run lost 164 ms.
+    assert waits['gc_pause_max_ms'] <= 1e3 / rate, node_side
+    calm, burst = stats['calm'][0], stats['burst'][0]
+    # the burst costs the command rate nothing, whatever the machine holds without it
+    assert burst >= min(calm, rate) - 0.05 * rate, stats
+    if calm < 0.95 * rate:
+        pytest.skip(f'this machine held {calm:.0f} Hz without any burst (node side: '
+                    f'{node_side}), so the 500 Hz case cannot be staged here; the burst '
+                    f'left {burst:.0f} Hz')
     measured, p99, _ = stats['burst']
     assert abs(measured - rate) <= 0.05 * rate, stats
     # before the command thread: 141-159 Hz with a p99 gap of 22-34 ms; with it, on 2
@@ -533,9 +553,12 @@ def _record_main(done, queue):
 
 def _flood_main(seconds, rate_hz, go, window):
     """Body of the flooding process: valid states at ``rate_hz`` for ``seconds`` after ``go``."""
-    # below the recorder and the mpc's threads: at normal priority, at load 15, it sent 14579
-    # states of 20000 in its 2 s
-    realtime_process(30)
+    # At normal priority, as a misbehaving process on the robot's computer would be.  At
+    # real-time priority its loop, busy all the time, got every real-time thread of its core
+    # stopped for 50 ms a second by the kernel (its fair server), the mpc's command thread
+    # among them: a 50 ms gap in every burst.  Each state is the serialized message with its
+    # stamp written in place (CDR: the stamp follows the 4-byte encapsulation header):
+    # building messages, it sent 2300-3100 Hz at normal priority on 2 busy cores.
     context = rclpy.Context()
     rclpy.init(context=context)
     node = rclpy.create_node('flood', context=context)
@@ -543,15 +566,15 @@ def _flood_main(seconds, rate_hz, go, window):
     deadline = time.monotonic() + 10.0
     while publisher.get_subscription_count() == 0 and time.monotonic() < deadline:
         time.sleep(0.05)
+    message = bytearray(serialize_message(joint_state_msg(JOINTS, (0.0, 0.01), (0.0, 0.0))))
     go.wait(60.0)
     start_ns, start, sent = time.time_ns(), time.monotonic(), 0
-    msg = joint_state_msg(JOINTS, (0.0, 0.01), (0.0, 0.0))
     while time.monotonic() - start < seconds:
         due = int((time.monotonic() - start) * rate_hz)
         while sent < due:
             now = time.time_ns()
-            msg.header.stamp = Time(sec=now // SECOND, nanosec=now % SECOND)
-            publisher.publish(msg)
+            struct.pack_into('<iI', message, 4, now // SECOND, now % SECOND)
+            publisher.publish(bytes(message))
             sent += 1
         time.sleep(0.0002)
     window.put((start_ns, time.time_ns(), sent))
@@ -695,6 +718,59 @@ def test_deadline_loop_raises_the_threads_a_tick_waits_on_and_gives_them_back(ex
     assert all(_policy(t) == (os.SCHED_OTHER, 0) for t in middleware_threads()), [
         (t, _policy(t), t in middleware) for t in middleware_threads()]
     helper_thread.join(5.0)
+
+
+def test_deadline_loop_reports_its_busy_share_lateness_and_waits(executor):
+    # what the mpc node budgets its inline solve by (nodes/mpc.py INLINE_BUSY_LIMIT): a
+    # 2 ms loop whose ticks sleep 1.5 ms is busy about three quarters of the time, and one
+    # that does nothing is not
+    node = executor.add_node(rclpy.create_node('budget', context=executor.executor.context))
+    seen = []
+
+    def tick(loop_of=[]):
+        time.sleep(0.0015)
+        if loop_of:
+            seen.append(loop_of[0].lateness())
+    loop = DeadlineLoop(node, 0.002, tick, 'busy-loop')
+    tick.__defaults__[0].append(loop)
+    try:
+        time.sleep(1.0)
+    finally:
+        loop.stop()
+    busy = loop.busy()
+    _, longest = loop.waits()
+    assert 0.6 <= busy <= 1.0, busy
+    assert longest >= 1.5 and loop.waits() == (0.0, 0.0)   # read, then started over
+    assert seen and min(seen) >= 0.0015   # asked inside a tick: after its 1.5 ms sleep
+    assert loop.lateness() == 0.0   # outside a tick
+    idle = DeadlineLoop(node, 0.002, lambda: None, 'idle-loop')
+    try:
+        time.sleep(1.0)
+        assert idle.busy() < 0.3, idle.busy()
+    finally:
+        idle.stop()
+
+
+def test_collector_pauses_are_measured_and_the_frozen_heap_is_not_walked():
+    pauses = CollectorPauses.shared()
+    assert CollectorPauses.shared() is pauses   # one per process
+    pauses.take_longest_ms()
+    garbage = [[] for _ in range(200_000)]
+    for item in garbage:
+        item.append(item)   # cycles only the collector frees
+    del garbage, item
+    gc.collect()
+    walked = pauses.take_longest_ms()
+    assert walked > 0.0 and pauses.take_longest_ms() == 0.0
+    kept = [[] for _ in range(200_000)]
+    frozen_before = gc.get_freeze_count()
+    freeze_heap()
+    try:
+        assert gc.get_freeze_count() >= frozen_before + len(kept)
+        gc.collect()
+        assert pauses.take_longest_ms() < walked   # the 200 000 lists are not walked again
+    finally:
+        gc.unfreeze()
 
 
 def _rss_mb(pid):

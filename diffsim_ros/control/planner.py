@@ -10,7 +10,8 @@ make_controller`) and what the node's threads share around it:
 * a model waiting to replace the one in use (:meth:`Planner.offer`), swapped in by the next
   :meth:`Planner.solve`, which plans from the newest state (a baseline, solved at every
   command, first rolls the state forward over its age and one driver tick with the model
-  and the last command: ``predict_latency``);
+  and the last command: ``predict_latency``; a command the caller had no time to solve
+  for evaluates the last law on the newest state as measured);
 * the command (:meth:`Planner.command`): the plan evaluated on the newest state, turned
   into the driver's command by the robot interface (:meth:`~diffsim_ros.robots.interface.
   RobotInterface.command`: the model's gravity taken out for a driver that adds it),
@@ -97,6 +98,7 @@ class Planner:
         self._reset = False
         self._pending: Optional[Tuple[RobotModel, Optional[nn.Module]]] = None
         self._x_solved: Optional[torch.Tensor] = None   # the inline baseline's (predicted) state
+        self._solved_from: Optional[np.ndarray] = None   # the measured state it came from
         self._solve_times: Deque[float] = deque(maxlen=50)
 
     # -- what the node's threads hand in ---------------------------------------------------
@@ -208,7 +210,7 @@ class Planner:
             if self._predict:
                 x_t, t = self._predicted(x_t, t, age)
             policy = self.controller.solve(x_t, t)
-            self._x_solved = x_t
+            self._x_solved, self._solved_from = x_t, x
             elapsed = 1e3 * (time.perf_counter() - start)
         except Exception as error:  # noqa: BLE001 - a failed solve keeps the old plan
             self.stats['solve_errors'] += 1
@@ -267,7 +269,7 @@ class Planner:
             return self.safe_command, stale
         with torch.no_grad():
             x_t = torch.as_tensor(x)
-            if self.inline and self._x_solved is not None:
+            if self.inline and self._x_solved is not None and self._solved_from is x:
                 x_t = self._x_solved   # the state one tick ahead, where the command acts
             u = policy(t, x_t).to(torch.float64)
             if self._driver_gravity:

@@ -31,18 +31,98 @@ threads (named ``dds.*``), never torch's worker pools, which spin.  The node's o
 wait for work without a polling timeout (the model gate's thread, polling at 10 Hz, was the
 preempted GIL holder of a 68 ms stall).  Their work itself (judging a model, an iLQR solve)
 still holds the GIL at normal priority.
+
+Two more waits hold every thread of the process or of the core:
+
+* The interpreter's cyclic garbage collector: a full collection walks every object the
+  process holds (about 240 000 once torch, rclpy and MuJoCo are imported) with the GIL held,
+  170-210 ms on the 2-core development machine, in whichever thread's allocation triggers
+  it.  :func:`freeze_heap` moves what the node built at start-up (imports, models, compiled
+  code) out of the collector's reach (``gc.freeze``); the mpc node's longest collection in
+  test_case5 is then 0.3-0.7 ms.
+* The kernel's real-time budget: real-time threads that keep a core busy are all stopped
+  for 50 ms of each second there (:meth:`DeadlineLoop.busy`).  A loaded CI run showed a
+  164 ms gap and 336 Hz with the loop at real-time priority and no burst: the Qube's
+  swing-up tick cost more CPU than its 2 ms period.  The loop reports how busy it is, and
+  its owner does less when it is (the mpc node's inline solve).
+
+:class:`DeadlineLoop` also reports the longest wake-up delay and tick of each diagnostics
+period, and :class:`CollectorPauses` the longest collection, so that a slow second says
+whose wait it was.
 """
 
 from collections import deque
+import gc
 import os
 import threading
+import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from rclpy.callback_groups import CallbackGroup
 from rclpy.clock import JumpThreshold
 from rclpy.duration import Duration
 
-__all__ = ['DeadlineLoop', 'PolledGroup', 'take_messages']
+__all__ = ['BUSY_SMOOTHING', 'CollectorPauses', 'DeadlineLoop', 'freeze_heap', 'PolledGroup',
+           'take_messages']
+
+
+def freeze_heap() -> None:
+    """
+    Keep the objects alive now out of every later garbage collection (``gc.freeze``).
+
+    Call it once a node is built and its controller warmed up: start-up's objects (imported
+    modules, the model, compiled code) are what a full collection would otherwise walk with
+    the GIL held.  The few cyclic leftovers of start-up frozen with them are never freed.
+    """
+    gc.freeze()
+
+
+class CollectorPauses:
+    """
+    The longest garbage-collection pause of this process since it was last read.
+
+    Installed once per process (:meth:`shared`) as a ``gc.callbacks`` entry: the collector
+    calls it around every collection, in the thread whose allocation triggered it.
+    """
+
+    _shared: Optional['CollectorPauses'] = None
+    _shared_lock = threading.Lock()
+
+    def __init__(self) -> None:
+        """Start listening to the collector."""
+        self._started: Dict[int, int] = {}   # thread id -> ns the running collection began
+        self._longest = 0
+        self._lock = threading.Lock()
+        gc.callbacks.append(self._on_collection)
+
+    @classmethod
+    def shared(cls) -> 'CollectorPauses':
+        """Return the process's instance, installing it on first use."""
+        with cls._shared_lock:
+            if cls._shared is None:
+                cls._shared = cls()
+            return cls._shared
+
+    def _on_collection(self, phase: str, _info: dict) -> None:
+        now = time.perf_counter_ns()
+        thread = threading.get_ident()
+        if phase == 'start':
+            self._started[thread] = now
+            return
+        began = self._started.pop(thread, None)
+        if began is not None:
+            with self._lock:
+                self._longest = max(self._longest, now - began)
+
+    def take_longest_ms(self) -> float:
+        """
+        Return the longest pause since the last call, ms, and start over.
+
+        :return: milliseconds (0 when no collection ran).
+        """
+        with self._lock:
+            longest, self._longest = self._longest, 0
+        return longest * 1e-6
 
 
 class PolledGroup(CallbackGroup):
@@ -149,6 +229,10 @@ def restore_threads(raised: Dict[int, Tuple[int, int]]) -> None:
             continue
 
 
+#: Weight of the newest tick in :meth:`DeadlineLoop.busy` (an average over ~20 ticks).
+BUSY_SMOOTHING = 0.05
+
+
 class DeadlineLoop:
     """
     Call ``tick()`` on a thread at the deadlines ``k * period`` of a node's clock.
@@ -189,6 +273,9 @@ class DeadlineLoop:
         self._stop = False
         self.missed = 0
         self.errors = 0
+        self._late_max = self._tick_max = 0   # ns, since the last waits() (wall clock)
+        self._serving: Optional[int] = None   # the deadline the running tick serves, ns
+        self._busy, self._last_end = 0.0, None   # share of the wall clock spent ticking
         self._started = self._clock.now().nanoseconds
         self._ticks: deque = deque()   # node-clock ns at which the last second's ticks ended
         self._ticks_lock = threading.Lock()   # rate() reads them from another thread
@@ -275,14 +362,25 @@ class DeadlineLoop:
                 deadline = self._sleep_until(deadline)
                 if deadline is None:
                     return
+                woke = self._now()
+                self._serving = deadline
                 try:
                     self._tick()
                 except Exception as error:  # noqa: B902 - a failed tick must not end the loop
                     self.errors += 1
                     self._node.get_logger().error(f'command tick failed: {error!r}',
                                                   throttle_duration_sec=2.0)
+                self._serving = None
                 now = self._now()
                 self._record(now)
+                if not self._simulated():
+                    with self._ticks_lock:
+                        self._late_max = max(self._late_max, woke - deadline)
+                        self._tick_max = max(self._tick_max, now - woke)
+                    interval = now - self._last_end if self._last_end is not None else period
+                    self._busy += BUSY_SMOOTHING * (
+                        min(1.0, (now - woke) / max(interval, 1)) - self._busy)
+                    self._last_end = now
                 if self._simulated():
                     # the deadline after the one served, not after the clock read now: a
                     # lockstep plant that got this tick's command may already have stepped
@@ -320,6 +418,47 @@ class DeadlineLoop:
             recent = [t for t in self._ticks if now - t < 1_000_000_000]
         gap = max((b - a for a, b in zip(recent, recent[1:])), default=0) * 1e-6
         return (len(recent) * 1e9 / span if span > 0 else 0.0), gap
+
+    def lateness(self) -> float:
+        """
+        Return how far past its deadline the running tick is now, for the tick to budget by.
+
+        :return: seconds on the wall clock (0 under simulated time, whose clock stands still
+            while a lockstep plant waits for the command, and outside a tick).
+        """
+        serving = self._serving
+        if serving is None or self._simulated():
+            return 0.0
+        return max(0, self._now() - serving) * 1e-9
+
+    def busy(self) -> float:
+        """
+        Return the share of the recent wall-clock time the loop spent in its ticks.
+
+        An average over about ``1 / BUSY_SMOOTHING`` ticks, of each tick's length over the time
+        since the previous tick ended.  Linux keeps 5 % of each second of a core for normal
+        threads (``sched_rt_runtime_us``; the fair server since Linux 6.12): real-time threads
+        that keep a core busy are all stopped for 50 ms a second there, driver and middleware
+        included.  A tick can spend less by doing less (the mpc node's inline solve).
+
+        :return: 0-1 (0 under simulated time, where the loop waits for the plant's clock).
+        """
+        return 0.0 if self._simulated() else self._busy
+
+    def waits(self) -> Tuple[float, float]:
+        """
+        Return the longest wake-up delay and the longest tick since the last call, and reset.
+
+        The wake-up delay (deadline to the thread running) is the scheduler's; the tick (its
+        work, and its waits for the GIL and the middleware's locks) is the process's.  Both on
+        the wall clock only (0 under simulated time).
+
+        :return: ``(late ms, tick ms)``.
+        """
+        with self._ticks_lock:
+            late, tick = self._late_max, self._tick_max
+            self._late_max = self._tick_max = 0
+        return late * 1e-6, tick * 1e-6
 
     def stop(self, timeout: float = 5.0) -> None:
         """

@@ -21,7 +21,14 @@ threads around it:
   never blocks commanding.  The controller is warmed up on that thread before its first
   plan (the time is logged: the native kernel's build on first use, or the compilation).
   A baseline is a state feedback law, solved on the command thread at every tick and warmed
-  up in the constructor, before any timer exists.
+  up in the constructor, before any timer exists.  A tick that starts more than half a
+  command period late, or comes while the command thread has spent more than
+  :data:`INLINE_BUSY_LIMIT` of the recent time ticking, skips the solve and evaluates the
+  last law on the newest state (counted as ``inline_solves_skipped``).  On 2 cores kept
+  busy by other processes a Qube swing-up tick cost 2.2-2.6 ms of CPU, more than the 2 ms
+  period: the command rate fell to 340-420 Hz, and a real-time thread busy all the time is
+  stopped for 50 ms of every second by the kernel (``DeadlineLoop.busy``).  So the command
+  rate never waits for the law; the law is refreshed less often.
 * The identifier's model (``/identifier/model``, ``std_msgs/String`` JSON of the whole
   model, transient-local) is used only if the model gate (:mod:`diffsim_ros.robots.gate`,
   parameters ``model_gate.*``) accepts it: within its plausibility bounds, physically
@@ -36,8 +43,9 @@ threads around it:
   ``safe_command`` (zero effort by default); stale data raise ``/diagnostics`` to ERROR,
   and control resumes when fresh data return.
 * ``/diagnostics``: solve time, solve and command rates (the command rate on the node clock;
-  WARN below 95 % of ``command_rate``), missed command deadlines, state age, model updates,
-  refused ``joint_states`` per reason (WARN while refusals are recent).
+  WARN below 95 % of ``command_rate``), missed command deadlines and, per period, the longest
+  wake-up delay, tick and garbage collection (whose wait a slow second was), state age, model
+  updates, refused ``joint_states`` per reason (WARN while refusals are recent).
 * Under ``use_sim_time`` it tells a lockstep simulated plant on ``/lockstep`` which model it
   has judged, so that the plant waits for each new model (:mod:`diffsim_ros.nodes.lockstep`).
 
@@ -57,7 +65,7 @@ from rclpy.qos import qos_profile_sensor_data, QoSProfile
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 
-from .command_loop import DeadlineLoop, PolledGroup, take_messages
+from .command_loop import CollectorPauses, DeadlineLoop, freeze_heap, PolledGroup, take_messages
 from .convert import commands_msg, MessageError, ThrottledLogger
 from .diagnostics import diagnostics_msg, with_warnings
 from .gates import configured_velocity_limits, StateGate, StateGateConfig
@@ -73,7 +81,15 @@ from ..control.planner import Planner
 from ..core import RobotModel
 from ..robots.gate import ModelGate, ModelGateConfig
 
-__all__ = ['MpcConfig', 'MpcNode', 'main']
+__all__ = ['INLINE_BUSY_LIMIT', 'MpcConfig', 'MpcNode', 'main']
+
+#: Share of the wall clock the command thread may spend ticking before an inline law is
+#: solved less often.  The kernel stops every real-time thread of a core they keep busy for
+#: 50 ms a second, and the executor's and the middleware's threads (raised with the loop)
+#: and a driver on the same computer need their share: half, the usual bound for a
+#: real-time loop.  Under a burst on 2 busy cores the Qube's law was then solved for 10-30 %
+#: of the commands (balancing needs no solve: its gains act on each newest state).
+INLINE_BUSY_LIMIT = 0.5
 
 
 @dataclass(frozen=True)
@@ -173,7 +189,7 @@ class MpcNode(Node):
                                     config.joint_states_topic, strictly_increasing=False)
         self._command_period = 1.0 / (config.command_rate or info.driver_rate_hz)
         self.stale = True
-        self._commands = self._models_rejected = 0
+        self._commands = self._models_rejected = self._solves_skipped = 0
         #: Set once the controller is warmed up (compiled) and plans can be made; a graph
         #: that starts the robot only then (the demo) loses no time to compilation.
         self.ready = threading.Event()
@@ -214,6 +230,9 @@ class MpcNode(Node):
                                             daemon=True)
             self._worker.start()
         self._started_ns = self.get_clock().now().nanoseconds
+        self._collector = CollectorPauses.shared()
+        if self._inline:   # warmed up above; an iLQR's solver thread freezes after its own
+            freeze_heap()
         self._loop = DeadlineLoop(self, self._command_period, self._on_command, 'mpc-commands',
                                   config.command_priority)
 
@@ -247,7 +266,8 @@ class MpcNode(Node):
     def stats(self) -> dict:
         """Return the node's counters (``/diagnostics``): the planner's, commands, refusals."""
         return {**self.planner.stats, 'commands': self._commands,
-                'models_rejected': self._models_rejected}
+                'models_rejected': self._models_rejected,
+                'inline_solves_skipped': self._solves_skipped}
 
     def _now(self) -> float:
         return self.get_clock().now().nanoseconds * 1e-9
@@ -300,6 +320,7 @@ class MpcNode(Node):
     def _solve_loop(self) -> None:
         """Warm up, then solve whenever asked, on this thread, until the node closes."""
         self._warm_up()
+        freeze_heap()   # the compiled solver's objects too (command_loop.py)
         self.ready.set()
         while not self._stop.is_set():
             self._solve_event.wait()   # destroy_node wakes it: no polling (command_loop.py)
@@ -321,7 +342,12 @@ class MpcNode(Node):
         """
         now = self._now()
         if self._inline and not self.planner.is_stale(now):
-            self._solve()
+            loop = self._loop
+            if loop.lateness() <= 0.5 * self._command_period \
+                    and loop.busy() <= INLINE_BUSY_LIMIT:
+                self._solve()
+            else:   # late: the last law on the newest state (module docstring)
+                self._solves_skipped += 1
         command, stale = self.planner.command(now)
         if stale != self.stale:
             self.stale = stale
@@ -350,6 +376,7 @@ class MpcNode(Node):
         """Publish the node's status on ``/diagnostics`` (ERROR while the state is stale)."""
         now_ns = self.get_clock().now().nanoseconds
         (rate, gap), nominal = self._loop.rate(), 1.0 / self._command_period
+        late, tick = self._loop.waits()
         # a second of commands is needed to tell a slow loop from a young one
         slow = now_ns - self._started_ns >= 1e9 and rate < 0.95 * nominal
         if self.stale:
@@ -370,6 +397,8 @@ class MpcNode(Node):
                   'plan_expired': self.plan_expired, 'solve_rate_hz': self.planner.solve_rate(),
                   'command_rate_hz': rate, 'command_gap_max_ms': gap,
                   'command_rate_nominal_hz': nominal, 'missed_deadlines': self._loop.missed,
+                  'command_late_max_ms': late, 'command_tick_max_ms': tick,
+                  'gc_pause_max_ms': self._collector.take_longest_ms(),
                   'command_errors': self._loop.errors, 'realtime_priority': self._loop.realtime,
                   'controller': self.config.controller, 'dropped_messages': self._log.total,
                   **self.state_gate.values()}
