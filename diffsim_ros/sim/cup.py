@@ -67,6 +67,7 @@ from .. import robots
 from ..control.ball_in_cup import LinkShape
 from ..control.baselines import ComputedTorque
 from ..control.dynamics import ModelDynamics
+from ..control.tasks import TASKS
 from ..core import RobotModel
 from ..core.spatial import rpy_to_matrix
 from ..sysid.dataset import Trajectory
@@ -838,9 +839,10 @@ class CupPlant:
 #: string model's ball was 1.0-1.7 cm from the plant's at 1 s where the string alone (the
 #: model replayed along the executed arm motion) accounts for 0.1-0.4 cm; none of those
 #: swing-ups ended in the cup.  At 50 rad/s the arm stays within 0.005-0.006 rad
-#: (``benchmarks/README.md``, "The arm, not the string").
-TRACKING_KP = 2500.0
-TRACKING_KD = 100.0
+#: (``benchmarks/README.md``, "The arm, not the string").  They are the WAM-4 task's gains
+#: (``control.tasks.TASKS``), which the mpc node tracks a swing-up reference with.
+TRACKING_KP = float(TASKS[ROBOT].extra['computed_torque']['kp'])
+TRACKING_KD = float(TASKS[ROBOT].extra['computed_torque']['kd'])
 
 
 def tracking_controller(model: RobotModel, reference: ReferenceFn, kp: float = TRACKING_KP,
