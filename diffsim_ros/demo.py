@@ -48,6 +48,7 @@ from .core import RobotModel
 from .io import read_bag
 from .io.fit_cli import main as fit_main
 from .io.fits import FitFileError, load_fit
+from .nodes.foreign_graph import FOREIGN_PROBE_S, ForeignGraphError, refuse_foreign_graph
 from .robots.message import load_model_message
 from .sysid.losses import state_scale
 from .sysid.nea import base_parameters
@@ -223,15 +224,6 @@ def _lockstep_identifier(robot: str) -> list:
         [Parameter(budget, value=0.0)] if budget in params else [])
 
 
-#: Wall seconds the demo listens on its domain before it starts: DDS discovery of whatever
-#: already runs there (on loopback and a lab network it takes well under a second).
-FOREIGN_PROBE_S = 1.5
-
-
-class ForeignGraphError(RuntimeError):
-    """Another graph on the demo's domain publishes or takes a robot's streams."""
-
-
 def refuse_foreign_robot(context, info: robots.RobotInfo, wait_s: float = FOREIGN_PROBE_S
                          ) -> None:
     """
@@ -242,8 +234,9 @@ def refuse_foreign_robot(context, info: robots.RobotInfo, wait_s: float = FOREIG
     machine, or the lab's network where discovery reaches it) would take the simulated
     commands, and its states would corrupt the demo's.  So before any of the demo's nodes
     exist, a probe node listens for ``wait_s`` and any publisher of ``/joint_states`` or
-    ``/clock`` or subscriber of the command topic is foreign.  (Other nodes, RViz say,
-    may watch.)
+    ``/clock`` or subscriber of the command topic is foreign
+    (:func:`~diffsim_ros.nodes.foreign_graph.refuse_foreign_graph`).  (Other nodes, RViz
+    say, may watch.)
 
     :param context: the demo's initialised ``rclpy`` context.
     :param info: the robot (its command topic).
@@ -252,26 +245,15 @@ def refuse_foreign_robot(context, info: robots.RobotInfo, wait_s: float = FOREIG
     """
     import rclpy
 
-    command_topic = f'/{info.controller_name}/commands'
     probe = rclpy.create_node('diffsim_demo_probe', context=context)
     try:
-        time.sleep(wait_s)
-        found = [f'{kind} of {topic}: ' + ', '.join(
-                     sorted(f'{e.node_namespace.rstrip("/")}/{e.node_name}' for e in endpoints))
-                 for kind, topic, endpoints in (
-                     ('publishers', '/joint_states', probe.get_publishers_info_by_topic(
-                         '/joint_states')),
-                     ('publishers', '/clock', probe.get_publishers_info_by_topic('/clock')),
-                     ('subscribers', command_topic,
-                      probe.get_subscriptions_info_by_topic(command_topic)))
-                 if endpoints]
+        refuse_foreign_graph(
+            probe, publishers=('/joint_states', '/clock'),
+            subscribers=(f'/{info.controller_name}/commands',),
+            harm='The simulated demo would send its torque commands to it',
+            remedy='run it on a free domain with --domain-id N', wait_s=wait_s)
     finally:
         probe.destroy_node()
-    if found:
-        raise ForeignGraphError(
-            'another ROS graph runs on this domain (ROS_DOMAIN_ID '
-            f'{context.get_domain_id()}): ' + '; '.join(found) + '. The simulated demo would '
-            'send its torque commands to it; run it on a free domain with --domain-id N')
 
 
 def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str, Any]:
