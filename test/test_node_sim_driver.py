@@ -6,6 +6,7 @@ import time
 
 from diffsim_ros import robots
 from diffsim_ros.nodes.convert import stamp_to_sec
+from diffsim_ros.nodes.foreign_graph import ForeignGraphError
 from diffsim_ros.nodes.lockstep import ANNOUNCE_QOS, LockstepPeer
 from diffsim_ros.nodes.params import parameter_overrides
 from diffsim_ros.nodes.sim_driver import SimDriver
@@ -126,14 +127,25 @@ def test_hidden_true_parameters_from_error_or_file(executor, tmp_path):
     assert not torch.allclose(sampled.plant.true_model.inertial, nominal.inertial)
     path = tmp_path / 'truth.yaml'
     path.write_text('robot: qube\nmass_scale: {pendulum_link: 2.0}\n')
+    # beside the first driver, in a namespace of its own and on the wall clock: the first
+    # one's joint_states, mocap poses and /clock are not its streams (module docstring)
     explicit = SimDriver(context=executor.executor.context, node_name='sim_driver_2',
-                         parameter_overrides=parameter_overrides(
-                             {'robot': 'qube', 'clock_mode': 'lockstep',
-                              'real_time_factor': 1.0, 'true_parameters_file': str(path)}))
+                         namespace='explicit', parameter_overrides=parameter_overrides(
+                             {'robot': 'qube', 'clock_mode': 'realtime',
+                              'true_parameters_file': str(path)}))
     executor.add_node(explicit)
     index = explicit.plant.true_model.joint_index('pendulum_joint')
     assert float(explicit.plant.true_model.inertial[index, 0]) == pytest.approx(
         2.0 * float(nominal.inertial[index, 0]))
+
+
+def test_a_second_driver_on_the_first_ones_streams_is_refused(executor):
+    make_driver(executor)
+    with pytest.raises(ForeignGraphError) as refused:
+        make_driver(executor)
+    found = str(refused.value).split(': ', 1)[1].split('. ')[0].split('; ')
+    assert found == [f'publishers of {topic}: /sim_driver'
+                     for topic in ('/joint_states', '/mocap/pendulum_tip', '/clock')]
 
 
 def test_use_sim_time_nodes_follow_the_lockstep_clock(executor):

@@ -16,16 +16,21 @@ import math
 import os
 from pathlib import Path
 import re
+import signal
 import subprocess
 import sys
-from typing import Tuple
+from typing import Dict, List, Tuple
 
 from diffsim_ros.nodes.params import (check_unknown_parameters, config_path, declare_config,
                                       declare_robot, describe_parameters, load_yaml_params,
                                       parameter_overrides, parameter_sections, ParameterError)
 import pytest
 from rclpy.node import Node
-from ros_helpers import reserved_domain_id
+from rclpy.qos import qos_profile_sensor_data
+from ros_helpers import reserved_domain_id, wait_for
+from rosgraph_msgs.msg import Clock
+from sensor_msgs.msg import JointState
+from std_msgs.msg import Float64MultiArray
 
 pytest_plugins = ['ros_helpers']
 
@@ -36,13 +41,16 @@ ROBOTS = ('qube', 'cartpole', 'wam4', 'wam7', 'panda')
 HANG_S = 180.0
 
 
-def start(executable: str, *arguments: str) -> Tuple[int, str, str]:
+def node_command(executable: str, *arguments: str) -> Tuple[List[str], Dict[str, str]]:
     """
-    Run a node executable as ``ros2 run`` does (its console script's ``main``).
+    Return the command line and environment of a node executable as ``ros2 run`` starts it.
+
+    The console script's ``main``, on this test run's DDS domain (the ``ros_domain``
+    fixture's), discovery limited to localhost.
 
     :param executable: ``identifier``, ``mpc``, ``monitor`` or ``sim_driver``.
     :param arguments: the command line after the executable's name.
-    :return: ``(exit status, stdout, stderr)``.
+    :return: ``(argv, environment)``.
     """
     script = (f'import sys; from diffsim_ros.nodes.{executable} import main; '
               'sys.exit(main())')
@@ -50,9 +58,21 @@ def start(executable: str, *arguments: str) -> Tuple[int, str, str]:
         [str(REPO)] + [p for p in os.environ.get('PYTHONPATH', '').split(os.pathsep) if p]),
         ROS_DOMAIN_ID=str(reserved_domain_id()),
         ROS_AUTOMATIC_DISCOVERY_RANGE='LOCALHOST', RCUTILS_COLORIZED_OUTPUT='0')
+    return [sys.executable, '-c', script, *arguments], env
+
+
+def start(executable: str, *arguments: str) -> Tuple[int, str, str]:
+    """
+    Run a node executable as ``ros2 run`` does (its console script's ``main``) to its end.
+
+    :param executable: ``identifier``, ``mpc``, ``monitor`` or ``sim_driver``.
+    :param arguments: the command line after the executable's name.
+    :return: ``(exit status, stdout, stderr)``.
+    """
+    argv, env = node_command(executable, *arguments)
     try:
-        done = subprocess.run([sys.executable, '-c', script, *arguments], env=env, cwd=REPO,
-                              capture_output=True, text=True, timeout=HANG_S)
+        done = subprocess.run(argv, env=env, cwd=REPO, capture_output=True, text=True,
+                              timeout=HANG_S)
     except subprocess.TimeoutExpired as error:
         pytest.fail(f'{executable} {" ".join(arguments)} was still running after {HANG_S} s: '
                     f'it started instead of refusing its arguments\n{error.stderr}')
@@ -125,6 +145,75 @@ def test_an_argument_outside_ros_args_is_a_usage_error():
     assert status == 2, stdout + stderr
     assert 'horizon:=2.0' in stderr and '--ros-args' in stderr
     assert 'Traceback' not in stdout + stderr
+
+
+def robot_graph(executor, publishes):
+    """
+    Start nodes already on the domain, and a controller that records ``/joint_states``.
+
+    :param executor: the test's executor (on the domain the node executables use).
+    :param publishes: ``(node name, topic, type)`` of each foreign publisher; a
+        ``JointState`` one publishes the Qube's joints at 100 Hz with frame ``lab``.
+    :return: the ``/joint_states`` messages the controller received (a growing list).
+    """
+    context = executor.executor.context
+    for name, topic, kind in publishes:
+        node = executor.add_node(Node(name, namespace='/lab', context=context))
+        publisher = node.create_publisher(kind, topic, qos_profile_sensor_data)
+        if kind is JointState:
+            real = JointState(name=['arm_joint', 'pendulum_joint'], position=[0.0, 0.0])
+            real.header.frame_id = 'lab'
+            node.create_timer(0.01, lambda p=publisher, m=real: p.publish(m))
+    heard = []
+    controller = executor.add_node(Node('controller', namespace='/lab', context=context))
+    controller.create_subscription(JointState, '/joint_states', heard.append,
+                                   qos_profile_sensor_data)
+    return heard
+
+
+@pytest.mark.parametrize('publishes, arguments, expected', [
+    ([('qube_driver', '/joint_states', JointState)], [],
+     'publishers of /joint_states: /lab/qube_driver'),
+    ([('rosbag2_player', '/clock', Clock)], ['-p', 'clock_mode:=lockstep'],
+     'publishers of /clock: /lab/rosbag2_player'),
+], ids=['real_driver', 'lockstep_beside_a_clock'])
+def test_the_simulated_driver_refuses_a_domain_where_a_robot_driver_publishes(
+        executor, publishes, arguments, expected):
+    """Its simulated states would reach the real robot's controllers."""
+    heard = robot_graph(executor, publishes)
+    line = assert_refused('sim_driver', ['--ros-args', '-p', 'robot:=qube', *arguments],
+                          '[sim_driver]', 'another ROS graph runs on this domain', expected,
+                          f'ROS_DOMAIN_ID {reserved_domain_id()}', 'ROS_DOMAIN_ID=<free id>')
+    assert line.count('publishers of') == 1, line
+    # the controller heard the real driver (if any), never a simulated state
+    assert {m.header.frame_id for m in heard} == ({'lab'} if 'joint_states' in expected
+                                                  else set())
+
+
+def test_the_simulated_driver_starts_beside_its_own_graph_and_a_foreign_clock(executor):
+    """
+    What the driver's own launch puts on the domain does not stop it.
+
+    Its controller publishes the commands and subscribes ``joint_states`` (the mpc), and in
+    real-time mode a ``/clock`` (a bag played elsewhere on the domain) is not its stream.
+    """
+    heard = robot_graph(executor, [('mpc', '/effort_controller/commands', Float64MultiArray),
+                                   ('rosbag2_player', '/clock', Clock)])
+    argv, env = node_command('sim_driver', '--ros-args', '-p', 'robot:=qube')
+    driver = subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    try:
+        started = wait_for(lambda: heard or driver.poll() is not None, timeout=HANG_S,
+                           period=0.1)
+        assert started and driver.poll() is None, driver.communicate(timeout=10)[0]
+        assert list(heard[0].name) == ['arm_joint', 'pendulum_joint'], heard[0]
+        driver.send_signal(signal.SIGINT)
+        output = driver.communicate(timeout=30)[0]
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.communicate()
+    assert '[ERROR]' not in output, output
 
 
 def node_class(module, name=None):

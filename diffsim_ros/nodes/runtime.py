@@ -4,7 +4,8 @@ What every executable hosting a diffsim_ros node does: start-up checks and inter
 :func:`run_node` is the body of every node's ``main``.  It answers ``--help`` / ``-h`` with
 the node's purpose and parameters without starting anything, and turns a start-up error (a
 refused parameter, an unknown parameter name, a malformed ``--ros-args`` or parameter file, a
-file that cannot be read) into one ``[ERROR]`` log line and exit status 1, not a traceback
+file that cannot be read, a simulated robot on a domain where another robot's graph runs:
+:mod:`.foreign_graph`) into one ``[ERROR]`` log line and exit status 1, not a traceback
 (``--ros-args --log-level debug`` adds the traceback at debug level).
 
 The nodes run torch code (solves, refits, rollouts) in executor callbacks and worker threads
@@ -41,6 +42,7 @@ from rclpy.utilities import remove_ros_args
 import torch
 import yaml
 
+from .foreign_graph import ForeignGraphError
 from .params import describe_parameters, executable_name, parameter_sections
 
 __all__ = ['NODE_TORCH_THREADS', 'START_UP_ERRORS', 'SWITCH_INTERVAL_S', 'configure_interpreter',
@@ -52,10 +54,10 @@ SWITCH_INTERVAL_S = 2e-4
 NODE_TORCH_THREADS = 1
 
 #: Errors a node's constructor raises for what it was given (parameters, files, names of
-#: links or joints that do not exist): reported as one line.  Anything else is a bug and
-#: keeps its traceback.
+#: links or joints that do not exist, a domain where another robot's graph runs): reported
+#: as one line.  Anything else is a bug and keeps its traceback.
 START_UP_ERRORS = (ValueError, LookupError, OSError, yaml.YAMLError, ParameterException,
-                   NameValidationException, _rclpy.RCLError)
+                   NameValidationException, _rclpy.RCLError, ForeignGraphError)
 
 #: Exit status of a node refused at start-up, and of unexpected command-line arguments.
 EXIT_START_UP_ERROR, EXIT_USAGE = 1, 2
@@ -217,6 +219,6 @@ def _one_line(error: BaseException) -> str:
     text = ' '.join(str(message).split()) or type(error).__name__
     # rcl appends the C source locations of its parse errors: of no use to a user
     text = re.sub(r'(, at \S+\.c:\d+)+', '', text)
-    if isinstance(error, (ValueError, KeyError)):
+    if isinstance(error, (ValueError, KeyError, ForeignGraphError)):
         return text
     return f'{type(error).__name__}: {text}'

@@ -1,5 +1,5 @@
 """
-Simulated robot driver: the MuJoCo plant behind the topics of the real robot's driver.
+Simulated robot driver: the MuJoCo plant behind a driver's topics, on a domain without one.
 
 Subscribes ``/<controller_name>/commands`` (``std_msgs/Float64MultiArray`` in the catalog's
 ``command_joints`` order, N m, N or V) and publishes ``joint_states`` at the robot's rate
@@ -64,6 +64,21 @@ and the hidden truth once on ``~/truth`` (``std_msgs/String``, transient local, 
 (:func:`~diffsim_ros.sim.tosser.hidden_box`) is drawn from ``seed`` unless ``half_width`` /
 ``friction`` are given; the releases are seeded too; between tosses the cube is untracked
 for ``pickup_time`` s.  Its clock modes are the robot's.
+
+On a domain that already carries a robot's graph, the simulated driver would publish
+simulated states into it (its controllers would act on them) and take its controller's
+commands.  So before it creates any publisher, the driver listens on its domain for
+:data:`~diffsim_ros.nodes.foreign_graph.FOREIGN_PROBE_S` s and refuses to start (one
+``[ERROR]`` line naming the topics and the nodes on them, exit status 1) where another node
+publishes a stream the driver would publish: its ``joint_states`` topic (resolved in its
+namespace) or a mocap topic (the toss rig: its ``pose_topic``), and ``/clock`` in lockstep
+mode.  Subscribers do not count (the identifier, mpc and monitor of its own graph, RViz),
+nor does the command topic: the graph's own mpc publishes it, and from the graph a real
+controller's publisher cannot be told from it (a real driver publishes ``joint_states``,
+which is refused).  Nor does ``/clock`` in real-time mode, where the driver publishes
+none and its graph runs on the wall clock.  Two simulated drivers share a domain only
+where their streams differ: other namespaces or topic names, one at most in lockstep.
+(``diffsim-demo`` applies the same probe to its whole graph.)
 """
 
 
@@ -86,6 +101,7 @@ import yaml
 
 from .convert import (commands_array, joint_state_msg, MessageError, pose_msg, sec_to_stamp,
                       ThrottledLogger)
+from .foreign_graph import refuse_foreign_graph
 from .lockstep import await_matched, CommandWaiter, lockstep_ticks, PeerWaiter
 from .object_identifier import object_defaults, object_mode
 from .params import declare_config, declare_robot, meta
@@ -108,6 +124,29 @@ _SCENES = ('', 'cup')
 #: graph knows of to match the state and clock publishers (a first tick they miss would
 #: leave a controller that is already there without the state it must answer).
 LISTENER_WAIT_S = 5.0
+#: How to run a simulated graph on a free domain, as the refusal says it.
+FREE_DOMAIN = ('run the simulated graph on a free domain: ROS_DOMAIN_ID=<free id> '
+               'ros2 launch diffsim_ros <file> (or export it before ros2 run)')
+
+
+def refuse_foreign_streams(node, topics, lockstep: bool, harm: str, since: float) -> None:
+    """
+    Refuse to start a simulated driver where another node publishes one of its streams.
+
+    The module docstring says which streams count and why.
+
+    :param node: the driver, before it has created its publishers.
+    :param topics: the topics it will publish states on, as given (resolved here with the
+        node's namespace and remappings).
+    :param lockstep: it will publish ``/clock``.
+    :param harm: what it would do there (for the message).
+    :param since: ``time.monotonic()`` at the node's creation.
+    :raises ~diffsim_ros.nodes.foreign_graph.ForeignGraphError: naming the topics, the
+        nodes on them and :data:`FREE_DOMAIN`.
+    """
+    publishers = [node.resolve_topic_name(topic) for topic in topics]
+    refuse_foreign_graph(node, publishers + (['/clock'] if lockstep else []), harm=harm,
+                         remedy=FREE_DOMAIN, since=since)
 
 
 @dataclass(frozen=True)
@@ -226,6 +265,11 @@ class SimDriver(Node):
     def __init__(self, **kwargs) -> None:
         """Declare parameters, build the plant, create the interfaces and start the clock."""
         super().__init__(kwargs.pop('node_name', 'sim_driver'), **kwargs)
+        created = time.monotonic()
+        # first, so that destroy_node works on a driver refused half-way
+        self._stop = threading.Event()
+        self._thread = None
+        self._timer = None
         configure_interpreter()   # torch in callbacks: see nodes/runtime.py
         self.robot, defaults = declare_robot(self)
         self.config = config = declare_config(self, SimDriverConfig, defaults=defaults)
@@ -239,11 +283,19 @@ class SimDriver(Node):
         self._timed_out = False
         self.stats = {'ticks': 0}
         self.command_topic = config.command_topic or f'/{self.info.controller_name}/commands'
+        self.lockstep = config.clock_mode == 'lockstep'
+        mocap_topics = {body: f'{config.mocap_topic_prefix}/{body}'
+                        for body in (self.plant.tracked_bodies if config.mocap_rate_hz > 0
+                                     else ())}
+        refuse_foreign_streams(
+            self, [config.joint_states_topic, *mocap_topics.values()], self.lockstep,
+            'The simulated driver would publish simulated states into it (its controllers '
+            "would act on them) and take its controller's commands", created)
         self.joint_states_pub = self.create_publisher(
             JointState, config.joint_states_topic, qos_profile_sensor_data)
-        self.mocap_pubs = {body: self.create_publisher(
-            PoseStamped, f'{config.mocap_topic_prefix}/{body}', qos_profile_sensor_data)
-            for body in (self.plant.tracked_bodies if config.mocap_rate_hz > 0 else ())}
+        self.mocap_pubs = {body: self.create_publisher(PoseStamped, topic,
+                                                       qos_profile_sensor_data)
+                           for body, topic in mocap_topics.items()}
         self._mocap_every = max(1, round(self.plant.rate_hz / config.mocap_rate_hz)) \
             if config.mocap_rate_hz > 0 else 0
         self.create_subscription(Float64MultiArray, self.command_topic, self._on_command, 10)
@@ -252,15 +304,11 @@ class SimDriver(Node):
             depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)) \
             if config.scene == 'cup' else None
         self._in_cup_every = max(1, round(self.plant.rate_hz / 10.0))
-        self.lockstep = config.clock_mode == 'lockstep'
         self.clock_pub = self.create_publisher(ClockMsg, '/clock', 10) if self.lockstep else None
         self.peers = PeerWaiter(self, config.peer_timeout, self.warnings.warn) \
             if self.lockstep else None
         self.commands = CommandWaiter(self, self.resolve_topic_name(self.command_topic),
                                       config.command_wait if self.lockstep else 0.0)
-        self._stop = threading.Event()
-        self._thread = None
-        self._timer = None
         if self.lockstep:
             self._thread = threading.Thread(target=self._run_lockstep, daemon=True)
             self._thread.start()
@@ -418,6 +466,10 @@ class TossRig(Node):
     def __init__(self, **kwargs) -> None:
         """Declare parameters, draw the hidden cube, start the clock."""
         super().__init__(kwargs.pop('node_name', 'sim_driver'), **kwargs)
+        created = time.monotonic()
+        # first, so that destroy_node works on a rig refused half-way
+        self._stop = threading.Event()
+        self._thread = self._timer = None
         configure_interpreter()
         self.config = config = declare_config(self, TosserConfig,
                                               defaults=object_defaults(self))
@@ -429,6 +481,10 @@ class TossRig(Node):
         self.rig = Tosser(model, self.box, config.rate_hz, config.seed, config.substeps,
                           config.rest_time, config.pickup_time)
         self.warnings = ThrottledLogger(self.get_logger())
+        self.lockstep = config.clock_mode == 'lockstep'
+        refuse_foreign_streams(self, [config.pose_topic], self.lockstep,
+                               'The simulated toss rig would publish simulated poses into it',
+                               created)
         self.pose_pub = self.create_publisher(PoseStamped, config.pose_topic,
                                               qos_profile_sensor_data)
         truth = self.create_publisher(String, '~/truth', QoSProfile(
@@ -436,13 +492,10 @@ class TossRig(Node):
         truth.publish(String(data=json.dumps({'half_width': self.box.half_width,
                                               'friction': self.box.friction,
                                               'inertial': list(self.box.inertial)})))
-        self.lockstep = config.clock_mode == 'lockstep'
         self.clock_pub = self.create_publisher(ClockMsg, '/clock', 10) if self.lockstep else None
         self.peers = PeerWaiter(self, config.peer_timeout, self.warnings.warn) \
             if self.lockstep else None
         self.published = 0
-        self._stop = threading.Event()
-        self._thread = self._timer = None
         if self.lockstep:
             self._thread = threading.Thread(target=self._run_lockstep, daemon=True)
             self._thread.start()
