@@ -22,11 +22,13 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.actions import DeclareLaunchArgument, OpaqueFunction, Shutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
 PACKAGE = 'diffsim_ros'
+#: Why the launch ends when its simulated driver exits (a refused domain: nodes/sim_driver.py).
+SIM_DRIVER_EXITED = 'sim_driver exited (it refuses a domain where a robot runs)'
 #: The one robot configuration this experiment runs (the WAM-4 with the cup).
 CONFIG = 'wam4_cup.yaml'
 
@@ -54,8 +56,11 @@ def _nodes(context):
                   'real_time_factor': float(LaunchConfiguration('real_time_factor')
                                             .perform(context)),
                   'seed': int(LaunchConfiguration('seed').perform(context))}
+        # the launch ends with it: it refuses a domain where a robot runs, and the mpc
+        # would otherwise go on with that robot (nodes/sim_driver.py)
         nodes.append(Node(package=PACKAGE, executable='sim_driver', name='sim_driver',
-                          output='screen', parameters=[config, driver]))
+                          output='screen', parameters=[config, driver],
+                          on_exit=Shutdown(reason=SIM_DRIVER_EXITED)))
     return nodes
 
 

@@ -16,11 +16,13 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, OpaqueFunction
+from launch.actions import DeclareLaunchArgument, OpaqueFunction, Shutdown
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
 PACKAGE = 'diffsim_ros'
+#: Why the launch ends when its simulated driver exits (a refused domain: nodes/sim_driver.py).
+SIM_DRIVER_EXITED = 'sim_driver exited (it refuses a domain where a robot runs)'
 OBJECTS = ('cube',)
 
 
@@ -43,8 +45,10 @@ def _nodes(context):
                'real_time_factor': float(LaunchConfiguration('real_time_factor')
                                          .perform(context)),
                **({'pose_topic': topic} if topic else {})}
+        # the launch ends with it (it refuses a domain where a pose topic has a publisher)
         nodes.append(Node(package=PACKAGE, executable='sim_driver', name='sim_driver',
-                          output='screen', parameters=[config, rig]))
+                          output='screen', parameters=[config, rig],
+                          on_exit=Shutdown(reason=SIM_DRIVER_EXITED)))
     return nodes
 
 

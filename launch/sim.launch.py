@@ -14,18 +14,26 @@ import os
 
 from ament_index_python.packages import get_package_share_directory
 from launch import LaunchDescription
-from launch.actions import DeclareLaunchArgument, IncludeLaunchDescription, OpaqueFunction
+from launch.actions import (DeclareLaunchArgument, IncludeLaunchDescription, OpaqueFunction,
+                            Shutdown)
 from launch.launch_description_sources import PythonLaunchDescriptionSource
 from launch.substitutions import LaunchConfiguration
 from launch_ros.actions import Node
 
 PACKAGE = 'diffsim_ros'
+#: Why the launch ends when its simulated driver exits (a refused domain: nodes/sim_driver.py).
+SIM_DRIVER_EXITED = 'sim_driver exited (it refuses a domain where a robot runs)'
 ROBOTS = ('wam4', 'wam7', 'qube', 'cartpole', 'panda')
 IDENTIFY = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'identify.launch.py')
 
 
 def _sim_driver(context):
-    """Start the simulated driver with the robot's parameter file."""
+    """
+    Start the simulated driver with the robot's parameter file; the launch ends with it.
+
+    It exits at once on a domain where a robot's driver runs (nodes/sim_driver.py): the
+    mpc started beside it would otherwise go on, with that robot's states and commands.
+    """
     robot = LaunchConfiguration('robot').perform(context)
     config = LaunchConfiguration('config').perform(context) or os.path.join(
         get_package_share_directory(PACKAGE), 'config', f'{robot}.yaml')
@@ -33,7 +41,8 @@ def _sim_driver(context):
     clock = {'clock_mode': 'lockstep' if lockstep else 'realtime',
              'real_time_factor': float(LaunchConfiguration('real_time_factor').perform(context))}
     return [Node(package=PACKAGE, executable='sim_driver', name='sim_driver', output='screen',
-                 parameters=[config, {'robot': robot, 'config_file': config, **clock}])]
+                 parameters=[config, {'robot': robot, 'config_file': config, **clock}],
+                 on_exit=Shutdown(reason=SIM_DRIVER_EXITED))]
 
 
 def generate_launch_description():

@@ -279,6 +279,18 @@ def test_identify_commands_the_robot_only_with_control_true():
     assert not _nodes_of(tree, constants, 'sim_driver')
 
 
+@pytest.mark.parametrize('name', ['sim.launch.py', 'cup.launch.py', 'object.launch.py'])
+def test_the_launch_ends_when_the_simulated_driver_exits(name):
+    """It refuses a domain where a robot runs: the mpc beside it must not go on there."""
+    tree, constants = parsed(LAUNCH_DIR / name)
+    drivers = _nodes_of(tree, constants, 'sim_driver')
+    assert drivers
+    for driver in drivers:
+        on_exit = keyword(driver, 'on_exit')
+        assert isinstance(on_exit, ast.Call) and getattr(on_exit.func, 'id', None) == \
+            'Shutdown', ast.dump(driver)
+
+
 def test_sim_controls_by_default_and_replay_never():
     sim = _include_arguments(LAUNCH_DIR / 'sim.launch.py')
     _, constants = parsed(LAUNCH_DIR / 'sim.launch.py')
