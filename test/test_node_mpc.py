@@ -8,7 +8,7 @@ import time
 from diagnostic_msgs.msg import DiagnosticArray, DiagnosticStatus
 from diffsim_ros import robots
 from diffsim_ros.control.controller import make_controller
-from diffsim_ros.nodes.mpc import MpcConfig, MpcNode
+from diffsim_ros.nodes.mpc import INLINE_MIN_SOLVE_HZ, MpcConfig, MpcNode
 from diffsim_ros.robots.message import model_message
 from diffsim_ros.sim.parameters import nominal_model
 import pytest
@@ -220,6 +220,29 @@ def test_baseline_is_solved_at_every_command_from_the_newest_state(ros_context, 
     robot.models.publish(String(data=json.dumps(heavier)))
     assert wait_for(lambda: mpc.stats['models_accepted'] == 1, 10.0)
     assert mpc.controller.dynamics.model is mpc.model
+
+
+def test_a_busy_command_thread_solves_the_baseline_less_often_but_at_least_at_50_hz(
+        ros_context, executor, robot, monkeypatch):
+    # nodes/mpc.py: a command thread busy beyond INLINE_BUSY_LIMIT skips the inline solve
+    # (the last law on the newest state), but solves at least INLINE_MIN_SOLVE_HZ
+    mpc = executor.add_node(make_mpc(ros_context, controller='baseline', command_rate=500.0))
+    robot.publishing.set()
+    assert wait_for(lambda: mpc.stats['solves'] >= 20, 20.0), mpc.stats
+    monkeypatch.setattr(mpc._loop, 'busy', lambda: 1.0)
+    keys = ('solves', 'commands', 'inline_solves_skipped')
+    solves, commands, skipped = (mpc.stats[k] for k in keys)
+    start = time.monotonic()
+    time.sleep(1.0)
+    seconds = time.monotonic() - start
+    solved = mpc.stats['solves'] - solves
+    sent = mpc.stats['commands'] - commands
+    assert mpc.stats['inline_solves_skipped'] - skipped >= sent - solved - 2
+    assert sent >= 200, sent   # the commands go on (500 Hz asked)
+    # one solve per 20 ms of the node clock, not one per command
+    assert 0.6 * INLINE_MIN_SOLVE_HZ * seconds <= solved <= INLINE_MIN_SOLVE_HZ * seconds + 3, (
+        solved, sent)
+    assert finite_and_bounded(robot.commands)
 
 
 @pytest.mark.slow

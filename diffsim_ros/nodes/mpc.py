@@ -24,7 +24,8 @@ threads around it:
   up in the constructor, before any timer exists.  A tick that starts more than half a
   command period late, or comes while the command thread has spent more than
   :data:`INLINE_BUSY_LIMIT` of the recent time ticking, skips the solve and evaluates the
-  last law on the newest state (counted as ``inline_solves_skipped``).  On 2 cores kept
+  last law on the newest state (counted as ``inline_solves_skipped``), unless the last
+  solve is older than ``1 /`` :data:`INLINE_MIN_SOLVE_HZ`.  On 2 cores kept
   busy by other processes a Qube swing-up tick cost 2.2-2.6 ms of CPU, more than the 2 ms
   period: the command rate fell to 340-420 Hz, and a real-time thread busy all the time is
   stopped for 50 ms of every second by the kernel (``DeadlineLoop.busy``).  So the command
@@ -81,15 +82,18 @@ from ..control.planner import Planner
 from ..core import RobotModel
 from ..robots.gate import ModelGate, ModelGateConfig
 
-__all__ = ['INLINE_BUSY_LIMIT', 'MpcConfig', 'MpcNode', 'main']
+__all__ = ['INLINE_BUSY_LIMIT', 'INLINE_MIN_SOLVE_HZ', 'MpcConfig', 'MpcNode', 'main']
 
 #: Share of the wall clock the command thread may spend ticking before an inline law is
 #: solved less often.  The kernel stops every real-time thread of a core they keep busy for
 #: 50 ms a second, and the executor's and the middleware's threads (raised with the loop)
 #: and a driver on the same computer need their share: half, the usual bound for a
-#: real-time loop.  Under a burst on 2 busy cores the Qube's law was then solved for 10-30 %
-#: of the commands (balancing needs no solve: its gains act on each newest state).
+#: real-time loop.  Under a burst on 2 busy cores the Qube's law was then solved for 8-31 %
+#: of the commands at load 4-6 (balancing needs no solve: its gains act on each newest state).
 INLINE_BUSY_LIMIT = 0.5
+#: The inline law is solved at least this often whatever the budget says, Hz: at load 8-10
+#: the budget alone let 1 % of the commands be solved (5 Hz), too stale for a swing law.
+INLINE_MIN_SOLVE_HZ = 50.0
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,7 @@ class MpcNode(Node):
         self._command_period = 1.0 / (config.command_rate or info.driver_rate_hz)
         self.stale = True
         self._commands = self._models_rejected = self._solves_skipped = 0
+        self._inline_solved = -math.inf   # node-clock s of the last inline solve
         #: Set once the controller is warmed up (compiled) and plans can be made; a graph
         #: that starts the robot only then (the demo) loses no time to compilation.
         self.ready = threading.Event()
@@ -343,10 +348,12 @@ class MpcNode(Node):
         now = self._now()
         if self._inline and not self.planner.is_stale(now):
             loop = self._loop
-            if loop.lateness() <= 0.5 * self._command_period \
-                    and loop.busy() <= INLINE_BUSY_LIMIT:
+            if (loop.lateness() <= 0.5 * self._command_period
+                    and loop.busy() <= INLINE_BUSY_LIMIT) \
+                    or not 0.0 <= now - self._inline_solved < 1.0 / INLINE_MIN_SOLVE_HZ:
                 self._solve()
-            else:   # late: the last law on the newest state (module docstring)
+                self._inline_solved = now
+            else:   # late or busy: the last law on the newest state (module docstring)
                 self._solves_skipped += 1
         command, stale = self.planner.command(now)
         if stale != self.stale:
