@@ -39,7 +39,7 @@ Two more waits hold every thread of the process or of the core:
   170-210 ms on the 2-core development machine, in whichever thread's allocation triggers
   it.  :func:`freeze_heap` moves what the node built at start-up (imports, models, compiled
   code) out of the collector's reach (``gc.freeze``); the mpc node's longest collection in
-  test_case5 is then 0.3-0.7 ms.
+  test_case5 is then 0.3-2 ms (wall time, on 2 busy cores).
 * The kernel's real-time budget: real-time threads that keep a core busy are all stopped
   for 50 ms of each second there (:meth:`DeadlineLoop.busy`).  A loaded CI run showed a
   164 ms gap and 336 Hz with the loop at real-time priority and no burst: the Qube's
