@@ -732,14 +732,14 @@ def test_deadline_loop_reports_its_busy_share_lateness_and_waits(executor):
     # 2 ms loop whose ticks sleep 1.5 ms is busy about three quarters of the time, and one
     # that does nothing is not
     node = executor.add_node(rclpy.create_node('budget', context=executor.executor.context))
-    seen = []
+    seen, loops = [], []
 
-    def tick(loop_of=[]):
+    def tick():
         time.sleep(0.0015)
-        if loop_of:
-            seen.append(loop_of[0].lateness())
+        if loops:
+            seen.append(loops[0].lateness())
     loop = DeadlineLoop(node, 0.002, tick, 'busy-loop')
-    tick.__defaults__[0].append(loop)
+    loops.append(loop)
     try:
         time.sleep(1.0)
     finally:
