@@ -53,6 +53,10 @@ class LocalStringModel:
         behind, _ = self.cup_frame(q - h * qd + 0.5 * h * h * qdd)
         return p, (ahead - behind) / (2 * h), (ahead - 2 * p + behind) / (h * h)
 
+    def cup_state(self, q, qd, qdd):
+        """Return the cup origin's motion and the cup's axes."""
+        return self.cup_motion(q, qd, qdd) + (self.cup_frame(q)[1],)
+
     def rollout(self, x0, xd0, p, v, a, dt):
         """Integrate the ball (gravity, string as a projection) along the cup motion."""
         g = torch.tensor([0.0, 0.0, -9.81], dtype=x0.dtype)

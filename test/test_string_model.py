@@ -255,7 +255,11 @@ def test_cup_motion_is_the_derivative_of_the_cup_frame(wam4, monkeypatch):
     with torch.no_grad():
         p, v, a = model.cup_motion(q, qd, qdd)
         p_frame, R = model.cup_frame(q)
+        state = model.cup_state(q, qd, qdd)
     assert torch.allclose(p, p_frame, atol=1e-14)
+    # The policy search's one-pass kinematics are the same numbers.
+    for one_pass, separate in zip(state, (p, v, a, R)):
+        assert torch.allclose(one_pass, separate, atol=1e-14)
     T_tool = forward_kinematics(wam4, q)[:, wam4.link_index('wam/tool_link')]
     assert torch.allclose(p, T_tool[:, :3, 3] + (T_tool[:, :3, :3] @ model.cup_xyz.detach()),
                           atol=1e-14)

@@ -8,9 +8,9 @@ object and the ball's from a *ball model*, both duck-typed so the DiffNEA
 :class:`~diffsim_ros.sysid.string_model.StringModel` serves as both and a black-box ball
 model (FF-NN, LSTM) can be paired with the identified cup kinematics:
 
-- ``kinematics.cup_motion(q, qd, qdd) -> (p, v, a)`` world position, velocity, acceleration
-  of the cup frame's origin (the string's anchor) ``(..., T, 3)``;
-  ``kinematics.cup_frame(q) -> (p, R)`` with ``R`` ``(..., T, 3, 3)`` (cup axes in world);
+- ``kinematics.cup_state(q, qd, qdd) -> (p, v, a, R)``: world position, velocity and
+  acceleration of the cup frame's origin (the string's anchor) ``(..., T, 3)`` and the cup's
+  axes in world ``R`` ``(..., T, 3, 3)``, from one evaluation of the link's motion;
   ``kinematics.string_length`` (m);
 - ``ball_model.rollout(x0, xd0, p, v, a, dt) -> (x, xd)`` ``(B, T, 3)``.
 
@@ -99,11 +99,10 @@ Robustness to model error (:class:`StringEnsemble`, DiffNEA's own suggestion): t
 identification cannot see the cup's orientation (it moves the walls, not the string's
 anchor) and leaves millimetres of error on the string's length, so a policy can be searched
 on ``K`` members of the identified model that differ in exactly those (cup tilt, length).
-An ensemble's :meth:`~StringEnsemble.cup_motion`, :meth:`~StringEnsemble.cup_frame` and
-:meth:`~StringEnsemble.rollout` carry a leading member dimension ``(K, B, ...)``;
-:func:`model_episode` then scores each member and returns the *mean* reward over the
-members (what the search optimises and the best 10 are chosen by) and a catch only where
-every member catches.
+An ensemble's :meth:`~StringEnsemble.cup_state` and :meth:`~StringEnsemble.rollout` carry a
+leading member dimension ``(K, B, ...)``; :func:`model_episode` then scores each member and
+returns the *mean* reward over the members (what the search optimises and the best 10 are
+chosen by) and a catch only where every member catches.
 """
 
 from dataclasses import dataclass, field
@@ -126,7 +125,7 @@ Tensor = torch.Tensor
 __all__ = ['BallInCupTask', 'CupGeometry', 'Episode', 'LinkShape', 'RewardWeights',
            'SearchConfig', 'SearchResult', 'StringEnsemble', 'arm_contact', 'caught_mask',
            'cup_contact', 'cup_coordinates', 'dipole_potential', 'hermite_upsample',
-           'model_episode', 'policy_search', 'task_reward']
+           'model_episode', 'policy_search', 'shape_axes', 'task_reward']
 
 #: Scale of :func:`dipole_potential`: its largest value is 1.
 DIPOLE_SCALE = 1.5 * math.sqrt(3.0)
@@ -347,27 +346,44 @@ def cup_contact(r_cup: Tensor, geometry: CupGeometry) -> Tensor:
     return distance < geometry.ball_radius
 
 
+def shape_axes(T_world_link: Tensor, shapes: Sequence[LinkShape]) -> Tensor:
+    """
+    Return the contact shapes' centres and axes in world (what :func:`arm_contact` needs).
+
+    :param T_world_link: the shapes' link poses ``(..., S, 4, 4)``, one per shape in
+        ``shapes`` order.
+    :param shapes: the ``S`` shapes.
+    :return: ``(..., S, 6)``: each shape frame's origin, then its z axis (a cylinder's axis).
+    """
+    dtype = T_world_link.dtype
+    xyz = torch.tensor([s.xyz for s in shapes], dtype=dtype).reshape(-1, 3)
+    R_link_shape = rpy_to_matrix(torch.tensor([s.rpy for s in shapes],
+                                              dtype=dtype).reshape(-1, 3))
+    R = T_world_link[..., :3, :3]
+    centre = (R @ xyz[:, :, None])[..., 0] + T_world_link[..., :3, 3]
+    return torch.cat((centre, (R @ R_link_shape[:, :, 2:])[..., 0]), -1)
+
+
 def arm_contact(x: Tensor, T_world_link: Tensor, shapes: Sequence[LinkShape],
-                ball_radius: float) -> Tensor:
+                ball_radius: float, axes: Optional[Tensor] = None) -> Tensor:
     """
     Return where the ball touches one of the arm's contact shapes.
 
     :param x: ball centres ``(..., 3)``, world, m.
     :param T_world_link: the shapes' link poses ``(..., S, 4, 4)``, one per shape in
-        ``shapes`` order (leading dims broadcast against ``x``'s).
+        ``shapes`` order (leading dims broadcast against ``x``'s); ignored with ``axes``.
     :param shapes: the ``S`` shapes.
     :param ball_radius: m.
+    :param axes: the shapes' :func:`shape_axes` ``(..., S, 6)`` instead of their link poses
+        (the policy search interpolates these, 6 numbers a shape instead of 16), or None.
     :return: ``(...)`` bool: the centre lies within ``ball_radius`` of a shape (the exact
         distance to a sphere or to a finite solid cylinder).
     """
     if not shapes:
         return torch.zeros(x.shape[:-1], dtype=torch.bool, device=x.device)
-    dtype = T_world_link.dtype
-    xyz = torch.tensor([s.xyz for s in shapes], dtype=dtype)
-    R_link_shape = rpy_to_matrix(torch.tensor([s.rpy for s in shapes], dtype=dtype))
-    R = T_world_link[..., :3, :3]
-    centre = (R @ xyz[:, :, None])[..., 0] + T_world_link[..., :3, 3]
-    axis = (R @ R_link_shape[:, :, 2:])[..., 0]
+    if axes is None:
+        axes = shape_axes(T_world_link, shapes)
+    centre, axis = axes[..., :3], axes[..., 3:]
     radius = x.new_tensor([s.radius for s in shapes])
     half = x.new_tensor([s.half_length for s in shapes])
     sphere = torch.tensor([s.kind == 'sphere' for s in shapes])
@@ -506,14 +522,14 @@ def model_episode(task: BallInCupTask, theta: Tensor, kinematics: Any,
         parts = []
         for i in range(0, B, chunk):
             qc, qdc, qddc = (g[i:i + chunk] for g in grid)
-            pc, vc, ac = kinematics.cup_motion(qc, qdc, qddc)
-            Rc = kinematics.cup_frame(qc)[1]
+            pc, vc, ac, Rc = kinematics.cup_state(qc, qdc, qddc)
             tau = None if task.arm is None else rnea(task.arm, qc, qdc, qddc)
-            links = None
+            axes = None
             if task.obstacles:
                 index = torch.tensor([task.arm.link_index(s.link) for s in task.obstacles])
-                links = forward_kinematics(task.arm, qc).index_select(-3, index)
-            parts.append((pc, vc, ac, Rc, tau, links))
+                axes = shape_axes(forward_kinematics(task.arm, qc).index_select(-3, index),
+                                  task.obstacles)
+            parts.append((pc, vc, ac, Rc, tau, axes))
         # The batch is the dim before (T, 3) (an ensemble's members lead).
         pc, vc, ac = (torch.cat([part[k] for part in parts], -3) for k in range(3))
         Rc = torch.cat([part[3] for part in parts], -4)
@@ -528,11 +544,11 @@ def model_episode(task: BallInCupTask, theta: Tensor, kinematics: Any,
         x, _ = ball_model.rollout(x0, torch.zeros_like(x0), p, v, a, task.dt)
         arm_touch = None
         if task.obstacles:
-            # The shapes' link poses carried linearly to the rollout's steps, like R.
-            links = torch.cat([part[5] for part in parts])
-            fine = hermite_upsample(links.flatten(-3), None, stride, H)
-            arm_touch = arm_contact(x, fine.unflatten(-1, links.shape[-3:]), task.obstacles,
-                                    task.geometry.ball_radius)
+            # The shapes' centres and axes carried linearly to the rollout's steps, like R.
+            axes = torch.cat([part[5] for part in parts])
+            fine = hermite_upsample(axes.flatten(-2), None, stride, H)
+            arm_touch = arm_contact(x, None, task.obstacles, task.geometry.ball_radius,
+                                    axes=fine.unflatten(-1, axes.shape[-2:]))
         reward, caught = task_reward(task, q, qd, qdd, cup_coordinates(x, p, R),
                                      Rc[..., -1, :, 2], tau, arm_touch)
         if ensemble:
@@ -584,29 +600,20 @@ class StringEnsemble:
         """Return the members' string lengths ``(K, 1, 1)``, m (broadcasts on ``(K, B, 3)``)."""
         return self.lengths[:, None, None]
 
-    def cup_motion(self, q: Tensor, qd: Tensor, qdd: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    def cup_state(self, q: Tensor, qd: Tensor, qdd: Tensor
+                  ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         """
-        Return the anchor's world motion, the same for every member.
+        Return the anchor's world motion (the same for every member) and each member's cup axes.
 
         :param q: joint positions ``(B, T, n)``, rad; :param qd: rad/s; :param qdd: rad/s^2.
-        :return: ``(p, v, a)`` each ``(K, B, T, 3)``.
+        :return: ``(p, v, a, R)``: ``(K, B, T, 3)`` each and ``(K, B, T, 3, 3)``.
         """
-        p, v, a = point_motion(self.model.link_motion(q, qd, qdd), self.cup_xyz)
+        motion = self.model.link_motion(q, qd, qdd)
         K = self.members
-        return (p.expand((K,) + p.shape), v.expand((K,) + v.shape), a.expand((K,) + a.shape))
-
-    def cup_frame(self, q: Tensor) -> Tuple[Tensor, Tensor]:
-        """
-        Return each member's cup pose.
-
-        :param q: joint positions ``(B, T, n)``, rad.
-        :return: ``(p, R)``: ``(K, B, T, 3)`` m and ``(K, B, T, 3, 3)`` (cup axes in world).
-        """
-        zero = torch.zeros_like(q)
-        motion = self.model.link_motion(q, zero, zero)
-        p = point_motion(motion, self.cup_xyz)[0]
+        p, v, a = (value.expand((K,) + value.shape)
+                   for value in point_motion(motion, self.cup_xyz))
         R = motion.R[None] @ self.R_link_cup.reshape((-1,) + (1,) * (q.dim() - 1) + (3, 3))
-        return p.expand((self.members,) + p.shape), R
+        return p, v, a, R
 
     def rollout(self, x0: Tensor, xd0: Tensor, p: Tensor, v: Tensor, a: Tensor,
                 dt: float) -> Tuple[Tensor, Tensor]:

@@ -359,6 +359,18 @@ class StringModel(nn.Module):
         p = motion.o + small_matvec(motion.R, self.cup_xyz.expand(motion.o.shape))
         return p, motion.R @ rpy_to_matrix(self.cup_rpy)
 
+    def cup_state(self, q: Tensor, qd: Tensor, qdd: Tensor
+                  ) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        """
+        Return :meth:`cup_motion` and :meth:`cup_frame`'s orientation from one link motion.
+
+        :param q: joint positions ``(..., n)`` (rad); :param qd: rad/s; :param qdd: rad/s^2.
+        :return: ``(p, v, a, R)``: the anchor's ``(..., 3)`` world position, velocity and
+            acceleration, and the cup's axes in world ``(..., 3, 3)``.
+        """
+        motion = self.link_motion(q, qd, qdd)
+        return point_motion(motion, self.cup_xyz) + (motion.R @ rpy_to_matrix(self.cup_rpy),)
+
     def ball_acceleration(self, x: Tensor, xd: Tensor, p: Tensor, v: Tensor,
                           a: Tensor) -> Tensor:
         """
