@@ -3,8 +3,11 @@
 #
 #   bash scripts/dev.sh demo [diffsim-demo args...]   set up, then run diffsim-demo
 #   bash scripts/dev.sh test [pytest args...]         set up, then run the tests:
-#       no test named (only options such as -x or -k EXPR): the whole suite with them;
-#       test files, folders or node ids (test/test_robots.py::test_x): only those
+#       no test named (only options such as -x or -k EXPR): the whole suite with them,
+#         in one pytest-xdist worker per core (at most 4; files kept whole on a worker;
+#         -n 0 runs it in one process);
+#       test files, folders or node ids (test/test_robots.py::test_x): only those, in one
+#         process
 #   bash scripts/dev.sh setup                         set up only
 #
 # Set-up creates a virtual environment (default: .venv at the repository root; override
@@ -159,9 +162,17 @@ case "$cmd" in
     cd "$repo"
     if names_tests "$@"; then
       run "$venv/bin/python" -m pytest "$@"
-    else
-      run "$venv/bin/python" -m pytest test "$@"
     fi
+    # The whole suite: most tests are one busy thread (conftest sets OMP_NUM_THREADS=1),
+    # so a worker per core divides the time.  Whole files per worker keep module
+    # fixtures built once; DDS tests reserve their own domain (test/ros_helpers.py).
+    # More than 4 workers would mostly add memory (a worker holds torch, rclpy, MuJoCo).
+    # (nproc would answer OMP_NUM_THREADS where it is set, not the cores.)
+    workers=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)
+    [ "$workers" -gt 4 ] && workers=4
+    parallel=()
+    [ "$workers" -gt 1 ] && parallel=(-n "$workers" --dist loadfile)
+    run "$venv/bin/python" -m pytest test "${parallel[@]}" "$@"
     ;;
   *)
     echo "usage: bash scripts/dev.sh {demo|test|setup} [args...]" >&2

@@ -339,12 +339,18 @@ def test_a_range_reaches_the_descriptor_and_its_bounds_pass(make_node):
     assert count.from_value == 1 and count.to_value == (1 << 63) - 1
 
 
+#: What the whole suite runs with on this machine: a pytest-xdist worker per core, at most 4.
+WORKERS = min(len(os.sched_getaffinity(0)), 4)
+SUITE = ['test'] + (['-n', str(WORKERS), '--dist', 'loadfile'] if WORKERS > 1 else [])
+
+
 @pytest.mark.parametrize('arguments, selection', [
-    ([], ['test']),
-    (['-x'], ['test', '-x']),
-    (['-k', 'test'], ['test', '-k', 'test']),   # the value of -k is no folder
+    ([], SUITE),
+    (['-x'], SUITE + ['-x']),
+    (['-k', 'test'], SUITE + ['-k', 'test']),   # the value of -k is no folder
     (['-x', '--deselect', 'test/test_demo.py::test_demo_runs'],
-     ['test', '-x', '--deselect', 'test/test_demo.py::test_demo_runs']),
+     SUITE + ['-x', '--deselect', 'test/test_demo.py::test_demo_runs']),
+    (['-n', '0'], SUITE + ['-n', '0']),         # the user's -n comes last: it wins
     (['test/test_robots.py'], ['test/test_robots.py']),
     (['-q', 'test/test_robots.py::test_catalog', '-k', 'qube'],
      ['-q', 'test/test_robots.py::test_catalog', '-k', 'qube']),
