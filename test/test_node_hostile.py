@@ -774,8 +774,12 @@ def test_collector_pauses_are_measured_and_the_frozen_heap_is_not_walked():
     freeze_heap()
     try:
         assert gc.get_freeze_count() >= frozen_before + len(kept)
+        # Building `kept` triggered collections of the whole (not yet frozen) heap: a CI
+        # worker that had imported many test files measured 800 ms for one.  Drop them.
+        pauses.take_longest_ms()
         gc.collect()
-        assert pauses.take_longest_ms() < walked   # the 200 000 lists are not walked again
+        # the 200 000 lists are not walked again: a fraction of the walk, even on a busy core
+        assert pauses.take_longest_ms() < 0.25 * walked
     finally:
         gc.unfreeze()
 
