@@ -33,6 +33,19 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line('markers', marker)
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list) -> None:
+    """
+    Run the files that hold slow tests first, each file's tests still together and in order.
+
+    ``scripts/dev.sh test`` hands whole files to pytest-xdist workers in collection order;
+    a long file handed out last leaves the other workers idle until it ends (on the local
+    CI in alphabetical order the last 2 % of the tests took 9 of the 31 minutes).  Started
+    first, the long files overlap the short ones.
+    """
+    slow_files = {item.path for item in items if item.get_closest_marker('slow')}
+    items.sort(key=lambda item: item.path not in slow_files)   # stable: files stay whole
+
+
 def resolve_data_dir() -> Path:
     """
     Return the directory holding the recorded robot data.

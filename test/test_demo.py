@@ -18,6 +18,7 @@ def _domain_id() -> int:
     return reserved_domain_id(200, 30)
 
 
+@pytest.mark.slow
 def test_demo_swings_up_with_the_identified_model_and_writes_bag_report_and_plot(
         tmp_path, capsys):
     # the defaults: a hidden plant whose balance point the nominal model gets wrong
