@@ -11,7 +11,7 @@ Per string length (0.35, 0.40, 0.45 m; ``--quick``: 0.40 only):
 3. Models (rows):
 
    - ``diffnea``: ``fit_cup_model`` (the arm by the existing identification, the string
-     model by its penalty fit);
+     model by its penalty fit, started at the measured length);
    - ``nominal``: the catalogue arm and the string model at the nominal cup transform and
      the measured length (what a user has from a datasheet and a tape measure);
    - ``ffnn``, ``lstm``: black-box ball models (``BallFFNN``, ``BallLSTM``) trained on the
@@ -135,9 +135,17 @@ def models_for(truth: cup.CupTruth, seed: int, recording: Dict[str, Any],
     arm_runs, string_runs = cup.identification_recordings(truth, seed, **recording)
     recorded = time.perf_counter() - start
     catalogue = nominal_model(cup.ROBOT)
-    arm, string = string_model.fit_cup_model(arm_runs, string_runs, catalogue)
+    # The fit starts where a user's would (diffsim-cup-search --string-length, the
+    # identifier's string_length): at the measured length, not at the default 0.40 m.  Where
+    # it ends depends on the start (the length / cup offset valley): --seed 17's 0.45 m
+    # plant 12.4 mm short from 0.40 m, 0.1 mm from 0.45 m; its 0.35 m plant 2.7 mm off from
+    # 0.40 m, 7.5 mm from 0.35 m.
+    measured = truth_measured(truth)
+    arm, string = string_model.fit_cup_model(
+        arm_runs, string_runs, catalogue,
+        start=string_model.StringModel(catalogue, string_length=measured))
     fitted = time.perf_counter() - start - recorded
-    nominal = string_model.StringModel(catalogue, string_length=truth_measured(truth))
+    nominal = string_model.StringModel(catalogue, string_length=measured)
     models = {'diffnea': (arm, string, None), 'nominal': (catalogue, nominal, None)}
     for name in available_models():
         if name in BLACK_BOX and name in names:
