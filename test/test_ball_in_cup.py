@@ -19,7 +19,7 @@ from diffsim_ros.control.ball_in_cup import (arm_contact, BallInCupTask, caught_
                                              cup_contact, cup_coordinates, CupGeometry,
                                              dipole_potential, hermite_upsample, LinkShape,
                                              model_episode, policy_search, SearchConfig,
-                                             StringEnsemble, task_reward)
+                                             shape_axes, StringEnsemble, task_reward)
 from diffsim_ros.control.promp import ProMP
 from diffsim_ros.core import forward_kinematics, load_urdf
 import pytest
@@ -196,9 +196,10 @@ def test_arm_contact_against_hand_computed_distances():
         [0.36, 0.0, 1.05], [0.365, 0.0, 1.055],              # at the rim: sqrt(2) 0.01 < 0.02
         [0.0, 2.0 + 0.08 - e, 0.0], [0.0, 2.08 + e, 0.0],    # the sphere
     ], dtype=torch.float64)
-    assert arm_contact(x, T, shapes, 0.02).tolist() == [True, False, True, False, True, False,
-                                                        True, False]
-    assert not bool(arm_contact(x, T, (), 0.02).any())
+    axes = shape_axes(T, shapes)
+    assert arm_contact(x, axes, shapes, 0.02).tolist() == [True, False, True, False, True,
+                                                           False, True, False]
+    assert not bool(arm_contact(x, axes[:, :0], (), 0.02).any())
     with pytest.raises(ValueError, match='sphere or cylinder'):
         LinkShape('a', 'box', 0.1)
 

@@ -33,8 +33,7 @@ def _first_touch(direction):
         link poses of the recorded joint positions); None where there is none.
     """
     cup = pytest.importorskip('diffsim_ros.sim.cup')
-    from diffsim_ros.control.ball_in_cup import arm_contact
-    from diffsim_ros.core.kinematics import forward_kinematics
+    from diffsim_ros.control.ball_in_cup import arm_contact, link_poses, shape_axes
     truth = cup.nominal_truth()
     arm = truth.arm_model()
     plant = cup.CupPlant(truth)
@@ -47,9 +46,9 @@ def _first_touch(direction):
     rec = plant.run(cup.tracking_controller(arm, hold), HOME, 0.8, string_direction=direction)
     plant_touch = int(rec.contact.argmax()) if rec.contact.any() else None
     shapes = cup.arm_shapes()
-    index = torch.tensor([arm.link_index(s.link) for s in shapes])
-    T = forward_kinematics(arm, torch.from_numpy(rec.q)).index_select(-3, index)
-    touch = arm_contact(torch.from_numpy(rec.ball), T, shapes, cup.BALL_RADIUS)
+    T = link_poses(arm, shapes, torch.from_numpy(rec.q))
+    touch = arm_contact(torch.from_numpy(rec.ball), shape_axes(T, shapes), shapes,
+                        cup.BALL_RADIUS)
     model_touch = int(touch.int().argmax()) if bool(touch.any()) else None
     return plant_touch, model_touch
 

@@ -125,7 +125,7 @@ Tensor = torch.Tensor
 __all__ = ['BallInCupTask', 'CupGeometry', 'Episode', 'LinkShape', 'RewardWeights',
            'SearchConfig', 'SearchResult', 'StringEnsemble', 'arm_contact', 'caught_mask',
            'cup_contact', 'cup_coordinates', 'dipole_potential', 'hermite_upsample',
-           'model_episode', 'policy_search', 'shape_axes', 'task_reward']
+           'link_poses', 'model_episode', 'policy_search', 'shape_axes', 'task_reward']
 
 #: Scale of :func:`dipole_potential`: its largest value is 1.
 DIPOLE_SCALE = 1.5 * math.sqrt(3.0)
@@ -346,6 +346,19 @@ def cup_contact(r_cup: Tensor, geometry: CupGeometry) -> Tensor:
     return distance < geometry.ball_radius
 
 
+def link_poses(arm: RobotModel, shapes: Sequence[LinkShape], q: Tensor) -> Tensor:
+    """
+    Return the world poses of the links that carry the contact shapes.
+
+    :param arm: the arm model.
+    :param shapes: the ``S`` shapes.
+    :param q: joint positions ``(..., n)``, rad.
+    :return: ``(..., S, 4, 4)``, one pose per shape.
+    """
+    index = torch.tensor([arm.link_index(shape.link) for shape in shapes], dtype=torch.long)
+    return forward_kinematics(arm, q).index_select(-3, index)
+
+
 def shape_axes(T_world_link: Tensor, shapes: Sequence[LinkShape]) -> Tensor:
     """
     Return the contact shapes' centres and axes in world (what :func:`arm_contact` needs).
@@ -364,25 +377,23 @@ def shape_axes(T_world_link: Tensor, shapes: Sequence[LinkShape]) -> Tensor:
     return torch.cat((centre, (R @ R_link_shape[:, :, 2:])[..., 0]), -1)
 
 
-def arm_contact(x: Tensor, T_world_link: Tensor, shapes: Sequence[LinkShape],
-                ball_radius: float, axes: Optional[Tensor] = None) -> Tensor:
+def arm_contact(x: Tensor, axes: Tensor, shapes: Sequence[LinkShape],
+                ball_radius: float) -> Tensor:
     """
     Return where the ball touches one of the arm's contact shapes.
 
     :param x: ball centres ``(..., 3)``, world, m.
-    :param T_world_link: the shapes' link poses ``(..., S, 4, 4)``, one per shape in
-        ``shapes`` order (leading dims broadcast against ``x``'s); ignored with ``axes``.
+    :param axes: the shapes' centres and axes ``(..., S, 6)`` (:func:`shape_axes` of their
+        :func:`link_poses`; the policy search interpolates these, 6 numbers a shape instead
+        of a 4x4 pose), one per shape in ``shapes`` order (leading dims broadcast against
+        ``x``'s).
     :param shapes: the ``S`` shapes.
     :param ball_radius: m.
-    :param axes: the shapes' :func:`shape_axes` ``(..., S, 6)`` instead of their link poses
-        (the policy search interpolates these, 6 numbers a shape instead of 16), or None.
     :return: ``(...)`` bool: the centre lies within ``ball_radius`` of a shape (the exact
         distance to a sphere or to a finite solid cylinder).
     """
     if not shapes:
         return torch.zeros(x.shape[:-1], dtype=torch.bool, device=x.device)
-    if axes is None:
-        axes = shape_axes(T_world_link, shapes)
     centre, axis = axes[..., :3], axes[..., 3:]
     radius = x.new_tensor([s.radius for s in shapes])
     half = x.new_tensor([s.half_length for s in shapes])
@@ -526,9 +537,7 @@ def model_episode(task: BallInCupTask, theta: Tensor, kinematics: Any,
             tau = None if task.arm is None else rnea(task.arm, qc, qdc, qddc)
             axes = None
             if task.obstacles:
-                index = torch.tensor([task.arm.link_index(s.link) for s in task.obstacles])
-                axes = shape_axes(forward_kinematics(task.arm, qc).index_select(-3, index),
-                                  task.obstacles)
+                axes = shape_axes(link_poses(task.arm, task.obstacles, qc), task.obstacles)
             parts.append((pc, vc, ac, Rc, tau, axes))
         # The batch is the dim before (T, 3) (an ensemble's members lead).
         pc, vc, ac = (torch.cat([part[k] for part in parts], -3) for k in range(3))
@@ -547,8 +556,8 @@ def model_episode(task: BallInCupTask, theta: Tensor, kinematics: Any,
             # The shapes' centres and axes carried linearly to the rollout's steps, like R.
             axes = torch.cat([part[5] for part in parts])
             fine = hermite_upsample(axes.flatten(-2), None, stride, H)
-            arm_touch = arm_contact(x, None, task.obstacles, task.geometry.ball_radius,
-                                    axes=fine.unflatten(-1, axes.shape[-2:]))
+            arm_touch = arm_contact(x, fine.unflatten(-1, axes.shape[-2:]), task.obstacles,
+                                    task.geometry.ball_radius)
         reward, caught = task_reward(task, q, qd, qdd, cup_coordinates(x, p, R),
                                      Rc[..., -1, :, 2], tau, arm_touch)
         if ensemble:

@@ -28,9 +28,9 @@ import torch
 
 from . import cup
 from .. import robots
-from ..control.ball_in_cup import arm_contact, BallInCupTask, CupGeometry
+from ..control.ball_in_cup import (arm_contact, BallInCupTask, CupGeometry, link_poses,
+                                   shape_axes)
 from ..control.promp import ProMP
-from ..core.kinematics import forward_kinematics
 from ..core.model import RobotModel
 from ..io.tables import write_npz
 from ..sysid.dataset import Trajectory
@@ -38,7 +38,7 @@ from ..sysid.excitation import trajectory_document
 
 __all__ = ['BALL_BODY', 'DURATION_S', 'HOLD_S', 'HOME', 'KINEMATICS_STRIDE', 'MODEL_DT',
            'N_BASIS', 'identification_documents', 'make_task', 'recording_trajectory',
-           'shape_poses', 'transfer', 'write_recordings']
+           'transfer', 'write_recordings']
 
 #: Start of every swing-up: cup opening tilted 0.6 rad forward so the hanging ball clears
 #: the forearm (the cup's axis is parallel to it), the cup 1.2 m above the base.
@@ -100,7 +100,9 @@ def transfer(plant: cup.CupPlant, task: BallInCupTask, arm: RobotModel, theta: t
     error = float(np.abs(recording.q - q_ref.numpy()).max())
     last = recording.t >= recording.t[-1] - cup.HOLD_S + 1e-9
     ball = recording.ball_in_cup_frame()[last]
-    touched = arm_contact(torch.from_numpy(recording.ball), shape_poses(task, recording.q),
+    q = torch.as_tensor(recording.q, dtype=torch.float64)
+    poses = link_poses(task.arm, task.obstacles, q)
+    touched = arm_contact(torch.from_numpy(recording.ball), shape_axes(poses, task.obstacles),
                           task.obstacles, task.geometry.ball_radius).numpy()
     return {'success': cup.in_cup(recording), 'tracking_error_rad': error,
             'first_contact_s': (float(recording.t[recording.contact.argmax()])
@@ -110,20 +112,6 @@ def transfer(plant: cup.CupPlant, task: BallInCupTask, arm: RobotModel, theta: t
             'final_radial_m': float(np.hypot(ball[:, 0], ball[:, 1]).max()),
             'final_height_m': [float(ball[:, 2].min()), float(ball[:, 2].max())],
             'recording': recording}
-
-
-def shape_poses(task: BallInCupTask, q: np.ndarray) -> torch.Tensor:
-    """
-    Return the world poses of the links that carry the task's contact shapes.
-
-    :param task: the task (its ``arm`` and ``obstacles``).
-    :param q: joint positions ``(T, n)``, rad.
-    :return: ``(T, S, 4, 4)``, one pose per shape.
-    """
-    index = torch.tensor([task.arm.link_index(shape.link) for shape in task.obstacles],
-                         dtype=torch.long)
-    return forward_kinematics(task.arm, torch.as_tensor(q, dtype=torch.float64)).index_select(
-        -3, index)
 
 
 def recording_trajectory(recording: cup.CupRecording, run: str) -> Trajectory:
