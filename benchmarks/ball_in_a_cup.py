@@ -136,10 +136,10 @@ def models_for(truth: cup.CupTruth, seed: int, recording: Dict[str, Any],
     recorded = time.perf_counter() - start
     catalogue = nominal_model(cup.ROBOT)
     # The fit starts where a user's would (diffsim-cup-search --string-length, the
-    # identifier's string_length): at the measured length, not at the default 0.40 m.  Where
-    # it ends depends on the start (the length / cup offset valley): --seed 17's 0.45 m
-    # plant 12.4 mm short from 0.40 m, 0.1 mm from 0.45 m; its 0.35 m plant 2.7 mm off from
-    # 0.40 m, 7.5 mm from 0.35 m.
+    # identifier's string_length): at the measured length.  Since fit_string's closed-form
+    # anchor stage, where it ends no longer depends on the start along the length / cup
+    # offset valley: --seed 17's plants 0.6 / 0.1 / 0.0 mm off from any start 5 cm either
+    # way (before: 2.7-19.3 mm, by the start).
     measured = truth_measured(truth)
     arm, string = string_model.fit_cup_model(
         arm_runs, string_runs, catalogue,

@@ -107,7 +107,8 @@ def run(seed: int, string_length: float, quick: bool, arm_estimator: str,
                                   geometry_iterations=geometry_iterations,
                                   iterations=iterations, damping_seconds=0.0)
     # The third stage alone (no Adam step): the full fit, with the first two stages shared.
-    fitted, _ = fit_string(swings, undamped, geometry_iterations=0, iterations=0)
+    fitted, _ = fit_string(swings, undamped, geometry_iterations=0, iterations=0,
+                           anchor=False)
     identified = time.perf_counter()
     networks = {'ffnn': BallFFNN(), 'lstm': BallLSTM()}
     for name, network in networks.items():

@@ -54,18 +54,38 @@ The closed-form tension thus decides when the string holds and when it goes slac
 thrown inward or upward faster than the string can pull), and the two corrections keep
 ``|x - p| <= l`` exactly.
 
-Fit (:func:`fit_string`; the constraint as a penalty). Two stages on ball positions with the
+Fit (:func:`fit_string`; the constraint as a penalty). Four stages on ball positions with the
 arm's joint trajectory known:
 
+0. Anchor, in closed form (:func:`anchor_from_pulls`): where the string pulls, the ball's
+   measured acceleration minus gravity points along the string to the anchor (friction is
+   small), so the anchor lies on the line through ``x_obs,k`` along
+   ``u_k = (xdd_obs,k - g) / |xdd_obs,k - g|``. A sample counts as pulled by a smooth
+   rectifier of that pull, ``w_k = sigmoid((|xdd_obs,k - g| - 2) / 0.5)``, 0 below
+   1 m/s^2 (a free-flying ball's, whose direction is noise); ``cup_xyz`` minimises
+   ``sum_k w_k |P_k (p_theta,k - x_obs,k)|^2``
+   (``P_k = I - u_k u_k^T``; the anchor is linear in ``cup_xyz``: linear least squares, with
+   a ridge of ``1e-6`` per unit weight towards the start so that directions the data do not
+   see keep it), solved twice, the second time with Cauchy weights
+   ``1 / (1 + (r_k / s)^2)`` on each sample's distance ``r_k`` from its line
+   (``s = 3 x`` the median, at least 0.5 mm: a ball touching the cup is not pulled by the
+   string alone); then ``l = sum_k w_k |x_obs,k - p_theta,k| / sum_k w_k``. The swing
+   tilts the lines by its angle, so this sees the anchor's height on the hanging direction
+   to first order in that angle, where the sphere of stage 1 sees it to second order only.
+   It replaces the start: the fit no longer depends on where it starts along that valley
+   (``--seed 17``'s plants: 7.5 and 6.6 mm from a start at the measured length, 19.3 mm
+   from 5 cm short, before; 1.3 and 1.6 mm from this stage alone, 0.1-0.7 mm after stage
+   2). Skipped (the start kept) when fewer than 3 samples are pulled (``w_k > 1/2``).
 1. Geometry: taut samples lie on the sphere ``|x_obs - p_theta| = l``. A sample counts as taut
    by a smooth rectifier of the string's tension measured from the data,
    ``s_k = -n_k . (xdd_obs,k - g)`` (m/s^2, ``n_k`` with the current estimate):
    ``w_k = sigmoid((s_k - 2) / 0.5)``, and the loss is
    ``sum_k w_k (|x_obs,k - p_theta,k| - l)^2 / sum_k w_k`` (the inequality made an equality
-   where the string is seen to pull). It brings ``l`` and ``cup_xyz`` onto the data's
-   sphere from far starts (0.5-1.5x in the tests); but small swings show only a small cap
-   of that sphere, along which the anchor's position on the hanging direction and ``l``
-   trade off almost freely: stage 2 (the pendulum's frequency) has to separate them.
+   where the string is seen to pull). Small swings show only a small cap of that sphere,
+   along which the anchor's position on the hanging direction and ``l`` trade off almost
+   freely: after stage 0 it refines; alone (``anchor=False``) it ends where the start
+   puts it along that valley, and stage 2 (the pendulum's frequency over 0.2 s) moves it
+   little.
 2. Dynamics: multi-step rollouts of ``horizon`` steps from observed ball states, loss
    ``mean |x_pred - x_obs|^2`` plus ``penalty_weight * mean softplus_b(|x_obs - p_theta| -
    l)^2`` with ``softplus_b(z) = log(1 + exp(b z)) / b``, ``b = 1000`` 1/m: the inequality
@@ -132,6 +152,10 @@ TAUT_SOFTNESS = 0.5
 LINK_MOTION_CHUNK = 8192
 #: Stage 2's inequality penalty sharpness b (1/m).
 PENALTY_SHARPNESS = 1000.0
+#: Stage 0's ridge towards the start (per unit weight, m^2 / m^2) and the floor of its Cauchy
+#: scale (m).
+RIDGE = 1e-6
+ROBUST_FLOOR_M = 5e-4
 
 
 class LinkMotion:
@@ -541,6 +565,53 @@ def _geometry_loss(model: StringModel, samples: _Samples) -> Tensor:
     return (w * (r - model.string_length) ** 2).sum() / w.sum().clamp_min(1.0)
 
 
+def anchor_from_pulls(model: StringModel, motion: LinkMotion, ball: Tensor,
+                      ball_acceleration: Tensor) -> Optional[Tuple[Tensor, Tensor]]:
+    """
+    Return the anchor and the string length from the directions of the string's pull.
+
+    Stage 0 of :func:`fit_string` (the module's "Fit"): weighted linear least squares for
+    ``cup_xyz`` on the lines through the ball along ``xdd - g``, a Cauchy-reweighted second
+    solve, and the mean taut distance.
+
+    :param model: gives the start ``cup_xyz`` (the ridge's centre), the gravity and dtype.
+    :param motion: the cup link's motion at the samples ``(T, ...)``.
+    :param ball: ``(T, 3)`` measured ball positions (m, world).
+    :param ball_acceleration: ``(T, 3)`` their second derivative (m/s^2).
+    :return: ``(cup_xyz (3,), string_length ())``, or None when fewer than 3 samples are
+        pulled.
+    """
+    with torch.no_grad():
+        pull = ball_acceleration - model.gravity
+        magnitude = pull.norm(dim=-1)
+        # The sigmoid's tail is cut where the pull is too small to have a direction.
+        weight = torch.sigmoid((magnitude - TAUT_TENSION) / TAUT_SOFTNESS) * \
+            (magnitude > 0.5 * TAUT_TENSION)
+        pulled = weight > 0.5
+        if int(pulled.sum()) < 3:
+            return None
+        u = pull / magnitude.clamp_min(1e-9).unsqueeze(-1)
+        # P R with P = I - u u^T: the anchor's distance from the line is P (o + R c - x).
+        PR = motion.R - u.unsqueeze(-1) * (u.unsqueeze(-2) @ motion.R)
+        offset = ball - motion.o
+        Pb = offset - u * (u * offset).sum(-1, keepdim=True)
+        start = model.cup_xyz.detach()
+        eye = torch.eye(3, dtype=start.dtype)
+        cup_xyz = start
+        for robust in (False, True):
+            w = weight
+            if robust:
+                r = (small_matvec(PR, cup_xyz.expand_as(Pb)) - Pb).norm(dim=-1)
+                scale = max(3.0 * float(r[pulled].median()), ROBUST_FLOOR_M)
+                w = weight / (1.0 + (r / scale) ** 2)
+            ridge = RIDGE * float(w.sum())
+            A = (w[:, None, None] * (PR.mT @ PR)).sum(0) + ridge * eye
+            b = (w[:, None] * small_matvec(PR.mT, Pb)).sum(0) + ridge * start
+            cup_xyz = torch.linalg.solve(A, b)
+        distance = (ball - motion.o - small_matvec(motion.R, cup_xyz.expand_as(ball))).norm(dim=-1)
+        return cup_xyz, (weight * distance).sum() / weight.sum()
+
+
 def _rollout_loss(model: StringModel, samples: _Samples, starts: Tensor,
                   penalty_weight: float) -> Tuple[Tensor, Tensor]:
     """Stage 2 of :func:`fit_string`: mean squared position error and the penalty (m^2)."""
@@ -600,13 +671,15 @@ def fit_string(recordings: Sequence[Any], model: StringModel, horizon: int = 100
                stride: int = 20, batch_windows: int = 128, geometry_iterations: int = 300,
                iterations: int = 150, penalty_weight: float = 1.0, cutoff_hz: float = 15.0,
                seed: int = 0, damping_seconds: float = 1.5,
-               damping_windows: int = 48) -> Tuple[StringModel, Dict[str, List[float]]]:
+               damping_windows: int = 48,
+               anchor: bool = True) -> Tuple[StringModel, Dict[str, List[float]]]:
     """
     Identify string length, cup transform and ball friction from ball positions.
 
-    The three stages and the penalty are the module's "Fit" section; Adam in the first two,
-    on ``cup_xyz`` (m), ``log_length`` and ``log_friction``, a batched line search on
-    ``log_friction`` in the third; ``cup_rpy`` is not learned (the ball does not observe
+    The four stages and the penalty are the module's "Fit" section: linear least squares
+    for ``cup_xyz`` and the length in the first (:func:`anchor_from_pulls`), Adam in the
+    next two, on ``cup_xyz`` (m), ``log_length`` and ``log_friction``, a batched line search
+    on ``log_friction`` in the last; ``cup_rpy`` is not learned (the ball does not observe
     it). The arm's joint trajectory is taken as known.
 
     :param recordings: runs with ``t``, ``q``, ``qd`` (``qdd`` optional) and ``ball``
@@ -622,7 +695,10 @@ def fit_string(recordings: Sequence[Any], model: StringModel, horizon: int = 100
     :param seed: seed of the local generator drawing the windows.
     :param damping_seconds: window of stage 3 (s); 0 skips the stage.
     :param damping_windows: windows of stage 3 (evenly spaced over the recordings).
-    :return: ``(fitted model, losses)``; losses maps ``'geometry'`` (m^2 per sample),
+    :param anchor: run stage 0; False starts stage 1 at ``model`` (e.g. to rerun the later
+        stages on a fitted model).
+    :return: ``(fitted model, losses)``; losses maps ``'anchor'`` to stage 0's
+        ``[string_length]`` (m; empty when skipped), ``'geometry'`` (m^2 per sample),
         ``'rollout'`` and ``'penalty'`` (m^2 per step) to lists, ``'damping'`` to stage 3's
         error per :data:`DAMPING_GRID` value (m^2 per step; empty when skipped),
         ``'seconds'`` to the wall time.
@@ -637,7 +713,15 @@ def fit_string(recordings: Sequence[Any], model: StringModel, horizon: int = 100
     if samples.starts.numel() == 0:
         raise ValueError(f'fit_string: no recording is longer than horizon={horizon} steps')
     fitted.cup_rpy.requires_grad_(False)
-    losses: Dict[str, List[float]] = {'geometry': [], 'rollout': [], 'penalty': []}
+    losses: Dict[str, List[float]] = {'anchor': [], 'geometry': [], 'rollout': [],
+                                      'penalty': []}
+    found = anchor_from_pulls(fitted, samples.motion, samples.ball,
+                              samples.ball_acceleration) if anchor else None
+    if found is not None:
+        with torch.no_grad():
+            fitted.cup_xyz.copy_(found[0])
+            fitted.log_length.fill_(float(found[1].log()))
+        losses['anchor'].append(float(found[1]))
     geometry = torch.optim.Adam([{'params': [fitted.cup_xyz], 'lr': 2e-3},
                                  {'params': [fitted.log_length], 'lr': 1e-2}])
     for _ in range(geometry_iterations):
