@@ -29,6 +29,8 @@ from launch_ros.actions import Node
 PACKAGE = 'diffsim_ros'
 #: Why the launch ends when its simulated driver exits (a refused domain: nodes/sim_driver.py).
 SIM_DRIVER_EXITED = 'sim_driver exited (it refuses a domain where a robot runs)'
+#: Where sim_driver says that its domain probe passed (nodes/foreign_graph.py).
+READY_TOPIC = '/sim_driver/ready'
 #: The one robot configuration this experiment runs (the WAM-4 with the cup).
 CONFIG = 'wam4_cup.yaml'
 
@@ -48,8 +50,11 @@ def _nodes(context):
                   output='screen', parameters=[config, common])]
     reference = LaunchConfiguration('reference_file').perform(context)
     if reference:
+        # simulated: no command before the driver's domain probe has passed
+        mpc = {**common, 'reference_file': reference,
+               'start_after': READY_TOPIC if simulate else ''}
         nodes.append(Node(package=PACKAGE, executable='mpc', name='mpc', output='screen',
-                          parameters=[config, {**common, 'reference_file': reference}]))
+                          parameters=[config, mpc]))
     if simulate:
         driver = {'config_file': config,
                   'clock_mode': 'lockstep' if lockstep else 'realtime',
@@ -57,7 +62,7 @@ def _nodes(context):
                                             .perform(context)),
                   'seed': int(LaunchConfiguration('seed').perform(context))}
         # the launch ends with it: it refuses a domain where a robot runs, and the mpc
-        # would otherwise go on with that robot (nodes/sim_driver.py)
+        # would otherwise wait for its ready there (nodes/sim_driver.py)
         nodes.append(Node(package=PACKAGE, executable='sim_driver', name='sim_driver',
                           output='screen', parameters=[config, driver],
                           on_exit=Shutdown(reason=SIM_DRIVER_EXITED)))

@@ -75,8 +75,9 @@ def _nodes(context):
              parameters=[common]),
     ]
     if _flag(context, 'control'):   # the only node that commands the robot
+        start_after = LaunchConfiguration('start_after').perform(context)
         actions.append(Node(package=PACKAGE, executable='mpc', name='mpc', output='screen',
-                            parameters=params))
+                            parameters=[*params, {'start_after': start_after}]))
     if _flag(context, 'rviz'):
         actions.append(Node(
             package='rviz2', executable='rviz2', name='rviz2', output='log',
@@ -106,6 +107,11 @@ def generate_launch_description():
                               description='true: also start the adaptive MPC node, which '
                                           'sends commands to the robot; false (default): '
                                           'identify and monitor only, commanding nothing.'),
+        DeclareLaunchArgument('start_after', default_value='',
+                              description='With control:=true: the mpc commands nothing before '
+                                          'a message on this topic (sim.launch.py: the '
+                                          "simulated driver's /sim_driver/ready); empty: from "
+                                          'the start.'),
         DeclareLaunchArgument('rviz', default_value='true', choices=['true', 'false'],
                               description='Start RViz with config/monitor.rviz (measured and '
                                           'predicted robot, end-effector paths).'),

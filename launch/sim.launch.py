@@ -23,6 +23,8 @@ from launch_ros.actions import Node
 PACKAGE = 'diffsim_ros'
 #: Why the launch ends when its simulated driver exits (a refused domain: nodes/sim_driver.py).
 SIM_DRIVER_EXITED = 'sim_driver exited (it refuses a domain where a robot runs)'
+#: Where sim_driver says that its domain probe passed (nodes/foreign_graph.py).
+READY_TOPIC = '/sim_driver/ready'
 ROBOTS = ('wam4', 'wam7', 'qube', 'cartpole', 'panda')
 IDENTIFY = os.path.join(os.path.dirname(os.path.abspath(__file__)), 'identify.launch.py')
 
@@ -31,8 +33,9 @@ def _sim_driver(context):
     """
     Start the simulated driver with the robot's parameter file; the launch ends with it.
 
-    It exits at once on a domain where a robot's driver runs (nodes/sim_driver.py): the
-    mpc started beside it would otherwise go on, with that robot's states and commands.
+    It exits at once on a domain where a robot's driver runs (nodes/sim_driver.py); the mpc
+    started beside it commands nothing before the driver's ``/sim_driver/ready``, which then
+    never comes, and the launch ends.
     """
     robot = LaunchConfiguration('robot').perform(context)
     config = LaunchConfiguration('config').perform(context) or os.path.join(
@@ -73,5 +76,7 @@ def generate_launch_description():
                               'config': LaunchConfiguration('config'),
                               'control': LaunchConfiguration('control'),
                               'rviz': LaunchConfiguration('rviz'),
-                              'use_sim_time': LaunchConfiguration('lockstep')}.items()),
+                              'use_sim_time': LaunchConfiguration('lockstep'),
+                              # no command before the driver's probe has passed
+                              'start_after': READY_TOPIC}.items()),
     ])

@@ -300,3 +300,36 @@ def test_sim_controls_by_default_and_replay_never():
     assert resolve(default, constants) == 'true'
     replay = _include_arguments(LAUNCH_DIR / 'replay.launch.py')
     assert resolve(replay['control'], {}) == 'false'
+
+
+def _mentions(call: ast.AST, text: str) -> bool:
+    """Return whether a string constant ``text`` occurs anywhere in a call's AST."""
+    return any(isinstance(node, ast.Constant) and node.value == text for node in ast.walk(call))
+
+
+def test_a_simulated_launchs_mpc_commands_nothing_before_its_drivers_ready():
+    """sim_driver says on ``~/ready`` that its domain probe passed; the mpc beside it waits."""
+    for name in ('sim.launch.py', 'cup.launch.py'):
+        tree, constants = parsed(LAUNCH_DIR / name)
+        (driver,) = _nodes_of(tree, constants, 'sim_driver')
+        ready = f'/{resolve(keyword(driver, "name"), constants)}/ready'
+        assert constants['READY_TOPIC'] == ready, name
+    sim = _include_arguments(LAUNCH_DIR / 'sim.launch.py')
+    assert resolve(sim['start_after'], parsed(LAUNCH_DIR / 'sim.launch.py')[1]) == \
+        '/sim_driver/ready'
+    # identify.launch.py hands it to its mpc; on a physical robot nothing is waited for
+    identify = LAUNCH_DIR / 'identify.launch.py'
+    tree, constants = parsed(identify)
+    default = keyword(declared_arguments(identify)['start_after'], 'default_value')
+    assert resolve(default, constants) == ''
+    (mpc,) = _nodes_of(tree, constants, 'mpc')
+    assert _mentions(keyword(mpc, 'parameters'), 'start_after')
+    # cup.launch.py's mpc: the driver's topic when simulated, nothing on the physical WAM
+    tree, constants = parsed(LAUNCH_DIR / 'cup.launch.py')
+    settings = [node for node in ast.walk(tree) if isinstance(node, ast.Dict)
+                and any(resolve(key, constants) == 'start_after' for key in node.keys if key)]
+    (setting,) = settings
+    value = setting.values[[resolve(key, constants) for key in setting.keys].index('start_after')]
+    assert isinstance(value, ast.IfExp) and getattr(value.test, 'id', None) == 'simulate'
+    assert resolve(value.body, constants) == '/sim_driver/ready'
+    assert resolve(value.orelse, constants) == ''

@@ -21,6 +21,8 @@ import subprocess
 import sys
 from typing import Dict, List, Tuple
 
+from diagnostic_msgs.msg import DiagnosticArray
+from diffsim_ros.nodes.foreign_graph import READY_QOS
 from diffsim_ros.nodes.params import (check_unknown_parameters, config_path, declare_config,
                                       declare_robot, describe_parameters, load_yaml_params,
                                       parameter_overrides, parameter_sections, ParameterError)
@@ -30,7 +32,7 @@ from rclpy.qos import qos_profile_sensor_data
 from ros_helpers import reserved_domain_id, wait_for
 from rosgraph_msgs.msg import Clock
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray
+from std_msgs.msg import Empty, Float64MultiArray
 
 pytest_plugins = ['ros_helpers']
 
@@ -199,6 +201,9 @@ def test_the_simulated_driver_starts_beside_its_own_graph_and_a_foreign_clock(ex
     """
     heard = robot_graph(executor, [('mpc', '/effort_controller/commands', Float64MultiArray),
                                    ('rosbag2_player', '/clock', Clock)])
+    ready = []   # its word that the probe passed, which a simulated launch's mpc waits for
+    executor.add_node(Node('mpc_start', namespace='/lab', context=executor.executor.context)) \
+        .create_subscription(Empty, '/sim_driver/ready', ready.append, READY_QOS)
     argv, env = node_command('sim_driver', '--ros-args', '-p', 'robot:=qube')
     driver = subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True)
@@ -207,6 +212,7 @@ def test_the_simulated_driver_starts_beside_its_own_graph_and_a_foreign_clock(ex
                            period=0.1)
         assert started and driver.poll() is None, driver.communicate(timeout=10)[0]
         assert list(heard[0].name) == ['arm_joint', 'pendulum_joint'], heard[0]
+        assert wait_for(lambda: ready, timeout=30.0, period=0.1)
         driver.send_signal(signal.SIGINT)
         output = driver.communicate(timeout=30)[0]
     finally:
@@ -214,6 +220,71 @@ def test_the_simulated_driver_starts_beside_its_own_graph_and_a_foreign_clock(ex
             driver.kill()
             driver.communicate()
     assert '[ERROR]' not in output, output
+
+
+def mpc_diagnostics(executor):
+    """Return the mpc's ``/diagnostics`` statuses as heard (a growing list of dicts)."""
+    heard = []
+
+    def keep(msg):
+        for status in msg.status:
+            if status.name.startswith('mpc:'):
+                heard.append({'message': status.message,
+                              **{pair.key: pair.value for pair in status.values}})
+    listener = executor.add_node(Node('rqt_monitor', namespace='/lab',
+                                      context=executor.executor.context))
+    listener.create_subscription(DiagnosticArray, '/diagnostics', keep, 10)
+    return heard
+
+
+@pytest.mark.parametrize('start_after', ['/sim_driver/ready', ''], ids=['handshake', 'none'])
+def test_a_simulated_graphs_mpc_commands_nothing_where_its_driver_refuses_the_domain(
+        executor, start_after):
+    """
+    ``sim.launch.py`` (``lockstep:=false``) started on a real robot's domain.
+
+    The launch starts the mpc and ``sim_driver`` together; the driver listens for 4 s, finds
+    the real driver and exits, and the launch ends.  Meanwhile the mpc takes the real
+    robot's ``joint_states``: without the handshake it commands the real robot (the
+    'none' case, the race this closes); with ``start_after:=/sim_driver/ready`` (what
+    the launch sets) not once.
+    """
+    robot_graph(executor, [('qube_driver', '/joint_states', JointState)])
+    commands = []
+    manager = executor.add_node(Node('controller_manager', namespace='/lab',
+                                     context=executor.executor.context))
+    manager.create_subscription(Float64MultiArray, '/effort_controller/commands',
+                                commands.append, 10)
+    diagnostics = mpc_diagnostics(executor)
+    argv, env = node_command('mpc', '--ros-args', '-p', 'robot:=qube', '-p', 'compile:=false',
+                             *(('-p', f'start_after:={start_after}') if start_after else ()))
+    mpc = subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True)
+    try:
+        assert wait_for(lambda: diagnostics or mpc.poll() is not None, timeout=HANG_S,
+                        period=0.1) and mpc.poll() is None, mpc.communicate(timeout=10)[0]
+        assert_refused('sim_driver', ['--ros-args', '-p', 'robot:=qube',
+                                      '-p', 'clock_mode:=realtime'],
+                       'publishers of /joint_states: /lab/qube_driver')
+        # the mpc ran through the driver's whole probe; one more second of its commands
+        wait_for(lambda: commands, timeout=1.0, period=0.1)
+        assert mpc.poll() is None
+        if not start_after:
+            assert commands, diagnostics[-1]
+            return
+        assert not commands, commands[0]
+        last = diagnostics[-1]
+        assert last['started'] == 'False' and last['commands'] == '0', last
+        assert last['message'].startswith('no command before a message on /sim_driver/ready'), \
+            last
+    finally:
+        if mpc.poll() is None:
+            mpc.send_signal(signal.SIGINT)
+            try:
+                mpc.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                mpc.kill()
+                mpc.communicate()
 
 
 def node_class(module, name=None):

@@ -11,12 +11,19 @@ So before a simulated robot publishes anything, it listens on its domain for up 
 to start as soon as it finds someone else publishing or taking the streams its caller names
 (:func:`refuse_foreign_graph`).  Two users: ``diffsim-demo`` (before any of its nodes
 exist) and the ``sim_driver`` node (before it creates its publishers).
+
+A launch starts its nodes together: the mpc of a simulated graph would command whatever
+robot publishes ``joint_states`` during the driver's probe.  So the driver says when the
+probe has passed, on ``~/ready`` (``std_msgs/Empty``, :data:`READY_QOS`), and a simulated
+launch's mpc sends no command before it has heard that (its ``start_after`` parameter).
 """
 
 import time
 from typing import Iterable, List, Optional
 
-__all__ = ['FOREIGN_PROBE_S', 'ForeignGraphError', 'POLL_S', 'UNKNOWN_NODE',
+from rclpy.qos import DurabilityPolicy, QoSProfile
+
+__all__ = ['FOREIGN_PROBE_S', 'ForeignGraphError', 'POLL_S', 'READY_QOS', 'UNKNOWN_NODE',
            'foreign_endpoints', 'refuse_foreign_graph']
 
 #: Wall seconds at most to listen on a domain before a simulated robot starts: DDS discovery
@@ -26,6 +33,8 @@ __all__ = ['FOREIGN_PROBE_S', 'ForeignGraphError', 'POLL_S', 'UNKNOWN_NODE',
 #: ``ROS_AUTOMATIC_DISCOVERY_RANGE=LOCALHOST``; 1.5 s missed 11 of them.  One announcement
 #: period and a margin for a busy machine.
 FOREIGN_PROBE_S = 4.0
+#: QoS of a simulated driver's ``~/ready``: latched, so an mpc that starts later hears it.
+READY_QOS = QoSProfile(depth=1, durability=DurabilityPolicy.TRANSIENT_LOCAL)
 #: Wall seconds between two looks at the graph while listening.
 POLL_S = 0.05
 #: The node name of an endpoint whose node the graph does not know yet (rmw_dds_common's:

@@ -47,6 +47,9 @@ threads around it:
   WARN below 95 % of ``command_rate``), missed command deadlines and, per period, the longest
   wake-up delay, tick and garbage collection (whose wait a slow second was), state age, model
   updates, refused ``joint_states`` per reason (WARN while refusals are recent).
+* ``start_after`` (a simulated launch's ``/sim_driver/ready``): no command at all before a
+  message there, the driver's word that no other robot runs on the domain
+  (:mod:`~diffsim_ros.nodes.foreign_graph`); ``/diagnostics`` WARN until then.
 * Under ``use_sim_time`` it tells a lockstep simulated plant on ``/lockstep`` which model it
   has judged, so that the plant waits for each new model (:mod:`diffsim_ros.nodes.lockstep`).
 
@@ -64,11 +67,12 @@ from rclpy.callback_groups import MutuallyExclusiveCallbackGroup
 from rclpy.node import Node
 from rclpy.qos import qos_profile_sensor_data, QoSProfile
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Float64MultiArray, String
+from std_msgs.msg import Empty, Float64MultiArray, String
 
 from .command_loop import CollectorPauses, DeadlineLoop, freeze_heap, PolledGroup, take_messages
 from .convert import commands_msg, MessageError, ThrottledLogger
 from .diagnostics import diagnostics_msg, with_warnings
+from .foreign_graph import READY_QOS
 from .gates import configured_velocity_limits, StateGate, StateGateConfig
 from .lockstep import LockstepPeer
 from .model_file import load_model_file, MODEL_FILE_DESCRIPTION
@@ -120,6 +124,11 @@ class MpcConfig(ControllerConfig):
         "end); validated at start-up (the robot's joints, finite, within its limits and "
         "gate.velocity_limits), time 0 at the first joint state; '' = the robot's task"))
     model_file: str = field(default='', metadata=meta(MODEL_FILE_DESCRIPTION))
+    start_after: str = field(default='', metadata=meta(
+        'std_msgs/Empty topic (transient local) whose first message the node waits for before '
+        "it publishes any command: a simulated driver's ~/ready, sent once its domain probe "
+        "found no other robot (sim.launch.py, cup.launch.py: /sim_driver/ready); '' = command "
+        'from the start (a physical robot)'))
     command_priority: int = field(default=50, metadata=meta(
         'SCHED_FIFO priority of the command thread on the wall clock (1-99, needs rtprio or '
         'root; refused: normal priority and a warning); 0 = normal scheduling. A controller '
@@ -206,6 +215,12 @@ class MpcNode(Node):
             self.ready.set()
         topic = config.command_topic or f'/{info.controller_name}/commands'
         self.command_pub = self.create_publisher(Float64MultiArray, topic, 10)
+        self.started = threading.Event()   # start_after heard (or none asked)
+        if config.start_after:
+            self.create_subscription(Empty, config.start_after, self._on_start, READY_QOS)
+            self.get_logger().info(f'no command before a message on {config.start_after}')
+        else:
+            self.started.set()
         self.diagnostics_pub = self.create_publisher(DiagnosticArray, '/diagnostics', 10)
         # polled by the command thread (module docstring): the executor never runs it.  The
         # queue holds the driver's states of one command period and two more (a late tick);
@@ -367,8 +382,15 @@ class MpcNode(Node):
             self.publish_diagnostics()
         return command
 
+    def _on_start(self, msg: Empty) -> None:
+        if not self.started.is_set():
+            self.started.set()
+            self.get_logger().info(f'{self.config.start_after} heard: commanding')
+
     def _on_command(self) -> None:
         self.take_states()
+        if not self.started.is_set():   # nothing reaches a motor before start_after
+            return
         command = self.compute_command()
         try:
             self.command_pub.publish(commands_msg(command))
@@ -386,7 +408,10 @@ class MpcNode(Node):
         late, tick = self._loop.waits()
         # a second of commands is needed to tell a slow loop from a young one
         slow = now_ns - self._started_ns >= 1e9 and rate < 0.95 * nominal
-        if self.stale:
+        if not self.started.is_set():
+            level, message = DiagnosticStatus.WARN, \
+                f'no command before a message on {self.config.start_after}'
+        elif self.stale:
             level, message = DiagnosticStatus.ERROR, 'joint_states stale: safe command'
         elif self.planner.policy is None:
             level, message = DiagnosticStatus.WARN, 'no plan yet: safe command'
@@ -408,6 +433,7 @@ class MpcNode(Node):
                   'gc_pause_max_ms': self._collector.take_longest_ms(),
                   'command_errors': self._loop.errors, 'realtime_priority': self._loop.realtime,
                   'controller': self.config.controller, 'dropped_messages': self._log.total,
+                  'started': self.started.is_set(),
                   **self.state_gate.values()}
         self.diagnostics_pub.publish(diagnostics_msg(
             self.get_clock().now().to_msg(), f'{self.get_name()}: control', self.info.name,

@@ -95,13 +95,13 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, qos_profile_sensor_data, QoSProfile
 from rosgraph_msgs.msg import Clock as ClockMsg
 from sensor_msgs.msg import JointState
-from std_msgs.msg import Bool, Float64MultiArray, String
+from std_msgs.msg import Bool, Empty, Float64MultiArray, String
 import torch
 import yaml
 
 from .convert import (commands_array, joint_state_msg, MessageError, pose_msg, sec_to_stamp,
                       ThrottledLogger)
-from .foreign_graph import refuse_foreign_graph
+from .foreign_graph import READY_QOS, refuse_foreign_graph
 from .lockstep import await_matched, CommandWaiter, lockstep_ticks, PeerWaiter
 from .object_identifier import object_defaults, object_mode
 from .params import declare_config, declare_robot, meta
@@ -316,6 +316,9 @@ class SimDriver(Node):
             self._start = time.monotonic()
             self._timer = self.create_timer(self.plant.period, self._on_timer,
                                             clock=Clock(clock_type=ClockType.STEADY_TIME))
+        # the probe passed: a simulated launch's mpc starts commanding on this (latched)
+        self.ready_pub = self.create_publisher(Empty, '~/ready', READY_QOS)
+        self.ready_pub.publish(Empty())
         self.get_logger().info(f'{self.plant!r}, {config.clock_mode}, commands on '
                                f'{self.command_topic}')
 
