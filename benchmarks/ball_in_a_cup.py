@@ -138,8 +138,8 @@ def models_for(truth: cup.CupTruth, seed: int, recording: Dict[str, Any],
     # The fit starts where a user's would (diffsim-cup-search --string-length, the
     # identifier's string_length): at the measured length.  Since fit_string's closed-form
     # anchor stage, where it ends no longer depends on the start along the length / cup
-    # offset valley: --seed 17's plants 0.6 / 0.1 / 0.0 mm off from any start 5 cm either
-    # way (before: 2.7-19.3 mm, by the start).
+    # offset valley: --seed 17's plants 0.1 / 0.7 / 1.0 mm off from the measured length and
+    # from 5 cm either way (before: 2.7-19.3 mm, by the start).
     measured = truth_measured(truth)
     arm, string = string_model.fit_cup_model(
         arm_runs, string_runs, catalogue,

@@ -69,13 +69,16 @@ arm's joint trajectory known:
    see keep it), solved twice, the second time with Cauchy weights
    ``1 / (1 + (r_k / s)^2)`` on each sample's distance ``r_k`` from its line
    (``s = 3 x`` the median, at least 0.5 mm: a ball touching the cup is not pulled by the
-   string alone); then ``l = sum_k w_k |x_obs,k - p_theta,k| / sum_k w_k``. The swing
-   tilts the lines by its angle, so this sees the anchor's height on the hanging direction
-   to first order in that angle, where the sphere of stage 1 sees it to second order only.
-   It replaces the start: the fit no longer depends on where it starts along that valley
-   (``--seed 17``'s plants: 7.5 and 6.6 mm from a start at the measured length, 19.3 mm
-   from 5 cm short, before; 1.3 and 1.6 mm from this stage alone, 0.1-0.7 mm after stage
-   2). Skipped (the start kept) when fewer than 3 samples are pulled (``w_k > 1/2``).
+   string alone); then ``l`` is the mean of ``|x_obs,k - p_theta,k|`` with the same
+   weights, the Cauchy factor included. The swing tilts the lines by its angle, so this
+   sees the anchor's height on the hanging direction to first order in that angle, where
+   the sphere of stage 1 sees it to second order only. It replaces the start, so the fit no
+   longer depends on where it starts along that valley. On ``--seed 17``'s MuJoCo plants
+   (0.35 / 0.40 / 0.45 m) the fit without it ended 2.7-19.3 mm off, by the start (e.g.
+   12.4 mm from 0.40 m and 0.1 mm from 0.45 m on the 0.45 m plant); with it 0.1 / 0.7 /
+   1.0 mm from every start tried (the measured length and 5 cm either way), this stage
+   alone 1.3 / 1.6 / 1.9 mm. Skipped (the start kept) when fewer than 3 samples are pulled
+   (``w_k > 1/2``).
 1. Geometry: taut samples lie on the sphere ``|x_obs - p_theta| = l``. A sample counts as taut
    by a smooth rectifier of the string's tension measured from the data,
    ``s_k = -n_k . (xdd_obs,k - g)`` (m/s^2, ``n_k`` with the current estimate):
@@ -572,7 +575,7 @@ def anchor_from_pulls(model: StringModel, motion: LinkMotion, ball: Tensor,
 
     Stage 0 of :func:`fit_string` (the module's "Fit"): weighted linear least squares for
     ``cup_xyz`` on the lines through the ball along ``xdd - g``, a Cauchy-reweighted second
-    solve, and the mean taut distance.
+    solve, and the taut distance's mean with the second solve's weights.
 
     :param model: gives the start ``cup_xyz`` (the ridge's centre), the gravity and dtype.
     :param motion: the cup link's motion at the samples ``(T, ...)``.
@@ -609,7 +612,7 @@ def anchor_from_pulls(model: StringModel, motion: LinkMotion, ball: Tensor,
             b = (w[:, None] * small_matvec(PR.mT, Pb)).sum(0) + ridge * start
             cup_xyz = torch.linalg.solve(A, b)
         distance = (ball - motion.o - small_matvec(motion.R, cup_xyz.expand_as(ball))).norm(dim=-1)
-        return cup_xyz, (weight * distance).sum() / weight.sum()
+        return cup_xyz, (w * distance).sum() / w.sum()
 
 
 def _rollout_loss(model: StringModel, samples: _Samples, starts: Tensor,
