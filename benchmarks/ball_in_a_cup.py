@@ -1,7 +1,8 @@
 """
 Ball in a cup on the WAM-4 (issue 18; DiffNEA's Table I): identify, search offline, transfer.
 
-Per string length (0.35, 0.40, 0.45 m; ``--quick``: 0.40 only):
+Per string length (0.35, 0.40, 0.45 m; ``--lengths``: some of them, the same plants and
+seeds as in the whole run; ``--quick``: 0.40 only, its own plant):
 
 1. Hidden plant: ``draw_truth(seed, length)`` (arm inertials, cup transform, ball mass, the
    string's true length within 1 cm of the measured one), simulated in MuJoCo
@@ -238,6 +239,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         'for its measured time')
     parser.add_argument('--seed', type=int, default=0,
                         help='draws the hidden plants and the policy-search seeds')
+    parser.add_argument('--lengths', default=None,
+                        help='comma-separated string lengths among '
+                             f'{",".join(f"{length:.2f}" for length in LENGTHS)} (default: '
+                             'all; each with the plant and the searches it has in the whole '
+                             'run, which --quick\'s 0.40 m plant is not)')
     parser.add_argument('--searches', type=int, default=30,
                         help='independent policy searches per model (default 30)')
     parser.add_argument('--iterations', type=int, default=SearchConfig.iterations,
@@ -275,12 +281,27 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                      'yet')
     repeats = args.repeats if args.repeats is not None else (3 if args.quick else 5)
     config = SearchConfig(iterations=args.iterations, samples=args.samples)
-    lengths = (0.40,) if args.quick else LENGTHS
+    # (index, length): the index draws the plant and the searches' seeds
+    if args.quick:
+        lengths = [(0, 0.40)]
+    elif args.lengths is None:
+        lengths = list(enumerate(LENGTHS))
+    else:
+        keys = {f'{length:.2f}': index for index, length in enumerate(LENGTHS)}
+        asked = [item.strip() for item in args.lengths.split(',') if item.strip()]
+        try:
+            asked = [f'{float(item):.2f}' for item in asked]
+        except ValueError:
+            parser.error(f'--lengths: {args.lengths!r} is not a list of numbers')
+        if not asked or set(asked) - set(keys):
+            parser.error(f'--lengths: {args.lengths!r}; choose among {", ".join(keys)}')
+        lengths = [(keys[key], float(key)) for key in sorted(set(asked))]
     recording = {'arm_seconds': args.arm_seconds, 'string_runs': args.string_runs,
                  'string_seconds': args.string_seconds}
     start = time.perf_counter()
     payload: Dict[str, Any] = {'seed': args.seed, 'quick': args.quick,
-                               'settings': {'searches': args.searches,
+                               'settings': {'lengths': [length for _, length in lengths],
+                                            'searches': args.searches,
                                             'iterations': config.iterations,
                                             'samples': config.samples, 'repeats': repeats,
                                             'home': HOME, 'duration_s': DURATION_S,
@@ -288,7 +309,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                             'recording': recording,
                                             'ensemble_tilt_deg': args.ensemble_tilt_deg,
                                             'ensemble_length_mm': args.ensemble_length_mm}}
-    for index, length in enumerate(lengths):
+    for index, length in lengths:
         key = f'{length:.2f}'
         truth = cup.draw_truth(args.seed * 100 + index, length)
         plant = cup.CupPlant(truth)

@@ -335,8 +335,12 @@ def test_benchmark_help_lists_the_issue_options():
     out = subprocess.run([sys.executable, str(BENCHMARK), '--help'], capture_output=True,
                          text=True, timeout=300, cwd=ROOT)
     assert out.returncode == 0, out.stderr
-    for option in ('--seed', '--json', '--quick', '--searches', '--models'):
+    for option in ('--seed', '--json', '--quick', '--searches', '--models', '--lengths'):
         assert option in out.stdout
+    # a length outside the protocol's is a usage error naming the choices
+    out = subprocess.run([sys.executable, str(BENCHMARK), '--lengths', '0.40,0.5'],
+                         capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert out.returncode == 2 and '0.35, 0.40, 0.45' in out.stderr, out.stderr
 
 
 def test_benchmark_ensemble_is_symmetric_about_the_model_and_off_at_zero():
