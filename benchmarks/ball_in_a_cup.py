@@ -243,7 +243,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                         help='comma-separated string lengths among '
                              f'{",".join(f"{length:.2f}" for length in LENGTHS)} (default: '
                              'all; each with the plant and the searches it has in the whole '
-                             'run, which --quick\'s 0.40 m plant is not)')
+                             "run, which --quick's 0.40 m plant is not)")
     parser.add_argument('--searches', type=int, default=30,
                         help='independent policy searches per model (default 30)')
     parser.add_argument('--iterations', type=int, default=SearchConfig.iterations,
