@@ -89,18 +89,24 @@ def test_cup_driver_publishes_the_ball_and_the_rule(executor):
     assert np.allclose(np.round(stamps / 0.002) * 0.002, stamps, atol=1e-9, rtol=0)
     assert {p.header.frame_id for p in poses} == {'world'}
     assert all(p.pose.orientation.w == 1.0 for p in poses)
-    # at the start (nothing commands the arm, which then sags) the ball hangs below the
-    # anchor by the hidden string length
+    # the ball's pose and the joint states of one tick carry one stamp; near the start
+    # (nothing commands the arm, which then sags) the ball hangs below the anchor on its
+    # taut string of the hidden length.  The earliest tick both reached the probe: a
+    # best-effort reader matched late misses the first ones (30 ms of them at load 5)
     truth = driver.plant.truth
     model = StringModel(driver.plant.plant.true_model, truth.string_length, truth.cup_xyz,
                         truth.cup_rpy)
-    first = inbox['/joint_states'][0]
-    assert seconds(first.header.stamp) == seconds(poses[0].header.stamp)
+    by_stamp = {seconds(p.header.stamp): p for p in poses}
+    states = [s for s in inbox['/joint_states'] if seconds(s.header.stamp) in by_stamp]
+    assert len(states) >= 0.9 * len(inbox['/joint_states']) and states
+    first = states[0]
+    assert seconds(first.header.stamp) <= 0.1
     with torch.no_grad():
         anchor, _ = model.cup_frame(torch.tensor(first.position, dtype=torch.float64))
-    ball = poses[0].pose.position
-    assert np.allclose(np.array([ball.x, ball.y, ball.z]) - anchor.numpy(),
-                       [0.0, 0.0, -truth.string_length], atol=0.003)
+    ball = by_stamp[seconds(first.header.stamp)].pose.position
+    offset = np.array([ball.x, ball.y, ball.z]) - anchor.numpy()
+    assert abs(np.linalg.norm(offset) - truth.string_length) < 0.003, offset
+    assert offset[2] < -0.95 * truth.string_length, offset
     assert not any(m.data for m in inbox['/sim_driver/ball_in_cup'])
     assert inbox['/joint_states'][0].name == list(robots.get('wam4').joint_names)
 
