@@ -143,7 +143,9 @@ def test_the_cup_graph_learns_the_string_while_the_mpc_tracks(executor, tmp_path
                          'string.refit_every': 5.0, 'diffnea.adam_iterations': 20,
                          'diffnea.lbfgs_iterations': 0,
                          'refit_process': False})
-    mpc = make(executor, MpcNode, use_sim_time=True, reference_file=str(path), native=False)
+    # as cup.launch.py starts it: no command before the simulated driver's ready
+    mpc = make(executor, MpcNode, use_sim_time=True, reference_file=str(path), native=False,
+               start_after='/sim_driver/ready')
     assert mpc.ready.wait(120.0)
     driver = make(executor, SimDriver, clock_mode='lockstep', seed=SEED, q0=q0)
     string = identifier.string.engine
@@ -154,6 +156,7 @@ def test_the_cup_graph_learns_the_string_while_the_mpc_tracks(executor, tmp_path
     assert wait_for(lambda: string.counts['accepted'] + string.counts['refused'] >= 1,
                     1800.0), (identifier.string.log.last, driver.plant.time)
     assert string.counts['accepted'] >= 1
+    assert mpc.started.is_set()   # it heard the driver's ready
     driver.stop()
     truth = driver.plant.truth
     learned = string.values()

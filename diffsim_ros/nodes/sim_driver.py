@@ -309,6 +309,10 @@ class SimDriver(Node):
             if self.lockstep else None
         self.commands = CommandWaiter(self, self.resolve_topic_name(self.command_topic),
                                       config.command_wait if self.lockstep else 0.0)
+        # the probe passed: a simulated launch's mpc commands once it hears this (latched),
+        # sent before the first state
+        self.ready_pub = self.create_publisher(Empty, '~/ready', READY_QOS)
+        self.ready_pub.publish(Empty())
         if self.lockstep:
             self._thread = threading.Thread(target=self._run_lockstep, daemon=True)
             self._thread.start()
@@ -316,9 +320,6 @@ class SimDriver(Node):
             self._start = time.monotonic()
             self._timer = self.create_timer(self.plant.period, self._on_timer,
                                             clock=Clock(clock_type=ClockType.STEADY_TIME))
-        # the probe passed: a simulated launch's mpc starts commanding on this (latched)
-        self.ready_pub = self.create_publisher(Empty, '~/ready', READY_QOS)
-        self.ready_pub.publish(Empty())
         self.get_logger().info(f'{self.plant!r}, {config.clock_mode}, commands on '
                                f'{self.command_topic}')
 
