@@ -340,20 +340,20 @@ def errors_mm(fitted, truth):
 
 
 @pytest.mark.parametrize('shift', [-0.04, 0.04])
-def test_the_fit_does_not_depend_on_its_start_along_the_hanging_direction(wam4, truth, shift):
+def test_the_anchor_stage_alone_recovers_the_string_from_a_start_along_the_valley(
+        wam4, truth, shift):
     # The identification swings of the plant: the base yawing, the shoulder nodding a
     # little, the cup's tilt almost constant; the fit starts 4 cm up or down the hanging
     # direction (the ball where it hangs).  On the model's own exact data stage 0 alone
-    # lands on the truth (on the MuJoCo plant's, where the sphere alone does not:
-    # test_cup_sim's test_the_string_fit_leaves_the_valley...).
+    # lands on the truth, whatever the start (the whole fit on the MuJoCo plant's data,
+    # where the sphere alone stays in that valley: test_cup_sim's
+    # test_the_string_fit_leaves_the_valley_of_length_and_anchor_height).
     train = [swing_recording(truth, 12.0, seed, scale=NODDING) for seed in (10, 11)]
     start = valley_start(wam4, truth, train[0], shift)
     closed_form, losses = fit_string(train, start, geometry_iterations=0, iterations=0,
                                      damping_seconds=0.0)
     assert losses['anchor'] == [pytest.approx(closed_form.parameters_dict()['string_length'])]
     assert max(errors_mm(closed_form, truth)) < 1.0
-    fitted, _ = fit_string(train, start, iterations=30)
-    assert max(errors_mm(fitted, truth)) < 1.0
 
 
 def test_the_anchor_ignores_a_free_flying_ball_and_contact_outliers(wam4, truth):
