@@ -152,7 +152,8 @@ def test_the_cup_graph_learns_the_string_while_the_mpc_tracks(executor, tmp_path
     # one refit: the fit's closed-form anchor stage leaves the length / anchor-height valley
     # that the ball hanging below the cup hardly separates otherwise (before it, three
     # refits from 0.45 m reached 0.3993 m against 0.3916 m, 7.7 mm, on the plant's earlier
-    # capsule-chain string; now one: 0.3897 m, 1.9 mm, with both cores busy)
+    # capsule-chain string; now one: 0.3897 m, 1.9 mm, with both cores busy, before the
+    # length took the Cauchy weights)
     assert wait_for(lambda: string.counts['accepted'] + string.counts['refused'] >= 1,
                     1800.0), (identifier.string.log.last, driver.plant.time)
     assert string.counts['accepted'] >= 1
