@@ -305,6 +305,32 @@ def test_commands_are_timed_on_the_timeline_of_the_states_they_answer():
     assert timeline.command(10.010 + lag) == pytest.approx(10.108)
 
 
+def test_a_command_is_timed_by_the_state_that_had_arrived_before_it_not_the_newest_taken():
+    # A busy executor takes states 90 ms newer than a command before the command; the
+    # command answers the state that had arrived before it, whatever was taken since.
+    from diffsim_ros.nodes.convert import CommandTimeline
+    timeline = CommandTimeline()
+    stamps = 10.0 + 0.01 * np.arange(40)
+    arrivals = 50.0 + 0.01 * np.arange(40) + 0.001   # 1 ms after the stamps, on another clock
+    times = []
+    for batch in range(0, 40, 10):   # ten states taken, then the ten commands answering them
+        for k in range(batch, batch + 10):
+            timeline.state(stamps[k], arrivals[k])
+        times += [timeline.command(arrivals[k] + 0.0005) for k in range(batch, batch + 10)]
+    np.testing.assert_allclose(times, stamps + 0.0005, atol=1e-9)
+    # a command taken before the state it answers: the state before it times it
+    timeline.reset()
+    timeline.state(10.0, 50.0)
+    assert timeline.command(50.0125) == pytest.approx(10.0125)
+    timeline.state(10.01, 50.01)   # taken after the command, arrived before it: no change back
+    assert timeline.command(50.013) == pytest.approx(10.013)
+    # a command that arrived before every state kept is timed back from the oldest of them
+    timeline = CommandTimeline(history=2)
+    for k in range(3):
+        timeline.state(stamps[k], arrivals[k])
+    assert timeline.command(arrivals[0]) == pytest.approx(stamps[0])
+
+
 def test_publication_timeline_places_by_publication_order_and_drains_at_the_end():
     # source times: the order things were published in, whatever order they are taken in
     from diffsim_ros.nodes.convert import PublicationTimeline

@@ -408,6 +408,29 @@ def test_commands_on_simulated_time_are_timed_by_publication_whatever_the_arriva
     assert windows[0] == [((k + 1) * period * 1e-9, float(u[k, 0])) for k in range(count)]
 
 
+def test_commands_on_wall_time_are_timed_by_dds_arrival_not_by_when_the_executor_took_them(
+        executor):
+    # A busy executor takes ten states, then the ten commands that arrived between them (a
+    # 90 ms lag).  Timed by the newest state taken and the executor's clock, the commands
+    # landed up to 90 ms late; timed by their DDS receive times, each is held from the state
+    # it answers (0.5 ms after it, as sent).
+    node = make_identifier(executor, 'late_executor', refit_period=1000.0)
+    count, period, received = 40, 0.01, time.time() - 10.0
+    rng = np.random.default_rng(4)
+    q, u = rng.normal(size=(count, 2)) * 0.1, rng.normal(size=(count, 1))
+    stamps = 1.0 + period * np.arange(count)
+    arrival_ns = [int((received + period * k) * 1e9) for k in range(count)]
+    for batch in range(0, count, 10):
+        for k in range(batch, batch + 10):
+            node._on_joint_state(joint_state_msg(JOINTS, q[k], np.zeros(2), None, stamps[k]),
+                                 {'received_timestamp': arrival_ns[k]})
+        for k in range(batch, batch + 10):
+            node._on_command(Float64MultiArray(data=u[k].tolist()),
+                             {'received_timestamp': arrival_ns[k] + 500_000})
+    times = [t for t, _ in node.engine.window.commands]
+    np.testing.assert_allclose(times, stamps + 0.0005, atol=1e-6)
+
+
 def rclpy_time(nanoseconds):
     """Return an ``rclpy.time.Time`` on the ROS clock."""
     from rclpy.clock import ClockType

@@ -131,6 +131,37 @@ def test_states_and_commands_are_timed_by_their_dds_receive_times(ros_context, e
     assert all(m is not None and m['received_timestamp'] > 0 for m in seen), seen
 
 
+def test_commands_are_timed_by_dds_arrival_not_by_when_the_executor_took_them(ros_context):
+    # A busy executor takes ten states, then the ten commands that arrived between them: the
+    # prediction NMSE of an exact model read 0.14-0.94 under load while commands were timed
+    # by the newest state taken (up to 90 ms late); each is now held from the state it
+    # answers, and the exact model predicts exactly.
+    robot = 'qube'
+    monitor = MonitorNode(context=ros_context, node_name='late_monitor', parameter_overrides=[
+        Parameter('robot', value=robot), Parameter('horizon', value=0.5),
+        Parameter('period', value=3600.0), Parameter('dt', value=DT),
+        Parameter('integrator', value='semi_implicit_euler')])
+    try:
+        t, x, u = simulate(robot, 100, constant=True)
+        names = list(robots.get(robot).joint_names)
+        start = time.time() - 5.0
+        arrival_ns = [int((start + t[k] + 0.001) * 1e9) for k in range(len(t))]
+        for batch in range(0, len(t), 10):
+            for k in range(batch, min(batch + 10, len(t))):
+                msg = JointState(name=names, position=x[k, :2].tolist(),
+                                 velocity=x[k, 2:].tolist())
+                msg.header.stamp = sec_to_stamp(start + t[k])
+                monitor._on_joint_state(msg, {'received_timestamp': arrival_ns[k]})
+            for k in range(batch, min(batch + 10, len(u))):
+                monitor._on_command(Float64MultiArray(data=u[k].tolist()),
+                                    {'received_timestamp': arrival_ns[k] + 100_000})
+        np.testing.assert_allclose([c[0] for c in monitor._commands],
+                                   start + t[:-1] + 0.0001, atol=1e-6)
+        assert monitor.predict_and_publish()['nmse'] < 1e-6
+    finally:
+        monitor.destroy_node()
+
+
 @pytest.mark.ros
 def _replay_main(names, x, u, stop):
     """
@@ -210,8 +241,14 @@ def test_publishes_markers_ghost_states_and_nmse(ros_context, executor):
     assert all(math.isfinite(v) for v in list(ghost.position) + list(ghost.velocity))
     nmse = received['nmse'][-1]
     assert len(nmse) == 1 + len(info.joint_names) and all(math.isfinite(v) for v in nmse)
-    # Same model as the data: only lost or late samples separate prediction and measurement.
-    assert nmse[0] < 0.3, nmse
+    # Same model as the data: only lost or misplaced samples separate prediction and
+    # measurement.  Every command placed one rollout step late would read 0.015; timed by the
+    # newest state the executor had taken, under load they read 0.14-0.94 (0.60 in CI), and
+    # timed by DDS arrival at most 5e-4 with four busy-loops on the two cores.
+    n = len(info.joint_names)
+    one_tick_late = predict_window(monitor.model, info, t, x[:, :n], x[:, n:], t[:-1] + DT, u,
+                                   0.5, DT, 'semi_implicit_euler')['nmse']
+    assert nmse[0] < one_tick_late, (nmse, one_tick_late)
     # An identified model arrives whole, passes the gate and is used from then on.
     heavier = monitor.model.inertial.clone()
     heavier[1] *= 1.1

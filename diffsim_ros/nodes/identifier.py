@@ -59,8 +59,9 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool, Trigger
 
-from .convert import (commands_array, CommandTimeline, MessageError, pose_matrix,
-                      PublicationTimeline, stamp_to_sec, ThrottledLogger)
+from .convert import (commands_array, COMMANDS_QOS, CommandTimeline, MessageError,
+                      pose_matrix, PublicationTimeline, receive_time, stamp_to_sec,
+                      ThrottledLogger)
 from .gates import StateGate, StateGateConfig
 from .identifier_config import (complete_estimator, engine_options, IdentifierConfig,
                                 PHYSICAL_ESTIMATORS)
@@ -158,7 +159,7 @@ class Identifier(Node):
         self.create_subscription(JointState, config.joint_states_topic,
                                  lambda msg, info: self._on_joint_state(msg, info), stream)
         self.create_subscription(Float64MultiArray, self.command_topic,
-                                 lambda msg, info: self._on_command(msg, info), 10)
+                                 lambda msg, info: self._on_command(msg, info), COMMANDS_QOS)
         if self.string is not None:
             self.create_subscription(PoseStamped, config.string_topic, self._on_ball, stream)
         for body in config.mocap_bodies:
@@ -228,8 +229,8 @@ class Identifier(Node):
                     self.string.restart()
             if self.string is not None:
                 self.string.add_state(sample.t, sample.q, sample.qd)
-            # decimated or not: the newest state times the commands
-            self._timeline.state(sample.t, now_ns * 1e-9)
+            # decimated or not: every state times the commands that arrive after it
+            self._timeline.state(sample.t, receive_time(info, self.get_clock()))
             placed = self._published.state(sample.t, source_ns) if source_ns else []
             self._states_published = bool(source_ns)
             decimated = not sample.restart and self._last_ns is not None and \
@@ -253,7 +254,7 @@ class Identifier(Node):
             if source_ns and self._states_published:   # both streams carry source times
                 self._add_commands(self._published.command(u, source_ns))
                 return
-            t = self._timeline.command(self.get_clock().now().nanoseconds * 1e-9)
+            t = self._timeline.command(receive_time(info, self.get_clock()))
             self._add_commands([(t, u)])
 
     def _add_commands(self, timed) -> None:

@@ -9,11 +9,10 @@ parameters ``model_gate.*``) forward from the state measured ``horizon`` seconds
 recorded commands (each held until the next and averaged over a rollout step) through the
 robot's actuator model: the DC motor for Quanser voltages, minus the model's joint friction
 and friction module, plus gravity when the driver compensates it.  States are timed by their
-header stamps,
-commands on the states' timeline: the newest state's stamp plus the time between that
-state's arrival and the command's (DDS receive times, or the node clock under
-``use_sim_time``; :class:`~diffsim_ros.nodes.convert.CommandTimeline`).  It
-publishes
+header stamps, commands on the states' timeline: the stamp of the newest state that had
+arrived when the command arrived, plus the time between the two arrivals (DDS receive times,
+or the node clock under ``use_sim_time``; :class:`~diffsim_ros.nodes.convert.CommandTimeline`).
+It publishes
 
 * ``/predicted/joint_states``: the predicted state at the newest measurement time, which a
   second ``robot_state_publisher`` (``frame_prefix: predicted/``) turns into a ghost robot;
@@ -49,8 +48,8 @@ from std_msgs.msg import String
 import torch
 from visualization_msgs.msg import Marker, MarkerArray
 
-from .convert import (commands_array, CommandTimeline, joint_state_msg, MessageError,
-                      ThrottledLogger)
+from .convert import (commands_array, COMMANDS_QOS, CommandTimeline, joint_state_msg,
+                      MessageError, receive_time, ThrottledLogger)
 from .diagnostics import diagnostics_msg
 from .gates import StateGate, StateGateConfig
 from .model_file import load_model_file, MODEL_FILE_DESCRIPTION
@@ -177,7 +176,7 @@ class MonitorNode(Node):
                                  lambda msg, info: self._on_joint_state(msg, info),
                                  qos_profile_sensor_data)
         self.create_subscription(Float64MultiArray, topic,
-                                 lambda msg, info: self._on_command(msg, info), 10)
+                                 lambda msg, info: self._on_command(msg, info), COMMANDS_QOS)
         self.create_subscription(String, self.config.model_topic, self._on_model, MODEL_QOS)
         self._predicted_pub = self.create_publisher(JointState, '/predicted/joint_states', 10)
         self._markers_pub = self.create_publisher(MarkerArray, '~/markers', 10)
@@ -187,16 +186,9 @@ class MonitorNode(Node):
         self._worker = threading.Thread(target=self._run, name='monitor-rollout', daemon=True)
         self._worker.start()
 
-    def _now(self) -> float:
-        """Return the node clock in seconds (simulated time under use_sim_time)."""
-        return self.get_clock().now().nanoseconds * 1e-9
-
     def _arrival(self, info) -> float:
         """Return when a message arrived: DDS receive time, or the node clock on sim time."""
-        received = info.get('received_timestamp', 0) if info else 0
-        if received > 0 and not self.get_clock().ros_time_is_active:
-            return received * 1e-9   # taken by the middleware, not delayed by the executor
-        return self._now()
+        return receive_time(info, self.get_clock())
 
     def _on_joint_state(self, msg: JointState, info=None) -> None:
         sample = self.state_gate.admit(msg, self.get_clock().now().nanoseconds)
