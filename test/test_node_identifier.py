@@ -398,7 +398,7 @@ def test_commands_on_simulated_time_are_timed_by_publication_whatever_the_arriva
         assert len(window.commands) == count - 1   # the newest waits for the next state
         # the window is complete up to the last state once the command after it is in: the
         # refit due then takes that command too, at once (no wall-clock wait)
-        assert not node._published.settled((count + 1) * period * 1e-9)
+        assert not node._times.published.settled((count + 1) * period * 1e-9)
         started = time.monotonic()
         node._await_data(count * period * 1e-9)
         assert time.monotonic() - started < 1.0 and node.incomplete_refits == 0

@@ -110,12 +110,12 @@ def test_states_and_commands_are_timed_by_their_dds_receive_times(ros_context, e
     monitor = executor.add_node(MonitorNode(context=ros_context, parameter_overrides=[
         Parameter('robot', value=robot)]))
     seen = []
-    arrival = monitor._arrival
+    arrival = monitor._times.received
 
     def spy(message_info):
         seen.append(message_info)
         return arrival(message_info)
-    monitor._arrival = spy
+    monitor._times.received = spy
     node = executor.add_node(rclpy.create_node('fake_driver', context=ros_context))
     states = node.create_publisher(JointState, 'joint_states', qos_profile_sensor_data)
     commands = node.create_publisher(Float64MultiArray, '/effort_controller/commands', 10)
@@ -158,6 +158,48 @@ def test_commands_are_timed_by_dds_arrival_not_by_when_the_executor_took_them(ro
         np.testing.assert_allclose([c[0] for c in monitor._commands],
                                    start + t[:-1] + 0.0001, atol=1e-6)
         assert monitor.predict_and_publish()['nmse'] < 1e-6
+    finally:
+        monitor.destroy_node()
+
+
+def test_commands_on_simulated_time_are_timed_by_publication_as_the_identifier_times_them(
+        ros_context):
+    # A lockstep plant publishes state k, then waits for the command answering it; on
+    # simulated time the executor's order said nothing about which state a command answered
+    # (the monitor timed commands by the simulated clock when its callback ran).  The
+    # identifier's rule places each on the state published last before it, in any order.
+    from rclpy.clock import ClockType
+    from rclpy.time import Time
+    robot = 'qube'
+    monitor = MonitorNode(context=ros_context, node_name='simulated_monitor',
+                          parameter_overrides=[
+                              Parameter('robot', value=robot),
+                              Parameter('use_sim_time', value=True),
+                              Parameter('horizon', value=0.5), Parameter('period', value=3600.0),
+                              Parameter('dt', value=DT),
+                              Parameter('integrator', value='semi_implicit_euler')])
+    try:
+        t, x, u = simulate(robot, 100, constant=True)
+        names = list(robots.get(robot).joint_names)
+        order = [('state', k) for k in range(len(t))] + [('command', k) for k in range(len(u))]
+        rng = np.random.default_rng(7)
+        kinds = rng.permutation([kind for kind, _ in order])
+        taken = {'state': 0, 'command': 0}
+        for kind in kinds:   # any merge of the two streams, each in its publisher's order
+            k = taken[kind]
+            taken[kind] += 1
+            if kind == 'state':   # source times: state k at 10 k + 1, its command at 10 k + 5
+                msg = JointState(name=names, position=x[k, :2].tolist(),
+                                 velocity=x[k, 2:].tolist())
+                msg.header.stamp = sec_to_stamp(2.0 + t[k])
+                monitor.get_clock().set_ros_time_override(Time(   # /clock, sent with it
+                    nanoseconds=round((2.0 + t[k]) * 1e9), clock_type=ClockType.ROS_TIME))
+                monitor._on_joint_state(msg, {'source_timestamp': 10 * k + 1})
+            else:
+                monitor._on_command(Float64MultiArray(data=u[k].tolist()),
+                                    {'source_timestamp': 10 * k + 5})
+        np.testing.assert_allclose([c[0] for c in monitor._commands], 2.0 + t[:-1], atol=1e-9)
+        assert monitor.predict_and_publish()['nmse'] < 1e-20
     finally:
         monitor.destroy_node()
 

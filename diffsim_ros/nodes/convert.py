@@ -20,10 +20,10 @@ from rclpy.qos import HistoryPolicy, QoSProfile
 from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray
 
-__all__ = ['COMMANDS_QOS', 'CommandTimeline', 'MessageError', 'PublicationTimeline',
-           'ThrottledLogger', 'commands_array', 'commands_msg', 'joint_state_arrays',
-           'joint_state_msg', 'pose_matrix', 'pose_msg', 'receive_time', 'sec_to_stamp',
-           'stamp_to_ns', 'stamp_to_sec']
+__all__ = ['COMMANDS_QOS', 'CommandTimeline', 'CommandTimes', 'MessageError',
+           'PublicationTimeline', 'ThrottledLogger', 'commands_array', 'commands_msg',
+           'joint_state_arrays', 'joint_state_msg', 'pose_matrix', 'pose_msg', 'receive_time',
+           'sec_to_stamp', 'stamp_to_ns', 'stamp_to_sec']
 
 
 class MessageError(ValueError):
@@ -439,6 +439,69 @@ class PublicationTimeline:
             return None, command   # before the states remembered
         self._last = max(self._last, self._stamps[i])
         return self._last, command
+
+
+class CommandTimes:
+    """
+    The one rule that times a node's commands on its states' timeline.
+
+    On simulated time (``use_sim_time``: a simulated plant on this host), when both streams
+    carry DDS source timestamps, a command is placed by publication order
+    (:class:`PublicationTimeline`); otherwise by arrival (:class:`CommandTimeline`, DDS
+    receive times, the node clock on simulated time).  The identifier and the monitor time
+    their commands here, so the two judge a model on the same data.
+
+    :param clock: the node's clock (``Node.get_clock()``).
+    :param simulated: whether the node runs on simulated time.
+    """
+
+    def __init__(self, clock, simulated: bool) -> None:
+        """Start with no state seen."""
+        self._clock, self.simulated = clock, simulated
+        self.arrival = CommandTimeline()
+        self.published = PublicationTimeline()
+        self._states_published = False   # the last state came with its source time
+
+    def reset(self) -> None:
+        """Forget everything (time started over)."""
+        self.arrival.reset()
+        self.published.reset()
+
+    def received(self, info) -> float:
+        """Return when a message with this message info arrived, s (:func:`receive_time`)."""
+        return receive_time(info, self._clock)
+
+    def _source_ns(self, info) -> int:
+        return int(info.get('source_timestamp', 0)) if self.simulated and info else 0
+
+    def state(self, stamp: float, info, arrival: Optional[float] = None
+              ) -> List[Tuple[Optional[float], Any]]:
+        """
+        Record a state; return the waiting commands it places.
+
+        :param stamp: the state's time on the timeline, s.
+        :param info: its message info (None: timed by the clock's now).
+        :param arrival: its arrival, s, when the caller has it already.
+        :return: ``[(time s, command)]``; a time of None marks a command published before
+            every state remembered (nothing to hold it on).
+        """
+        source_ns = self._source_ns(info)
+        self.arrival.state(stamp, self.received(info) if arrival is None else arrival)
+        self._states_published = bool(source_ns)
+        return self.published.state(stamp, source_ns) if source_ns else []
+
+    def command(self, command: Any, info) -> List[Tuple[Optional[float], Any]]:
+        """
+        Record a command; return it timed (or nothing while it waits for its state).
+
+        :param command: the command (any object).
+        :param info: its message info (None: timed by the clock's now).
+        :return: ``[(time s, command)]``, as :meth:`state`.
+        """
+        source_ns = self._source_ns(info)
+        if source_ns and self._states_published:   # both streams carry source times
+            return self.published.command(command, source_ns)
+        return [(self.arrival.command(self.received(info)), command)]
 
 
 class ThrottledLogger:

@@ -59,9 +59,8 @@ from sensor_msgs.msg import JointState
 from std_msgs.msg import Float64MultiArray, String
 from std_srvs.srv import SetBool, Trigger
 
-from .convert import (commands_array, COMMANDS_QOS, CommandTimeline, MessageError,
-                      pose_matrix, PublicationTimeline, receive_time, stamp_to_sec,
-                      ThrottledLogger)
+from .convert import (commands_array, COMMANDS_QOS, CommandTimes, MessageError,
+                      pose_matrix, stamp_to_sec, ThrottledLogger)
 from .gates import StateGate, StateGateConfig
 from .identifier_config import (complete_estimator, engine_options, IdentifierConfig,
                                 PHYSICAL_ESTIMATORS)
@@ -123,12 +122,10 @@ class Identifier(Node):
             limits, config.string_length, ball_gate, string_config, self.warnings,
             config.string_topic) if config.string_topic else None
         self._lock = threading.Lock()
-        self._timeline = CommandTimeline()   # commands timed on the states' timeline
         # simulated time: commands timed by publication order, and a refit waits until the
         # data up to its due time are all in (a lockstep plant holds there meanwhile)
         self._simulated = bool(self.get_parameter('use_sim_time').value)
-        self._published = PublicationTimeline()
-        self._states_published = False   # the last state came with its source time
+        self._times = CommandTimes(self.get_clock(), self._simulated)   # the states' timeline
         self._due = None   # simulated due time of the refit asked for, s
         self.incomplete_refits = 0
         # integer nanoseconds: an exact 1 kHz stream differs by exactly 10**6 ns, where float
@@ -203,14 +200,9 @@ class Identifier(Node):
             self.engine.reset()   # window and memory emptied, a running fit discarded
             if self.string is not None:
                 self.string.reset()
-            self._timeline.reset()
-            self._published.reset()
+            self._times.reset()
             self._last_ns = None
             self.log.clear()
-
-    def _source_ns(self, info) -> int:
-        """Return a message's DDS source time under simulated time (0: time by arrival)."""
-        return int(info.get('source_timestamp', 0)) if self._simulated and info else 0
 
     def _on_joint_state(self, msg: JointState, info=None) -> None:
         """Gate one joint state and append it to the window (decimated)."""
@@ -219,20 +211,16 @@ class Identifier(Node):
         sample = self.state_gate.admit(msg, now_ns)
         if sample is None:
             return
-        source_ns = self._source_ns(info)
         with self._lock:
             if sample.restart:   # time started over (sim reset, bag loop): forget the past
                 self.engine.restart()   # window emptied, memory forgotten
-                self._timeline.reset()
-                self._published.reset()
+                self._times.reset()
                 if self.string is not None:
                     self.string.restart()
             if self.string is not None:
                 self.string.add_state(sample.t, sample.q, sample.qd)
             # decimated or not: every state times the commands that arrive after it
-            self._timeline.state(sample.t, receive_time(info, self.get_clock()))
-            placed = self._published.state(sample.t, source_ns) if source_ns else []
-            self._states_published = bool(source_ns)
+            placed = self._times.state(sample.t, info)
             decimated = not sample.restart and self._last_ns is not None and \
                 sample.stamp_ns - self._last_ns < self._min_interval_ns
             if decimated:
@@ -249,13 +237,8 @@ class Identifier(Node):
         except MessageError as error:
             self.warnings.warn('commands', f'dropped: {error}')
             return
-        source_ns = self._source_ns(info)
         with self._lock:
-            if source_ns and self._states_published:   # both streams carry source times
-                self._add_commands(self._published.command(u, source_ns))
-                return
-            t = self._timeline.command(receive_time(info, self.get_clock()))
-            self._add_commands([(t, u)])
+            self._add_commands(self._times.command(u, info))
 
     def _add_commands(self, timed) -> None:
         """Add ``[(t, u)]`` to the window (the caller holds the lock)."""
@@ -302,10 +285,10 @@ class Identifier(Node):
         deadline = time.monotonic() + DATA_WAIT_S
         while not self._stop.is_set():
             with self._lock:
-                if self._published.settled(due):
+                if self._times.published.settled(due):
                     # the command after the newest state answers it: the plant applies it
                     # from that state's stamp, and no later state will place it before
-                    self._add_commands(self._published.drain())
+                    self._add_commands(self._times.published.drain())
                     return
             if time.monotonic() > deadline:
                 self.incomplete_refits += 1

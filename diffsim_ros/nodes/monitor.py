@@ -9,10 +9,11 @@ parameters ``model_gate.*``) forward from the state measured ``horizon`` seconds
 recorded commands (each held until the next and averaged over a rollout step) through the
 robot's actuator model: the DC motor for Quanser voltages, minus the model's joint friction
 and friction module, plus gravity when the driver compensates it.  States are timed by their
-header stamps, commands on the states' timeline: the stamp of the newest state that had
-arrived when the command arrived, plus the time between the two arrivals (DDS receive times,
-or the node clock under ``use_sim_time``; :class:`~diffsim_ros.nodes.convert.CommandTimeline`).
-It publishes
+header stamps, commands on the states' timeline by the identifier's rule
+(:class:`~diffsim_ros.nodes.convert.CommandTimes`): the stamp of the newest state that had
+arrived when the command arrived, plus the time between the two arrivals (DDS receive times);
+under ``use_sim_time``, the stamp of the state published last before the command.  It
+publishes
 
 * ``/predicted/joint_states``: the predicted state at the newest measurement time, which a
   second ``robot_state_publisher`` (``frame_prefix: predicted/``) turns into a ghost robot;
@@ -48,8 +49,8 @@ from std_msgs.msg import String
 import torch
 from visualization_msgs.msg import Marker, MarkerArray
 
-from .convert import (commands_array, COMMANDS_QOS, CommandTimeline, joint_state_msg,
-                      MessageError, receive_time, ThrottledLogger)
+from .convert import (commands_array, COMMANDS_QOS, CommandTimes, joint_state_msg,
+                      MessageError, ThrottledLogger)
 from .diagnostics import diagnostics_msg
 from .gates import StateGate, StateGateConfig
 from .model_file import load_model_file, MODEL_FILE_DESCRIPTION
@@ -155,7 +156,9 @@ class MonitorNode(Node):
         keep = int(self.config.buffer_duration * self.info.driver_rate_hz * 2) + 16
         self._states = deque(maxlen=keep)
         self._commands = deque(maxlen=keep)
-        self._timeline = CommandTimeline()   # commands timed on the states' timeline
+        # commands timed on the states' timeline, by the identifier's rule
+        self._times = CommandTimes(self.get_clock(),
+                                   bool(self.get_parameter('use_sim_time').value))
         self._log = ThrottledLogger(self.get_logger())
         self.model_gate = ModelGate(interface, model_gate_config, self.info.driver_rate_hz,
                                     self._log)
@@ -186,28 +189,26 @@ class MonitorNode(Node):
         self._worker = threading.Thread(target=self._run, name='monitor-rollout', daemon=True)
         self._worker.start()
 
-    def _arrival(self, info) -> float:
-        """Return when a message arrived: DDS receive time, or the node clock on sim time."""
-        return receive_time(info, self.get_clock())
-
     def _on_joint_state(self, msg: JointState, info=None) -> None:
         sample = self.state_gate.admit(msg, self.get_clock().now().nanoseconds)
         if sample is None:
             return
-        now = self._arrival(info)
+        now = self._times.received(info)
         stamp = sample.t if abs(sample.t - now) <= self.config.max_stamp_offset else now
         with self._lock:
             if sample.restart:   # time started over (bag or simulation restarted)
                 self._states.clear()
                 self._commands.clear()
-                self._timeline.reset()
+                self._times.reset()
                 self._scale_floor = None
             elif self._states and stamp <= self._states[-1][0]:
                 self._log.warn(self.config.joint_states_topic, 'dropped out-of-order message')
                 return
             self._states.append((stamp, sample.q, sample.qd))
-            self._timeline.state(stamp, now)
+            placed = self._add_commands(self._times.state(stamp, info, now))
         self.model_gate.recent.add_state(stamp, sample.q, sample.qd)
+        for t, u in placed:
+            self.model_gate.recent.add_command(t, u)
 
     def _on_command(self, msg: Float64MultiArray, info=None) -> None:
         try:
@@ -215,12 +216,19 @@ class MonitorNode(Node):
         except MessageError as error:
             self._log.warn('commands', f'dropped message: {error}')
             return
-        arrival = self._arrival(info)
         with self._lock:
-            t = self._timeline.command(arrival)
-            if not self._commands or t >= self._commands[-1][0]:
+            placed = self._add_commands(self._times.command(u, info))
+        for t, u in placed:
+            self.model_gate.recent.add_command(t, u)
+
+    def _add_commands(self, timed) -> list:
+        """Buffer ``[(t, u)]`` (the caller holds the lock); return those kept."""
+        kept = []
+        for t, u in timed:   # None: published before every state, nothing to hold it on
+            if t is not None and (not self._commands or t >= self._commands[-1][0]):
                 self._commands.append((t, u))
-        self.model_gate.recent.add_command(t, u)
+                kept.append((t, u))
+        return kept
 
     def _on_model(self, msg: String) -> None:
         """Hand a model document to the gate (robots/gate.py), which judges it on its thread."""
