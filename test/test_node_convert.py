@@ -289,7 +289,13 @@ def test_shipped_configs_validate(make_node, robot):
 def test_commands_are_timed_on_the_timeline_of_the_states_they_answer():
     from diffsim_ros.nodes.convert import CommandTimeline
     timeline = CommandTimeline()
-    assert timeline.command(5.0) == 5.0   # before any state: its arrival
+    # before any state: no time on wall time (its arrival, on the node's clock, is not the
+    # states' timeline, and a driver's stamps 100 s behind that clock held every command
+    # there); its arrival on simulated time, where the clock is the stamps'
+    assert timeline.command(105.0) is None
+    timeline.state(5.0, 105.01)
+    assert timeline.command(105.02) == pytest.approx(5.01)
+    assert CommandTimeline(shared_clock=True).command(5.0) == 5.0
     timeline.reset()
     lag = 0.3   # the states reach the node 0.3 s after their stamps
     times = []

@@ -413,13 +413,16 @@ def test_commands_on_wall_time_are_timed_by_dds_arrival_not_by_when_the_executor
     # A busy executor takes ten states, then the ten commands that arrived between them (a
     # 90 ms lag).  Timed by the newest state taken and the executor's clock, the commands
     # landed up to 90 ms late; timed by their DDS receive times, each is held from the state
-    # it answers (0.5 ms after it, as sent).
+    # it answers (0.5 ms after it, as sent), whatever the offset of the driver's clock.
     node = make_identifier(executor, 'late_executor', refit_period=1000.0)
     count, period, received = 40, 0.01, time.time() - 10.0
     rng = np.random.default_rng(4)
     q, u = rng.normal(size=(count, 2)) * 0.1, rng.normal(size=(count, 1))
     stamps = 1.0 + period * np.arange(count)
     arrival_ns = [int((received + period * k) * 1e9) for k in range(count)]
+    # a command taken before any state has nothing to be timed by: timed by its arrival, on
+    # this clock (the stamps run 1.8e9 s behind it here), it held every later command there
+    node._on_command(Float64MultiArray(data=[0.0]), {'received_timestamp': arrival_ns[0] - 10})
     for batch in range(0, count, 10):
         for k in range(batch, batch + 10):
             node._on_joint_state(joint_state_msg(JOINTS, q[k], np.zeros(2), None, stamps[k]),

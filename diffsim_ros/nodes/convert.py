@@ -291,7 +291,8 @@ class CommandTimeline:
     by that much against the states it answered.  Here a command is timed as the stamp of
     the newest state that had arrived when it arrived, plus the time between the two
     arrivals, so lags common to both streams cancel; when the states stop, the commands'
-    times keep advancing with their arrival.  Times never go back.
+    times keep advancing with their arrival.  Times never go back, and on wall time a
+    command taken before any state has no time (nothing to hold it on).
 
     The states are looked up by arrival, not taken as the newest one the node has handled:
     a node's executor takes the two topics in its own order, and on a busy machine it
@@ -300,13 +301,16 @@ class CommandTimeline:
     it reads 1e-5 on a quiet machine).  ``history`` states are kept for this look-up.
     """
 
-    def __init__(self, history: int = 1024) -> None:
+    def __init__(self, history: int = 1024, shared_clock: bool = False) -> None:
         """
-        Start with no state seen (commands are timed by their arrival).
+        Start with no state seen.
 
         :param history: how many of the newest states (stamp, arrival) are kept.
+        :param shared_clock: the arrivals are on the clock of the states' stamps (simulated
+            time); only then is a command taken before any state timed by its arrival.
         """
         self._states: deque = deque(maxlen=history)
+        self._shared_clock = shared_clock
         self._last = -math.inf
 
     def reset(self) -> None:
@@ -323,17 +327,22 @@ class CommandTimeline:
         """
         self._states.append((stamp, arrival))
 
-    def command(self, arrival: float) -> float:
+    def command(self, arrival: float) -> Optional[float]:
         """
         Return the time of a command that arrived at ``arrival`` s.
 
         :param arrival: arrival time, s.
         :return: the stamp of the newest state that arrived no later than the command, plus
-            the time between the two arrivals (the arrival time before any state; from the
-            oldest state kept, when the command arrived before all of them), never earlier
-            than the previous command's time.
+            the time between the two arrivals (from the oldest state kept, when the command
+            arrived before all of them), never earlier than the previous command's time.
+            Before any state: its arrival with a ``shared_clock``, else None.  (Timed by
+            its arrival on wall time, a command taken before the first state put the node's
+            clock on the states' timeline; with a driver whose stamps run behind that
+            clock, every later command was held at that time until the stamps caught up.)
         """
         if not self._states:
+            if not self._shared_clock:
+                return None
             t = arrival
         else:
             stamp, at = self._states[0]
@@ -458,7 +467,7 @@ class CommandTimes:
     def __init__(self, clock, simulated: bool) -> None:
         """Start with no state seen."""
         self._clock, self.simulated = clock, simulated
-        self.arrival = CommandTimeline()
+        self.arrival = CommandTimeline(shared_clock=simulated)
         self.published = PublicationTimeline()
         self._states_published = False   # the last state came with its source time
 
