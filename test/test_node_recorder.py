@@ -82,3 +82,21 @@ def test_records_sensor_data_and_latched_topics(context, tmp_path):
     tick = torch.round(q[:, 0] / 0.01)
     lag = torch.round(tick - u[:, 0] / 0.1)
     assert bool(((lag == 0) | (lag == 1)).all()), torch.stack((tick, u[:, 0] / 0.1), 1)
+
+
+def test_log_times_are_dds_receive_times_not_when_the_executor_took_the_message(context,
+                                                                                tmp_path):
+    # On a busy machine the executor took messages up to 90 ms after they arrived; logged
+    # then, a header-less command moved that much against the states it answered.
+    from rclpy.serialization import serialize_message
+    from rosbags.rosbag2 import Reader
+    topic, type_name = '/effort_controller/commands', 'std_msgs/msg/Float64MultiArray'
+    recorder = Recorder(tmp_path / 'run.mcap', types={topic: type_name}, context=context)
+    received = time.time_ns() - 3_000_000_000   # arrived 3 s before it is written
+    try:
+        recorder._callback(topic, type_name, Float64MultiArray)(
+            serialize_message(Float64MultiArray(data=[1.0])), {'received_timestamp': received})
+    finally:
+        recorder.destroy_node()
+    with Reader(tmp_path / 'run.mcap') as reader:
+        assert [t for _, t, _ in reader.messages()] == [received]

@@ -22,7 +22,7 @@ from std_msgs.msg import Float64MultiArray
 
 __all__ = ['COMMANDS_QOS', 'CommandTimeline', 'CommandTimes', 'MessageError',
            'PublicationTimeline', 'ThrottledLogger', 'commands_array', 'commands_msg',
-           'joint_state_arrays', 'joint_state_msg', 'pose_matrix', 'pose_msg', 'receive_time',
+           'joint_state_arrays', 'joint_state_msg', 'pose_matrix', 'pose_msg', 'receive_ns',
            'sec_to_stamp', 'stamp_to_ns', 'stamp_to_sec']
 
 
@@ -260,9 +260,9 @@ def pose_msg(T, frame_id: str, stamp=None) -> PoseStamped:
 COMMANDS_QOS = QoSProfile(history=HistoryPolicy.KEEP_LAST, depth=500)
 
 
-def receive_time(info, clock) -> float:
+def receive_ns(info, clock) -> int:
     """
-    Return when a message reached this process, s.
+    Return when a message reached this process, ns.
 
     The DDS receive time, taken by the middleware as the message came in, when rclpy passed
     the message info (two-argument callbacks) and the clock is not simulated; otherwise the
@@ -272,12 +272,12 @@ def receive_time(info, clock) -> float:
 
     :param info: the message info rclpy passes to a two-argument callback, or None.
     :param clock: the node's clock (``Node.get_clock()``).
-    :return: seconds, on the node's clock.
+    :return: nanoseconds, on the node's clock.
     """
-    received = info.get('received_timestamp', 0) if info else 0
+    received = int(info.get('received_timestamp', 0)) if info else 0
     if received > 0 and not clock.ros_time_is_active:
-        return received * 1e-9
-    return clock.now().nanoseconds * 1e-9
+        return received
+    return clock.now().nanoseconds
 
 
 class CommandTimeline:
@@ -477,8 +477,8 @@ class CommandTimes:
         self.published.reset()
 
     def received(self, info) -> float:
-        """Return when a message with this message info arrived, s (:func:`receive_time`)."""
-        return receive_time(info, self._clock)
+        """Return when a message with this message info arrived, s (:func:`receive_ns`)."""
+        return receive_ns(info, self._clock) * 1e-9
 
     def _source_ns(self, info) -> int:
         return int(info.get('source_timestamp', 0)) if self.simulated and info else 0

@@ -13,7 +13,10 @@ Topics whose type is known in advance (``types``) are subscribed at once, best-e
 volatile (which matches every publisher), so a recording started before its publishers
 loses nothing of their first messages to discovery.
 
-Log times are the node's clock, so with ``use_sim_time`` the bag carries simulated time.  Under
+Log times are DDS receive times (when the middleware took the message, not when this node's
+executor got to it: on a busy machine that was up to 90 ms later, and a header-less command
+moved that much against the states), or the node's clock with ``use_sim_time``, so that the
+bag then carries simulated time.  Under
 simulated time with a ``timeline_topic`` (the plant's joint states) they follow publication
 instead of arrival: a message of that topic is logged at its header stamp, any other at the
 stamp of the last one published before it (DDS source times, one host's clock), so that a
@@ -31,7 +34,7 @@ from rclpy.node import Node
 from rclpy.qos import DurabilityPolicy, HistoryPolicy, QoSProfile, ReliabilityPolicy
 from rclpy.serialization import deserialize_message
 
-from .convert import PublicationTimeline, stamp_to_ns
+from .convert import PublicationTimeline, receive_ns, stamp_to_ns
 from ..io.bags import BagWriter
 
 __all__ = ['Recorder', 'message_class']
@@ -142,7 +145,7 @@ class Recorder(Node):
 
     def _callback(self, topic: str, type_name: str, cls):
         def write(data: bytes, info) -> None:
-            now = self.get_clock().now().nanoseconds
+            now = receive_ns(info, self.get_clock())   # not when the executor got to it
             with self._lock:
                 if self._writer is None:
                     return
