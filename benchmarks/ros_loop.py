@@ -28,6 +28,7 @@ Run ``python benchmarks/ros_loop.py [--quick] [--duration S] [--json PATH] [--th
 import math
 import multiprocessing
 import os
+import random
 import sys
 import threading
 import time
@@ -50,6 +51,8 @@ PANDA_READY = (0.0, -0.785, 0.0, -2.356, 0.0, 1.571, 0.785)
 STALL_S = 0.005
 #: Callback durations kept for percentiles (a preallocated ring, so RSS is not skewed).
 RING = 50000
+#: The claim on this run's domain (:func:`isolate_domain`), held until the process exits.
+_CLAIMS = []
 
 
 def rss_mb() -> float:
@@ -70,14 +73,26 @@ def rss_mb() -> float:
 
 def isolate_domain() -> int:
     """
-    Put this process (and the processes it spawns) on a DDS domain of its own.
+    Put this process (and the processes it spawns) on a DDS domain no one else uses.
 
-    :return: the domain id, in ``[101, 200]`` (tests use ``[1, 100]``).
+    A random id in ``[101, 200]`` (tests reserve ``[1, 100]`` first) that a claim
+    (:func:`~diffsim_ros.nodes.foreign_graph.claim_quiet_domain`) found quiet; the claim's
+    node (idle, no endpoints of the measured topics) stays for the run, so that another run
+    on the host keeps off it.
+
+    :return: the domain id.
+    :raises SystemExit: when every id of the range has nodes on it.
     """
-    domain = 101 + os.getpid() % 100
-    os.environ['ROS_DOMAIN_ID'] = str(domain)
+    from diffsim_ros.nodes.foreign_graph import claim_quiet_domain
+
     os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
-    return domain
+    for domain in random.SystemRandom().sample(range(101, 201), 100):
+        claim = claim_quiet_domain(domain, name='ros_loop')
+        if claim is not None:
+            _CLAIMS.append(claim)
+            os.environ['ROS_DOMAIN_ID'] = str(domain)
+            return domain
+    raise SystemExit('every DDS domain id in [101, 200] has nodes on it')
 
 
 def percentile(values, q: float) -> Optional[float]:

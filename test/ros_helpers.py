@@ -5,8 +5,8 @@ Fixtures (load them in a test module with ``pytest_plugins = ['ros_helpers']``; 
 them by name would trip flake8's F811 at every test that takes one):
 
 * ``ros_domain`` (session): an isolated ``ROS_DOMAIN_ID`` (:func:`reserved_domain_id`: no
-  other test run on this machine holds it), set in the environment before any context
-  starts, with discovery limited to localhost;
+  other test run on this machine, in this container or another, holds or uses it), set in
+  the environment before any context starts, with discovery limited to localhost;
 * ``ros_context``: a fresh ``rclpy`` context on that domain, shut down after the test;
 * ``executor``: a multi-threaded executor of that context spinning in a background thread;
   add nodes with ``executor.add_node(node)``; nodes are destroyed after the test.
@@ -18,43 +18,55 @@ the module has no asserts, and test modules import it before pytest loads it as 
 
 import fcntl
 import os
+import random
 import tempfile
 import threading
 import time
 from types import SimpleNamespace
 
+from diffsim_ros.nodes.foreign_graph import claim_quiet_domain, FOREIGN_PROBE_S
 import pytest
 import rclpy
 from rclpy.context import Context
 from rclpy.executors import MultiThreadedExecutor
 
 
-#: Open lock files of the domains this process holds, by ``(first, count)`` range.
+#: What this process holds, by ``(first, count)`` range: ``(domain, lock file, claim)``.
 _RESERVED = {}
 
 
-def reserved_domain_id(first: int = 1, count: int = 100) -> int:
+def reserved_domain_id(first: int = 1, count: int = 100,
+                       listen_s: float = FOREIGN_PROBE_S) -> int:
     """
-    Return a DDS domain id in ``[first, first + count)`` that no other test run here holds.
+    Return a DDS domain id in ``[first, first + count)`` that no other test run uses.
 
-    Two test runs on one machine (a CI clone beside a developer's run, two worktrees) share
-    loopback DDS: on one domain they hear each other's ``joint_states`` and commands, and a
-    node test reads another run's robot (a monitor NMSE of 6 where 0.1 was due).  So the
-    domain is reserved with an exclusive ``flock`` on a file in the temporary directory,
-    held until this process exits; the search starts at a pid-derived id.  The same range
-    asked twice returns the same id.  Fast DDS port arithmetic stays valid up to 232.
+    Two test runs on one machine share loopback DDS: on one domain they hear each other's
+    ``joint_states`` and commands, and a node test reads another run's robot (a monitor
+    NMSE of 6 where 0.1 was due; a simulated driver refusing to start beside another
+    run's ``/sim_driver``).  Two guards, both held until this process exits:
+
+    * an exclusive ``flock`` on a file in the temporary directory, for the runs that share
+      it (a CI clone beside a developer's run, two worktrees);
+    * a claim (:func:`~diffsim_ros.nodes.foreign_graph.claim_quiet_domain`): a node of
+      ours listens on the id for ``listen_s`` and stays there, for the runs that do not
+      (another container on the host: its own ``/tmp``, its own pids, the same loopback).
+
+    The ids are tried in a random order (a pid-derived start sent the small pids of two
+    containers to the same ids).  The same range asked twice returns the same id.  Fast
+    DDS port arithmetic stays valid up to 232.
 
     :param first: lowest id of the range.
     :param count: ids in the range.
+    :param listen_s: how long to listen for other nodes on an id [s]; 0 = the lock only
+        (for ids no participant can use).
     :return: the reserved id.
-    :raises RuntimeError: when other runs hold every id of the range.
+    :raises RuntimeError: when other runs hold or use every id of the range.
     """
     key = (first, count)
     if key in _RESERVED:
         return _RESERVED[key][0]
-    start = os.getpid() % count
-    for i in range(count):
-        domain = first + (start + i) % count
+    used = []
+    for domain in random.SystemRandom().sample(range(first, first + count), count):
         path = os.path.join(tempfile.gettempdir(), f'diffsim_ros_dds_domain_{domain}.lock')
         handle = open(path, 'a')
         try:
@@ -62,10 +74,29 @@ def reserved_domain_id(first: int = 1, count: int = 100) -> int:
         except OSError:
             handle.close()
             continue
-        _RESERVED[key] = (domain, handle)
+        claim = _claim(domain, listen_s) if listen_s > 0 else None
+        if listen_s > 0 and claim is None:
+            handle.close()
+            used.append(domain)
+            continue
+        _RESERVED[key] = (domain, handle, claim)
         return domain
     raise RuntimeError(f'every DDS domain id in [{first}, {first + count}) is held by another '
-                       'test run on this machine')
+                       'test run on this machine' + (f' or has nodes on it (ids {sorted(used)})'
+                                                     if used else ''))
+
+
+def _claim(domain: int, listen_s: float):
+    """Claim ``domain`` with the discovery range the node tests use (localhost)."""
+    saved = os.environ.get('ROS_AUTOMATIC_DISCOVERY_RANGE')
+    os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
+    try:
+        return claim_quiet_domain(domain, listen_s, 'test_run')
+    finally:
+        if saved is None:
+            os.environ.pop('ROS_AUTOMATIC_DISCOVERY_RANGE')
+        else:
+            os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = saved
 
 
 def realtime_process(priority: int = 40) -> None:

@@ -13,8 +13,8 @@ from ros_helpers import reserved_domain_id
 
 
 def _domain_id() -> int:
-    # away from the ids of test/ros_helpers.py (1-100), test_node_recorder.py (101-199) and
-    # the foreign-driver test below (230-232)
+    # away from the ids of test/ros_helpers.py (1-100), test_node_recorder.py (101-189),
+    # test_ros_helpers.py (190-191) and the foreign-driver test below (230-232)
     return reserved_domain_id(200, 30)
 
 

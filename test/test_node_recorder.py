@@ -18,7 +18,7 @@ import torch
 @pytest.fixture
 def context():
     ctx = rclpy.Context()
-    rclpy.init(context=ctx, domain_id=reserved_domain_id(101, 99))
+    rclpy.init(context=ctx, domain_id=reserved_domain_id(101, 89))
     yield ctx
     ctx.try_shutdown()
 

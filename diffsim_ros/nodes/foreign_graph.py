@@ -16,15 +16,23 @@ A launch starts its nodes together: the mpc of a simulated graph would command w
 robot publishes ``joint_states`` during the driver's probe.  So the driver says when the
 probe has passed, on ``~/ready`` (``std_msgs/Empty``, :data:`READY_QOS`), and a simulated
 launch's mpc sends no command before it has heard that (its ``start_after`` parameter).
+
+The other way round, a process that needs a domain of its own (a test run, a benchmark)
+claims a quiet one with :func:`claim_quiet_domain`: it listens there with a node of its own
+and keeps that node alive while it uses the domain, so that a later claimant, in whatever
+container or temporary directory, hears it and goes elsewhere.
 """
 
+import os
+import secrets
 import time
 from typing import Iterable, List, Optional
 
 from rclpy.qos import DurabilityPolicy, QoSProfile
 
-__all__ = ['FOREIGN_PROBE_S', 'ForeignGraphError', 'POLL_S', 'READY_QOS', 'UNKNOWN_NODE',
-           'foreign_endpoints', 'refuse_foreign_graph']
+__all__ = ['DomainClaim', 'FOREIGN_PROBE_S', 'ForeignGraphError', 'POLL_S', 'READY_QOS',
+           'UNKNOWN_NODE', 'claim_quiet_domain', 'domain_occupants', 'foreign_endpoints',
+           'refuse_foreign_graph']
 
 #: Wall seconds at most to listen on a domain before a simulated robot starts: DDS discovery
 #: of whatever already runs there.  A new Fast DDS participant (the default rmw) found one
@@ -114,3 +122,74 @@ def refuse_foreign_graph(node, publishers: Iterable[str] = (), subscribers: Iter
         raise ForeignGraphError(
             'another ROS graph runs on this domain (ROS_DOMAIN_ID '
             f'{node.context.get_domain_id()}): ' + '; '.join(found) + f'. {harm}; {remedy}')
+
+
+def domain_occupants(node) -> List[str]:
+    """
+    Say which other nodes (and endpoints of nodes not yet named) ``node`` has discovered.
+
+    :param node: the node whose view of the graph is read.
+    :return: ``namespace/name`` of every other node, and ``'a node not yet named'`` when
+        an endpoint's node is not known yet; sorted, unique; empty when it is alone.
+    """
+    own = (node.get_name(), node.get_namespace())
+    found = {f'{namespace.rstrip("/")}/{name}'
+             for name, namespace in node.get_node_names_and_namespaces()
+             if (name, namespace) != own}
+    for topic, _ in node.get_topic_names_and_types():
+        for endpoint in (node.get_publishers_info_by_topic(topic)
+                         + node.get_subscriptions_info_by_topic(topic)):
+            if endpoint.node_name == UNKNOWN_NODE:
+                found.add('a node not yet named')
+            elif (endpoint.node_name, endpoint.node_namespace) != own:
+                found.add(f'{endpoint.node_namespace.rstrip("/")}/{endpoint.node_name}')
+    return sorted(found)
+
+
+class DomainClaim:
+    """A node that holds a DDS domain for its process: :func:`claim_quiet_domain`."""
+
+    def __init__(self, domain: int, context, node) -> None:
+        """Hold ``domain`` with ``node`` of ``context`` (both made by the claim)."""
+        self.domain, self.context, self.node = domain, context, node
+
+    def release(self) -> None:
+        """Destroy the node and shut its context down; the domain is free for others."""
+        if self.node is not None:
+            self.node.destroy_node()
+            self.node = None
+        self.context.try_shutdown()
+
+
+def claim_quiet_domain(domain: int, wait_s: float = FOREIGN_PROBE_S,
+                       name: str = 'domain_claim') -> Optional['DomainClaim']:
+    """
+    Listen on ``domain`` and keep it when no other node is there.
+
+    A file lock or a pid-derived id only keeps apart the processes that share a temporary
+    directory and a pid space; two containers on one host share loopback DDS and neither.
+    Listening does not: it hears every participant discovery reaches.  The claim's node
+    stays on the domain (no endpoints but ``/parameter_events``) until released, so that
+    a later claimant hears it and goes elsewhere.
+
+    :param domain: the DDS domain id (0-232 for Fast DDS's port arithmetic).
+    :param wait_s: how long discovery is given [s]; :data:`FOREIGN_PROBE_S` covers one
+        announcement period of an already running participant.
+    :param name: the claim node's name; the process id and a random token are appended.
+    :return: the claim, or ``None`` when another node is on the domain (the listening
+        node is gone again).
+    """
+    import rclpy
+    from rclpy.context import Context
+
+    context = Context()
+    rclpy.init(context=context, domain_id=domain)
+    node = rclpy.create_node(f'{name}_{os.getpid()}_{secrets.token_hex(3)}', context=context,
+                             enable_rosout=False, start_parameter_services=False)
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        if domain_occupants(node):
+            DomainClaim(domain, context, node).release()
+            return None
+        time.sleep(POLL_S)
+    return DomainClaim(domain, context, node)
