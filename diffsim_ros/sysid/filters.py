@@ -28,7 +28,7 @@ import math
 from typing import Optional, Sequence, Tuple, Union
 
 import numpy as np
-from scipy import linalg, signal
+from scipy import linalg
 import torch
 
 from .dataset import Trajectory
@@ -89,6 +89,7 @@ def _filtfilt(x: np.ndarray, rate: float, cutoff_hz: float, order: int) -> np.nd
     _check_cutoff(cutoff_hz, rate)
     if order < 1:
         raise ValueError(f'order must be >= 1, got {order}')
+    from scipy import signal   # here: 1.2 s of every node's start-up, used by fits only
     sos = signal.butter(order, cutoff_hz, btype='low', fs=rate, output='sos')
     if x.shape[0] < 2:
         raise ValueError(f'need at least 2 samples to filter, got {x.shape[0]}')
@@ -167,6 +168,7 @@ def savgol_derivative(x, t_or_rate: TimeOrRate, deriv: int = 1, window: Optional
     if window > grid.shape[0]:
         raise ValueError(f'savgol_derivative: window {window} is longer than the signal '
                          f'({grid.shape[0]} samples)')
+    from scipy import signal   # here: see _filtfilt
     out = signal.savgol_filter(grid, window, polyorder, deriv=deriv, delta=1.0 / rate, axis=0,
                                mode='interp')
     return _as_output(back(out), x)

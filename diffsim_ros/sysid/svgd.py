@@ -23,7 +23,6 @@ import math
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Type, Union
 
 import numpy as np
-from scipy.stats import qmc
 import torch
 
 from ..core.errors import ShapeError
@@ -381,6 +380,7 @@ def sobol_particles(count: int, lower: Sequence[float], upper: Sequence[float],
                          f'got lower={lo.tolist()}, upper={hi.tolist()}')
     if count < 1:
         raise ValueError(f'sobol_particles: count must be >= 1, got {count}')
+    from scipy.stats import qmc   # here: scipy.stats is 0.5 s of every node's start-up
     sampler = qmc.Sobol(d=lo.size, scramble=True, seed=seed)
     unit = sampler.random_base2(max(0, math.ceil(math.log2(count))))[:count]
     return torch.as_tensor(qmc.scale(unit, lo, hi), dtype=dtype)
