@@ -28,7 +28,6 @@ Run ``python benchmarks/ros_loop.py [--quick] [--duration S] [--json PATH] [--th
 import math
 import multiprocessing
 import os
-import random
 import sys
 import threading
 import time
@@ -83,16 +82,16 @@ def isolate_domain() -> int:
     :return: the domain id.
     :raises SystemExit: when every id of the range has nodes on it.
     """
-    from diffsim_ros.nodes.foreign_graph import claim_quiet_domain
+    from diffsim_ros.nodes.foreign_graph import claim_a_quiet_domain, ForeignGraphError
 
     os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
-    for domain in random.SystemRandom().sample(range(101, 201), 100):
-        claim = claim_quiet_domain(domain, name='ros_loop')
-        if claim is not None:
-            _CLAIMS.append(claim)
-            os.environ['ROS_DOMAIN_ID'] = str(domain)
-            return domain
-    raise SystemExit('every DDS domain id in [101, 200] has nodes on it')
+    try:
+        claim = claim_a_quiet_domain(range(101, 201), name='ros_loop')
+    except ForeignGraphError as error:
+        raise SystemExit(f'ros_loop: {error}') from error
+    _CLAIMS.append(claim)
+    os.environ['ROS_DOMAIN_ID'] = str(claim.domain)
+    return claim.domain
 
 
 def percentile(values, q: float) -> Optional[float]:

@@ -48,13 +48,16 @@ from .core import RobotModel
 from .io import read_bag
 from .io.fit_cli import main as fit_main
 from .io.fits import FitFileError, load_fit
-from .nodes.foreign_graph import FOREIGN_PROBE_S, ForeignGraphError, refuse_foreign_graph
+from .nodes.foreign_graph import (claim_a_quiet_domain, FOREIGN_PROBE_S, ForeignGraphError,
+                                  refuse_foreign_graph)
 from .robots.message import load_model_message
 from .sysid.losses import state_scale
 from .sysid.nea import base_parameters
 
 #: Robots the demo runs: those with a control task.
 DEMO_ROBOTS = ('qube', 'cartpole', 'wam4', 'panda')
+#: The ids ``--domain-id auto`` tries, in a random order (0, ROS's default, is left to robots).
+AUTO_DOMAIN_IDS = range(1, 233)
 #: Hidden plant of the default run: its pendulum balances 0.21 rad from the URDF's upright,
 #: so the nominal model's catch throws the arm out and the swing-up needs the identified
 #: model (the README lists the other seeds measured).
@@ -97,10 +100,12 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser.add_argument('--real-time-factor', default=0.5, type=float,
                         help='pace of the simulated clock relative to the wall clock '
                              '(default 0.5; the Python nodes share 2 cores)')
-    parser.add_argument('--domain-id', default=None, type=int,
-                        help='ROS_DOMAIN_ID of the graph (default: from the environment); the '
-                             'demo refuses a domain where a robot already publishes '
-                             'joint_states or takes commands')
+    parser.add_argument('--domain-id', default=None, type=_domain_id,
+                        help='ROS_DOMAIN_ID of the graph, 0-232, or "auto": a random id on '
+                             'which no node answers within 4 s, held by an idle node of the '
+                             "demo's until it ends (default: from the environment); the demo "
+                             'refuses a domain where a robot already publishes joint_states '
+                             'or takes commands')
     parser.add_argument('--no-fit', action='store_true',
                         help='skip the offline diffsim-fit of the recorded bag')
     args = parser.parse_args(argv)
@@ -110,9 +115,20 @@ def parse_args(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         parser.error('--param-error must be in [0, 1)')
     if not args.real_time_factor > 0:
         parser.error('--real-time-factor must be positive')
-    if args.domain_id is not None and not 0 <= args.domain_id <= 232:
-        parser.error('--domain-id must be in [0, 232]')
     return args
+
+
+def _domain_id(text: str):
+    """Parse ``--domain-id``: ``'auto'`` or an id in [0, 232] (Fast DDS's port range)."""
+    if text == 'auto':
+        return text
+    try:
+        domain = int(text)
+    except ValueError:
+        domain = -1
+    if not 0 <= domain <= 232:
+        raise argparse.ArgumentTypeError(f"'{text}' is neither 'auto' nor an id in [0, 232]")
+    return domain
 
 
 class _Observer:
@@ -251,7 +267,7 @@ def refuse_foreign_robot(context, info: robots.RobotInfo, wait_s: float = FOREIG
             probe, publishers=('/joint_states', '/clock'),
             subscribers=(f'/{info.controller_name}/commands',),
             harm='The simulated demo would send its torque commands to it',
-            remedy='run it on a free domain with --domain-id N', wait_s=wait_s)
+            remedy='run it on a free domain with --domain-id auto (or N)', wait_s=wait_s)
     finally:
         probe.destroy_node()
 
@@ -276,10 +292,18 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
     from .nodes.recorder import Recorder
     from .nodes.sim_driver import SimDriver
 
+    claim = None
+    if args.domain_id == 'auto':
+        # no node at all answered there, a stronger check than the robot probe below
+        claim = claim_a_quiet_domain(AUTO_DOMAIN_IDS, name='diffsim_demo_claim')
+        args.domain_id = claim.domain
+        print(f'  ROS domain {claim.domain} (--domain-id auto: no node answered there)',
+              flush=True)
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=args.domain_id)
     try:
-        refuse_foreign_robot(context, robots.get(args.robot))
+        if claim is None:
+            refuse_foreign_robot(context, robots.get(args.robot))
     except ForeignGraphError:
         rclpy.shutdown(context=context)
         raise
@@ -372,6 +396,8 @@ def run_graph(args: argparse.Namespace, bag: Path, duration: float) -> Dict[str,
         for node, _, _ in spinning:
             node.destroy_node()
         context.try_shutdown()
+        if claim is not None:
+            claim.release()
     result['recorded'] = recorded
     result['wall_time_s'] = time.perf_counter() - start
     return result

@@ -18,13 +18,13 @@ the module has no asserts, and test modules import it before pytest loads it as 
 
 import fcntl
 import os
-import random
 import tempfile
 import threading
 import time
 from types import SimpleNamespace
 
-from diffsim_ros.nodes.foreign_graph import claim_quiet_domain, FOREIGN_PROBE_S
+from diffsim_ros.nodes.foreign_graph import (claim_a_quiet_domain, FOREIGN_PROBE_S,
+                                             ForeignGraphError)
 import pytest
 import rclpy
 from rclpy.context import Context
@@ -47,13 +47,13 @@ def reserved_domain_id(first: int = 1, count: int = 100,
 
     * an exclusive ``flock`` on a file in the temporary directory, for the runs that share
       it (a CI clone beside a developer's run, two worktrees);
-    * a claim (:func:`~diffsim_ros.nodes.foreign_graph.claim_quiet_domain`): a node of
-      ours listens on the id for ``listen_s`` and stays there, for the runs that do not
-      (another container on the host: its own ``/tmp``, its own pids, the same loopback).
+    * a claim (:func:`~diffsim_ros.nodes.foreign_graph.claim_a_quiet_domain`, ids in a
+      random order): a node of ours listens on the id for ``listen_s`` and stays there,
+      for the runs that do not (another container on the host: its own ``/tmp``, its own
+      pids, the same loopback).
 
-    The ids are tried in a random order (a pid-derived start sent the small pids of two
-    containers to the same ids).  The same range asked twice returns the same id.  Fast
-    DDS port arithmetic stays valid up to 232.
+    The same range asked twice returns the same id.  Fast DDS port arithmetic stays valid
+    up to 232.
 
     :param first: lowest id of the range.
     :param count: ids in the range.
@@ -65,33 +65,48 @@ def reserved_domain_id(first: int = 1, count: int = 100,
     key = (first, count)
     if key in _RESERVED:
         return _RESERVED[key][0]
-    used = []
-    for domain in random.SystemRandom().sample(range(first, first + count), count):
+    handles = {}
+
+    def lock(domain: int) -> bool:
         path = os.path.join(tempfile.gettempdir(), f'diffsim_ros_dds_domain_{domain}.lock')
         handle = open(path, 'a')
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             handle.close()
-            continue
-        claim = _claim(domain, listen_s) if listen_s > 0 else None
-        if listen_s > 0 and claim is None:
+            return False
+        handles[domain] = handle
+        return True
+
+    ids = range(first, first + count)
+    if listen_s > 0:
+        try:
+            claim = _claim(ids, listen_s, lock)
+        except ForeignGraphError as error:
+            for handle in handles.values():
+                handle.close()
+            raise RuntimeError(f'every DDS domain id in [{first}, {first + count}) is held by '
+                               f'another test run on this machine or has nodes on it: {error}'
+                               ) from error
+        domain = claim.domain
+    else:
+        claim, domain = None, next((d for d in ids if lock(d)), None)
+        if domain is None:
+            raise RuntimeError(f'every DDS domain id in [{first}, {first + count}) is held by '
+                               'another test run on this machine')
+    for other, handle in handles.items():
+        if other != domain:
             handle.close()
-            used.append(domain)
-            continue
-        _RESERVED[key] = (domain, handle, claim)
-        return domain
-    raise RuntimeError(f'every DDS domain id in [{first}, {first + count}) is held by another '
-                       'test run on this machine' + (f' or has nodes on it (ids {sorted(used)})'
-                                                     if used else ''))
+    _RESERVED[key] = (domain, handles[domain], claim)
+    return domain
 
 
-def _claim(domain: int, listen_s: float):
-    """Claim ``domain`` with the discovery range the node tests use (localhost)."""
+def _claim(ids, listen_s: float, admit):
+    """Claim one of ``ids`` with the discovery range the node tests use (localhost)."""
     saved = os.environ.get('ROS_AUTOMATIC_DISCOVERY_RANGE')
     os.environ['ROS_AUTOMATIC_DISCOVERY_RANGE'] = 'LOCALHOST'
     try:
-        return claim_quiet_domain(domain, listen_s, 'test_run')
+        return claim_a_quiet_domain(ids, listen_s, 'test_run', admit)
     finally:
         if saved is None:
             os.environ.pop('ROS_AUTOMATIC_DISCOVERY_RANGE')

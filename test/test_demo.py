@@ -122,3 +122,40 @@ def test_demo_refuses_a_domain_where_a_robot_driver_takes_commands(tmp_path, cap
     assert '--domain-id' in error
     # refused before any node started: no command sent, nothing recorded
     assert received == [] and not (out / 'recording.mcap').exists()
+
+
+def test_demo_auto_domain_goes_past_a_domain_with_a_robot(tmp_path, capsys, monkeypatch):
+    # a robot's driver on the first of the two ids --domain-id auto may take: the demo runs on
+    # the other one and the driver never hears a command
+    import rclpy
+    from rclpy.executors import SingleThreadedExecutor
+    from std_msgs.msg import Float64MultiArray
+
+    domain = reserved_domain_id(230, 3)
+    other = next(d for d in range(230, 233) if d != domain)
+    monkeypatch.setattr(demo, 'AUTO_DOMAIN_IDS', (domain, other))
+    context = rclpy.Context()
+    rclpy.init(context=context, domain_id=domain)
+    driver = rclpy.create_node('qube_driver', namespace='/lab', context=context)
+    received = []
+    driver.create_subscription(Float64MultiArray, '/effort_controller/commands',
+                               received.append, 10)
+    try:
+        out = tmp_path / 'out'
+        code = demo.main(['--robot', 'qube', '--domain-id', 'auto', '--duration', '0.5',
+                          '--out', str(out), '--no-fit'])
+        executor = SingleThreadedExecutor(context=context)
+        executor.add_node(driver)
+        executor.spin_once(timeout_sec=0.5)   # anything sent would be waiting
+        executor.shutdown(timeout_sec=2.0)
+    finally:
+        driver.destroy_node()
+        rclpy.shutdown(context=context)
+    printed = capsys.readouterr().out
+    assert code in (0, 1), printed   # ran (too short to swing up), not refused
+    assert f'ROS domain {other} (--domain-id auto' in printed
+    assert (out / 'recording.mcap').exists() and received == []
+    with pytest.raises(SystemExit):
+        demo.parse_args(['--domain-id', '233'])
+    with pytest.raises(SystemExit):
+        demo.parse_args(['--domain-id', 'free'])

@@ -24,15 +24,16 @@ container or temporary directory, hears it and goes elsewhere.
 """
 
 import os
+import random
 import secrets
 import time
-from typing import Iterable, List, Optional
+from typing import Callable, Iterable, List, Optional
 
 from rclpy.qos import DurabilityPolicy, QoSProfile
 
 __all__ = ['DomainClaim', 'FOREIGN_PROBE_S', 'ForeignGraphError', 'POLL_S', 'READY_QOS',
-           'UNKNOWN_NODE', 'claim_quiet_domain', 'domain_occupants', 'foreign_endpoints',
-           'refuse_foreign_graph']
+           'UNKNOWN_NODE', 'claim_a_quiet_domain', 'claim_quiet_domain', 'domain_occupants',
+           'foreign_endpoints', 'refuse_foreign_graph']
 
 #: Wall seconds at most to listen on a domain before a simulated robot starts: DDS discovery
 #: of whatever already runs there.  A new Fast DDS participant (the default rmw) found one
@@ -193,3 +194,35 @@ def claim_quiet_domain(domain: int, wait_s: float = FOREIGN_PROBE_S,
             return None
         time.sleep(POLL_S)
     return DomainClaim(domain, context, node)
+
+
+def claim_a_quiet_domain(ids: Iterable[int], wait_s: float = FOREIGN_PROBE_S,
+                         name: str = 'domain_claim',
+                         admit: Optional[Callable[[int], bool]] = None) -> DomainClaim:
+    """
+    Claim the first quiet id of ``ids``, tried in a random order (:func:`claim_quiet_domain`).
+
+    A random order, because processes that count from the same start (small pids in two
+    containers) would otherwise meet on the same ids.
+
+    :param ids: the candidate domain ids.
+    :param wait_s: how long to listen on each [s].
+    :param name: the claim node's name (see :func:`claim_quiet_domain`).
+    :param admit: asked first for each id; ``False`` skips it without listening (a test run
+        holding a lock file on it, say).
+    :return: the claim.
+    :raises ForeignGraphError: when no id is quiet, naming those with nodes on them.
+    """
+    ids = list(ids)
+    occupied, skipped = [], 0
+    for domain in random.SystemRandom().sample(ids, len(ids)):
+        if admit is not None and not admit(domain):
+            skipped += 1
+            continue
+        claim = claim_quiet_domain(domain, wait_s, name)
+        if claim is not None:
+            return claim
+        occupied.append(domain)
+    raise ForeignGraphError(f'no quiet DDS domain among {len(ids)} ids: nodes on '
+                            f'{sorted(occupied)}' + (f', {skipped} not admitted' if skipped
+                                                     else ''))
