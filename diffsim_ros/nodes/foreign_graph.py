@@ -185,8 +185,13 @@ def claim_quiet_domain(domain: int, wait_s: float = FOREIGN_PROBE_S,
 
     context = Context()
     rclpy.init(context=context, domain_id=domain)
-    node = rclpy.create_node(f'{name}_{os.getpid()}_{secrets.token_hex(3)}', context=context,
-                             enable_rosout=False, start_parameter_services=False)
+    try:
+        node = rclpy.create_node(f'{name}_{os.getpid()}_{secrets.token_hex(3)}',
+                                 context=context, enable_rosout=False,
+                                 start_parameter_services=False)
+    except Exception:
+        context.try_shutdown()
+        raise
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
         if domain_occupants(node):
