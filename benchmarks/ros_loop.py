@@ -218,6 +218,7 @@ def fake_qube(domain: int, names: List[str], rate_hz: float, duration: float, co
         pub.publish(msg)
     time.sleep(0.3)   # the last commands in flight
     executor.shutdown(timeout_sec=2.0)
+    spinner.join(timeout=5.0)   # a spinning thread left at exit aborts the process
     conn.send({'sent': sent, 'received': list(received)})
     node.destroy_node()
     rclpy.shutdown(context=context)
