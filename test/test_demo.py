@@ -1,5 +1,6 @@
 """diffsim-demo: the node graph over DDS on a simulated Qube, its bag, report and plot."""
 
+import contextlib
 import json
 import math
 import re
@@ -90,13 +91,13 @@ def test_demo_rejects_bad_arguments(argv, tmp_path, capsys):
     assert 'error' in capsys.readouterr().err
 
 
-def test_demo_refuses_a_domain_where_a_robot_driver_takes_commands(tmp_path, capsys):
-    # a robot's driver (another participant on the demo's domain) waiting for torques
+@contextlib.contextmanager
+def _robot_driver(domain: int):
+    """Run a robot's driver (another participant) on ``domain``; yield the commands it got."""
     import rclpy
     from rclpy.executors import SingleThreadedExecutor
     from std_msgs.msg import Float64MultiArray
 
-    domain = reserved_domain_id(230, 3)
     context = rclpy.Context()
     rclpy.init(context=context, domain_id=domain)
     driver = rclpy.create_node('qube_driver', namespace='/lab', context=context)
@@ -108,14 +109,21 @@ def test_demo_refuses_a_domain_where_a_robot_driver_takes_commands(tmp_path, cap
     spinner = threading.Thread(target=executor.spin, daemon=True)
     spinner.start()
     try:
-        out = tmp_path / 'out'
-        code = demo.main(['--robot', 'qube', '--domain-id', str(domain), '--out', str(out),
-                          '--no-fit'])
+        yield received
     finally:
         executor.shutdown(timeout_sec=2.0)
         spinner.join(timeout=5.0)
         driver.destroy_node()
         rclpy.shutdown(context=context)
+
+
+def test_demo_refuses_a_domain_where_a_robot_driver_takes_commands(tmp_path, capsys):
+    # a robot's driver (another participant on the demo's domain) waiting for torques
+    domain = reserved_domain_id(230, 3)
+    out = tmp_path / 'out'
+    with _robot_driver(domain) as received:
+        code = demo.main(['--robot', 'qube', '--domain-id', str(domain), '--out', str(out),
+                          '--no-fit'])
     assert code == 2
     error = capsys.readouterr().err
     assert 'subscribers of /effort_controller/commands: /lab/qube_driver' in error, error
@@ -127,30 +135,13 @@ def test_demo_refuses_a_domain_where_a_robot_driver_takes_commands(tmp_path, cap
 def test_demo_auto_domain_goes_past_a_domain_with_a_robot(tmp_path, capsys, monkeypatch):
     # a robot's driver on the first of the two ids --domain-id auto may take: the demo runs on
     # the other one and the driver never hears a command
-    import rclpy
-    from rclpy.executors import SingleThreadedExecutor
-    from std_msgs.msg import Float64MultiArray
-
     domain = reserved_domain_id(230, 3)
     other = next(d for d in range(230, 233) if d != domain)
     monkeypatch.setattr(demo, 'AUTO_DOMAIN_IDS', (domain, other))
-    context = rclpy.Context()
-    rclpy.init(context=context, domain_id=domain)
-    driver = rclpy.create_node('qube_driver', namespace='/lab', context=context)
-    received = []
-    driver.create_subscription(Float64MultiArray, '/effort_controller/commands',
-                               received.append, 10)
-    try:
-        out = tmp_path / 'out'
+    out = tmp_path / 'out'
+    with _robot_driver(domain) as received:
         code = demo.main(['--robot', 'qube', '--domain-id', 'auto', '--duration', '0.5',
                           '--out', str(out), '--no-fit'])
-        executor = SingleThreadedExecutor(context=context)
-        executor.add_node(driver)
-        executor.spin_once(timeout_sec=0.5)   # anything sent would be waiting
-        executor.shutdown(timeout_sec=2.0)
-    finally:
-        driver.destroy_node()
-        rclpy.shutdown(context=context)
     printed = capsys.readouterr().out
     assert code in (0, 1), printed   # ran (too short to swing up), not refused
     assert f'ROS domain {other} (--domain-id auto' in printed
