@@ -55,11 +55,14 @@ class ForeignGraphError(RuntimeError):
     """Another graph on the domain publishes or takes a simulated robot's streams."""
 
 
+def _label(name: str, namespace: str) -> str:
+    """Return a graph node's ``namespace/name``, or what is said of one not yet named."""
+    return 'a node not yet named' if name == UNKNOWN_NODE else f'{namespace.rstrip("/")}/{name}'
+
+
 def _names(endpoints) -> str:
     """Return the ``namespace/name`` of the nodes behind graph endpoints, sorted, unique."""
-    return ', '.join(sorted({'a node not yet named' if e.node_name == UNKNOWN_NODE
-                             else f'{e.node_namespace.rstrip("/")}/{e.node_name}'
-                             for e in endpoints}))
+    return ', '.join(sorted({_label(e.node_name, e.node_namespace) for e in endpoints}))
 
 
 def foreign_endpoints(node, publishers: Iterable[str] = (), subscribers: Iterable[str] = (),
@@ -134,17 +137,12 @@ def domain_occupants(node) -> List[str]:
         an endpoint's node is not known yet; sorted, unique; empty when it is alone.
     """
     own = (node.get_name(), node.get_namespace())
-    found = {f'{namespace.rstrip("/")}/{name}'
-             for name, namespace in node.get_node_names_and_namespaces()
-             if (name, namespace) != own}
+    found = set(map(tuple, node.get_node_names_and_namespaces()))
     for topic, _ in node.get_topic_names_and_types():
-        for endpoint in (node.get_publishers_info_by_topic(topic)
-                         + node.get_subscriptions_info_by_topic(topic)):
-            if endpoint.node_name == UNKNOWN_NODE:
-                found.add('a node not yet named')
-            elif (endpoint.node_name, endpoint.node_namespace) != own:
-                found.add(f'{endpoint.node_namespace.rstrip("/")}/{endpoint.node_name}')
-    return sorted(found)
+        found.update((e.node_name, e.node_namespace)
+                     for e in (node.get_publishers_info_by_topic(topic)
+                               + node.get_subscriptions_info_by_topic(topic)))
+    return sorted({_label(*key) for key in found - {own}})
 
 
 class DomainClaim:
@@ -163,7 +161,7 @@ class DomainClaim:
 
 
 def claim_quiet_domain(domain: int, wait_s: float = FOREIGN_PROBE_S,
-                       name: str = 'domain_claim') -> Optional['DomainClaim']:
+                       name: str = 'domain_claim') -> Optional[DomainClaim]:
     """
     Listen on ``domain`` and keep it when no other node is there.
 
